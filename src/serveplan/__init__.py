@@ -1,0 +1,29 @@
+"""serveplan: predict TTFT, TPOT, throughput and goodput of LLM serving strategies, and rank them.
+
+The public API is re-exported here; see the subpackages for the layers
+(specs -> ops -> estimator -> sim -> optimize/offload -> report -> cli).
+"""
+
+from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError
+from serveplan.estimator.api import EstimateResult, estimate
+from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.static import StaticMetrics, static_batch
+from serveplan.estimator.step import Estimator, MemoryEstimate, StepEstimate
+from serveplan.specs.catalog import (
+    get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles,
+)
+from serveplan.specs.hardware import DeviceSpec, LinkSpec
+from serveplan.specs.model import ModelSpec, model_from_hf_config
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.profile import EfficiencyProfile, PhaseEfficiency
+from serveplan.units import DType
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DType", "DeviceSpec", "EfficiencyProfile", "EstimateResult", "Estimator", "InfeasibleError",
+    "LinkSpec", "MemoryEstimate", "ModelSpec", "ParallelConfig", "PhaseEfficiency", "PlannerError",
+    "SolverError", "SpecError", "StaticMetrics", "StepBatch", "StepEstimate", "estimate",
+    "get_hardware", "get_model", "get_profile", "list_hardware", "list_models", "list_profiles",
+    "model_from_hf_config", "static_batch",
+]

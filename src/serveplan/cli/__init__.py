@@ -1,0 +1,102 @@
+"""Command-line interface: ``serveplan estimate | simulate | optimize | offload | profile |
+calibrate | compare | models | hardware``.
+
+Each subcommand builds a config, calls one public function and renders the result; no modelling
+logic lives here. Exit codes: 0 ok, 2 bad input (:class:`SpecError`), 3 infeasible
+(:class:`InfeasibleError`), 4 solver failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError
+
+app = typer.Typer(
+    name="serveplan",
+    help="Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn planner errors into one line on stderr and an exit code (2 input, 3 infeasible)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            raise fail(str(exc), 2) from None
+        except InfeasibleError as exc:
+            raise fail(f"infeasible: {exc}", 3) from None
+        except SolverError as exc:
+            raise fail(f"solver: {exc}", 4) from None
+        except PlannerError as exc:  # pragma: no cover - every subclass is handled above
+            raise fail(str(exc), 2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_int_list(value: str, field: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` with a one-line error naming ``field``."""
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"{field}={value!r} must be a comma-separated list of integers, e.g. 1,2,4") from None
+    if not out:
+        raise SpecError(f"{field}={value!r} is empty; give at least one value, e.g. 1,2,4")
+    if any(v < 1 for v in out):
+        raise SpecError(f"{field}={value!r}: every value must be a positive integer")
+    return out
+
+
+def console() -> "Any":
+    """A rich console; wide when output is not a terminal, so tables stay readable in files."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def emit_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "value"):
+        return o.value
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+# subcommands register themselves on ``app``
+from serveplan.cli import catalog as _catalog  # noqa: E402,F401
+from serveplan.cli import estimate as _estimate  # noqa: E402,F401

@@ -1,0 +1,72 @@
+"""``serveplan estimate``: one step (and optionally a static batch) with its breakdown."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.estimator.api import estimate
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.units import fmt_bytes, fmt_ms
+
+MODEL_HELP = "Catalog id (see `serveplan models`) or path to a Hugging Face config.json."
+HW_HELP = "Catalog id (see `serveplan hardware`) or path to a hardware YAML file."
+PROFILE_HELP = "Efficiency profile id or YAML path (default: the hardware's own, else default-gpu)."
+
+
+@app.command("estimate")
+@handle_errors
+def estimate_cmd(
+    model: str = typer.Option("codellama-34b", "--model", "-m", help=MODEL_HELP),
+    hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help=HW_HELP),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help=PROFILE_HELP),
+    tp: int = typer.Option(4, "--tp", help="Tensor-parallel size."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
+    dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
+    input_len: int = typer.Option(2048, "--input-len", "-s", help="Prompt tokens per sequence."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
+    phase: str = typer.Option("prefill", "--phase", help="Step to break down: prefill or decode."),
+    context_len: Optional[int] = typer.Option(None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Time of one forward step per module and operator, memory per device, and (with
+    --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
+    910B3, TP 4, batch 1, input 2048)."""
+    res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
+                   dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
+                   context_len=context_len)
+    if json_out:
+        emit_json(res.to_dict())
+        return
+    con = console()
+    what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase == "prefill"
+            else f"decode step, batch {res.batch}, context {res.context_len}")
+    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, profile {res.profile}): {what}")
+    for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
+        t.add_column(col, justify="left" if col == "module" else "right")
+    for m in res.step.modules:
+        t.add_row(f"{m.count}x", f"{m.name}" + (f" [{m.group}]" if m.group not in ("dense",) else ""),
+                  fmt_ms(m.dispatch_s), fmt_ms(m.compute_s), fmt_ms(m.comm_s))
+    if res.step.pp_comm_s:
+        t.add_row("", "pipeline send/recv", "", "", fmt_ms(res.step.pp_comm_s))
+    t.add_row("", "TOTAL (all layers, Algorithm 1 overlap)", "", fmt_ms(res.step.total_s), "", style="bold")
+    con.print(t)
+    mem = res.step.memory
+    con.print(
+        f"memory per device: weights {fmt_bytes(mem.weights_bytes)}, KV {mem.kv_bytes_per_token / 1e3:.1f} KB/token, "
+        f"activations {fmt_bytes(mem.activation_bytes)}; KV capacity {mem.kv_capacity_tokens:,} tokens per instance "
+        f"({mem.memory_utilization:.0%} of {fmt_bytes(mem.device_memory_bytes)})"
+    )
+    if res.static:
+        s = res.static
+        con.print(
+            f"static batch {s.batch} x ({s.input_len} in, {s.output_len} out): TTFT {fmt_ms(s.ttft_s)} ms, "
+            f"ITL {fmt_ms(s.itl_s)} ms, E2E {fmt_ms(s.e2e_s, 1)} ms, throughput {s.throughput_tokens_per_s:,.0f} tok/s "
+            f"({s.output_tokens_per_s:,.0f} output tok/s), FOM {s.fom_flops_per_s / 1e12:.1f} TFLOP/s"
+        )

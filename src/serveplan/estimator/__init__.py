@@ -1,0 +1,1 @@
+"""Estimator: operator roofline, dispatch overlap, communication and memory of one step."""

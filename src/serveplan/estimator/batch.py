@@ -1,0 +1,95 @@
+"""Composition of one step (forward pass) and its feature vector.
+
+A step runs some sequences, each with ``new`` tokens computed now on top of ``context`` tokens
+already in the KV cache: a prompt is ``(s, 0)``, a decode is ``(1, c)``, a prefill chunk is
+``(chunk, prior)``. The estimator only needs the aggregates below (see
+:mod:`serveplan.ops.base` for their meaning), so the simulator can keep running sums instead of
+building per-sequence lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from serveplan.errors import SpecError
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """Aggregates of a step's sequences (per instance, before data-parallel splitting).
+
+    Build with :meth:`prefill`, :meth:`decode` or :meth:`from_sequences`.
+    """
+
+    prefill_tokens: float = 0.0      # np
+    decode_tokens: float = 0.0       # nd (= decode sequences)
+    prefill_seqs: float = 0.0        # sp
+    prefill_keys: float = 0.0        # kvp = sum(context + new)
+    decode_keys: float = 0.0         # kvd = sum(context + 1)
+    prefill_scores: float = 0.0      # ap  = sum(new * (context + new))
+    prefill_causal_scores: float = 0.0  # apc = sum(new * (context + (new + 1) / 2))
+
+    @property
+    def num_tokens(self) -> float:
+        return self.prefill_tokens + self.decode_tokens
+
+    @property
+    def num_seqs(self) -> float:
+        return self.prefill_seqs + self.decode_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.prefill_tokens > 0
+
+    @staticmethod
+    def prefill(batch: int, input_len: int, context_len: int = 0) -> "StepBatch":
+        """``batch`` prompts of ``input_len`` new tokens after ``context_len`` cached ones."""
+        _check_positive("batch", batch)
+        _check_positive("input_len", input_len)
+        if context_len < 0:
+            raise SpecError(f"context_len={context_len} must be >= 0")
+        b, s, c = float(batch), float(input_len), float(context_len)
+        return StepBatch(
+            prefill_tokens=b * s, prefill_seqs=b, prefill_keys=b * (c + s),
+            prefill_scores=b * s * (c + s), prefill_causal_scores=b * s * (c + (s + 1) / 2),
+        )
+
+    @staticmethod
+    def decode(batch: int, context_len: int) -> "StepBatch":
+        """``batch`` decode sequences, each attending ``context_len`` keys (new token included)."""
+        _check_positive("batch", batch)
+        _check_positive("context_len", context_len)
+        b, c = float(batch), float(context_len)
+        return StepBatch(decode_tokens=b, decode_keys=b * c)
+
+    @staticmethod
+    def from_sequences(seqs: Iterable[tuple[int, int]]) -> "StepBatch":
+        """From ``(new_tokens, cached_context)`` pairs; ``(1, c>0)`` is a decode."""
+        np_ = nd = sp = kvp = kvd = ap = apc = 0.0
+        for new, ctx in seqs:
+            if new < 1 or ctx < 0:
+                raise SpecError(f"sequence (new={new}, context={ctx}) needs new >= 1 and context >= 0")
+            if new == 1 and ctx > 0:
+                nd += 1
+                kvd += ctx + 1
+            else:
+                np_ += new
+                sp += 1
+                kvp += ctx + new
+                ap += new * (ctx + new)
+                apc += new * (ctx + (new + 1) / 2)
+        return StepBatch(np_, nd, sp, kvp, kvd, ap, apc)
+
+    def __add__(self, other: "StepBatch") -> "StepBatch":
+        return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))
+
+
+def _astuple(b: StepBatch) -> tuple[float, ...]:
+    return (b.prefill_tokens, b.decode_tokens, b.prefill_seqs, b.prefill_keys, b.decode_keys,
+            b.prefill_scores, b.prefill_causal_scores)
+
+
+def _check_positive(name: str, v: int) -> None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 1:
+        raise SpecError(f"{name}={v!r} must be a positive integer")

@@ -1,0 +1,437 @@
+"""Step estimate: adapted roofline per operator, Algorithm 1 overlap, communication, memory.
+
+:class:`Estimator` compiles the model's operator lists (:mod:`serveplan.ops.graph`) once into
+coefficient matrices, so one step estimate is a few small matrix products; the same code runs on
+a matrix of many batches (``step_times``) for the simulator's decode stretches.
+
+* Per operator (BestServe eq. 3/5): ``time = max(W / (e_c S_c), Q / (e_m S_m))``; the decode
+  data movements of eq. (12) use their ``kappa`` rates instead (``Q / kappa``).
+* Per layer (BestServe Algorithm 1, reading of ``bestserve.md`` §7): the host dispatches module
+  after module; the device starts a module when it is dispatched and the previous one finished,
+  ``T_c = max(T_d, T_c) + compute``, then adds the module's communication. Step time = layer time
+  times layers, summed over layer kinds (``T = ell * T_compute`` after the loop).
+* Communication: eq. (8) ``values/t / (e_+ S_+)``, or a ring/alpha-beta collective on the link
+  the group uses (profile ``comm_model``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.estimator.batch import StepBatch
+from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Rate
+from serveplan.ops.graph import build_layer_groups
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.model import AttentionKind, ModelSpec
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.profile import CommModel, EfficiencyProfile, Module, PhaseEfficiency
+from serveplan.units import DType
+
+#: Fraction of device memory the engine may use (vLLM's ``gpu_memory_utilization`` default 0.9).
+DEFAULT_MEMORY_UTILIZATION = 0.9
+
+_NF = len(FEATURES)
+_I = FEATURE_INDEX
+
+
+def _vec(lin: Lin) -> np.ndarray:
+    v = np.zeros(_NF)
+    for k, c in lin.items():
+        v[_I[k]] = c
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class OpTiming:
+    """One operator of one layer (per device): work, traffic and roofline terms."""
+
+    group: str
+    module: str
+    name: str
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+    time_s: float
+    bound: str  # "compute", "memory" or the kappa rate name
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleTiming:
+    """One module of one layer (per device), repeated ``count`` times in the step."""
+
+    group: str
+    name: str
+    count: int
+    dispatch_s: float
+    compute_s: float
+    comm_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Per-device memory of one instance.
+
+    ``kv_bytes_per_token`` is per device (whole model divided as the layout stores it);
+    ``kv_capacity_tokens`` is for the whole instance (all data-parallel ranks).
+    """
+
+    weights_bytes: float
+    kv_bytes_per_token: float
+    activation_bytes: float
+    device_memory_bytes: float
+    memory_utilization: float
+    kv_capacity_tokens: int
+    model_kv_bytes_per_token: float
+    total_weights_bytes: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "activation_bytes": self.activation_bytes,
+            "device_memory_bytes": self.device_memory_bytes,
+            "memory_utilization": self.memory_utilization,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "model_kv_bytes_per_token": self.model_kv_bytes_per_token,
+            "total_weights_bytes": self.total_weights_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepEstimate:
+    """Time of one step of one instance, with its breakdown."""
+
+    total_s: float
+    phase: str
+    modules: tuple[ModuleTiming, ...]
+    ops: tuple[OpTiming, ...]
+    memory: MemoryEstimate
+    pp_comm_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_s": self.total_s,
+            "phase": self.phase,
+            "pp_comm_s": self.pp_comm_s,
+            "modules": [
+                {"group": m.group, "name": m.name, "count": m.count, "dispatch_s": m.dispatch_s,
+                 "compute_s": m.compute_s, "comm_s": m.comm_s}
+                for m in self.modules
+            ],
+            "ops": [
+                {"group": o.group, "module": o.module, "name": o.name, "flops": o.flops, "bytes": o.bytes,
+                 "compute_s": o.compute_s, "memory_s": o.memory_s, "time_s": o.time_s, "bound": o.bound}
+                for o in self.ops
+            ],
+            "memory": self.memory.to_dict(),
+        }
+
+
+@dataclass
+class _Compiled:
+    name: str
+    count: float
+    F: np.ndarray              # (ops, features) FLOP
+    B: np.ndarray              # (ops, features) bytes
+    rate: np.ndarray           # (ops,) index into [roofline, update, repeat_kv, upcast]
+    op_block: np.ndarray       # (ops,) block index
+    block_kinds: list[Module]
+    comm_coef: list[list[tuple[np.ndarray, np.ndarray, float, float, Collective, int]]]
+    # per block: list of (bytes vector, values vector, link bandwidth, link latency, kind, group)
+    ops: list[Any] = field(default_factory=list)
+
+
+class Estimator:
+    """Step-time oracle for one (model, hardware, profile, parallel layout, dtype).
+
+    Parameters
+    ----------
+    model, hardware, profile, parallel:
+        The specs; ``parallel`` is validated against the model.
+    dtype:
+        Weight format (default: the model's ``torch_dtype``).
+    kv_dtype:
+        KV-cache format (default: ``dtype`` for 16/32-bit weights, else bf16).
+
+    Examples
+    --------
+    >>> from serveplan import Estimator, get_model, get_hardware, get_profile, ParallelConfig, StepBatch
+    >>> est = Estimator(get_model("llama-2-7b"), get_hardware("a100-80g"), get_profile(), ParallelConfig(tp=1))
+    >>> est.estimate(StepBatch.prefill(1, 512)).total_s > 0
+    True
+    """
+
+    def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                 parallel: ParallelConfig | None = None, *, dtype: DType | str | None = None,
+                 kv_dtype: DType | str | None = None,
+                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION) -> None:
+        parallel = parallel or ParallelConfig()
+        parallel.validate_for(model)
+        self.model, self.hardware, self.profile, self.parallel = model, hardware, profile, parallel
+        self.dtype = DType.parse(dtype) if dtype is not None else model.dtype
+        if kv_dtype is not None:
+            self.kv_dtype = DType.parse(kv_dtype)
+        else:
+            self.kv_dtype = self.dtype if self.dtype in (DType.FP32, DType.FP16, DType.BF16) else DType.BF16
+        if not 0 < memory_utilization <= 1:
+            raise SpecError(f"memory_utilization={memory_utilization} must be in (0, 1]")
+        self.memory_utilization = memory_utilization
+        self.peak_flops = hardware.flops(self.dtype)
+        self.tile = hardware.tile_size if profile.tile_quantization else 0
+        self.groups: tuple[LayerGroup, ...] = build_layer_groups(
+            model, parallel, dtype=self.dtype, kv_dtype=self.kv_dtype,
+            attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
+            expert_imbalance=profile.expert_imbalance,
+        )
+        self._compiled = [self._compile(g) for g in self.groups]
+        self._rates = {
+            "prefill": self._phase_rates(profile.prefill),
+            "decode": self._phase_rates(profile.decode),
+        }
+        self._dispatch = {
+            ph: [[0.0 if (ph == "decode" and profile.dispatch_hidden_in_decode) else profile.dispatch(k)
+                  for k in c.block_kinds] for c in self._compiled]
+            for ph in ("prefill", "decode")
+        }
+        # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
+        self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
+        self._pp_link = hardware.link_for(parallel.num_devices)
+        self.memory = self._memory()
+
+    # ------------------------------------------------------------------ compilation
+    def _compile(self, g: LayerGroup) -> _Compiled:
+        ops, rate, op_block, kinds, comm = [], [], [], [], []
+        for bi, block in enumerate(g.blocks):
+            kinds.append(block.kind)
+            for op in block.ops:
+                ops.append(op)
+                rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST].index(op.rate))
+                op_block.append(bi)
+            cl = []
+            for c in block.comms:
+                link = self.hardware.link_for(c.group_size if c.kind is Collective.ALL_TO_ALL else c.group_size)
+                cl.append((_vec(c.volume), _vec(c.values), link.bandwidth, link.latency_s, c.kind, c.group_size))
+            comm.append(cl)
+        F = np.array([_vec(o.flops) for o in ops]) if ops else np.zeros((0, _NF))
+        B = np.array([_vec(o.bytes) for o in ops]) if ops else np.zeros((0, _NF))
+        return _Compiled(g.name, float(g.count), F, B, np.array(rate), np.array(op_block), kinds, comm, ops)
+
+    def _phase_rates(self, eff: PhaseEfficiency) -> tuple[float, np.ndarray, float]:
+        mem = eff.memory * self.hardware.memory_bandwidth
+        p = self.profile
+        kappas = np.array([mem, p.kappa_update or mem, p.kappa_repeat_kv or mem, p.kappa_upcast or mem])
+        return eff.compute * self.peak_flops, kappas, eff.comm
+
+    # ------------------------------------------------------------------ features
+    def features(self, batch: StepBatch) -> np.ndarray:
+        """Feature vector (per data-parallel rank) of a step; see :mod:`serveplan.ops.base`."""
+        dp = self.parallel.dp
+        x = np.zeros(_NF)
+        n_all = batch.num_tokens
+        n = n_all / dp
+        x[_I["one"]] = 1.0
+        x[_I["n"]] = n
+        x[_I["ng"]] = math.ceil(n / self.tile) * self.tile if self.tile else n
+        x[_I["np"]] = batch.prefill_tokens / dp
+        x[_I["nd"]] = batch.decode_tokens / dp
+        x[_I["sp"]] = batch.prefill_seqs / dp
+        x[_I["kvp"]] = batch.prefill_keys / dp
+        x[_I["kvd"]] = batch.decode_keys / dp
+        x[_I["ap"]] = batch.prefill_scores / dp
+        x[_I["apc"]] = batch.prefill_causal_scores / dp
+        x[_I["nout"]] = batch.num_seqs / dp
+        x[_I["nall"]] = n_all
+        m = self.model
+        if m.is_moe:
+            # expected experts with >= 1 routed token under uniform routing: E(1 - (1 - k/E)^n)
+            frac = 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** n_all
+            x[_I["eact"]] = m.num_experts / self.parallel.ep * frac
+        return x
+
+    # ------------------------------------------------------------------ timing
+    def _comm_time(self, entry: tuple, x: np.ndarray, e_comm: float) -> Any:
+        vol_v, val_v, bw, lat, kind, g = entry
+        vol = vol_v @ x
+        active = x[_I["n"]] > 0 if np.ndim(x) == 1 else (x[_I["n"]] > 0)
+        if self.profile.comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
+            # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values
+            return (val_v @ x) / g / (e_comm * bw)
+        eff_bw = e_comm * bw
+        if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
+            return (2 * (g - 1) / g) * vol / eff_bw + 2 * (g - 1) * lat * active
+        if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
+            return ((g - 1) / g) * vol / eff_bw + (g - 1) * lat * active
+        return vol / eff_bw + lat * active  # send/recv
+
+    def _group_time(self, c: _Compiled, x: np.ndarray, phase: str, gi: int, detail: bool = False):
+        flops_rate, mem_rates, e_comm = self._rates[phase]
+        W = c.F @ x
+        Q = c.B @ x
+        inv_mem = 1.0 / mem_rates[c.rate]
+        if np.ndim(x) == 1:
+            comp = np.where(c.rate == 0, W / flops_rate, 0.0)
+            mem = Q * inv_mem
+        else:
+            comp = np.where((c.rate == 0)[:, None], W / flops_rate, 0.0)
+            mem = Q * inv_mem[:, None]
+        t_op = np.maximum(comp, mem)
+        nb = len(c.block_kinds)
+        if np.ndim(x) == 1:
+            block_compute = np.bincount(c.op_block, weights=t_op, minlength=nb)
+        else:
+            block_compute = np.zeros((nb, x.shape[1]))
+            np.add.at(block_compute, c.op_block, t_op)
+        disp = self._dispatch[phase][gi]
+        t_d = 0.0
+        t_c = 0.0 if np.ndim(x) == 1 else np.zeros(x.shape[1])
+        comm_list = []
+        for bi in range(nb):
+            t_d += disp[bi]
+            t_c = np.maximum(t_d, t_c) + block_compute[bi]
+            cm = 0.0
+            for entry in c.comm_coef[bi]:
+                cm = cm + self._comm_time(entry, x, e_comm)
+            t_c = t_c + cm
+            comm_list.append(cm)
+        if detail:
+            return t_c, (W, Q, comp, mem, t_op, block_compute, disp, comm_list)
+        return t_c
+
+    def _pp_time(self, x: Any, e_comm: float) -> Any:
+        pp = self.parallel.pp
+        if pp == 1:
+            return 0.0
+        vol = x[_I["n"]] * self.model.hidden_size * self._ab * self.parallel.dp
+        link = self._pp_link
+        return (pp - 1) * (vol / (e_comm * link.bandwidth) + link.latency_s * (x[_I["n"]] > 0))
+
+    def step_time(self, x: np.ndarray) -> float:
+        """Step time (s) of a feature vector: fast path without breakdown."""
+        phase = "prefill" if x[_I["np"]] > 0 else "decode"
+        total = 0.0
+        for gi, c in enumerate(self._compiled):
+            total += c.count * self._group_time(c, x, phase, gi)
+        return float(total + self._pp_time(x, self._rates[phase][2]))
+
+    def step_times(self, X: np.ndarray, phase: str = "decode") -> np.ndarray:
+        """Step times of many feature vectors (columns of ``X``) that share one phase."""
+        total = np.zeros(X.shape[1])
+        for gi, c in enumerate(self._compiled):
+            total += c.count * self._group_time(c, X, phase, gi)
+        return total + self._pp_time(X, self._rates[phase][2])
+
+    def time(self, batch: StepBatch) -> float:
+        """Step time (s) of a batch, no breakdown."""
+        return self.step_time(self.features(batch))
+
+    def stage_time(self, batch: StepBatch) -> float:
+        """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer."""
+        x = self.features(batch)
+        phase = "prefill" if x[_I["np"]] > 0 else "decode"
+        pp = self.parallel.pp
+        total = sum(c.count * self._group_time(c, x, phase, gi) for gi, c in enumerate(self._compiled)) / pp
+        return float(total + (self._pp_time(x, self._rates[phase][2]) / (pp - 1) if pp > 1 else 0.0))
+
+    def estimate(self, batch: StepBatch) -> StepEstimate:
+        """Step time with the per-module and per-operator breakdown."""
+        x = self.features(batch)
+        phase = "prefill" if batch.is_prefill else "decode"
+        flops_rate, mem_rates, e_comm = self._rates[phase]
+        total = 0.0
+        modules: list[ModuleTiming] = []
+        ops: list[OpTiming] = []
+        for gi, c in enumerate(self._compiled):
+            t, (W, Q, comp, mem, t_op, block_compute, disp, comm_list) = self._group_time(c, x, phase, gi, True)
+            total += c.count * t
+            for bi, kind in enumerate(c.block_kinds):
+                modules.append(ModuleTiming(c.name, kind.value, int(c.count), float(disp[bi]),
+                                            float(block_compute[bi]), float(comm_list[bi])))
+            for oi, op in enumerate(c.ops):
+                if op.rate is Rate.ROOFLINE:
+                    bound = "compute" if comp[oi] >= mem[oi] else "memory"
+                else:
+                    bound = op.rate.value
+                ops.append(OpTiming(c.name, c.block_kinds[c.op_block[oi]].value, op.name, float(W[oi]),
+                                    float(Q[oi]), float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
+        pp_s = float(self._pp_time(x, e_comm))
+        return StepEstimate(float(total + pp_s), phase, tuple(modules), tuple(ops), self.memory, pp_s)
+
+    # ------------------------------------------------------------------ memory
+    def weights_per_device(self) -> float:
+        """Weight bytes on the most loaded device (largest pipeline stage)."""
+        m, p = self.model, self.parallel
+        t = p.tp
+        wb = self.dtype.bytes
+        h = m.hidden_size
+        if m.attention is AttentionKind.MLA:
+            replicated = (h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0)
+            replicated += h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            attn = replicated + (m.attention_params() - replicated) / t
+        else:
+            hkv_t = max(m.num_key_value_heads / t, 1.0)
+            attn = (2 * h * m.q_dim) / t + 2 * h * hkv_t * m.head_dim
+            if m.bias:
+                attn += (m.q_dim + 2 * m.kv_dim) / t + h
+        per_layer_common = attn + m.norm_params()
+        dense = m.dense_mlp_params() / t
+        moe = 0.0
+        if m.is_moe:
+            moe = (m.num_experts / p.ep) * m.expert_params() / p.expert_tp
+            moe += m.num_shared_experts * m.expert_params() / t + h * m.num_experts
+        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
+        frac = layers_stage / m.num_hidden_layers
+        params = frac * (m.num_hidden_layers * per_layer_common + m.num_dense_layers * dense
+                         + m.num_moe_layers * moe) + m.embedding_params() / t
+        return params * wb
+
+    def kv_bytes_per_token_per_device(self) -> float:
+        m, p = self.model, self.parallel
+        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
+        if m.attention is AttentionKind.MLA:
+            per_layer = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
+        else:
+            per_layer = 2 * max(m.num_key_value_heads / p.tp, 1.0) * m.head_dim
+        return per_layer * layers_stage * self.kv_dtype.bytes
+
+    def activation_bytes(self, max_tokens: int = 2048) -> float:
+        """Peak transient activations of a step of ``max_tokens`` new tokens (per device):
+        the widest live tensors of one layer (input, gate and up outputs, attention output)."""
+        m, t = self.model, self.parallel.tp
+        ff = (m.moe_intermediate_size * (m.num_experts_per_tok + m.num_shared_experts)
+              if m.is_moe else m.intermediate_size)
+        n = max_tokens / self.parallel.dp
+        width = 2 * m.hidden_size + 2 * ff / t + m.q_dim / t + m.vocab_size / t * (4 / self._ab) / max(n, 1)
+        return n * width * self._ab
+
+    def _memory(self) -> MemoryEstimate:
+        w = self.weights_per_device()
+        kv_tok = self.kv_bytes_per_token_per_device()
+        act = self.activation_bytes()
+        usable = self.hardware.memory_bytes * self.memory_utilization - w - act
+        cap = int(max(usable, 0.0) // kv_tok) * self.parallel.dp if kv_tok > 0 else 0
+        return MemoryEstimate(
+            weights_bytes=w, kv_bytes_per_token=kv_tok, activation_bytes=act,
+            device_memory_bytes=self.hardware.memory_bytes, memory_utilization=self.memory_utilization,
+            kv_capacity_tokens=cap, model_kv_bytes_per_token=self.model.kv_bytes_per_token(self.kv_dtype),
+            total_weights_bytes=self.model.weight_bytes(self.dtype),
+        )
+
+    def check_fits(self) -> None:
+        """Raise :class:`InfeasibleError` when the weights alone exceed usable device memory."""
+        mem = self.memory
+        usable = mem.device_memory_bytes * mem.memory_utilization
+        if mem.weights_bytes + mem.activation_bytes >= usable:
+            raise InfeasibleError(
+                f"{self.model.name} ({self.dtype.value}) on {self.hardware.name} with {self.parallel.label()}: "
+                f"weights need {mem.weights_bytes / 1e9:.1f} GB per device (+{mem.activation_bytes / 1e9:.1f} GB "
+                f"activations) but only {usable / 1e9:.1f} GB is usable "
+                f"({mem.memory_utilization:.0%} of {mem.device_memory_bytes / 1e9:.0f} GB); "
+                f"use a larger tp/pp or a smaller dtype"
+            )

@@ -1,0 +1,131 @@
+"""Operator cost records and the linear feature algebra they are written in.
+
+Every operator's work (FLOP), memory traffic (bytes) and communication volume is *linear* in a
+small set of batch features (tokens, score elements, cached keys, ...) once the model and the
+parallel layout are fixed. Writing each cost as a :class:`Lin` (feature -> coefficient) lets one
+op list serve prefill, decode and mixed steps, and lets the estimator turn the whole layer into
+two matrix-vector products (or matrix-matrix products over many batches at once).
+
+Features (all per data-parallel attention rank unless noted):
+
+===========  ================================================================================
+``one``      1 (weight reads and other per-step constants)
+``n``        new tokens in the step, prefill and decode together (rows of every linear layer)
+``ng``       ``n`` rounded up to the device tile size (GEMM work under tile quantization)
+``np``       prefill tokens (sequences with more than one new token, or no cached context)
+``nd``       decode tokens (= decode sequences; one new token each)
+``sp``       prefill sequences
+``kvp``      keys attended by prefill sequences, sum of ``context + new`` over them
+``kvd``      keys attended by decode sequences, sum of context lengths (new token included)
+``ap``       attention score elements per head of prefill sequences, sum of ``new * (context+new)``
+             (the full rectangle, as BestServe Table 8 counts ``s^2``)
+``apc``      causal score elements per head, sum of ``new * (context + (new+1)/2)``
+``nout``     sequences whose last token produces logits (``sp + nd``)
+``nall``     new tokens over all data-parallel ranks of the instance (MoE expert input)
+``eact``     expected routed experts holding at least one token, per expert-parallel device
+===========  ================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from serveplan.specs.profile import Module
+
+FEATURES: tuple[str, ...] = (
+    "one", "n", "ng", "np", "nd", "sp", "kvp", "kvd", "ap", "apc", "nout", "nall", "eact",
+)
+FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
+
+
+class Lin(dict):
+    """A linear form over :data:`FEATURES`: ``{"n": 2.0, "one": 5.0}`` means ``2 n + 5``."""
+
+    def __add__(self, other: "Lin") -> "Lin":
+        out = Lin(self)
+        for k, v in other.items():
+            out[k] = out.get(k, 0.0) + v
+        return out
+
+    __radd__ = __add__
+
+    def __mul__(self, c: float) -> "Lin":
+        return Lin({k: v * c for k, v in self.items()})
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c: float) -> "Lin":
+        return Lin({k: v / c for k, v in self.items()})
+
+    def evaluate(self, **features: float) -> float:
+        return sum(v * features.get(k, 0.0) for k, v in self.items())
+
+
+def feature(name: str) -> Lin:
+    if name not in FEATURE_INDEX:
+        raise KeyError(name)
+    return Lin({name: 1.0})
+
+
+ONE, N, NG, NP, ND, SP, KVP, KVD, AP, APC, NOUT, NALL, EACT = (feature(f) for f in FEATURES)
+ZERO = Lin()
+
+
+class Rate(str, Enum):
+    """Which rate times an operator: the adapted roofline, or one of the decode data-movement
+    rates ``kappa`` of BestServe eq. (12)."""
+
+    ROOFLINE = "roofline"
+    KAPPA_UPDATE = "kappa_update"
+    KAPPA_REPEAT_KV = "kappa_repeat_kv"
+    KAPPA_UPCAST = "kappa_upcast"
+
+
+class Collective(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operator of a layer: its work and traffic as linear forms over the batch features."""
+
+    name: str
+    module: Module
+    flops: Lin
+    bytes: Lin
+    rate: Rate = Rate.ROOFLINE
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A collective after a module: ``volume`` bytes of payload per device (the data to
+    synchronise, modeling notes A.2 convention) over a group of ``group_size`` devices."""
+
+    name: str
+    module: Module
+    kind: Collective
+    volume: Lin
+    group_size: int
+    values: Lin  # payload in values (BestServe eq. 8 counts values, not bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleBlock:
+    """One module of a layer in execution order: its ops, then its collectives."""
+
+    kind: Module
+    ops: tuple[Op, ...]
+    comms: tuple[Comm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """Identical layers: how many there are and their modules in execution order."""
+
+    name: str
+    count: int
+    blocks: tuple[ModuleBlock, ...]

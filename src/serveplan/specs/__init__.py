@@ -1,0 +1,1 @@
+"""Specifications: models, hardware, efficiency profiles and their catalogs."""

@@ -1,0 +1,114 @@
+"""Bundled models, hardware and efficiency profiles, and loading of user files.
+
+Each bundled entry is one YAML file under ``specs/data/<kind>/<id>.yaml`` with a ``source``. A
+name that is a path to an existing file is loaded from that file instead (``config.json`` for
+models, YAML for hardware and profiles).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from serveplan.errors import SpecError, unknown_name
+from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
+from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
+from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
+
+#: Profile used for hardware without a dedicated one.
+DEFAULT_PROFILE = "default-gpu"
+
+
+def _data_dir(kind: str) -> Any:
+    return resources.files("serveplan.specs").joinpath("data", kind)
+
+
+@lru_cache(maxsize=None)
+def _entries(kind: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    d = _data_dir(kind)
+    for f in d.iterdir():
+        if f.name.endswith(".yaml"):
+            raw = yaml.safe_load(f.read_text())
+            out[f.name[: -len(".yaml")]] = raw
+    return out
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith((".json", ".yaml", ".yml")) or "/" in name or "\\" in name
+
+
+def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{kind} file {path!r} does not exist")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{kind} file {path!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{kind} file {path!r} must hold a mapping of fields")
+    return raw
+
+
+def list_models() -> list[str]:
+    return sorted(_entries("models"))
+
+
+def list_hardware() -> list[str]:
+    return sorted(_entries("hardware"))
+
+
+def list_profiles() -> list[str]:
+    return sorted(_entries("profiles"))
+
+
+@lru_cache(maxsize=256)
+def get_model(name: str) -> ModelSpec:
+    """A bundled model by id (``"llama-2-7b"``) or a path to a HF ``config.json``."""
+    if _looks_like_path(name):
+        return load_model_file(name)
+    entries = _entries("models")
+    if name not in entries:
+        raise unknown_name("model", name, entries)
+    raw = entries[name]
+    return model_from_hf_config(raw, name=name, source=str(raw.get("source", "")))
+
+
+@lru_cache(maxsize=256)
+def get_hardware(name: str) -> DeviceSpec:
+    """A bundled accelerator by id (``"h100-sxm"``) or a path to a hardware YAML file."""
+    if _looks_like_path(name):
+        raw = _read_yaml_file(name, "hardware")
+        return hardware_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
+    entries = _entries("hardware")
+    if name not in entries:
+        raise unknown_name("hardware", name, entries)
+    return hardware_from_dict(entries[name], name=name)
+
+
+@lru_cache(maxsize=256)
+def get_profile(name: str | None = None, hardware: str | None = None) -> EfficiencyProfile:
+    """An efficiency profile by id or YAML path.
+
+    With ``name=None`` the profile bundled for ``hardware`` is used when one says
+    ``hardware: <id>`` (e.g. ``bestserve-910b3`` for ``ascend-910b3``), else ``default-gpu``.
+    """
+    entries = _entries("profiles")
+    if name is None:
+        for pid, raw in sorted(entries.items()):
+            if hardware and raw.get("hardware") == hardware and raw.get("default_for_hardware", False):
+                name = pid
+                break
+        else:
+            name = DEFAULT_PROFILE
+    if _looks_like_path(name):
+        raw = _read_yaml_file(name, "profile")
+        return profile_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
+    if name not in entries:
+        raise unknown_name("profile", name, entries)
+    return profile_from_dict(entries[name], name=name)

@@ -1,0 +1,165 @@
+"""Accelerator specification: peak FLOP/s per dtype, memory, links, devices per node.
+
+Values are datasheet numbers in SI units; efficiencies (MFU, MBU, ...) live separately in
+:mod:`serveplan.specs.profile`, so a device can be added from its datasheet alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from serveplan.errors import SpecError
+from serveplan.units import DType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    """A point-to-point link as seen by one device.
+
+    Parameters
+    ----------
+    bandwidth:
+        Bytes/s per direction per device.
+    latency_s:
+        Start-up latency of one message (the alpha of an alpha-beta model), seconds.
+    """
+
+    name: str = ""
+    bandwidth: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth > 0:
+            raise SpecError(f"link {self.name!r}: bandwidth={self.bandwidth!r} must be positive (bytes/s)")
+        if self.latency_s < 0:
+            raise SpecError(f"link {self.name!r}: latency_s={self.latency_s!r} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSpec:
+    """One accelerator and the node it sits in.
+
+    Parameters
+    ----------
+    peak_flops:
+        Dense peak FLOP/s per dtype (no structured sparsity).
+    memory_bytes, memory_bandwidth:
+        Device memory capacity (bytes) and peak bandwidth (bytes/s).
+    intra_node_link, inter_node_link:
+        Links used by parallel groups that fit in one node, and by larger groups.
+    tile_size:
+        GEMM tile along the token dimension for tile quantization (Sarathi §4.4); 0 = unknown/off.
+    """
+
+    name: str
+    description: str = ""
+    source: str = ""
+    peak_flops: Mapping[DType, float]
+    memory_bytes: float
+    memory_bandwidth: float
+    devices_per_node: int = 8
+    intra_node_link: LinkSpec
+    inter_node_link: LinkSpec | None = None
+    tile_size: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.peak_flops:
+            raise SpecError(f"hardware {self.name!r}: peak_flops must list at least one dtype")
+        for dt, v in self.peak_flops.items():
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise SpecError(f"hardware {self.name!r}: peak_flops[{dt.value}]={v!r} must be positive FLOP/s")
+        for fname in ("memory_bytes", "memory_bandwidth"):
+            v = getattr(self, fname)
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise SpecError(f"hardware {self.name!r}: {fname}={v!r} must be a positive number")
+        if self.devices_per_node < 1:
+            raise SpecError(f"hardware {self.name!r}: devices_per_node={self.devices_per_node} must be >= 1")
+
+    def flops(self, dtype: DType) -> float:
+        """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other, int4 uses int8/fp16."""
+        for cand in _FLOPS_FALLBACK.get(dtype, (dtype,)):
+            if cand in self.peak_flops:
+                return self.peak_flops[cand]
+        raise SpecError(
+            f"hardware {self.name!r} has no peak_flops for dtype {dtype.value!r}; "
+            f"available: {', '.join(d.value for d in self.peak_flops)}"
+        )
+
+    def link_for(self, group_size: int) -> LinkSpec:
+        """Intra-node link for groups that fit in a node, else the inter-node link."""
+        if group_size <= self.devices_per_node or self.inter_node_link is None:
+            return self.intra_node_link
+        return self.inter_node_link
+
+    def with_(self, **changes: Any) -> "DeviceSpec":
+        return dataclasses.replace(self, **changes)
+
+
+_FLOPS_FALLBACK = {
+    DType.BF16: (DType.BF16, DType.FP16),
+    DType.FP16: (DType.FP16, DType.BF16),
+    # weights stored in 8/4 bits are commonly dequantised to fp16 for the matmul
+    DType.FP8: (DType.FP8, DType.FP16, DType.BF16),
+    DType.INT8: (DType.INT8, DType.FP16, DType.BF16),
+    DType.INT4: (DType.FP16, DType.BF16),
+    DType.FP32: (DType.FP32,),
+}
+
+
+def _link(raw: Any, where: str) -> LinkSpec:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: expected a mapping with bandwidth and latency_s, got {raw!r}")
+    try:
+        return LinkSpec(
+            name=str(raw.get("name", "")),
+            bandwidth=float(raw["bandwidth"]),
+            latency_s=float(raw.get("latency_s", 0.0)),
+        )
+    except KeyError:
+        raise SpecError(f"{where}: field 'bandwidth' is missing") from None
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: bandwidth/latency_s must be numbers, got {raw!r}") from None
+
+
+def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> DeviceSpec:
+    """Build a :class:`DeviceSpec` from the YAML schema of ``data/hardware/*.yaml``."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"hardware spec must be a mapping, got {type(raw).__name__}")
+    name = name or str(raw.get("name", "custom"))
+    for key in ("peak_flops", "memory_bytes", "memory_bandwidth", "intra_node_link"):
+        if key not in raw:
+            raise SpecError(f"hardware {name!r}: field {key!r} is missing")
+    pf = raw["peak_flops"]
+    if not isinstance(pf, Mapping):
+        raise SpecError(f"hardware {name!r}: peak_flops must map dtype to FLOP/s, got {pf!r}")
+    peak: dict[DType, float] = {}
+    for k, v in pf.items():
+        if k == "tf32":
+            continue
+        try:
+            peak[DType.parse(k)] = float(v)
+        except (TypeError, ValueError):
+            raise SpecError(f"hardware {name!r}: peak_flops[{k}]={v!r} must be a number") from None
+    try:
+        return DeviceSpec(
+            name=name,
+            description=str(raw.get("description", "")),
+            source=str(raw.get("source", "")),
+            peak_flops=peak,
+            memory_bytes=float(raw["memory_bytes"]),
+            memory_bandwidth=float(raw["memory_bandwidth"]),
+            devices_per_node=int(raw.get("devices_per_node", 8)),
+            intra_node_link=_link(raw["intra_node_link"], f"hardware {name!r}: intra_node_link"),
+            inter_node_link=(
+                _link(raw["inter_node_link"], f"hardware {name!r}: inter_node_link")
+                if raw.get("inter_node_link") else None
+            ),
+            tile_size=int(raw.get("tile_size", 0) or 0),
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(f"hardware {name!r}: {exc}") from None

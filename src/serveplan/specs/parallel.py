@@ -1,0 +1,98 @@
+"""Parallel layout of one serving instance."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from serveplan.errors import SpecError
+from serveplan.specs.model import AttentionKind, ModelSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelConfig:
+    """How one instance spreads a model over devices.
+
+    Parameters
+    ----------
+    tp:
+        Tensor-parallel size of attention and dense MLPs (heads and FFN columns split).
+    pp:
+        Pipeline stages (layers split into ``pp`` contiguous stages).
+    dp:
+        Data-parallel attention ranks inside the instance (DeepSeek-style DP-attention): each rank
+        runs attention for its own share of the requests with TP ``tp``; MoE layers span all
+        ``tp * dp`` devices of a stage.
+    ep:
+        Expert-parallel size: routed experts are spread over ``ep`` devices, each expert split
+        over the remaining ``tp * dp / ep`` devices. ``ep = 1`` shards every expert like a dense MLP.
+
+    The instance uses ``tp * dp * pp`` devices; ``ep`` must divide ``tp * dp``.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for fname in ("tp", "pp", "dp", "ep"):
+            v = getattr(self, fname)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SpecError(f"{fname}={v!r} must be a positive integer")
+        if (self.tp * self.dp) % self.ep:
+            raise SpecError(f"ep={self.ep} must divide tp*dp={self.tp * self.dp}")
+
+    @property
+    def num_devices(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    @property
+    def stage_devices(self) -> int:
+        """Devices of one pipeline stage (the MoE group)."""
+        return self.tp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        """Devices each routed expert is split over."""
+        return self.stage_devices // self.ep
+
+    def validate_for(self, model: ModelSpec) -> None:
+        """Check that the layout divides the model; raise :class:`SpecError` naming the field."""
+        heads = model.num_attention_heads
+        if heads % self.tp:
+            raise SpecError(f"tp={self.tp} must divide num_attention_heads={heads} of {model.name!r}")
+        if model.attention is AttentionKind.GQA:
+            kv = model.num_key_value_heads
+            if kv % self.tp and self.tp % kv:
+                raise SpecError(
+                    f"tp={self.tp} and num_key_value_heads={kv} of {model.name!r}: one must divide the other"
+                )
+        if model.intermediate_size % self.tp:
+            raise SpecError(f"tp={self.tp} must divide intermediate_size={model.intermediate_size} of {model.name!r}")
+        if self.pp > model.num_hidden_layers:
+            raise SpecError(f"pp={self.pp} exceeds num_hidden_layers={model.num_hidden_layers} of {model.name!r}")
+        if self.ep > 1:
+            if not model.is_moe:
+                raise SpecError(f"ep={self.ep} needs a mixture-of-experts model; {model.name!r} is dense")
+            if model.num_experts % self.ep:
+                raise SpecError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name!r}")
+        if model.is_moe and model.moe_intermediate_size % self.expert_tp:
+            raise SpecError(
+                f"expert split tp*dp/ep={self.expert_tp} must divide moe_intermediate_size="
+                f"{model.moe_intermediate_size} of {model.name!r}"
+            )
+
+    def with_(self, **changes: Any) -> "ParallelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}"]
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}")
+        if self.dp > 1:
+            parts.append(f"dp{self.dp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        return "-".join(parts)

@@ -1,0 +1,195 @@
+"""Efficiency profile: how close to the roofline a software stack gets on a device.
+
+Kept apart from the hardware datasheet (:mod:`serveplan.specs.hardware`) because the same device
+runs at different efficiencies under different inference engines, and because these are the
+numbers that calibration (``serveplan calibrate``) fits. Every bundled value carries provenance in
+its YAML file.
+
+Symbols (BestServe Appendix A): ``compute`` = MFU ``e_c``, ``memory`` = MBU ``e_m``,
+``comm`` = communication efficiency ``e_+``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from serveplan.errors import SpecError
+
+
+class Module(str, Enum):
+    """Modules of a transformer layer as dispatched by the host (BestServe §3.3.3)."""
+
+    NORM = "norm"
+    ATTENTION = "attention"
+    MLP = "mlp"
+    MOE = "moe"
+    LM_HEAD = "lm_head"
+
+
+class AttentionImpl(str, Enum):
+    """EAGER: unfused HF-style attention of BestServe Tables 8-11 (scores materialised).
+    FUSED: one flash-attention style kernel (scores never leave on-chip memory)."""
+
+    EAGER = "eager"
+    FUSED = "fused"
+
+
+class CommModel(str, Enum):
+    """BESTSERVE: eq. (8) ``b*s*h/t / (e_+ S_+)``. ALPHA_BETA: ring collective on the link."""
+
+    BESTSERVE = "bestserve"
+    ALPHA_BETA = "alpha_beta"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseEfficiency:
+    """MFU, MBU and communication efficiency of one phase, each in (0, 1]."""
+
+    compute: float
+    memory: float
+    comm: float
+
+    def __post_init__(self) -> None:
+        for fname in ("compute", "memory", "comm"):
+            v = getattr(self, fname)
+            if not (isinstance(v, (int, float)) and 0 < v <= 1):
+                raise SpecError(f"efficiency {fname}={v!r} must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfficiencyProfile:
+    """Efficiency factors, dispatch times and modelling choices for one software stack.
+
+    Parameters
+    ----------
+    prefill, decode:
+        Factors for steps with and without prefill tokens (a mixed step uses ``prefill``).
+    dispatch_s:
+        Host time to dispatch one module of one layer (BestServe §3.3.3, Table 3).
+    dispatch_hidden_in_decode:
+        True when decode steps replay a captured graph (CUDA graphs): no dispatch term.
+    kappa_update, kappa_repeat_kv, kappa_upcast:
+        Bytes/s of the decode-only data movements of eq. (12); 0 means "memory roofline".
+    attention_impl, comm_model:
+        See :class:`AttentionImpl` and :class:`CommModel`.
+    include_lm_head:
+        Count the final norm and logits projection of the last token of each sequence
+        (BestServe omits it, §5).
+    tile_quantization:
+        Round GEMM token counts up to the device tile size (Sarathi §4.4).
+    expert_imbalance:
+        Load of the busiest expert device over the mean (>= 1), for expert parallelism.
+    """
+
+    name: str
+    source: str = ""
+    description: str = ""
+    hardware: str = ""
+    prefill: PhaseEfficiency
+    decode: PhaseEfficiency
+    dispatch_s: Mapping[Module, float]
+    dispatch_hidden_in_decode: bool = False
+    kappa_update: float = 0.0
+    kappa_repeat_kv: float = 0.0
+    kappa_upcast: float = 0.0
+    attention_impl: AttentionImpl = AttentionImpl.FUSED
+    comm_model: CommModel = CommModel.ALPHA_BETA
+    include_lm_head: bool = True
+    tile_quantization: bool = False
+    expert_imbalance: float = 1.0
+    uncertainty: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for m, v in self.dispatch_s.items():
+            if not (isinstance(v, (int, float)) and v >= 0):
+                raise SpecError(f"profile {self.name!r}: dispatch_s[{m.value}]={v!r} must be >= 0 seconds")
+        for fname in ("kappa_update", "kappa_repeat_kv", "kappa_upcast"):
+            v = getattr(self, fname)
+            if v < 0:
+                raise SpecError(f"profile {self.name!r}: {fname}={v!r} must be >= 0 bytes/s")
+        if self.expert_imbalance < 1:
+            raise SpecError(f"profile {self.name!r}: expert_imbalance={self.expert_imbalance} must be >= 1")
+
+    def dispatch(self, module: Module) -> float:
+        return float(self.dispatch_s.get(module, 0.0))
+
+    def with_(self, **changes: Any) -> "EfficiencyProfile":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """YAML-ready dictionary (inverse of :func:`profile_from_dict`)."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "description": self.description,
+            "hardware": self.hardware,
+            "prefill": dataclasses.asdict(self.prefill),
+            "decode": dataclasses.asdict(self.decode),
+            "dispatch_s": {m.value: float(v) for m, v in self.dispatch_s.items()},
+            "dispatch_hidden_in_decode": self.dispatch_hidden_in_decode,
+            "kappa_update": self.kappa_update,
+            "kappa_repeat_kv": self.kappa_repeat_kv,
+            "kappa_upcast": self.kappa_upcast,
+            "attention_impl": self.attention_impl.value,
+            "comm_model": self.comm_model.value,
+            "include_lm_head": self.include_lm_head,
+            "tile_quantization": self.tile_quantization,
+            "expert_imbalance": self.expert_imbalance,
+            "uncertainty": dict(self.uncertainty),
+        }
+
+
+def _enum(cls: type[Enum], value: Any, where: str) -> Any:
+    try:
+        return cls(str(value))
+    except ValueError:
+        opts = ", ".join(e.value for e in cls)  # type: ignore[attr-defined]
+        raise SpecError(f"{where}={value!r}; expected one of: {opts}") from None
+
+
+def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> EfficiencyProfile:
+    """Build a profile from the YAML schema of ``data/profiles/*.yaml``."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"efficiency profile must be a mapping, got {type(raw).__name__}")
+    name = name or str(raw.get("name", "custom"))
+    for key in ("prefill", "decode"):
+        if not isinstance(raw.get(key), Mapping):
+            raise SpecError(f"profile {name!r}: field {key!r} must map compute/memory/comm to factors")
+
+    def phase(key: str) -> PhaseEfficiency:
+        d = raw[key]
+        try:
+            return PhaseEfficiency(compute=float(d["compute"]), memory=float(d["memory"]), comm=float(d["comm"]))
+        except KeyError as exc:
+            raise SpecError(f"profile {name!r}: {key}.{exc.args[0]} is missing") from None
+        except (TypeError, ValueError):
+            raise SpecError(f"profile {name!r}: {key} factors must be numbers, got {d!r}") from None
+        except SpecError as exc:
+            raise SpecError(f"profile {name!r}: {key}: {exc}") from None
+
+    disp_raw = raw.get("dispatch_s", {}) or {}
+    dispatch = {}
+    for k, v in disp_raw.items():
+        dispatch[_enum(Module, k, f"profile {name!r}: dispatch_s key")] = float(v)
+    return EfficiencyProfile(
+        name=name,
+        source=str(raw.get("source", "")),
+        description=str(raw.get("description", "")),
+        hardware=str(raw.get("hardware", "")),
+        prefill=phase("prefill"),
+        decode=phase("decode"),
+        dispatch_s=dispatch,
+        dispatch_hidden_in_decode=bool(raw.get("dispatch_hidden_in_decode", False)),
+        kappa_update=float(raw.get("kappa_update", 0.0)),
+        kappa_repeat_kv=float(raw.get("kappa_repeat_kv", 0.0)),
+        kappa_upcast=float(raw.get("kappa_upcast", 0.0)),
+        attention_impl=_enum(AttentionImpl, raw.get("attention_impl", "fused"), f"profile {name!r}: attention_impl"),
+        comm_model=_enum(CommModel, raw.get("comm_model", "alpha_beta"), f"profile {name!r}: comm_model"),
+        include_lm_head=bool(raw.get("include_lm_head", True)),
+        tile_quantization=bool(raw.get("tile_quantization", False)),
+        expert_imbalance=float(raw.get("expert_imbalance", 1.0)),
+        uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
+    )
