@@ -36,7 +36,9 @@ from serveplan.units import DType
 DEFAULT_MEMORY_UTILIZATION = 0.9
 
 _NF = len(FEATURES)
+_CACHE_SIZE = 1 << 16  # memoised step times per estimator
 _I = FEATURE_INDEX
+_N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
 
 
 def _vec(lin: Lin) -> np.ndarray:
@@ -204,6 +206,8 @@ class Estimator:
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
         self._pp_link = hardware.link_for(parallel.num_devices)
         self.memory = self._memory()
+        self._cache: dict[StepBatch, float] = {}
+        self._fuse()
 
     # ------------------------------------------------------------------ compilation
     def _compile(self, g: LayerGroup) -> _Compiled:
@@ -256,53 +260,92 @@ class Estimator:
         return x
 
     # ------------------------------------------------------------------ timing
-    def _comm_time(self, entry: tuple, x: np.ndarray, e_comm: float) -> Any:
+    def _comm_coefficients(self, entry: tuple) -> tuple[np.ndarray, float]:
+        """Seconds per feature unit at efficiency 1, and the latency term, of one collective."""
         vol_v, val_v, bw, lat, kind, g = entry
-        vol = vol_v @ x
-        active = x[_I["n"]] > 0 if np.ndim(x) == 1 else (x[_I["n"]] > 0)
         if self.profile.comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
-            # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values
-            return (val_v @ x) / g / (e_comm * bw)
-        eff_bw = e_comm * bw
+            # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values, no latency term
+            return val_v / g / bw, 0.0
         if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
-            return (2 * (g - 1) / g) * vol / eff_bw + 2 * (g - 1) * lat * active
+            return (2 * (g - 1) / g) * vol_v / bw, 2 * (g - 1) * lat
         if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
-            return ((g - 1) / g) * vol / eff_bw + (g - 1) * lat * active
-        return vol / eff_bw + lat * active  # send/recv
+            return ((g - 1) / g) * vol_v / bw, (g - 1) * lat
+        return vol_v / bw, lat              # send/recv
 
-    def _group_time(self, c: _Compiled, x: np.ndarray, phase: str, gi: int, detail: bool = False):
-        flops_rate, mem_rates, e_comm = self._rates[phase]
-        W = c.F @ x
-        Q = c.B @ x
-        inv_mem = 1.0 / mem_rates[c.rate]
+    def _fuse(self) -> None:
+        """Stack every group's ops and collectives into single matrices for the fast path."""
+        F, B, rate, op_block, comm_rows, comm_lat, comm_block = [], [], [], [], [], [], []
+        self._blocks: list[tuple[int, int]] = []  # (group index, block index within group)
+        for gi, c in enumerate(self._compiled):
+            base = len(self._blocks)
+            self._blocks += [(gi, bi) for bi in range(len(c.block_kinds))]
+            F.append(c.F)
+            B.append(c.B)
+            rate.append(c.rate)
+            op_block.append(c.op_block + base)
+            for bi, entries in enumerate(c.comm_coef):
+                for entry in entries:
+                    row, lat = self._comm_coefficients(entry)
+                    comm_rows.append(row)
+                    comm_lat.append(lat)
+                    comm_block.append(base + bi)
+        nb = len(self._blocks)
+        self._F = np.vstack(F)
+        self._B = np.vstack(B)
+        rate_all = np.concatenate(rate).astype(int)
+        blocks_all = np.concatenate(op_block).astype(int)
+        self._S = np.zeros((nb, len(rate_all)))
+        self._S[blocks_all, np.arange(len(rate_all))] = 1.0
+        self._C = np.array(comm_rows) if comm_rows else np.zeros((0, _NF))
+        self._C_lat = np.array(comm_lat)
+        self._SC = np.zeros((nb, len(comm_rows)))
+        if comm_rows:
+            self._SC[np.array(comm_block), np.arange(len(comm_rows))] = 1.0
+        self._inv = {}
+        for ph, (flops_rate, mem_rates, e_comm) in self._rates.items():
+            inv_comp = np.where(rate_all == 0, 1.0 / flops_rate, 0.0)
+            inv_mem = 1.0 / mem_rates[rate_all]
+            self._inv[ph] = (inv_comp, inv_mem, 1.0 / e_comm)
+        self._group_blocks = [
+            [(self._dispatch_flat(ph, i), i) for i, (g, _) in enumerate(self._blocks)]
+            for ph in ("prefill", "decode")
+        ]
+        self._counts = [c.count for c in self._compiled]
+
+    def _dispatch_flat(self, phase: str, i: int) -> float:
+        gi, bi = self._blocks[i]
+        return self._dispatch[phase][gi][bi]
+
+    def _block_terms(self, x: np.ndarray, phase: str) -> tuple[Any, Any, Any, Any, Any]:
+        """Per-op work, traffic, compute and memory terms, and per-block compute and comm times."""
+        inv_comp, inv_mem, inv_e = self._inv[phase]
+        W = self._F @ x
+        Q = self._B @ x
         if np.ndim(x) == 1:
-            comp = np.where(c.rate == 0, W / flops_rate, 0.0)
-            mem = Q * inv_mem
+            comp, mem = W * inv_comp, Q * inv_mem
+            active = 1.0 if x[_N] > 0 else 0.0
+            comm = (self._C @ x) * inv_e + self._C_lat * active
         else:
-            comp = np.where((c.rate == 0)[:, None], W / flops_rate, 0.0)
-            mem = Q * inv_mem[:, None]
+            comp, mem = W * inv_comp[:, None], Q * inv_mem[:, None]
+            active = (x[_N] > 0).astype(float)
+            comm = (self._C @ x) * inv_e + self._C_lat[:, None] * active
         t_op = np.maximum(comp, mem)
-        nb = len(c.block_kinds)
-        if np.ndim(x) == 1:
-            block_compute = np.bincount(c.op_block, weights=t_op, minlength=nb)
-        else:
-            block_compute = np.zeros((nb, x.shape[1]))
-            np.add.at(block_compute, c.op_block, t_op)
-        disp = self._dispatch[phase][gi]
-        t_d = 0.0
-        t_c = 0.0 if np.ndim(x) == 1 else np.zeros(x.shape[1])
-        comm_list = []
-        for bi in range(nb):
-            t_d += disp[bi]
-            t_c = np.maximum(t_d, t_c) + block_compute[bi]
-            cm = 0.0
-            for entry in c.comm_coef[bi]:
-                cm = cm + self._comm_time(entry, x, e_comm)
-            t_c = t_c + cm
-            comm_list.append(cm)
-        if detail:
-            return t_c, (W, Q, comp, mem, t_op, block_compute, disp, comm_list)
-        return t_c
+        return W, Q, comp, mem, t_op, self._S @ t_op, self._SC @ comm
+
+    def _layers_time(self, block_compute: Any, block_comm: Any, phase: str) -> Any:
+        """Algorithm 1 per layer kind (dispatch/compute overlap), times the layer counts."""
+        total = 0.0
+        disp = self._dispatch[phase]
+        i = 0
+        for gi, count in enumerate(self._counts):
+            t_d = 0.0
+            t_c = 0.0
+            for d in disp[gi]:
+                t_d += d
+                t_c = np.maximum(t_d, t_c) + block_compute[i] + block_comm[i]
+                i += 1
+            total = total + count * t_c
+        return total
 
     def _pp_time(self, x: Any, e_comm: float) -> Any:
         pp = self.parallel.pp
@@ -314,54 +357,57 @@ class Estimator:
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
-        phase = "prefill" if x[_I["np"]] > 0 else "decode"
-        total = 0.0
-        for gi, c in enumerate(self._compiled):
-            total += c.count * self._group_time(c, x, phase, gi)
+        phase = "prefill" if x[_NP] > 0 else "decode"
+        *_, bc, bm = self._block_terms(x, phase)
+        total = self._layers_time(bc.tolist(), bm.tolist(), phase)
         return float(total + self._pp_time(x, self._rates[phase][2]))
 
     def step_times(self, X: np.ndarray, phase: str = "decode") -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
-        total = np.zeros(X.shape[1])
-        for gi, c in enumerate(self._compiled):
-            total += c.count * self._group_time(c, X, phase, gi)
-        return total + self._pp_time(X, self._rates[phase][2])
+        *_, bc, bm = self._block_terms(X, phase)
+        return self._layers_time(bc, bm, phase) + self._pp_time(X, self._rates[phase][2])
 
     def time(self, batch: StepBatch) -> float:
-        """Step time (s) of a batch, no breakdown."""
-        return self.step_time(self.features(batch))
+        """Step time (s) of a batch, no breakdown; memoised on the batch (BestServe §3.3.4)."""
+        hit = self._cache.get(batch)
+        if hit is None:
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.clear()
+            hit = self._cache[batch] = self.step_time(self.features(batch))
+        return hit
 
     def stage_time(self, batch: StepBatch) -> float:
         """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer."""
         x = self.features(batch)
-        phase = "prefill" if x[_I["np"]] > 0 else "decode"
+        phase = "prefill" if x[_NP] > 0 else "decode"
         pp = self.parallel.pp
-        total = sum(c.count * self._group_time(c, x, phase, gi) for gi, c in enumerate(self._compiled)) / pp
-        return float(total + (self._pp_time(x, self._rates[phase][2]) / (pp - 1) if pp > 1 else 0.0))
+        *_, bc, bm = self._block_terms(x, phase)
+        layers = self._layers_time(bc.tolist(), bm.tolist(), phase) / pp
+        return float(layers + (self._pp_time(x, self._rates[phase][2]) / (pp - 1) if pp > 1 else 0.0))
 
     def estimate(self, batch: StepBatch) -> StepEstimate:
         """Step time with the per-module and per-operator breakdown."""
         x = self.features(batch)
         phase = "prefill" if batch.is_prefill else "decode"
-        flops_rate, mem_rates, e_comm = self._rates[phase]
-        total = 0.0
+        W, Q, comp, mem, t_op, bc, bm = self._block_terms(x, phase)
         modules: list[ModuleTiming] = []
         ops: list[OpTiming] = []
+        disp = self._dispatch[phase]
+        i = 0
+        oi = 0
         for gi, c in enumerate(self._compiled):
-            t, (W, Q, comp, mem, t_op, block_compute, disp, comm_list) = self._group_time(c, x, phase, gi, True)
-            total += c.count * t
             for bi, kind in enumerate(c.block_kinds):
-                modules.append(ModuleTiming(c.name, kind.value, int(c.count), float(disp[bi]),
-                                            float(block_compute[bi]), float(comm_list[bi])))
-            for oi, op in enumerate(c.ops):
-                if op.rate is Rate.ROOFLINE:
-                    bound = "compute" if comp[oi] >= mem[oi] else "memory"
-                else:
-                    bound = op.rate.value
-                ops.append(OpTiming(c.name, c.block_kinds[c.op_block[oi]].value, op.name, float(W[oi]),
-                                    float(Q[oi]), float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
-        pp_s = float(self._pp_time(x, e_comm))
-        return StepEstimate(float(total + pp_s), phase, tuple(modules), tuple(ops), self.memory, pp_s)
+                modules.append(ModuleTiming(c.name, kind.value, int(c.count), float(disp[gi][bi]),
+                                            float(bc[i]), float(bm[i])))
+                i += 1
+            for op, blk in zip(c.ops, c.op_block):
+                bound = ("compute" if comp[oi] >= mem[oi] else "memory") if op.rate is Rate.ROOFLINE else op.rate.value
+                ops.append(OpTiming(c.name, c.block_kinds[blk].value, op.name, float(W[oi]), float(Q[oi]),
+                                    float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
+                oi += 1
+        total = float(self._layers_time(bc.tolist(), bm.tolist(), phase))
+        pp_s = float(self._pp_time(x, self._rates[phase][2]))
+        return StepEstimate(total + pp_s, phase, tuple(modules), tuple(ops), self.memory, pp_s)
 
     # ------------------------------------------------------------------ memory
     def weights_per_device(self) -> float:

@@ -1,0 +1,5 @@
+"""``python -m serveplan``."""
+
+from serveplan.cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""Guards: layers import only rightward, and the public API is what ``__all__`` says."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import serveplan
+
+ORDER = ["errors", "units", "specs", "ops", "estimator", "sim", "optimize", "offload", "calibrate", "report", "cli"]
+RANK = {name: i for i, name in enumerate(ORDER)}
+# optimize and offload are siblings, as are calibrate (which may simulate for `compare`)
+SIBLINGS = {("optimize", "offload"), ("offload", "optimize")}
+SRC = pathlib.Path(serveplan.__file__).parent
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "serveplan" or len(parts) < 2:
+        return None
+    head = parts[1]
+    if head == "metrics":
+        return "sim"
+    return head if head in RANK else None
+
+
+def test_lower_layers_never_import_higher_ones():
+    bad = []
+    for py in SRC.rglob("*.py"):
+        rel = py.relative_to(SRC)
+        if rel.parts[0] in ("__init__.py", "__main__.py"):
+            continue
+        own = rel.parts[0].removesuffix(".py")
+        own = "sim" if own == "metrics" else own
+        if own not in RANK:
+            continue
+        for node in ast.walk(ast.parse(py.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                target = _layer(node.module)
+            elif isinstance(node, ast.Import):
+                target = next((_layer(a.name) for a in node.names if _layer(a.name)), None)
+            else:
+                continue
+            if target and RANK[target] > RANK[own] and (own, target) not in SIBLINGS:
+                bad.append(f"{rel}: imports {target}")
+    assert not bad, bad
+
+
+def test_all_matches_public_names():
+    public = {n for n in dir(serveplan) if not n.startswith("_")}
+    modules = {n for n in public if type(getattr(serveplan, n)).__name__ == "module"}
+    assert set(serveplan.__all__) == public - modules
