@@ -1,0 +1,135 @@
+"""``serveplan optimize``: goodput of every strategy within a device budget, ranked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.errors import SpecError
+from serveplan.estimator.api import resolve_specs
+from serveplan.optimize.goodput import GoodputSettings
+from serveplan.optimize.search import search
+from serveplan.optimize.space import SearchSpace
+from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
+from serveplan.sim import SLO, Workload
+from serveplan.units import DType
+
+
+def build_workload(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
+                   num_requests: int) -> Workload:
+    if num_requests < 1:
+        raise SpecError(f"num-requests={num_requests} must be a positive integer")
+    if input_len is not None or output_len is not None:
+        if input_len is None or output_len is None:
+            raise SpecError("give both --input-len and --output-len (or a --scenario)")
+        return Workload.fixed(input_len, output_len, num_requests=num_requests)
+    return Workload.scenario(scenario or "op2", num_requests=num_requests)
+
+
+@app.command("optimize")
+@handle_errors
+def optimize_cmd(
+    model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
+    hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    devices: int = typer.Option(8, "--devices", help="Device budget (strategies may use fewer)."),
+    tp: str = typer.Option("1,2,4,8", "--tp", help="Admissible TP sizes, comma-separated."),
+    pp: str = typer.Option("1", "--pp", help="Admissible pipeline sizes."),
+    dp: str = typer.Option("1", "--dp", help="Admissible data-parallel attention sizes."),
+    ep: str = typer.Option("1", "--ep", help="Admissible expert-parallel sizes (MoE)."),
+    max_batch: str = typer.Option("16", "--max-batch", help="Maximum batch sizes (decode slots) per instance."),
+    prefill_max_batch: int = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0 = no limit)."),
+    schedulers: str = typer.Option("vllm", "--schedulers", help="Collocated schedulers: vllm, sarathi."),
+    chunk_sizes: str = typer.Option("512", "--chunk-sizes", help="Chunk sizes for sarathi."),
+    no_collocated: bool = typer.Option(False, "--no-collocated", help="Only disaggregated strategies."),
+    no_disaggregated: bool = typer.Option(False, "--no-disaggregated", help="Only collocated strategies."),
+    same_tp: bool = typer.Option(False, "--same-tp", help="Prefill and decode instances share one TP size."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048)."),
+    input_len: Optional[int] = typer.Option(None, "--input-len", help="Fixed input length (instead of --scenario)."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="Fixed output length."),
+    num_requests: int = typer.Option(2000, "--num-requests", help="Requests per simulation."),
+    slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="TTFT target (s)."),
+    slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
+    percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
+    relaxation: float = typer.Option(0.1, "--relaxation", help="BestServe Algorithm 9 tau (0 = hard check)."),
+    seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95%% CI."),
+    seed: int = typer.Option(0, "--seed", help="Base random seed."),
+    fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: all cores)."),
+    backend: str = typer.Option("local", "--backend", help="local (processes) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="host:port of a Ray head (default: local Ray)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
+
+    Default: BestServe's testbed (CodeLlama-34B on 8 Ascend 910B3, TP 1-8, op2, SLO 1.5 s / 70 ms)."""
+    m, hw, pr = resolve_specs(model, hardware, profile)
+    space = SearchSpace(
+        devices=devices, tp_sizes=tuple(parse_int_list(tp, "tp")), pp_sizes=tuple(parse_int_list(pp, "pp")),
+        dp_sizes=tuple(parse_int_list(dp, "dp")), ep_sizes=tuple(parse_int_list(ep, "ep")),
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")),
+        prefill_max_batch=prefill_max_batch or None,
+        schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
+        collocated=not no_collocated, disaggregated=not no_disaggregated, mixed_tp=not same_tp,
+    )
+    if slo_ttft <= 0 or slo_tpot <= 0:
+        raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
+    if not 0 < percentile < 100:
+        raise SpecError(f"percentile={percentile} must be in (0, 100)")
+    if fidelity not in ("iteration", "bestserve"):
+        raise SpecError(f"fidelity={fidelity!r}; expected one of: iteration, bestserve")
+    wl = build_workload(scenario, input_len, output_len, num_requests)
+    settings = GoodputSettings(
+        model=m, hardware=hw, profile=pr, workload=wl, slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile),
+        dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds, seed=seed, fidelity=fidelity,
+    )
+    res = search(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
+                 progress=progress and not json_out)
+    if out is not None:
+        write_csv(res, out / "ranking.csv")
+        plot_goodput_bars(res, out / "goodput.png", f"{m.name} on {devices} x {hw.name}")
+        plot_pareto(res, out / "pareto.png")
+        (out / "result.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
+    if json_out:
+        emit_json(res.to_dict())
+        return
+    con = console()
+    what = scenario or (f"{input_len}/{output_len}" if input_len else "op2")
+    t = Table(title=(f"{m.name} on up to {devices} x {hw.name} ({pr.name}), {what}, SLO P{percentile:g} "
+                     f"TTFT {slo_ttft:g} s / TPOT {slo_tpot * 1e3:g} ms, {wl.num_requests} requests per simulation"))
+    for col in ("rank", "strategy", "devices", "goodput (req/s)", "per device", f"P{percentile:g} TTFT (s)",
+                f"P{percentile:g} TPOT (ms)", "binds", "bottleneck"):
+        t.add_column(col, justify="left" if col in ("strategy", "binds", "bottleneck") else "right")
+    for i, r in enumerate(res.strategies, 1):
+        g = f"{r.goodput_rps:.2f}"
+        if r.goodput_ci:
+            g += f" [{r.goodput_ci[0]:.2f}, {r.goodput_ci[1]:.2f}]"
+        t.add_row(str(i), r.name + (" *" if r.name in res.pareto else ""), str(r.candidate.num_devices), g,
+                  f"{r.goodput_per_device:.3f}", f"{r.ttft_p:.3f}", f"{r.tpot_p * 1e3:.1f}", r.binding, r.bottleneck)
+    con.print(t)
+    best = res.best
+    coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
+    dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
+    con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device "
+              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.")
+    if coll and dis:
+        lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
+        con.print(f"best collocated {coll.name}: {coll.goodput_per_device:.3f}/device; best disaggregated "
+                  f"{dis.name}: {dis.goodput_per_device:.3f}/device -> {lead} wins here.")
+    if res.rejected:
+        con.print(f"{len(res.rejected)} strategies miss the SLO even at 0.1 req/s: "
+                  + "; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:3])
+                  + (" ..." if len(res.rejected) > 3 else ""))
+    if res.pruned:
+        con.print(f"pruned before simulation: " + "; ".join(f"{p.name}: {p.reason}" for p in res.pruned))
+    con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
+              f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")

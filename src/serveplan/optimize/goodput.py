@@ -1,0 +1,314 @@
+"""Goodput of one strategy: the highest arrival rate at which the SLO holds (BestServe §11).
+
+Algorithm 8 (bisection on the rate) with Algorithm 9's check, made cheaper and sounder:
+
+* **Bracket.** Lower bound 0.1 req/s as in the paper (a strategy that misses the SLO there is
+  rejected). The paper's upper bound ``1.2 / T_min`` is read as 1.2 times an analytic capacity of
+  the fleet: each role's instances at full batch, from the estimator (the "optimistic serving rate"
+  of §11.3); if that rate still meets the SLO the bracket is widened.
+* **Common random numbers.** Every rate uses the same seeded base arrival sequence rescaled by
+  the rate (the simulator's workload contract), so P90 against rate is smooth and the bisection
+  stable.
+* **Early stop.** A run at a rate that is clearly infeasible stops as soon as the SLO is certain
+  to be missed (``SimulationConfig.early_stop``).
+* **Check.** ``P(pct) TTFT <= (1 + tau) * target`` and the same for TPOT, with the paper's
+  relaxation ``tau = 0.1`` by default; or ``tau = 0`` with several seeds and a confidence interval
+  over the goodputs (``seeds > 1``), which is the statistical alternative to relaxing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from serveplan.errors import SpecError
+from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.static import decode_times
+from serveplan.estimator.step import Estimator
+from serveplan.optimize.space import Candidate
+from serveplan.sim import SLO, SimulationConfig, Strategy, Workload, simulate
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.model import ModelSpec
+from serveplan.specs.profile import EfficiencyProfile
+from serveplan.units import DType
+
+#: BestServe Algorithm 8, L4: pessimistic lower bound of the bisection (req/s).
+LOWER_RATE = 0.1
+#: BestServe Algorithm 8, L5: the upper bound is 1.2 x the optimistic serving rate.
+UPPER_FACTOR = 1.2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GoodputSettings:
+    """Everything but the strategy: specs, workload, SLO and search tolerances."""
+
+    model: ModelSpec
+    hardware: DeviceSpec
+    profile: EfficiencyProfile
+    workload: Workload
+    slo: SLO
+    dtype: DType | None = None
+    relaxation: float = 0.1       # BestServe Algorithm 9 tau
+    rel_tol: float = 0.02         # stop when (hi - lo) <= rel_tol * hi
+    abs_tol: float = 0.01         # ... or hi - lo <= abs_tol req/s (Algorithm 8 epsilon)
+    seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
+    seed: int = 0
+    fidelity: str = "iteration"
+
+    def __post_init__(self) -> None:
+        if self.relaxation < 0:
+            raise SpecError(f"relaxation={self.relaxation} must be >= 0")
+        if not 0 < self.rel_tol < 1:
+            raise SpecError(f"rel_tol={self.rel_tol} must be in (0, 1)")
+        if self.seeds < 1:
+            raise SpecError(f"seeds={self.seeds} must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputResult:
+    """Goodput of one candidate and what the fleet delivers at that rate."""
+
+    candidate: Candidate
+    goodput_rps: float
+    goodput_per_device: float
+    status: str                         # "ok" or "rejected"
+    reason: str = ""
+    ttft_p: float = math.nan            # SLO percentile of TTFT at the goodput rate (s)
+    tpot_p: float = math.nan
+    e2e_mean_s: float = math.nan
+    throughput_rps: float = 0.0
+    output_tokens_per_s: float = 0.0
+    binding: str = ""                   # which SLO fails first above the goodput: ttft, tpot
+    bottleneck: str = ""                # prefill, decode, kv-memory
+    capacity_bound_rps: float = 0.0
+    num_simulations: int = 0
+    goodput_ci: tuple[float, float] | None = None
+    goodput_samples: tuple[float, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.candidate.to_dict()
+        d.update({
+            "goodput_rps": self.goodput_rps, "goodput_per_device": self.goodput_per_device,
+            "status": self.status, "reason": self.reason, "ttft_p_s": _num(self.ttft_p),
+            "tpot_p_s": _num(self.tpot_p), "e2e_mean_s": _num(self.e2e_mean_s),
+            "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
+            "binding_slo": self.binding, "bottleneck": self.bottleneck,
+            "capacity_bound_rps": self.capacity_bound_rps, "num_simulations": self.num_simulations,
+            "goodput_ci": list(self.goodput_ci) if self.goodput_ci else None,
+            "goodput_samples": list(self.goodput_samples),
+        })
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "GoodputResult":
+        cand = Candidate(**{k: d[k] for k in ("num_collocated", "num_prefill", "num_decode", "tp", "decode_tp",
+                                              "pp", "dp", "ep", "max_batch", "prefill_max_batch", "chunk_size")},
+                         scheduler=d["scheduler"] if d["scheduler"] != "disaggregated" else "vllm")
+        return GoodputResult(
+            cand, d["goodput_rps"], d["goodput_per_device"], d["status"], d["reason"],
+            _nan(d["ttft_p_s"]), _nan(d["tpot_p_s"]), _nan(d["e2e_mean_s"]), d["throughput_rps"],
+            d["output_tokens_per_s"], d["binding_slo"], d["bottleneck"], d["capacity_bound_rps"],
+            d["num_simulations"], tuple(d["goodput_ci"]) if d.get("goodput_ci") else None,
+            tuple(d.get("goodput_samples", ())),
+        )
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else float(x)
+
+
+@dataclass
+class _Probe:
+    rate: float
+    feasible: bool
+    ttft: float = math.nan
+    tpot: float = math.nan
+    e2e: float = math.nan
+    throughput: float = 0.0
+    out_tps: float = 0.0
+    kv_limited: bool = False
+
+
+@dataclass
+class _Runner:
+    cand: Candidate
+    settings: GoodputSettings
+    seed: int
+    runs: int = 0
+    probes: list[_Probe] = field(default_factory=list)
+
+    def config(self, rate: float) -> SimulationConfig:
+        c, s = self.cand, self.settings
+        return SimulationConfig(
+            model=s.model, hardware=s.hardware, profile=s.profile, strategy=Strategy.parse(c.strategy),
+            tp=c.tp, prefill_tp=c.tp, decode_tp=c.decode_tp, pp=c.pp, dp=c.dp, ep=c.ep,
+            max_batch=c.max_batch, prefill_max_batch=c.prefill_max_batch,
+            scheduler=c.scheduler, chunk_size=c.chunk_size, fidelity=s.fidelity, rate=rate,
+            workload=s.workload, slo=s.slo, seed=self.seed, dtype=s.dtype, early_stop=True,
+        )
+
+    def probe(self, rate: float) -> _Probe:
+        s = self.settings
+        res = simulate(self.config(rate))
+        self.runs += 1
+        pct = s.slo.percentile
+        ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
+        lim = 1.0 + s.relaxation
+        ok = (not res.stopped_early and not res.overloaded and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
+        p = _Probe(rate, ok, ttft, tpot, res.e2e_s.mean, res.throughput_rps, res.output_tokens_per_s,
+                   bool(getattr(res, "num_preemptions", 0)) or bool(getattr(res, "kv_limited", False)))
+        self.probes.append(p)
+        return p
+
+
+def _percentile(res: Any, metric: str, pct: float) -> float:
+    stats = getattr(res, f"{metric}_s")
+    key = {50: "p50", 90: "p90", 99: "p99"}.get(int(pct)) if float(pct).is_integer() else None
+    if key is not None:
+        return float(getattr(stats, key))
+    values = res.requests[metric] if isinstance(res.requests, dict) else getattr(res.requests, metric)
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, pct)) if len(values) else math.inf
+
+
+def capacity_bound(cand: Candidate, settings: GoodputSettings) -> float:
+    """Optimistic serving rate (req/s) of the fleet, from the estimator (Algorithm 8 L5's 1/T_min).
+
+    Prefill instances: ``b / T_prefill(b)`` at the prefill batch limit; decode instances:
+    ``B / (sum of the decode steps of one request at batch B)`` with contexts growing; a
+    collocated instance does both in turn. Mean request lengths of the workload are used.
+    """
+    s = settings
+    s_in = max(1, int(round(float(np.mean(s.workload.input_lengths)))))
+    s_out = max(1, int(round(float(np.mean(s.workload.output_lengths)))))
+    est_p = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.tp), dtype=s.dtype)
+    est_d = est_p if cand.decode_tp == cand.tp else Estimator(s.model, s.hardware, s.profile,
+                                                               cand.layout(cand.decode_tp), dtype=s.dtype)
+    bp = cand.prefill_max_batch or cand.max_batch
+    per_req_prefill = est_p.time(StepBatch.prefill(bp, s_in)) / bp
+    B = cand.max_batch
+    kv_cap = est_d.memory.kv_capacity_tokens
+    B = max(1, min(B, kv_cap // (s_in + s_out)))
+    per_req_decode = float(decode_times(est_d, B, s_in + 1, s_out - 1).sum()) / B if s_out > 1 else 0.0
+    if cand.is_disaggregated:
+        rp = cand.num_prefill / per_req_prefill
+        rd = cand.num_decode / per_req_decode if per_req_decode > 0 else math.inf
+        return min(rp, rd)
+    return cand.num_collocated / (per_req_prefill + per_req_decode)
+
+
+def _zero_load_reason(cand: Candidate, settings: GoodputSettings) -> str:
+    """Reject without simulating when even one lone request misses the SLO."""
+    s = settings
+    s_in = int(max(s.workload.input_lengths))
+    est = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.tp), dtype=s.dtype)
+    est_d = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.decode_tp), dtype=s.dtype)
+    lim = 1.0 + s.relaxation
+    ttft0 = est.time(StepBatch.prefill(1, s_in))
+    if ttft0 > lim * s.slo.ttft_s:
+        return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s"
+    tpot0 = est_d.time(StepBatch.decode(1, s_in + 1))
+    if tpot0 > lim * s.slo.tpot_s:
+        return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms"
+    return ""
+
+
+def _bisect(runner: _Runner, upper: float) -> tuple[float, _Probe | None, _Probe | None]:
+    """Largest feasible rate in [0.1, upper] (Algorithm 8); returns (rate, probe there, first
+    infeasible probe above)."""
+    s = runner.settings
+    lo_p = runner.probe(LOWER_RATE)
+    if not lo_p.feasible:
+        return 0.0, None, lo_p
+    hi = max(upper, LOWER_RATE * 2)
+    hi_p = runner.probe(hi)
+    widen = 0
+    while hi_p.feasible and widen < 6:  # the analytic bound was pessimistic: widen the bracket
+        lo_p = hi_p
+        hi *= 2
+        hi_p = runner.probe(hi)
+        widen += 1
+    if hi_p.feasible:
+        return hi_p.rate, hi_p, None
+    lo = lo_p.rate
+    while hi - lo > max(s.abs_tol, s.rel_tol * hi):  # Algorithm 8 L9 (read "> epsilon")
+        mid = 0.5 * (lo + hi)
+        p = runner.probe(mid)
+        if p.feasible:
+            lo, lo_p = mid, p
+        else:
+            hi, hi_p = mid, p
+    return lo, lo_p, hi_p
+
+
+def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
+    """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
+
+    With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
+    goodput is their mean and ``goodput_ci`` a 95% Student-t interval.
+    """
+    reason = _zero_load_reason(cand, settings)
+    bound = capacity_bound(cand, settings)
+    if reason:
+        return GoodputResult(cand, 0.0, 0.0, "rejected", reason, capacity_bound_rps=bound)
+    rates, runs = [], 0
+    best: tuple[float, _Probe | None, _Probe | None] | None = None
+    for k in range(settings.seeds):
+        runner = _Runner(cand, settings, settings.seed + k)
+        got = _bisect(runner, UPPER_FACTOR * bound)
+        runs += runner.runs
+        rates.append(got[0])
+        if best is None:
+            best = got
+    assert best is not None
+    goodput = float(np.mean(rates))
+    ci = None
+    if settings.seeds > 1:
+        from scipy import stats
+
+        sem = float(np.std(rates, ddof=1) / math.sqrt(len(rates)))
+        half = float(stats.t.ppf(0.975, len(rates) - 1) * sem)
+        ci = (goodput - half, goodput + half)
+    rate, at, above = best
+    if goodput <= 0 or at is None:
+        why = "SLO missed even at 0.1 req/s"
+        if above is not None:
+            why += f" (P{settings.slo.percentile:g} TTFT {above.ttft:.3f} s, TPOT {above.tpot * 1e3:.1f} ms)"
+        return GoodputResult(cand, 0.0, 0.0, "rejected", why, capacity_bound_rps=bound, num_simulations=runs,
+                             goodput_samples=tuple(rates))
+    binding, bottleneck = _diagnose(cand, settings, above)
+    return GoodputResult(
+        cand, goodput, goodput / cand.num_devices, "ok", "", at.ttft, at.tpot, at.e2e, at.throughput, at.out_tps,
+        binding, bottleneck, bound, runs, ci, tuple(rates),
+    )
+
+
+def _diagnose(cand: Candidate, settings: GoodputSettings, above: _Probe | None) -> tuple[str, str]:
+    """Which SLO fails first just above the goodput, and the resource behind it."""
+    if above is None:
+        return "none", "none (SLO met up to the largest rate tried)"
+    s = settings.slo
+    r_ttft = above.ttft / s.ttft_s if math.isfinite(above.ttft) else math.inf
+    r_tpot = above.tpot / s.tpot_s if math.isfinite(above.tpot) else math.inf
+    binding = "ttft" if r_ttft >= r_tpot else "tpot"
+    if above.kv_limited:
+        return binding, "kv-memory"
+    if cand.is_disaggregated:
+        return binding, "prefill instances" if binding == "ttft" else "decode instances"
+    return binding, "prefill (queueing before first token)" if binding == "ttft" else "decode (batch interference)"
+
+
+def with_slo(settings: GoodputSettings, slo: SLO) -> GoodputSettings:
+    return replace(settings, slo=slo)

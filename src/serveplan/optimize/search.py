@@ -1,0 +1,280 @@
+"""Search every strategy of a space, rank by normalized goodput, and build the Pareto view.
+
+Evaluations are pure in ``(candidate, settings)``, so they run in parallel processes (default),
+on a Ray cluster (``backend="ray"``), or in process (``jobs=1``). With an output directory every
+finished evaluation is appended to ``checkpoint.jsonl`` at once; a search restarted with the same
+directory and settings skips those, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.optimize.goodput import GoodputResult, GoodputSettings, max_goodput
+from serveplan.optimize.space import Candidate, Pruned, SearchSpace, enumerate_space
+
+CHECKPOINT = "checkpoint.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Ranked strategies (best normalized goodput first), rejected and pruned ones, Pareto set."""
+
+    strategies: tuple[GoodputResult, ...]
+    rejected: tuple[GoodputResult, ...]
+    pruned: tuple[Pruned, ...]
+    pareto: tuple[str, ...]
+    num_simulations: int
+    num_evaluated: int
+    num_resumed: int
+    elapsed_s: float
+    settings_summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best(self) -> GoodputResult:
+        return self.strategies[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings_summary,
+            "strategies": [r.to_dict() | {"pareto": r.name in self.pareto} for r in self.strategies],
+            "rejected": [r.to_dict() for r in self.rejected],
+            "pruned": [p.to_dict() for p in self.pruned],
+            "pareto": list(self.pareto),
+            "num_simulations": self.num_simulations,
+            "num_evaluated": self.num_evaluated,
+            "num_resumed": self.num_resumed,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+def _fingerprint(settings: GoodputSettings) -> str:
+    """Identity of everything that changes an evaluation besides the candidate."""
+    s = settings
+    wl = s.workload
+    parts = [
+        s.model.name, str(s.model.num_parameters()), s.hardware.name, repr(s.hardware.memory_bandwidth),
+        json.dumps(s.profile.to_dict(), sort_keys=True), str(s.dtype), repr(s.slo), repr(s.relaxation),
+        repr(s.rel_tol), repr(s.abs_tol), str(s.seeds), str(s.seed), s.fidelity,
+        hashlib.sha1(repr((list(map(int, wl.input_lengths)), list(map(int, wl.output_lengths)),
+                           getattr(wl, "arrival", ""), getattr(wl, "cv", ""),
+                           getattr(wl, "num_requests", ""))).encode()).hexdigest(),
+    ]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _load_checkpoint(path: Path, fingerprint: str) -> dict[str, GoodputResult]:
+    done: dict[str, GoodputResult] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill: that candidate is simply evaluated again
+        if rec.get("fingerprint") == fingerprint:
+            done[rec["name"]] = GoodputResult.from_dict(rec["result"])
+    return done
+
+
+def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult) -> None:
+    rec = {"fingerprint": fingerprint, "name": res.name, "result": res.to_dict()}
+    with path.open("a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _evaluate(args: tuple[Candidate, GoodputSettings]) -> GoodputResult:
+    cand, settings = args
+    return max_goodput(cand, settings)
+
+
+def _check_ray_address(address: str) -> None:
+    """Fail fast with a one-line error when a Ray head is not reachable (``host:port``)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+            pass
+    except (OSError, ValueError):
+        raise SpecError(f"ray-address={address!r} is unreachable; expected host:port of a running Ray head "
+                        f"(start one with `ray start --head`) or omit it for a local Ray instance") from None
+
+
+def _run_local(todo: list[Candidate], settings: GoodputSettings, jobs: int,
+               on_done: Callable[[GoodputResult], None]) -> None:
+    if jobs <= 1 or len(todo) <= 1:
+        for c in todo:
+            on_done(max_goodput(c, settings))
+        return
+    # largest fleets first: they take longest, so the pool drains evenly
+    order = sorted(todo, key=lambda c: -c.num_devices)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(_evaluate, (c, settings)) for c in order}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                on_done(f.result())
+
+
+def _run_ray(todo: list[Candidate], settings: GoodputSettings, jobs: int, address: str | None,
+             on_done: Callable[[GoodputResult], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("backend='ray' needs Ray: pip install 'serveplan[ray]'") from None
+    if address:
+        _check_ray_address(address)
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False,
+                                  "logging_level": "ERROR", "log_to_driver": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = max(1, jobs)
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise SpecError(f"ray-address={address!r}: could not connect ({str(exc).splitlines()[0]})") from None
+    try:
+        remote = ray.remote(max_goodput)
+        settings_ref = ray.put(settings)  # shipped once; Ray resolves top-level references
+        pending = [remote.remote(c, settings_ref) for c in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_done(ray.get(ref))
+    finally:
+        if started_here and not address:
+            ray.shutdown()
+
+
+def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
+    """Strategies no other beats on both goodput per device (higher) and mean latency (lower)."""
+    pts = [(r.e2e_mean_s, r.goodput_per_device, r.name) for r in results if r.status == "ok"]
+    front = []
+    for lat, thr, name in pts:
+        dominated = any((l2 <= lat and t2 >= thr) and (l2 < lat or t2 > thr) for l2, t2, _ in pts)
+        if not dominated:
+            front.append((lat, name))
+    return tuple(n for _, n in sorted(front))
+
+
+def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
+           ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
+           max_new_evaluations: int | None = None) -> SearchResult:
+    """Evaluate every candidate of ``space`` and rank them by goodput per device.
+
+    Parameters
+    ----------
+    jobs:
+        Parallel workers (processes, or Ray CPUs for a local Ray); default: all cores.
+    backend:
+        ``"local"`` (process pool) or ``"ray"``.
+    out_dir:
+        Where ``checkpoint.jsonl`` lives; a rerun with the same directory resumes.
+    max_new_evaluations:
+        Stop after this many new evaluations (a deliberately interrupted search, for tests).
+
+    Raises
+    ------
+    InfeasibleError
+        No candidate survives pruning, or none meets the SLO at any rate.
+    """
+    if backend not in ("local", "ray"):
+        raise SpecError(f"backend={backend!r}; expected one of: local, ray")
+    if jobs is not None and jobs < 1:
+        raise SpecError(f"jobs={jobs} must be a positive integer")
+    jobs = jobs or os.cpu_count() or 1
+    t0 = time.perf_counter()
+    wl = settings.workload
+    request_tokens = int(max(a + b for a, b in zip(wl.input_lengths, wl.output_lengths)))
+    listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
+                              request_tokens=request_tokens, dtype=settings.dtype)
+    if not listing.candidates:
+        reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the device budget"
+        raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
+    fp = _fingerprint(settings)
+    ckpt = None
+    done: dict[str, GoodputResult] = {}
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt = out / CHECKPOINT
+        done = _load_checkpoint(ckpt, fp)
+    names = {c.name for c in listing.candidates}
+    results: dict[str, GoodputResult] = {n: r for n, r in done.items() if n in names}
+    resumed = len(results)
+    todo = [c for c in listing.candidates if c.name not in results]
+    if max_new_evaluations is not None:
+        todo = todo[:max_new_evaluations]
+
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(listing.candidates), initial=resumed, desc="strategies", unit="strategy",
+                   dynamic_ncols=True, leave=False)
+    evaluated = 0
+
+    def on_done(res: GoodputResult) -> None:
+        nonlocal evaluated
+        results[res.name] = res
+        evaluated += 1
+        if ckpt is not None:
+            _append_checkpoint(ckpt, fp, res)
+        if bar is not None:
+            bar.set_postfix_str(f"{res.name}: {res.goodput_rps:.2f} req/s", refresh=False)
+            bar.update(1)
+
+    try:
+        if backend == "ray":
+            _run_ray(todo, settings, jobs, ray_address, on_done)
+        else:
+            _run_local(todo, settings, jobs, on_done)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    ok = [r for r in results.values() if r.status == "ok" and r.goodput_rps > 0]
+    rejected = [r for r in results.values() if not (r.status == "ok" and r.goodput_rps > 0)]
+    ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
+    rejected.sort(key=lambda r: r.name)
+    summary = {
+        "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
+        "devices": space.devices, "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s,
+                                          "percentile": settings.slo.percentile},
+        "relaxation": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
+        "num_requests": int(len(wl.input_lengths)), "fidelity": settings.fidelity,
+        "num_candidates": len(listing.candidates),
+    }
+    result = SearchResult(
+        tuple(ok), tuple(rejected), tuple(listing.pruned), pareto_front(ok),
+        sum(r.num_simulations for r in results.values()), evaluated, resumed, time.perf_counter() - t0, summary,
+    )
+    complete = len(results) == len(listing.candidates)
+    if complete and not ok:
+        why = "; ".join(f"{r.name}: {r.reason}" for r in rejected[:3])
+        raise InfeasibleError(f"no strategy meets the SLO at any rate >= 0.1 req/s ({why})")
+    return result
+
+
+def is_equal_within_ci(a: GoodputResult, b: GoodputResult) -> bool:
+    """True when two strategies' goodput intervals overlap (they cannot be told apart)."""
+    if a.goodput_ci is None or b.goodput_ci is None:
+        return False
+    return a.goodput_ci[0] <= b.goodput_ci[1] and b.goodput_ci[0] <= a.goodput_ci[1]
+
