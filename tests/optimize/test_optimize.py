@@ -1,0 +1,157 @@
+"""Optimizer: goodput search, monotonicity, resuming, ranking output and bad input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from serveplan import get_hardware, get_model, get_profile
+from serveplan.cli import app
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.optimize import goodput as goodput_mod
+from serveplan.optimize.goodput import GoodputSettings, capacity_bound, max_goodput
+from serveplan.optimize.search import CHECKPOINT, search
+from serveplan.optimize.space import Candidate, SearchSpace, enumerate_space
+from serveplan.sim import SLO, Workload
+
+runner = CliRunner()
+
+
+def settings(scenario="op3", n=300, ttft=1.5, tpot=0.07, **kw) -> GoodputSettings:
+    return GoodputSettings(
+        model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"), profile=get_profile("bestserve-910b3"),
+        workload=Workload.scenario(scenario, num_requests=n), slo=SLO(ttft_s=ttft, tpot_s=tpot, percentile=90), **kw,
+    )
+
+
+SMALL = SearchSpace(devices=4, tp_sizes=(2, 4), max_batches=(16,))
+
+
+def test_space_prunes_tp1_with_the_reason_and_counts_devices():
+    s = settings()
+    listing = enumerate_space(SearchSpace(devices=8), s.model, s.hardware, s.profile, request_tokens=1088)
+    assert any(p.name == "tp1" and "weights do not fit" in p.reason for p in listing.pruned)
+    names = {c.name for c in listing.candidates}
+    assert {"2m-tp4-b16-vllm", "1p1d-tp4-b16", "4m-tp2-b16-vllm", "3p1d-tp2-b16"} <= names
+    assert all(c.num_devices <= 8 for c in listing.candidates)
+    c = next(c for c in listing.candidates if c.name == "1p2d-tp4/2-b16")
+    assert c.num_devices == 4 + 2 * 2
+
+
+def test_goodput_meets_slo_at_goodput_and_misses_just_above():
+    s = settings()
+    cand = Candidate(num_collocated=1, tp=4, decode_tp=4, max_batch=16, prefill_max_batch=4)
+    r = max_goodput(cand, s)
+    assert r.status == "ok" and r.goodput_rps > 0.1
+    assert r.goodput_per_device == pytest.approx(r.goodput_rps / 4)
+    assert r.ttft_p <= 1.1 * 1.5 and r.tpot_p <= 1.1 * 0.07
+    assert r.binding in ("ttft", "tpot")
+    # capacity bound is an upper estimate of what the fleet can sustain
+    assert r.goodput_rps <= 1.5 * capacity_bound(cand, s) * 2 ** 6
+
+
+def test_impossible_slo_rejects_with_reason():
+    s = settings(ttft=0.01)
+    r = max_goodput(Candidate(num_collocated=1, tp=4, decode_tp=4), s)
+    assert r.status == "rejected" and r.goodput_rps == 0
+    assert "TTFT of a lone request" in r.reason
+
+
+def test_looser_slo_never_lowers_goodput():
+    cand = Candidate(num_prefill=1, num_decode=1, tp=4, decode_tp=4, max_batch=16, prefill_max_batch=4)
+    tight = max_goodput(cand, settings(ttft=1.0, tpot=0.05)).goodput_rps
+    loose = max_goodput(cand, settings(ttft=2.0, tpot=0.1)).goodput_rps
+    assert loose >= tight
+
+
+def test_more_devices_never_lower_the_best_goodput():
+    s = settings()
+    best4 = search(SearchSpace(devices=4, tp_sizes=(2, 4)), s, jobs=1, progress=False).best.goodput_rps
+    best6 = search(SearchSpace(devices=6, tp_sizes=(2, 4)), s, jobs=1, progress=False).best.goodput_rps
+    assert best6 >= best4
+
+
+def test_search_resumes_only_unfinished_strategies(tmp_path, monkeypatch):
+    s = settings()
+    full = search(SMALL, s, jobs=1, progress=False)
+    n = len(full.strategies) + len(full.rejected)
+    assert n >= 4
+    partial = search(SMALL, s, jobs=1, progress=False, out_dir=tmp_path, max_new_evaluations=n // 2)
+    assert partial.num_evaluated == n // 2
+    assert len((tmp_path / CHECKPOINT).read_text().splitlines()) == n // 2
+    calls = []
+    real = goodput_mod.max_goodput
+
+    def counting(c, st):
+        calls.append(c.name)
+        return real(c, st)
+
+    monkeypatch.setattr("serveplan.optimize.search.max_goodput", counting)
+    resumed = search(SMALL, s, jobs=1, progress=False, out_dir=tmp_path)
+    assert resumed.num_resumed == n // 2 and len(calls) == n - n // 2
+    assert [r.name for r in resumed.strategies] == [r.name for r in full.strategies]
+    assert [r.goodput_rps for r in resumed.strategies] == pytest.approx([r.goodput_rps for r in full.strategies])
+
+
+def test_checkpoint_from_other_settings_is_ignored(tmp_path):
+    search(SMALL, settings(), jobs=1, progress=False, out_dir=tmp_path, max_new_evaluations=2)
+    other = search(SMALL, settings(ttft=2.0), jobs=1, progress=False, out_dir=tmp_path, max_new_evaluations=1)
+    assert other.num_resumed == 0
+
+
+def test_parallel_processes_give_the_same_ranking():
+    s = settings()
+    a = search(SMALL, s, jobs=1, progress=False)
+    b = search(SMALL, s, jobs=2, progress=False)
+    assert [(r.name, r.goodput_rps) for r in a.strategies] == [(r.name, r.goodput_rps) for r in b.strategies]
+
+
+def test_statistical_mode_reports_a_confidence_interval():
+    s = settings(seeds=3, relaxation=0.0)
+    r = max_goodput(Candidate(num_collocated=1, tp=4, decode_tp=4), s)
+    lo, hi = r.goodput_ci
+    assert lo <= r.goodput_rps <= hi and len(r.goodput_samples) == 3
+
+
+def test_cli_json_and_out(tmp_path):
+    res = runner.invoke(app, ["optimize", "--devices", "4", "--tp", "2,4", "--scenario", "op3", "--num-requests", "300",
+                              "--jobs", "1", "--json", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    first = d["strategies"][0]
+    assert {"name", "num_devices", "tp", "goodput_rps", "goodput_per_device"} <= set(first)
+    per_dev = [s["goodput_per_device"] for s in d["strategies"]]
+    assert per_dev == sorted(per_dev, reverse=True)
+    for f in ("ranking.csv", "goodput.png", "pareto.png", CHECKPOINT):
+        assert (tmp_path / f).stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["--tp", ""], 2, "tp=''"),
+        (["--devices", "1", "--tp", "2,4"], 2, "fewer than the smallest instance"),
+        (["--slo-ttft", "0"], 2, "SLO targets must be positive"),
+        (["--backend", "ray", "--ray-address", "127.0.0.1:1"], 2, "unreachable"),
+        (["--slo-ttft", "0.001", "--devices", "4", "--tp", "4"], 3, "no strategy meets the SLO"),
+        (["--model", "llama-3.1-405b", "--devices", "2", "--tp", "1,2"], 3, "no strategy fits"),
+    ],
+)
+def test_cli_bad_input(args, code, needle):
+    res = runner.invoke(app, ["optimize", "--num-requests", "200", "--jobs", "1", "--no-progress", *args])
+    assert res.exit_code == code, res.output
+    out = (res.stderr or res.output).strip().splitlines()
+    assert len(out) == 1 and needle in out[0], out
+
+
+@pytest.mark.ray
+def test_ray_backend_matches_local():
+    pytest.importorskip("ray")
+    s = settings(n=200)
+    space = SearchSpace(devices=4, tp_sizes=(4,))
+    a = search(space, s, jobs=1, progress=False)
+    b = search(space, s, jobs=2, backend="ray", progress=False)
+    assert [(r.name, r.goodput_rps) for r in a.strategies] == [(r.name, r.goodput_rps) for r in b.strategies]
