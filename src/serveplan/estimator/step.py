@@ -204,7 +204,8 @@ class Estimator:
         }
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
-        self._pp_link = hardware.link_for(parallel.num_devices)
+        self._pp_links = self._stage_boundary_links()
+        self._pp_link = max(self._pp_links, key=lambda lk: lk.latency_s + 1.0 / lk.bandwidth) if self._pp_links else None
         self.memory = self._memory()
         self._cache: dict[StepBatch, float] = {}
         self._fuse()
@@ -347,13 +348,29 @@ class Estimator:
             total = total + count * t_c
         return total
 
+    def _stage_boundary_links(self) -> list[Any]:
+        """Link used at each of the ``pp - 1`` stage boundaries.
+
+        Stages occupy consecutive devices (stage ``s`` holds devices ``s*g .. s*g + g - 1`` with
+        ``g = tp * dp``) and device ``i`` of a stage sends to device ``i`` of the next one; a
+        boundary uses the inter-node link when any such pair sits on different nodes.
+        """
+        g, dpn = self.parallel.stage_devices, self.hardware.devices_per_node
+        links = []
+        for b in range(1, self.parallel.pp):
+            crosses = any(((b - 1) * g + i) // dpn != (b * g + i) // dpn for i in range(g))
+            links.append(self.hardware.link_for(dpn + 1 if crosses else 1))
+        return links
+
     def _pp_time(self, x: Any, e_comm: float) -> Any:
-        pp = self.parallel.pp
-        if pp == 1:
+        """Send/recv of the activations at every stage boundary (notes A.7, PP row: ``N x d``
+        values, unidirectional), alpha-beta on each boundary's link. ``N`` is the token count of
+        one data-parallel rank: each rank sends its own tokens to its peer over its own link."""
+        if self.parallel.pp == 1:
             return 0.0
-        vol = x[_I["n"]] * self.model.hidden_size * self._ab * self.parallel.dp
-        link = self._pp_link
-        return (pp - 1) * (vol / (e_comm * link.bandwidth) + link.latency_s * (x[_I["n"]] > 0))
+        vol = x[_I["n"]] * self.model.hidden_size * self._ab
+        active = x[_I["n"]] > 0
+        return sum(vol / (e_comm * lk.bandwidth) + lk.latency_s * active for lk in self._pp_links)
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
@@ -377,13 +394,19 @@ class Estimator:
         return hit
 
     def stage_time(self, batch: StepBatch) -> float:
-        """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer."""
+        """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer
+        (on the slowest boundary link, which bounds a pipeline's steady-state rate)."""
         x = self.features(batch)
         phase = "prefill" if x[_NP] > 0 else "decode"
         pp = self.parallel.pp
         *_, bc, bm = self._block_terms(x, phase)
         layers = self._layers_time(bc.tolist(), bm.tolist(), phase) / pp
-        return float(layers + (self._pp_time(x, self._rates[phase][2]) / (pp - 1) if pp > 1 else 0.0))
+        if pp == 1:
+            return float(layers)
+        lk = self._pp_link
+        e_comm = self._rates[phase][2]
+        send = x[_I["n"]] * self.model.hidden_size * self._ab / (e_comm * lk.bandwidth) + lk.latency_s * (x[_I["n"]] > 0)
+        return float(layers + send)
 
     def estimate(self, batch: StepBatch) -> StepEstimate:
         """Step time with the per-module and per-operator breakdown."""

@@ -1,0 +1,222 @@
+"""Communication of TP, EP, PP and DP against the modeling notes (A.2, A.7), and link topology.
+
+Conventions. The notes count values; we count bytes (2 per bf16 activation). A link's
+``bandwidth`` is bytes/s per direction per device, so a collective's time is the bytes one device
+*sends* over that bandwidth (alpha-beta: plus one latency per message round):
+
+* TP ring all-reduce (notes A.2): each device sends ``2(TP-1)/TP x N x d`` values (and receives
+  as many at the same time). The notes call this figure "Send + Receive", but it is the volume of
+  one direction; it is what the link carries, so it is compared as is.
+* EP all-to-all (notes A.7): the notes' ``4 x (N*k*d/EP) x (EP-1)/EP`` is two all-to-alls
+  (dispatch and combine) times (send + receive). A device sends half of it, so the time is
+  ``2 x (N*k*d/EP) x (EP-1)/EP`` values over the link.
+* PP send/recv (notes A.7): ``N x d`` values per stage boundary, one direction.
+
+To read bytes back from times, the tests run on a copy of the device with a 1 GB/s link and no
+latency, and a profile with communication efficiency 1: ``comm_s * 1e9`` is then bytes sent.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
+from serveplan.ops.base import Collective
+from serveplan.ops.graph import build_layer_groups
+from serveplan.specs.hardware import LinkSpec
+from serveplan.specs.profile import PhaseEfficiency
+from serveplan.units import DType
+
+BW = 1e9      # bytes/s of the test links
+AB = 2        # bytes per bf16 activation value
+d, k = 7168, 8  # DeepSeek-V3 hidden size and routed experts per token
+
+# notes A.7 "for a prefill and a decode batch": B x S tokens in prefill, B in decode
+PREFILL = StepBatch.prefill(8, 1024)   # N = 8192
+DECODE = StepBatch.decode(64, 2048)    # N = 64
+
+
+def _unit_links(hw_name: str = "h100-sxm"):
+    hw = get_hardware(hw_name)
+    return hw.with_(intra_node_link=LinkSpec(name="test", bandwidth=BW, latency_s=0.0),
+                    inter_node_link=LinkSpec(name="test-inter", bandwidth=BW, latency_s=0.0))
+
+
+def _unit_profile():
+    p = get_profile("default-gpu")
+    return p.with_(prefill=PhaseEfficiency(compute=0.6, memory=0.8, comm=1.0),
+                   decode=PhaseEfficiency(compute=0.5, memory=0.7, comm=1.0))
+
+
+def _module_comm_bytes(est: Estimator, batch: StepBatch, group: str, module: str) -> float:
+    [m] = [m for m in est.estimate(batch).modules if m.group == group and m.name == module]
+    return m.comm_s * BW
+
+
+def _ds(par: ParallelConfig) -> Estimator:
+    return Estimator(get_model("deepseek-v3"), _unit_links(), _unit_profile(), par)
+
+
+# ---------------------------------------------------------------------------- TP (notes A.2, A.7)
+@pytest.mark.parametrize("batch, N", [(PREFILL, 8192), (DECODE, 64)])
+def test_tp_all_reduce_logical_volume_is_n_times_d(batch, N):
+    # "data to synchronize" = the row-split layer's output, N x d values, per attention and MLP
+    groups = build_layer_groups(get_model("deepseek-v3"), ParallelConfig(tp=8), dtype=DType.BF16,
+                                kv_dtype=DType.BF16, attention_impl=_unit_profile().attention_impl,
+                                include_lm_head=False)
+    dense = next(g for g in groups if g.name == "dense")
+    comms = [c for b in dense.blocks for c in b.comms]
+    assert [c.kind for c in comms] == [Collective.ALL_REDUCE, Collective.ALL_REDUCE]  # attention, MLP
+    for c in comms:
+        assert c.values.evaluate(n=N) == N * d
+        assert c.volume.evaluate(n=N) == N * d * AB
+        assert c.group_size == 8
+
+
+@pytest.mark.parametrize("batch, N", [(PREFILL, 8192), (DECODE, 64)])
+def test_tp8_all_reduce_sends_1_75_n_d_per_gpu(batch, N):
+    # notes A.7: TP=8 -> 2*(8-1)/8 = 1.75 x N*d values per GPU per all-reduce
+    est = _ds(ParallelConfig(tp=8))
+    for module in ("attention", "mlp"):
+        assert _module_comm_bytes(est, batch, "dense", module) == pytest.approx(1.75 * N * d * AB, rel=1e-12)
+    # prefill 1.75*8192*7168*2 = 205,520,896 B; decode 1.75*64*7168*2 = 1,605,632 B
+    golden = {8192: 205_520_896, 64: 1_605_632}[N]
+    assert _module_comm_bytes(est, batch, "dense", "attention") == pytest.approx(golden, rel=1e-12)
+
+
+def test_tp_decode_volume_is_s_times_smaller_than_prefill():
+    # notes A.7: N = B*S in prefill, B in decode -> S times less (here B = 8 in both)
+    est = _ds(ParallelConfig(tp=8))
+    pre = _module_comm_bytes(est, StepBatch.prefill(8, 1024), "dense", "attention")
+    dec = _module_comm_bytes(est, StepBatch.decode(8, 1024), "dense", "attention")
+    assert pre / dec == pytest.approx(1024)
+
+
+# ---------------------------------------------------------------------------- EP (notes A.7)
+@pytest.mark.parametrize("par", [ParallelConfig(tp=1, dp=8, ep=8), ParallelConfig(tp=8, ep=8)])
+@pytest.mark.parametrize("batch, N", [(PREFILL, 8192), (DECODE, 64)])
+def test_ep_two_all_to_alls_match_notes(par, batch, N):
+    EP = 8
+    est = _ds(par)
+    # logical: N x k x d values in all (notes A.7); one device holds N*k*d/EP of them
+    groups = build_layer_groups(get_model("deepseek-v3"), par, dtype=DType.BF16, kv_dtype=DType.BF16,
+                                attention_impl=_unit_profile().attention_impl, include_lm_head=False)
+    moe = next(g for g in groups if g.name == "moe")
+    a2a = [c for b in moe.blocks for c in b.comms if c.kind is Collective.ALL_TO_ALL]
+    assert [c.name for c in a2a] == ["moe.dispatch_all_to_all", "moe.combine_all_to_all"]
+    for c in a2a:
+        assert c.values.evaluate(nall=N) * EP == N * k * d
+        assert c.group_size == EP
+    # actual per GPU: notes 4*(N*k*d/EP)*(EP-1)/EP counts send + receive; the link carries half
+    notes_actual = 4 * (N * k * d / EP) * (EP - 1) / EP
+    assert _module_comm_bytes(est, batch, "moe", "moe") == pytest.approx(notes_actual / 2 * AB, rel=1e-12)
+    # prefill: 4*8192*8*7168/8*7/8 = 205,520,896 values (send+receive), 205,520,896 B sent
+    golden = {8192: 205_520_896, 64: 1_605_632}[N]
+    assert _module_comm_bytes(est, batch, "moe", "moe") == pytest.approx(golden, rel=1e-12)
+
+
+def test_dp_attention_with_ep_has_no_attention_all_reduce():
+    # tp=1: attention runs whole on each DP rank; only the MoE all-to-alls communicate
+    est = _ds(ParallelConfig(tp=1, dp=8, ep=8))
+    assert _module_comm_bytes(est, PREFILL, "moe", "attention") == 0.0
+    assert _module_comm_bytes(est, PREFILL, "dense", "mlp") == 0.0
+
+
+def test_dp_needs_no_communication():
+    # notes A.7: replicas (data parallelism) do not communicate in inference
+    est = Estimator(get_model("llama-2-7b"), _unit_links(), _unit_profile(), ParallelConfig(tp=1, dp=2))
+    e = est.estimate(PREFILL)
+    assert all(m.comm_s == 0.0 for m in e.modules) and e.pp_comm_s == 0.0
+
+
+def test_tp_and_ep_prefill_figures_in_the_notes_ratio():
+    # notes A.7: TP N*d vs EP N*k*d logical; per GPU at TP = EP = 8: 1.75*N*d vs 4*N*k*d/8*7/8
+    # = 3.5*N*d (send + receive), i.e. EP sends k/8 * 7/8 * 2 / 1.75 = 1x the TP all-reduce here
+    est = _ds(ParallelConfig(tp=8, ep=8))
+    tp = _module_comm_bytes(est, PREFILL, "moe", "attention")
+    ep = _module_comm_bytes(est, PREFILL, "moe", "moe")
+    assert ep == pytest.approx(tp, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------- PP (notes A.7)
+@pytest.mark.parametrize("batch, N", [(PREFILL, 8192), (DECODE, 64)])
+def test_pp_send_recv_is_n_times_d_per_boundary(batch, N):
+    # notes A.7: N x d values, one direction, at each of pp - 1 boundaries
+    for pp in (2, 4):
+        est = _ds(ParallelConfig(tp=8, pp=pp))
+        assert est.estimate(batch).pp_comm_s * BW == pytest.approx((pp - 1) * N * d * AB, rel=1e-12)
+
+
+def test_pp_with_dp_attention_sends_each_ranks_tokens_on_its_own_link():
+    # dp=8: each rank sends its own N/8 tokens to its peer in the next stage, in parallel
+    est = _ds(ParallelConfig(tp=1, dp=8, ep=8, pp=2))
+    assert est.estimate(PREFILL).pp_comm_s * BW == pytest.approx(8192 / 8 * d * AB, rel=1e-12)
+
+
+def test_stage_time_adds_one_boundary():
+    est = _ds(ParallelConfig(tp=8, pp=4))
+    prof = _unit_profile()
+    no_pp = Estimator(get_model("deepseek-v3"), _unit_links(), prof, ParallelConfig(tp=8))
+    layers = no_pp.step_time(no_pp.features(PREFILL)) / 4
+    assert est.stage_time(PREFILL) == pytest.approx(layers + 8192 * d * AB / BW, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------- topology
+H100 = get_hardware("h100-sxm")
+INTRA, INTER = H100.intra_node_link, H100.inter_node_link
+E_PRE = get_profile("default-gpu").prefill.comm  # 0.7
+
+
+def _llama70(par: ParallelConfig) -> Estimator:
+    return Estimator(get_model("llama-2-70b"), H100, get_profile("default-gpu"), par)
+
+
+def test_link_for_picks_inter_node_above_devices_per_node():
+    assert H100.devices_per_node == 8
+    assert H100.link_for(8) is INTRA and H100.link_for(16) is INTER
+    assert INTRA.bandwidth == 450e9 and INTER.bandwidth == 50e9
+
+
+@pytest.mark.parametrize("tp, link", [(8, INTRA), (16, INTER)])
+def test_all_reduce_is_alpha_beta_on_the_groups_link(tp, link):
+    # Llama-2-70B (h = 8192) prefill of 2048 tokens: ring all-reduce of N*h*2 B
+    # = 2(g-1)/g * 33,554,432 B / (0.7 * bw) + 2(g-1) * latency
+    N, h = 2048, 8192
+    est = _llama70(ParallelConfig(tp=tp))
+    [att] = [m for m in est.estimate(StepBatch.prefill(1, N)).modules if m.name == "attention"]
+    expected = 2 * (tp - 1) / tp * N * h * 2 / (E_PRE * link.bandwidth) + 2 * (tp - 1) * link.latency_s
+    assert att.comm_s == pytest.approx(expected, rel=1e-12)
+    # tp=8 on NVLink: 1.75*33.55 MB / 315 GB/s + 14*3 us = 0.228 ms; tp=16 over InfiniBand:
+    # 1.875*33.55 MB / 35 GB/s + 30*5 us = 1.947 ms
+    assert att.comm_s == pytest.approx({8: 0.2284e-3, 16: 1.9475e-3}[tp], rel=1e-3)
+
+
+@pytest.mark.parametrize("ep, link", [(8, INTRA), (16, INTER)])
+def test_all_to_all_is_alpha_beta_on_the_groups_link(ep, link):
+    # DeepSeek-V3, dp=ep attention ranks: each all-to-all sends (g-1)/g of N*k*d/ep values
+    N = 8192
+    est = Estimator(get_model("deepseek-v3"), H100, get_profile("default-gpu"), ParallelConfig(tp=1, dp=ep, ep=ep))
+    [moe] = [m for m in est.estimate(StepBatch.prefill(8, 1024)).modules if m.group == "moe" and m.name == "moe"]
+    one = (ep - 1) / ep * N * k * d / ep * AB / (E_PRE * link.bandwidth) + (ep - 1) * link.latency_s
+    assert moe.comm_s == pytest.approx(2 * one, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp, pp, links", [
+    (4, 2, [INTRA]),                  # 8 devices, one node
+    (8, 2, [INTER]),                  # a stage fills a node: the boundary crosses nodes
+    (4, 4, [INTRA, INTER, INTRA]),    # 16 devices: only the boundary between devices 7 and 8 crosses
+])
+def test_send_recv_is_alpha_beta_on_each_boundarys_link(tp, pp, links):
+    N, h = 2048, 8192
+    est = _llama70(ParallelConfig(tp=tp, pp=pp))
+    expected = sum(N * h * AB / (E_PRE * lk.bandwidth) + lk.latency_s for lk in links)
+    assert est.estimate(StepBatch.prefill(1, N)).pp_comm_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_tp16_step_is_slower_than_two_tp8_halves_would_suggest():
+    # crossing nodes: the all-reduce gets 9x less bandwidth (450 vs 50 GB/s), so tp=16 prefill
+    # pays more communication per layer than tp=8 although each device computes half as much
+    b = StepBatch.prefill(1, 2048)
+    e8, e16 = _llama70(ParallelConfig(tp=8)).estimate(b), _llama70(ParallelConfig(tp=16)).estimate(b)
+    comm = lambda e: sum(m.comm_s * m.count for m in e.modules)  # noqa: E731
+    assert comm(e16) > 8 * comm(e8)
