@@ -1,0 +1,388 @@
+"""One serving instance in iteration mode: KV blocks, waiting and running requests, its steps.
+
+The instance owns its clock. :meth:`Instance.run_until` executes every step that *starts* before
+``until`` (a step is atomic: work arriving mid-step waits for the next boundary). Each step is
+planned by the scheduler (:mod:`serveplan.sim.schedulers`) and timed by the estimator.
+
+Speed: a step whose plan is "every running request decodes one token" is the common case, and
+such steps repeat unchanged until the next event (a completion, an arrival the scheduler could
+admit, KV exhaustion). :meth:`_decode_stretch` advances the whole run of steps at once: the
+context sum grows by the batch size per step, and the step times come from a table of
+``Estimator.step_times`` columns indexed by that sum (:class:`StepClock`). Pipelined instances
+(``pp > 1``) take the per-step path.
+
+KV memory (vLLM PagedAttention accounting): ``kv_capacity_tokens // block_size`` blocks; a prompt
+reserves ``ceil(prompt / block)`` blocks at admission, a decode appends a block every
+``block_size`` tokens; when a decode step does not fit, the most recently admitted requests are
+preempted and later recomputed (vLLM recompute preemption). Memory is never overcommitted.
+
+Pipeline parallelism: up to ``pp`` micro-batches are in flight. Every stage takes
+``Estimator.stage_time`` of its micro-batch; a micro-batch enters stage ``s`` when stage ``s-1``
+is done with it and stage ``s`` is done with the previous one. The time stage ``s`` idles,
+after the micro-batch entered the pipeline, before it arrives is that micro-batch's *bubble*
+(Sarathi §3.2, PB1-PB3), added to every request in it. A request may join a new micro-batch only
+after its previous one left the last stage.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.step import Estimator
+from serveplan.ops.base import FEATURE_INDEX
+from serveplan.sim.request import RequestState
+from serveplan.sim.schedulers.base import BatchPlan, Scheduler, blocks_for
+
+INF = math.inf
+_KVD = FEATURE_INDEX["kvd"]
+_BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+
+
+class StepClock:
+    """Step times of one estimator, memoised (BestServe §3.3.4 caches its oracle the same way).
+
+    * ``time(batch)``: any step, cached by its :class:`StepBatch` aggregates.
+    * ``decode_times(nd, kvd0, k)``: ``k`` decode-only steps of ``nd`` sequences whose context
+      sum starts at ``kvd0`` and grows by ``nd`` per step, read from lazily filled tables of
+      ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time).
+    """
+
+    def __init__(self, est: Estimator) -> None:
+        self.est = est
+        self.pp = est.parallel.pp
+        self._cache: dict[StepBatch, float] = {}
+        self._blocks: dict[tuple[int, int], np.ndarray] = {}
+        self._x0: dict[int, np.ndarray] = {}
+
+    def time(self, batch: StepBatch) -> float:
+        t = self._cache.get(batch)
+        if t is None:
+            t = self.est.time(batch) if self.pp == 1 else self.est.stage_time(batch)
+            self._cache[batch] = t
+        return t
+
+    def _block(self, nd: int, b: int) -> np.ndarray:
+        key = (nd, b)
+        blk = self._blocks.get(key)
+        if blk is None:
+            x0 = self._x0.get(nd)
+            if x0 is None:
+                x0 = self._x0[nd] = self.est.features(StepBatch(decode_tokens=float(nd), decode_keys=float(nd)))
+            size = 1 << _BLK_BITS
+            X = np.repeat(x0[:, None], size, axis=1)
+            X[_KVD] = (np.arange(size, dtype=float) + (b << _BLK_BITS)) / self.est.parallel.dp
+            blk = self._blocks[key] = self.est.step_times(X, "decode")
+        return blk
+
+    def decode_times(self, nd: int, kvd0: int, k: int) -> np.ndarray:
+        hi = kvd0 + nd * (k - 1)
+        b0, b1 = kvd0 >> _BLK_BITS, hi >> _BLK_BITS
+        off = b0 << _BLK_BITS
+        if b0 == b1:
+            return self._block(nd, b0)[kvd0 - off: hi - off + 1: nd]
+        arr = np.concatenate([self._block(nd, b) for b in range(b0, b1 + 1)])
+        return arr[kvd0 - off: hi - off + 1: nd]
+
+
+class Instance:
+    """One instance (``tp * pp * dp`` devices) running its scheduler over its requests.
+
+    Parameters
+    ----------
+    index, role:
+        Position in the fleet and ``collocated``, ``prefill`` or ``decode``.
+    clock:
+        :class:`StepClock` of the instance's estimator.
+    scheduler:
+        The batching policy.
+    req:
+        Shared :class:`RequestState`.
+    max_batch:
+        Sequences per step (per micro-batch).
+    prefill_max_batch:
+        New prompts per step.
+    token_budget, chunk_size:
+        New tokens per step (``inf``: unlimited) and the largest prefill chunk.
+    handoff:
+        For ``prefill`` instances: called as ``handoff(request, time)`` when a prompt is done;
+        returns the time at which its KV leaves this instance (transfer end).
+    """
+
+    def __init__(self, index: int, role: str, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
+                 max_batch: int, prefill_max_batch: int, token_budget: float, chunk_size: int,
+                 block_size: int = 16, handoff: Callable[[int, float], float] | None = None) -> None:
+        self.index = index
+        self.role = role
+        self.clock = clock
+        self.scheduler = scheduler
+        self.req = req
+        self.pp = clock.pp
+        self.block_size = block_size
+        self.total_blocks = clock.est.memory.kv_capacity_tokens // block_size
+        self.free_blocks = self.total_blocks
+        self.max_batch = max_batch
+        self.max_running = max_batch * self.pp
+        self.prefill_max_batch = prefill_max_batch
+        self.token_budget = token_budget
+        self.chunk_size = chunk_size
+        self.handoff = handoff
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []
+        self.inbox_t: list[float] = []
+        self.inbox_r: list[int] = []
+        self.ptr = 0
+        self.now = 0.0
+        self.stage_free = [0.0] * self.pp
+        self.releases: list[tuple[float, int]] = []
+        self.assigned = 0
+        self.completed = 0
+        self.num_steps = 0
+        self.num_prefill_steps = 0
+        self.num_preemptions = 0
+        self.busy_s = 0.0
+        self.peak_blocks = 0
+
+    # ---------------------------------------------------------------- intake
+    def deliver(self, t: float, q: int) -> None:
+        """Request ``q`` reaches this instance at time ``t`` (non-decreasing per instance)."""
+        self.inbox_t.append(t)
+        self.inbox_r.append(q)
+        self.assigned += 1
+
+    @property
+    def outstanding(self) -> int:
+        return self.assigned - self.completed
+
+    # ---------------------------------------------------------------- main loop
+    def run_until(self, until: float) -> None:
+        """Execute the steps that start before ``until``."""
+        sched = self.scheduler
+        it, ir = self.inbox_t, self.inbox_r
+        rel = self.releases
+        while self.now < until:
+            now = self.now
+            p = self.ptr
+            n_in = len(it)
+            while p < n_in and it[p] <= now:
+                self.waiting.append(ir[p])
+                p += 1
+            self.ptr = p
+            while rel and rel[0][0] <= now:
+                self.free_blocks += heapq.heappop(rel)[1]
+            plan = sched.plan_batch(self)
+            if plan is not None and (plan.admit or plan.preempt):
+                self._apply_admission(plan)
+            if plan is None or plan.is_empty:
+                if plan is not None and (plan.admit or plan.preempt):
+                    continue
+                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF, self._next_ready())
+                if nxt >= until:
+                    if until < INF:
+                        self.now = until
+                    return
+                self.now = nxt
+                continue
+            if self.pp == 1 and not plan.prefill and len(plan.decode) == len(self.running):
+                self._decode_stretch(plan.decode, until)
+            else:
+                self._step(plan)
+
+    def _next_ready(self) -> float:
+        if self.pp == 1:
+            return INF
+        now = self.now
+        ra = self.req.ready_at
+        return min((ra[q] for q in self.running if ra[q] > now), default=INF)
+
+    # ---------------------------------------------------------------- plan application
+    def _apply_admission(self, plan: BatchPlan) -> None:
+        R = self.req
+        if plan.preempt:
+            for q in plan.preempt:
+                self.running.remove(q)
+                self.free_blocks += R.blocks[q]
+                R.blocks[q] = 0
+                R.kv_len[q] = 0
+                R.prefilled[q] = 0
+                R.kv_ready[q] = False
+                R.prompt_len[q] = R.inp[q] + R.gen[q]
+                R.preemptions[q] += 1
+            self.num_preemptions += len(plan.preempt)
+            # back to the front of the queue, earliest arrival first (vLLM recompute preemption)
+            self.waiting.extendleft(sorted(plan.preempt, key=lambda q: (R.arrival[q], q), reverse=True))
+        bs = self.block_size
+        for q in plan.admit:
+            head = self.waiting.popleft()
+            assert head == q, "a plan admits from the head of the queue"
+            b = blocks_for(R.kv_len[q] if R.kv_ready[q] else R.prompt_len[q], bs)
+            self.free_blocks -= b
+            R.blocks[q] = b
+            self.running.append(q)
+            if R.kv_ready[q]:
+                R.decode_start[q] = self.now
+        assert self.free_blocks >= 0, "KV blocks overcommitted"
+        used = self.total_blocks - self.free_blocks
+        if used > self.peak_blocks:
+            self.peak_blocks = used
+
+    def _finish(self, q: int, t: float) -> None:
+        R = self.req
+        R.finish[q] = t
+        self.running.remove(q)
+        self.completed += 1
+        self._release(q, t)
+
+    def _release(self, q: int, t: float) -> None:
+        R = self.req
+        if t <= self.now:
+            self.free_blocks += R.blocks[q]
+        else:
+            heapq.heappush(self.releases, (t, R.blocks[q]))
+        R.blocks[q] = 0
+
+    # ---------------------------------------------------------------- one step (any pp)
+    def _step(self, plan: BatchPlan) -> None:
+        R = self.req
+        now = self.now
+        np_ = sp = kvp = ap = apc = 0.0
+        pf = R.prefilled
+        for q, c in plan.prefill:
+            ctx = pf[q]
+            np_ += c
+            sp += 1
+            kvp += ctx + c
+            ap += c * (ctx + c)
+            apc += c * (ctx + (c + 1) / 2)
+            if R.start[q] != R.start[q]:  # NaN: first computation for the request
+                R.start[q] = now
+        kv = R.kv_len
+        kvd = 0.0
+        for q in plan.decode:
+            kvd += kv[q] + 1
+        t = self.clock.time(StepBatch(np_, float(len(plan.decode)), sp, kvp, kvd, ap, apc))
+        if self.pp == 1:
+            exit_t = now + t
+            self.now = exit_t
+            bubble = 0.0
+        else:
+            sf = self.stage_free
+            end = now + t
+            sf[0] = end
+            bubble = 0.0
+            for s in range(1, self.pp):
+                idle_from = sf[s] if sf[s] > now else now
+                if end > idle_from:
+                    bubble += end - idle_from
+                end = (end if end > sf[s] else sf[s]) + t
+                sf[s] = end
+            exit_t = end
+            self.now = sf[0]
+        self.num_steps += 1
+        self.busy_s += t
+        if plan.prefill:
+            self.num_prefill_steps += 1
+        bs = self.block_size
+        done: list[int] = []
+        for q, c in plan.prefill:
+            pf[q] += c
+            kv[q] = pf[q]
+            R.ready_at[q] = exit_t
+            R.bubble[q] += bubble
+            if pf[q] >= R.prompt_len[q]:
+                if R.first_token[q] != R.first_token[q]:
+                    R.first_token[q] = exit_t
+                    R.gen[q] = 1
+                else:
+                    R.gen[q] += 1
+                if R.gen[q] >= R.out[q]:
+                    done.append(q)
+                elif self.role == "prefill":
+                    self.running.remove(q)
+                    self.completed += 1
+                    assert self.handoff is not None
+                    self._release(q, self.handoff(q, exit_t))
+        for q in plan.decode:
+            if kv[q] % bs == 0:
+                R.blocks[q] += 1
+                self.free_blocks -= 1
+            kv[q] += 1
+            R.gen[q] += 1
+            R.ready_at[q] = exit_t
+            R.bubble[q] += bubble
+            if R.gen[q] >= R.out[q]:
+                done.append(q)
+        assert self.free_blocks >= 0, "KV blocks overcommitted"
+        for q in done:
+            self._finish(q, exit_t)
+
+    # ---------------------------------------------------------------- decode-only stretch (pp == 1)
+    def _decode_stretch(self, run: list[int], until: float) -> None:
+        R = self.req
+        kv, gen, out = R.kv_len, R.gen, R.out
+        nd = len(run)
+        now = self.now
+        kvd0 = nd
+        k_max = 1 << 62
+        for q in run:
+            kvd0 += kv[q]
+            d = out[q] - gen[q]
+            if d < k_max:
+                k_max = d
+        bs = self.block_size
+        free = self.free_blocks
+        if nd * (-(-k_max // bs)) > free:
+            k_max = self._kv_steps(run, k_max, free)
+        times = self.clock.decode_times(nd, kvd0, k_max)
+        wake = until
+        if not self.waiting and self.ptr < len(self.inbox_t):
+            wake = min(wake, self.inbox_t[self.ptr])
+        if self.waiting and self.releases:
+            wake = min(wake, self.releases[0][0])
+        ends = np.cumsum(times)
+        ends += now
+        k = k_max
+        if wake < INF and k_max > 1:
+            # steps that start before ``wake``: the first always does (now < wake)
+            k = min(k_max, int(np.searchsorted(ends[: k_max - 1], wake, side="left")) + 1)
+        end = float(ends[k - 1])
+        done = []
+        blocks = R.blocks
+        for q in run:
+            k1 = kv[q] + k
+            kv[q] = k1
+            gen[q] += k
+            nb = -(-k1 // bs)
+            free -= nb - blocks[q]
+            blocks[q] = nb
+            if gen[q] >= out[q]:
+                done.append(q)
+        assert free >= 0, "KV blocks overcommitted"
+        self.free_blocks = free
+        self.num_steps += k
+        self.busy_s += end - now
+        self.now = end
+        for q in done:
+            self._finish(q, end)
+
+    def _kv_steps(self, run: list[int], k_max: int, free: int) -> int:
+        """Largest number of decode steps (<= k_max) whose new blocks fit in ``free``."""
+        R = self.req
+        kv, blocks, bs = R.kv_len, R.blocks, self.block_size
+
+        def need(k: int) -> int:
+            return sum(-(-(kv[q] + k) // bs) - blocks[q] for q in run)
+
+        lo, hi = 1, k_max  # need(1) <= free: the scheduler made one step fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo

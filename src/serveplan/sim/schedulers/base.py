@@ -1,0 +1,158 @@
+"""Scheduler interface: a policy that decides what the next step of an instance computes.
+
+A scheduler only decides; the instance applies the plan (KV blocks, request progress, timing),
+so a policy is testable with a hand-built view and no engine.
+
+Hooks
+-----
+``plan_batch(view) -> BatchPlan | None``
+    Called at every step boundary. ``view`` is the instance (see :class:`InstanceView` for the
+    attributes a policy may read). Return ``None`` when there is nothing to compute.
+
+Invariants a plan must keep (the instance asserts them):
+
+* ``preempt`` lists running requests to evict (vLLM recompute preemption: their KV is freed and
+  they return to the front of the waiting queue, to prefill ``input + generated`` tokens later).
+* ``admit`` lists waiting requests, in queue order, moved to running; their KV blocks (whole
+  prompt, or the transferred cache for ``kv_ready`` requests) must fit in ``free_blocks`` after
+  the preemptions.
+* ``prefill`` holds ``(request, tokens)`` chunks of running-or-admitted requests, at most the
+  prompt's remaining tokens; ``decode`` holds running requests whose prompt is done. A request
+  appears once. The blocks the decodes append must fit.
+* At most ``max_batch`` sequences per step.
+
+Adding a scheduler: subclass :class:`Scheduler` in ``sim/schedulers/<mechanism>.py``, decorate
+with ``@register_scheduler("<name>")`` and import the module in ``sim/schedulers/__init__.py``;
+the conformance tests in ``tests/sim`` pick it up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from serveplan.errors import SpecError
+
+SCHEDULERS: dict[str, type["Scheduler"]] = {}
+
+
+def register_scheduler(name: str) -> Callable[[type["Scheduler"]], type["Scheduler"]]:
+    def deco(cls: type["Scheduler"]) -> type["Scheduler"]:
+        SCHEDULERS[name] = cls
+        cls.name = name
+        return cls
+
+    return deco
+
+
+def get_scheduler(name: str) -> type["Scheduler"]:
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(sorted(SCHEDULERS))}") from None
+
+
+class InstanceView(Protocol):
+    """What a policy may read (attributes of :class:`serveplan.sim.instance.Instance`)."""
+
+    now: float
+    waiting: "list[int]"           # arrived, not running, FCFS (preempted requests in front)
+    running: list[int]             # holding KV, in admission order
+    free_blocks: int
+    block_size: int
+    max_batch: int                 # sequences per step
+    max_running: int               # sequences holding KV (max_batch x pipeline stages)
+    prefill_max_batch: int         # new prompts per step
+    token_budget: float            # new tokens per step (inf = unlimited)
+    chunk_size: int                # largest prefill chunk of one request
+    req: "object"                  # RequestState: prompt_len, prefilled, kv_len, gen, out, ready_at, kv_ready
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """What one step computes."""
+
+    prefill: list[tuple[int, int]] = field(default_factory=list)
+    decode: list[int] = field(default_factory=list)
+    admit: list[int] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.prefill or self.decode)
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+class Scheduler:
+    """Base policy: helpers shared by the concrete schedulers."""
+
+    name = "base"
+
+    def plan_batch(self, view: InstanceView) -> BatchPlan | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def ready_decodes(view: InstanceView) -> list[int]:
+        """Running requests whose prompt is done and that are not in the pipeline."""
+        r = view.req
+        now = view.now
+        pl, pf, ra = r.prompt_len, r.prefilled, r.ready_at
+        return [q for q in view.running if pf[q] >= pl[q] and ra[q] <= now]
+
+    @staticmethod
+    def fit_decodes(view: InstanceView, decodes: list[int], plan: BatchPlan) -> tuple[list[int], int]:
+        """Preempt the most recently admitted running requests until one decode step of
+        ``decodes`` fits in the KV cache (vLLM ``_preempt``, recompute mode). Returns the kept
+        decodes and the free blocks left."""
+        r = view.req
+        kv, bs = r.kv_len, view.block_size
+        free = view.free_blocks
+        need = sum(1 for q in decodes if kv[q] % bs == 0)
+        if need <= free:
+            return decodes, free - need
+        kept = list(decodes)
+        victims = [q for q in reversed(view.running) if r.ready_at[q] <= view.now]
+        for v in victims:
+            if need <= free or len(kept) <= 1:
+                break
+            plan.preempt.append(v)
+            free += r.blocks[v]
+            if v in kept:
+                kept.remove(v)
+                if kv[v] % bs == 0:
+                    need -= 1
+        while need > free and kept:  # only in-flight pipeline requests hold the rest: wait for them
+            q = kept.pop()
+            if kv[q] % bs == 0:
+                need -= 1
+        return kept, free - need
+
+    @staticmethod
+    def admit_kv_ready(view: InstanceView, plan: BatchPlan) -> None:
+        """Admit the transferred requests at the head of the queue (no compute: the instance
+        applies the admission and plans again)."""
+        r = view.req
+        free = view.free_blocks
+        slots = view.max_running - len(view.running)
+        for q in view.waiting:
+            if not r.kv_ready[q] or slots <= 0:
+                break
+            b = blocks_for(r.kv_len[q], view.block_size)
+            if b > free:
+                break
+            plan.admit.append(q)
+            free -= b
+            slots -= 1
+
+    @staticmethod
+    def admit_cost(view: InstanceView, q: int) -> tuple[int, int]:
+        """(blocks, prefill tokens) to admit waiting request ``q``."""
+        r = view.req
+        if r.kv_ready[q]:
+            return blocks_for(r.kv_len[q], view.block_size), 0
+        return blocks_for(r.prompt_len[q], view.block_size), r.prompt_len[q] - r.prefilled[q]

@@ -1,0 +1,66 @@
+"""Chunked prefill with decode-maximal batching (Sarathi §4.2-4.3; vLLM's default since v0.6).
+
+Each step first takes every running decode (one token each), then fills the remaining token
+budget with prefill chunks, FCFS: partially prefilled running prompts first, then newly admitted
+ones, each chunk at most ``chunk_size`` tokens. ``token_budget`` defaults to ``chunk_size``
+(Sarathi: one chunk plus the piggybacked decodes per step; with ``B`` decodes the chunk is
+``chunk_size - B`` tokens, the paper's tile-aligned choice §4.4).
+"""
+
+from __future__ import annotations
+
+from serveplan.sim.schedulers.base import BatchPlan, Scheduler, register_scheduler
+
+
+@register_scheduler("sarathi")
+class ChunkedPrefillScheduler(Scheduler):
+    """Decode-maximal batching: decodes first, then prefill chunks up to the token budget."""
+
+    def plan_batch(self, view):  # type: ignore[override]
+        plan = BatchPlan()
+        r = view.req
+        if view.waiting:
+            self.admit_kv_ready(view, plan)
+            if plan.admit:  # transferred requests join without compute; plan again after
+                return plan
+        decodes = self.ready_decodes(view)
+        if decodes:
+            decodes, free = self.fit_decodes(view, decodes, plan)
+            decodes = decodes[: view.max_batch]
+        else:
+            free = view.free_blocks
+        plan.decode = decodes
+        budget = view.token_budget - len(decodes)
+        seqs = len(decodes)
+        now = view.now
+        preempted = set(plan.preempt)
+        # partially prefilled running prompts
+        for q in view.running:
+            if budget <= 0 or seqs >= view.max_batch:
+                break
+            if q in preempted or r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now:
+                continue
+            c = int(min(view.chunk_size, r.prompt_len[q] - r.prefilled[q], budget))
+            plan.prefill.append((q, c))
+            budget -= c
+            seqs += 1
+        # new prompts (and KV-ready arrivals) FCFS
+        slots = view.max_running - (len(view.running) - len(plan.preempt))
+        new_prompts = 0
+        for q in view.waiting:
+            if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
+                break
+            blocks, toks = self.admit_cost(view, q)
+            if blocks > free or budget <= 0 or new_prompts >= view.prefill_max_batch:
+                break
+            c = int(min(view.chunk_size, toks, budget))
+            plan.prefill.append((q, c))
+            budget -= c
+            new_prompts += 1
+            plan.admit.append(q)
+            free -= blocks
+            slots -= 1
+            seqs += 1
+        if plan.is_empty and not plan.preempt:
+            return None
+        return plan
