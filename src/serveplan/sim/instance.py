@@ -114,6 +114,9 @@ class Instance:
         returns the time at which its KV leaves this instance (transfer end).
     """
 
+    #: Advance decode-only steps in stretches (False: one step at a time, for cross-checks).
+    fast_decode = True
+
     def __init__(self, index: int, role: str, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
                  max_batch: int, prefill_max_batch: int, token_budget: float, chunk_size: int,
                  block_size: int = 16, handoff: Callable[[int, float], float] | None = None) -> None:
@@ -188,7 +191,7 @@ class Instance:
                     return
                 self.now = nxt
                 continue
-            if self.pp == 1 and not plan.prefill and len(plan.decode) == len(self.running):
+            if self.fast_decode and self.pp == 1 and not plan.prefill and len(plan.decode) == len(self.running):
                 self._decode_stretch(plan.decode, until)
             else:
                 self._step(plan)

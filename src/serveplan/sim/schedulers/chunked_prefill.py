@@ -44,7 +44,9 @@ class ChunkedPrefillScheduler(Scheduler):
             plan.prefill.append((q, c))
             budget -= c
             seqs += 1
-        # new prompts (and KV-ready arrivals) FCFS
+        # new prompts FCFS (none in a step that had to preempt: memory is short, vLLM does the same)
+        if plan.preempt:
+            return plan
         slots = view.max_running - (len(view.running) - len(plan.preempt))
         new_prompts = 0
         for q in view.waiting:
