@@ -11,7 +11,8 @@ Features (all per data-parallel attention rank unless noted):
 ===========  ================================================================================
 ``one``      1 (weight reads and other per-step constants)
 ``n``        new tokens in the step, prefill and decode together (rows of every linear layer)
-``ng``       ``n`` rounded up to the device tile size (GEMM work under tile quantization)
+``ng``       GEMM rows charged under tile quantization: ``n`` scaled by the padding penalty of
+             :func:`serveplan.estimator.step.tile_quantized_rows` (``n`` when it is off)
 ``np``       prefill tokens (sequences with more than one new token, or no cached context)
 ``nd``       decode tokens (= decode sequences; one new token each)
 ``sp``       prefill sequences
