@@ -67,7 +67,7 @@ class SimulationConfig:
     max_batch:
         Sequences per step (decode instances and collocated instances).
     prefill_max_batch:
-        New prompts per step (default ``max_batch``); the batch limit of prefill instances.
+        New prompts per step (default, or 0: ``max_batch``); the batch limit of prefill instances.
     scheduler:
         Collocated policy: ``vllm`` (prefill first, no mixing) or ``sarathi`` (chunked prefill,
         decode-maximal batching). Disaggregated fleets use the ``prefill-only`` and
@@ -120,6 +120,8 @@ class SimulationConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", Strategy.parse(self.strategy))
+        if self.prefill_max_batch == 0:  # 0 reads as "no separate limit"
+            object.__setattr__(self, "prefill_max_batch", None)
         for f in ("tp", "pp", "dp", "ep", "max_batch", "chunk_size"):
             _positive_int(f, getattr(self, f))
         for f in ("prefill_tp", "decode_tp", "prefill_max_batch", "token_budget"):

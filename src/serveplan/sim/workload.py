@@ -225,6 +225,13 @@ class Workload:
                         arrival=arrival, cv=cv, name=key)
 
     @staticmethod
+    def fixed(input_len: int, output_len: int, num_requests: int = 10000, *, arrival: str = "poisson",
+              cv: float = 1.0) -> "Workload":
+        """Every request with ``input_len`` prompt and ``output_len`` output tokens."""
+        return Workload(input_lengths=input_len, output_lengths=output_len, num_requests=num_requests,
+                        arrival=arrival, cv=cv, name=f"{input_len}/{output_len}")
+
+    @staticmethod
     def from_distributions(input_dist: LengthDist | int, output_dist: LengthDist | int, num_requests: int, *,
                            seed: int = 0, arrival: str = "poisson", cv: float = 1.0, name: str = "") -> "Workload":
         """Draw ``num_requests`` lengths from the two distributions (a seeded stream separate
@@ -322,11 +329,6 @@ def arrival_times(workload: Workload, rate: float | None, seed: int) -> np.ndarr
         k = 1.0 / workload.cv**2
         gaps = rng.gamma(k, 1.0 / k, size=n)
     return np.cumsum(gaps) / rate
-
-
-def fixed_lengths(input_len: int, output_len: int, num_requests: int) -> Workload:
-    """Shorthand for a fixed-length Poisson workload."""
-    return Workload(input_lengths=input_len, output_lengths=output_len, num_requests=num_requests)
 
 
 def lengths_summary(values: Sequence[int]) -> tuple[int, int, float]:

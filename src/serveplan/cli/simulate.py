@@ -1,0 +1,175 @@
+"""``serveplan simulate``: a request stream through a serving strategy; latencies and throughput."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.errors import SpecError
+from serveplan.estimator.api import resolve_specs
+from serveplan.sim import SLO, LengthDist, SimulationConfig, SimulationResult, Workload, simulate
+from serveplan.sim.workload import SCENARIOS
+
+
+def build_workload(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
+                   trace: Optional[str], length_dist: Optional[str], num_requests: int, arrival: str,
+                   cv: float, seed: int) -> Workload:
+    """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions)."""
+    if num_requests < 1:
+        raise SpecError(f"num-requests={num_requests} must be a positive integer")
+    given = [n for n, v in (("--scenario", scenario), ("--input-len/--output-len", input_len or output_len),
+                            ("--trace", trace), ("--length-dist", length_dist)) if v]
+    if len(given) > 1:
+        raise SpecError(f"give one request source; got {', '.join(given)}")
+    if trace:
+        wl = Workload.from_trace(trace, num_requests=num_requests)
+        return wl
+    if length_dist:
+        parts = length_dist.split(";")
+        if len(parts) != 2:
+            raise SpecError(f"length-dist={length_dist!r}; expected 'INPUT;OUTPUT', e.g. 'normal:2048,512;uniform:16,128'")
+        return Workload.from_distributions(LengthDist.parse(parts[0]), LengthDist.parse(parts[1]), num_requests,
+                                           seed=seed, arrival=arrival, cv=cv)
+    if input_len is not None or output_len is not None:
+        if input_len is None or output_len is None:
+            raise SpecError("give both --input-len and --output-len (or a --scenario)")
+        return Workload.fixed(input_len, output_len, num_requests=num_requests, arrival=arrival, cv=cv)
+    return Workload.scenario(scenario or "op2", num_requests=num_requests, arrival=arrival, cv=cv)
+
+
+def _rates(text: str) -> list[float]:
+    try:
+        out = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"rate-sweep={text!r} must be comma-separated rates, e.g. 0.5,1,2") from None
+    if not out or any(not r > 0 for r in out):
+        raise SpecError(f"rate-sweep={text!r}: every rate must be a positive number of requests per second")
+    return out
+
+
+@app.command("simulate")
+@handle_errors
+def simulate_cmd(
+    model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
+    hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    strategy: str = typer.Option("1p1d", "--strategy", "-s", help="Nm (N collocated) or PpDd (P prefill, D decode)."),
+    tp: int = typer.Option(4, "--tp", help="Tensor-parallel size of every instance."),
+    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="TP of prefill instances (disaggregated)."),
+    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="TP of decode instances (disaggregated)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline stages per instance."),
+    dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks per instance."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
+    max_batch: int = typer.Option(16, "--max-batch", help="Sequences per step (decode and collocated instances)."),
+    prefill_max_batch: Optional[int] = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0: = max batch)."),
+    scheduler: str = typer.Option("vllm", "--scheduler", help="Collocated scheduler: vllm or sarathi."),
+    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="New tokens per step (sarathi default: chunk size)."),
+    router: str = typer.Option("round_robin", "--router", help="round_robin or least_outstanding."),
+    fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7)."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
+    input_len: Optional[int] = typer.Option(None, "--input-len", help="Fixed input length."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="Fixed output length."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
+    length_dist: Optional[str] = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
+    rate: float = typer.Option(3.5, "--rate", help="Arrival rate (requests/s)."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
+    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
+    num_requests: int = typer.Option(10000, "--num-requests", "-n", help="Requests to simulate."),
+    seed: int = typer.Option(0, "--seed", help="Seed of arrivals (and sampled lengths)."),
+    slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="TTFT target (s)."),
+    slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
+    percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
+    early_stop: bool = typer.Option(False, "--early-stop", help="Stop once the SLO is certainly missed."),
+    rate_sweep: Optional[str] = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
+) -> None:
+    """Simulate a request stream through a fleet (default: BestServe Table 4, 1p1d, CodeLlama-34B
+    on Ascend 910B3, TP 4, prefill batch 4, decode batch 16, op2, 3.5 req/s, 10000 requests)."""
+    m, hw, pr = resolve_specs(model, hardware, profile)
+    wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed)
+    cfg = SimulationConfig(
+        model=m, hardware=hw, profile=pr, strategy=strategy, tp=tp, prefill_tp=prefill_tp, decode_tp=decode_tp,
+        pp=pp, dp=dp, ep=ep, max_batch=max_batch, prefill_max_batch=prefill_max_batch, scheduler=scheduler,
+        chunk_size=chunk_size, token_budget=token_budget, router=router, fidelity=fidelity, rate=rate, workload=wl,
+        slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
+        early_stop=early_stop,
+    )
+    sweep_rates = _rates(rate_sweep) if rate_sweep else None
+    res = simulate(cfg)
+    sweep: list[SimulationResult] = []
+    if sweep_rates or out is not None:
+        if sweep_rates is None and wl.arrival != "trace":
+            sweep_rates = [round(rate * f, 6) for f in (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)]
+        for r in sweep_rates or []:
+            sweep.append(res if r == rate else simulate(dataclasses.replace(cfg, rate=r)))
+    if out is not None:
+        _write_out(out, res, sweep)
+    if json_out:
+        d = res.to_dict()
+        if sweep:
+            from serveplan.report.tables import sweep_records
+
+            d["rate_sweep"] = sweep_records(sweep)
+        emit_json(d)
+        return
+    _print(res, sweep, out)
+
+
+def _print(res: SimulationResult, sweep: list[SimulationResult], out: Optional[Path]) -> None:
+    from serveplan.report.tables import latency_rows, summary_lines
+
+    con = console()
+    cfg = res.config
+    pmb = cfg.prefill_max_batch or cfg.max_batch
+    disagg = cfg.strategy.is_disaggregated  # type: ignore[union-attr]
+    layout = (f"prefill {cfg.parallel('prefill').label()}, decode {cfg.parallel('decode').label()}" if disagg
+              else cfg.parallel("collocated").label())
+    sched = "prefill-only/decode-only" if disagg else cfg.scheduler
+    title = (f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy} ({layout}, max batch {cfg.max_batch}, "
+             f"prefill batch {pmb}, {sched}, {cfg.fidelity}), {cfg.workload.describe()}, rate {cfg.rate} req/s")
+    t = Table(title=title)
+    for col in ("latency (ms)", "mean", "P50", "P90", "P99", "SLO"):
+        t.add_column(col, justify="left" if col.startswith("latency") else "right")
+    for row in latency_rows(res):
+        t.add_row(*row)
+    con.print(t)
+    for line in summary_lines(res):
+        con.print(line)
+    if sweep:
+        s = Table(title="rate sweep")
+        for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)", "SLO met", "overloaded"):
+            s.add_column(col, justify="right")
+        for r in sorted(sweep, key=lambda r: r.config.rate or 0):
+            s.add_row(f"{r.config.rate:g}", f"{r.ttft_s.p90 * 1e3:,.1f}", f"{r.tpot_s.p90 * 1e3:,.1f}",
+                      f"{r.throughput_rps:.3f}", f"{r.slo_attainment:.1%}", "yes" if r.overloaded else "no")
+        con.print(s)
+    if out is not None:
+        con.print(f"wrote {out}/requests.csv, summary.json and plots")
+
+
+def _write_out(out: Path, res: SimulationResult, sweep: list[SimulationResult]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    res.requests.write_csv(out / "requests.csv")
+    summary = res.to_dict()
+    from serveplan.report.tables import sweep_records
+
+    if sweep:
+        summary["rate_sweep"] = sweep_records(sweep)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    try:
+        from serveplan.report.plots import latency_histograms, rate_sweep_plot
+
+        latency_histograms(res, out / "latency_histograms.png")
+        if sweep:
+            rate_sweep_plot(sweep, out / "p90_vs_rate.png")
+    except ImportError as exc:
+        typer.echo(str(exc), err=True)
