@@ -100,3 +100,5 @@ def main() -> None:
 # subcommands register themselves on ``app``
 from serveplan.cli import catalog as _catalog  # noqa: E402,F401
 from serveplan.cli import estimate as _estimate  # noqa: E402,F401
+from serveplan.cli import simulate as _simulate  # noqa: E402,F401
+from serveplan.cli import optimize as _optimize  # noqa: E402,F401
