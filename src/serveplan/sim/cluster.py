@@ -107,6 +107,9 @@ class EarlyStop:
         self.limit = certain_misses(req.n, slo.percentile)
         self.arrival = np.asarray(req.arrival)
         self.out = np.asarray(req.out, dtype=float)
+        # off while a disaggregated fleet runs only its prefill stage: decodes have not started,
+        # so the TPOT of a request waiting for its decode instance is not yet known
+        self.check_tpot = True
 
     def missed(self, t: float) -> bool:
         R, slo = self.req, self.slo
@@ -115,6 +118,8 @@ class EarlyStop:
         with np.errstate(invalid="ignore"):
             if int(np.count_nonzero(ttft > slo.ttft_s)) >= self.limit:
                 return True
+            if not self.check_tpot:
+                return False
             fin = np.asarray(R.finish)
             last = np.where(np.isfinite(fin), fin, t)
             tpot = (last - first) / np.maximum(self.out - 1, 1)
@@ -218,7 +223,11 @@ def run_disaggregated(make_prefill: Callable[[int, Callable[[int, float], float]
     def assign_p(q: int, i: int) -> None:
         req.p_inst[q] = i
 
+    if stop is not None:
+        stop.check_tpot = False
     stopped, at = _run_stage(pre, req.arrival, list(range(req.n)), router, cap, stop, assign_p)
+    if stop is not None:
+        stop.check_tpot = True
     dec = [make_decode(i) for i in range(n_decode)]
     if stopped:
         return FleetRun(pre + dec, True, at)
