@@ -1,0 +1,472 @@
+"""FlexGen's two-level policy search, evaluation of a given policy, and the latency-throughput frontier.
+
+Outer level (FlexGen Section 4.3): enumerate the GPU batch size, the number of GPU batches in a block,
+compression on/off and CPU attention on/off. Inner level: the placement LP of
+:mod:`serveplan.offload.lp`, then rounding to whole percent. Candidates are visited in decreasing
+order of a throughput bound that ignores all transfers (compute alone), and the enumeration stops
+when the bound falls below the best rounded plan, so few LPs are solved.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.offload.cost import TERMS, CostTerms, cost_terms, layer_sizes
+from serveplan.offload.host import HostSpec, get_host
+from serveplan.offload.lp import build_lp, memory_violations, round_placement, solve
+from serveplan.offload.policy import PLACEMENT_FIELDS, OffloadPolicy, Overlap
+from serveplan.specs.catalog import get_hardware, get_model
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.model import ModelSpec
+from serveplan.units import fmt_bytes
+
+#: GPU batch sizes tried (FlexGen: "typically a multiple of 4"; Tables 14-18 also use 1, 2, 7).
+GPU_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144,
+                   160, 192, 224, 256, 320, 384, 448, 512)
+#: GPU batches per block tried (Tables 14-18 use 1 to 36).
+NUM_GPU_BATCHES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 36, 40)
+
+_TIERS = ("gpu", "cpu", "disk")
+#: A plan that uses the disk is chosen only if it beats the best disk-free plan by this fraction
+#: (assumed: half the model's median error on Tables 14-18, 10%; disk plans also depend on the page
+#: cache). FlexGen's experiments treat disk on/off as a switch (Section 4.4, Table 4 "No disk").
+DISK_MARGIN = 0.05
+_X_MIN_GPU = np.array([0, 1, 0, 0, 1, 0, 0, 1, 0], dtype=float)  # minimizes every GPU peak term
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffloadPlan:
+    """A policy with its predicted throughput, latency, memory per tier and time per term.
+
+    ``latency_s`` is the time of one block (``bls`` sequences, ``s`` prompt and ``n`` generated
+    tokens each) and ``throughput_tokens_per_s = bls * n / latency_s`` (FlexGen Section 3).
+    """
+
+    model: str
+    gpu: str
+    host: str
+    input_len: int
+    output_len: int
+    overlap: Overlap
+    policy: OffloadPolicy
+    throughput_tokens_per_s: float
+    latency_s: float
+    prefill_s: float
+    decode_s: float
+    prefill_layer_terms_s: dict[str, float]
+    decode_layer_terms_s: dict[str, float]
+    time_breakdown_s: dict[str, float]
+    peak_memory_bytes: dict[str, float]
+    capacity_bytes: dict[str, float]
+    violations_bytes: dict[str, float]
+    placement_bytes: dict[str, dict[str, float]]
+    sizes: dict[str, float]
+    relaxed: dict[str, Any] | None = None
+    search: dict[str, Any] | None = None
+
+    @property
+    def fits(self) -> bool:
+        return not self.violations_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "gpu": self.gpu, "host": self.host,
+            "input_len": self.input_len, "output_len": self.output_len, "overlap": self.overlap.value,
+            "throughput_tokens_per_s": self.throughput_tokens_per_s, "latency_s": self.latency_s,
+            "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+            "policy": self.policy.to_dict(), "fits": self.fits,
+            "prefill_layer_terms_s": self.prefill_layer_terms_s,
+            "decode_layer_terms_s": self.decode_layer_terms_s,
+            "time_breakdown_s": self.time_breakdown_s,
+            "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
+            "violations_bytes": self.violations_bytes, "placement_bytes": self.placement_bytes,
+            "sizes": self.sizes, "relaxed": self.relaxed, "search": self.search,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffloadFrontier:
+    """Best throughput under each latency bound: plans sorted by latency, throughput increasing."""
+
+    points: tuple[OffloadPlan, ...]
+    search: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"points": [p.to_dict() for p in self.points], "search": self.search}
+
+
+# ------------------------------------------------------------------------------------- inputs
+def _resolve(model: str | ModelSpec, gpu: str | DeviceSpec | None,
+             host: str | HostSpec) -> tuple[ModelSpec, DeviceSpec, HostSpec]:
+    m = get_model(model) if isinstance(model, str) else model
+    h = get_host(host) if isinstance(host, str) else host
+    if gpu is None:
+        g = h.gpu
+    elif isinstance(gpu, DeviceSpec):
+        g = gpu
+    elif gpu == h.gpu.name:
+        g = h.gpu
+    else:
+        g = get_hardware(gpu)
+    return m, g, h
+
+
+def _check_lengths(input_len: int, output_len: int) -> None:
+    for name, v in (("input_len", input_len), ("output_len", output_len)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(f"{name}={v!r} must be a positive integer (tokens)")
+
+
+# ------------------------------------------------------------------------------------- evaluate
+def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: DeviceSpec, host: HostSpec,
+               policy: OffloadPolicy, relaxed: dict[str, Any] | None = None,
+               search: dict[str, Any] | None = None) -> OffloadPlan:
+    l, n, s = terms.num_layers, terms.output_len, terms.input_len
+    prefill_s, decode_s = terms.block_latency(x)
+    latency = prefill_s + decode_s
+    pre = {t: terms.prefill[t].at(x) for t in TERMS}
+    dec = {t: terms.decode[t].at(x) for t in TERMS}
+    breakdown = {f"prefill_{t}": v * l for t, v in pre.items()}
+    breakdown.update({f"decode_{t}": v * (n - 1) * l for t, v in dec.items()})
+    breakdown.update({k: a.at(x) * (l if k.startswith("prefill") else (n - 1) * l)
+                      for k, a in terms.parts.items()})
+    z = terms.sizes
+    bls = terms.block_size
+    kv_block = z.kv_bytes_per_token * (s + n) * bls * l
+    act_block = z.act_bytes_per_token * s * bls
+    placement = {
+        "weights": {t: z.total_weight_bytes * x[i] for i, t in enumerate(_TIERS)},
+        "kv_cache": {t: kv_block * x[3 + i] for i, t in enumerate(_TIERS)},
+        "activations": {t: act_block * x[6 + i] for i, t in enumerate(_TIERS)},
+    }
+    sizes = {
+        "weight_bytes_per_layer": z.weight_bytes,
+        "weight_fp16_bytes_per_layer": z.weight_fp16_bytes,
+        "weight_bytes_total": z.total_weight_bytes,
+        "kv_bytes_per_token_per_layer": z.kv_bytes_per_token,
+        "kv_bytes_block": kv_block,
+        "activation_bytes_per_token": z.act_bytes_per_token,
+        "linear_flops_per_token_per_layer": z.linear_flops_per_token,
+        "num_layers": l,
+    }
+    return OffloadPlan(
+        model=model.name, gpu=gpu.name, host=host.name, input_len=s, output_len=n,
+        overlap=terms.overlap, policy=policy,
+        throughput_tokens_per_s=bls * n / latency, latency_s=latency,
+        prefill_s=prefill_s, decode_s=decode_s,
+        prefill_layer_terms_s=pre, decode_layer_terms_s=dec, time_breakdown_s=breakdown,
+        peak_memory_bytes={t: m.at(x) for t, m in terms.memory.items()},
+        capacity_bytes=dict(terms.capacity), violations_bytes=memory_violations(terms, x),
+        placement_bytes=placement, sizes=sizes, relaxed=relaxed, search=search,
+    )
+
+
+def _policy_from(terms: CostTerms, x: np.ndarray) -> OffloadPolicy:
+    vals = {f: float(round(v, 6)) for f, v in zip(PLACEMENT_FIELDS, x)}
+    return OffloadPolicy(gpu_batch_size=terms.gpu_batch_size, num_gpu_batches=terms.num_gpu_batches,
+                         compress=terms.compress, cpu_attention=terms.cpu_attention, **vals)
+
+
+def evaluate_policy(
+    model: str | ModelSpec,
+    policy: OffloadPolicy,
+    *,
+    gpu: str | DeviceSpec | None = None,
+    host: str | HostSpec = "flexgen-t4",
+    input_len: int = 512,
+    output_len: int = 32,
+    overlap: Overlap = Overlap.SERIAL_LOAD,
+) -> OffloadPlan:
+    """Predict throughput, latency, peak memory per tier and time per term of a given policy.
+
+    A policy that overflows a tier is still evaluated (FlexGen's own tables contain such policies,
+    e.g. Table 18's OPT-30B ``512x8``); the overflow is reported in ``violations_bytes``.
+
+    Example
+    -------
+    >>> plan = evaluate_policy("opt-30b", parse_policy("48x3,20,80,0,100,0,100"))  # doctest: +SKIP
+    """
+    _check_lengths(input_len, output_len)
+    m, g, h = _resolve(model, gpu, host)
+    terms = cost_terms(m, g, h, input_len=input_len, output_len=output_len,
+                       gpu_batch_size=policy.gpu_batch_size, num_gpu_batches=policy.num_gpu_batches,
+                       compress=policy.compress, cpu_attention=policy.cpu_attention, overlap=overlap)
+    return _plan_from(terms, np.array(policy.placement()), model=m, gpu=g, host=h, policy=policy)
+
+
+# ------------------------------------------------------------------------------------- search
+@dataclass(slots=True)
+class _Candidate:
+    terms: CostTerms
+    allow_disk: bool
+    latency_lb: float
+    throughput_ub: float
+
+
+def _modes(compress: bool | None, cpu_attention: bool | None) -> list[tuple[bool, bool]]:
+    comps = [False, True] if compress is None else [compress]
+    out = []
+    for c in comps:
+        if c:
+            if cpu_attention:
+                raise SpecError("cpu_attention=True conflicts with compress=True: FlexGen turns CPU "
+                                "attention off under compression (Section 4.2)")
+            out.append((True, False))
+        else:
+            out += [(False, a) for a in ([True, False] if cpu_attention is None else [cpu_attention])]
+    return out
+
+
+def _min_need(model: ModelSpec, s: int, n: int, compress: bool) -> tuple[float, float, float, float]:
+    """Bytes the smallest block (one sequence) needs: weights, KV, activations, and the total."""
+    z = layer_sizes(model, compress=compress)
+    w = z.total_weight_bytes
+    kv = z.kv_bytes_per_token * (s + n) * z.num_layers
+    act = z.act_bytes_per_token * s
+    return w, kv, act, w + kv + act
+
+
+def _latency_bound(t: CostTerms, allow_disk: bool) -> float | None:
+    """A lower bound on the block latency over all placements, or None if none can fit.
+
+    Compute terms do not depend on placement; weights beyond GPU capacity must cross PCIe every
+    step; bytes beyond GPU + CPU capacity must be read from disk every step (at least the
+    ``ctx/(s+n)`` share of a KV byte). Both bounds only relax the LP, so pruning on them is safe.
+    """
+    z, l, n, s = t.sizes, t.num_layers, t.output_len, t.input_len
+    bls = t.block_size
+    cap_g, cap_c = t.capacity["gpu_decode"], t.capacity["cpu_decode"]
+    disk_ok = allow_disk and not t.compress
+    cap_d = t.capacity["disk"] if disk_ok else 0.0
+    home = (z.total_weight_bytes + z.kv_bytes_per_token * (s + n) * bls * l
+            + z.act_bytes_per_token * s * bls)
+    if home > cap_g + cap_c + cap_d:
+        return None
+    ctx_share = (s + n / 2) / (s + n)
+    # seconds per layer-step to upload one home byte that is off the GPU: weights W/l per layer,
+    # KV (GPU attention only) its ctx/(s+n) share; coefficients read from the affine terms
+    up_w = t.decode["ctog"].coef[1] / max(z.weight_bytes, 1.0) / l * z.weight_bytes / z.total_weight_bytes * l
+    kv_home = z.kv_bytes_per_token * (s + n) * bls * l
+    if t.cpu_attention:  # cache off the GPU (cg = 0), attention on the CPU: only weights upload
+        off = max(0.0, z.total_weight_bytes - cap_g)
+        ctog_lb = off * up_w
+    else:
+        off = max(0.0, z.total_weight_bytes + kv_home - cap_g)
+        up_kv = t.decode["ctog"].coef[4] / kv_home if kv_home > 0 else up_w
+        ctog_lb = off * min(up_w, up_kv)
+    disk_bytes = max(0.0, home - cap_g - cap_c)
+    dtoc_lb = disk_bytes / l * ctx_share * (t.decode["dtoc"].coef[2] / max(z.weight_bytes, 1.0))
+    comp_p = t.prefill["comp"].const
+    x_cpu = np.zeros(9)
+    x_cpu[4] = 1.0  # KV on CPU: CPU attention if on, else uploads counted in ctog, not comp
+    comp_g = t.decode["comp"].at(x_cpu)
+    if t.overlap is Overlap.SERIAL_LOAD:
+        pre, dec = max(comp_p, ctog_lb), ctog_lb + max(comp_g, dtoc_lb)
+    else:
+        pre, dec = max(comp_p, ctog_lb), max(comp_g, ctog_lb, dtoc_lb)
+    return pre * l + dec * (n - 1) * l
+
+
+def _candidates(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, *, s: int, n: int,
+                modes: list[tuple[bool, bool]], overlap: Overlap, gpu_batch_sizes: tuple[int, ...],
+                num_gpu_batches: tuple[int, ...], max_latency_s: float | None) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    for comp, cpu_att in modes:
+        sizes = layer_sizes(model, compress=comp)
+        disk_flags = (False,) if comp or host.disk_bytes <= 0 else (False, True)
+        for gbs in gpu_batch_sizes:
+            gpu_fits = True
+            for ngb in num_gpu_batches:
+                t = cost_terms(model, gpu, host, input_len=s, output_len=n, gpu_batch_size=gbs,
+                               num_gpu_batches=ngb, compress=comp, cpu_attention=cpu_att,
+                               overlap=overlap, sizes=sizes)
+                # GPU floor (nothing resident): grows with gbs, so larger gbs cannot fit either
+                if any(t.memory[k].at(_X_MIN_GPU) > t.capacity[k] for k in ("gpu_prefill", "gpu_decode")):
+                    gpu_fits = False
+                    break
+                any_fit = False
+                for disk in disk_flags:
+                    lb = _latency_bound(t, disk)
+                    if lb is None:
+                        continue
+                    any_fit = True
+                    if max_latency_s is not None and lb > max_latency_s:
+                        continue
+                    out.append(_Candidate(t, disk, lb, t.block_size * n / lb))
+                if not any_fit:
+                    break  # larger blocks need more memory
+            if not gpu_fits:
+                break
+    return out
+
+
+def _solve_candidate(c: _Candidate, max_latency_s: float | None) -> tuple[np.ndarray, Any]:
+    sol = solve(build_lp(c.terms, max_latency_s=max_latency_s, allow_disk=c.allow_disk))
+    xr = round_placement(c.terms, sol.x)
+    if max_latency_s is not None and sum(c.terms.block_latency(xr)) > max_latency_s * (1 + 1e-9):
+        raise InfeasibleError("rounded placement exceeds the latency bound")
+    return xr, sol
+
+
+def _infeasible_message(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, s: int, n: int,
+                        modes: list[tuple[bool, bool]], max_latency_s: float | None) -> str:
+    comp = any(c for c, _ in modes)
+    w, kv, act, total = _min_need(model, s, n, compress=comp)
+    cap = {"gpu": gpu.memory_bytes, "cpu": host.cpu_memory_bytes, "disk": host.disk_bytes}
+    fmt = "4-bit" if comp else "FP16"
+    if total > sum(cap.values()):
+        disk_need = total - cap["gpu"] - cap["cpu"]
+        return (
+            f"model {model.name!r} does not fit on {gpu.name} + host {host.name!r}: one sequence of "
+            f"{s}+{n} tokens needs {fmt_bytes(total)} ({fmt} weights {fmt_bytes(w)}, KV cache "
+            f"{fmt_bytes(kv)}, activations {fmt_bytes(act)}) = {total:.4g} bytes; with GPU "
+            f"({cap['gpu']:.4g} bytes) and CPU ({cap['cpu']:.4g} bytes) full, the disk would need "
+            f"{disk_need:.4g} bytes but holds {cap['disk']:.4g}"
+        )
+    if max_latency_s is not None:
+        return (f"no policy for {model.name!r} on {gpu.name} + {host.name!r} finishes a block within "
+                f"--max-latency {max_latency_s:g} s")
+    return (
+        f"no policy for {model.name!r} fits on {gpu.name} ({cap['gpu']:.4g} bytes): even with nothing "
+        f"resident the GPU working set of one GPU batch (two streamed weight units and one layer's "
+        f"activations) exceeds it; CPU {cap['cpu']:.4g} bytes, disk {cap['disk']:.4g} bytes"
+    )
+
+
+def plan_offload(
+    model: str | ModelSpec,
+    *,
+    gpu: str | DeviceSpec | None = None,
+    host: str | HostSpec = "flexgen-t4",
+    input_len: int = 512,
+    output_len: int = 32,
+    compress: bool | None = None,
+    cpu_attention: bool | None = None,
+    max_latency_s: float | None = None,
+    overlap: Overlap = Overlap.SERIAL_LOAD,
+    gpu_batch_sizes: tuple[int, ...] = GPU_BATCH_SIZES,
+    num_gpu_batches: tuple[int, ...] = NUM_GPU_BATCHES,
+) -> OffloadPlan:
+    """The highest-throughput FlexGen policy for ``model`` (two-level search of Section 4.3).
+
+    Parameters
+    ----------
+    compress, cpu_attention:
+        ``None`` searches both settings (CPU attention only without compression); a bool fixes it.
+    max_latency_s:
+        Upper bound on the block latency (seconds), added to the LP as a linear constraint.
+
+    Raises
+    ------
+    InfeasibleError
+        No policy fits GPU + CPU + disk (the message gives the bytes needed and available per tier)
+        or meets ``max_latency_s``.
+    """
+    _check_lengths(input_len, output_len)
+    t0 = time.perf_counter()
+    m, g, h = _resolve(model, gpu, host)
+    modes = _modes(compress, cpu_attention)
+    cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
+                        gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
+                        max_latency_s=max_latency_s)
+    cands.sort(key=lambda c: -c.throughput_ub)
+    best: dict[bool, tuple[float, _Candidate, np.ndarray, Any] | None] = {False: None, True: None}
+
+    def rate(disk: bool) -> float:
+        b = best[disk]
+        return b[0] if b is not None else 0.0
+
+    solved = 0
+    for c in cands:
+        # a disk plan must beat the best disk-free plan by DISK_MARGIN to be chosen (see below)
+        if c.allow_disk:
+            threshold = max(rate(True), rate(False) * (1 + DISK_MARGIN))
+        else:
+            threshold = max(rate(False), rate(True) / (1 + DISK_MARGIN))
+        if c.throughput_ub <= threshold:
+            if c.throughput_ub <= min(max(rate(True), rate(False) * (1 + DISK_MARGIN)),
+                                      max(rate(False), rate(True) / (1 + DISK_MARGIN))):
+                break  # sorted by bound: nothing left can matter for either class
+            continue
+        solved += 1
+        try:
+            xr, sol = _solve_candidate(c, max_latency_s)
+        except InfeasibleError:
+            continue
+        tp = c.terms.block_size * output_len / sum(c.terms.block_latency(xr))
+        if tp > rate(c.allow_disk):
+            best[c.allow_disk] = (tp, c, xr, sol)
+    if best[False] is not None and (best[True] is None or rate(True) <= rate(False) * (1 + DISK_MARGIN)):
+        chosen = best[False]
+    else:
+        chosen = best[True]
+    if chosen is None:
+        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, max_latency_s))
+    tp, c, xr, sol = chosen
+    relaxed = {
+        "placement_percent": {f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, sol.x)},
+        "latency_s": sol.latency_s,
+        "throughput_tokens_per_s": c.terms.block_size * output_len / sol.latency_s,
+    }
+    search = {"candidates": len(cands), "lps_solved": solved, "seconds": time.perf_counter() - t0}
+    return _plan_from(c.terms, xr, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr),
+                      relaxed=relaxed, search=search)
+
+
+def offload_frontier(
+    model: str | ModelSpec,
+    *,
+    gpu: str | DeviceSpec | None = None,
+    host: str | HostSpec = "flexgen-t4",
+    input_len: int = 512,
+    output_len: int = 32,
+    compress: bool | None = None,
+    cpu_attention: bool | None = None,
+    overlap: Overlap = Overlap.SERIAL_LOAD,
+    gpu_batch_sizes: tuple[int, ...] = GPU_BATCH_SIZES,
+    num_gpu_batches: tuple[int, ...] = NUM_GPU_BATCHES,
+) -> OffloadFrontier:
+    """Latency-throughput frontier (FlexGen Figure 1, Tables 19-20): for every batch shape the
+    best rounded placement, keeping the plans no other plan beats on both latency and throughput.
+
+    Raises
+    ------
+    InfeasibleError
+        As :func:`plan_offload`.
+    """
+    _check_lengths(input_len, output_len)
+    t0 = time.perf_counter()
+    m, g, h = _resolve(model, gpu, host)
+    modes = _modes(compress, cpu_attention)
+    cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
+                        gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
+                        max_latency_s=None)
+    cands.sort(key=lambda c: c.latency_lb)
+    found: list[tuple[float, float, _Candidate, np.ndarray]] = []  # (latency, throughput, ...)
+    solved = 0
+    for c in cands:
+        # sound pruning: a found plan at most as slow as c can ever be, with at least c's best rate
+        if any(lat <= c.latency_lb and tp >= c.throughput_ub for lat, tp, _, _ in found):
+            continue
+        solved += 1
+        try:
+            xr, _ = _solve_candidate(c, None)
+        except InfeasibleError:
+            continue
+        lat = sum(c.terms.block_latency(xr))
+        found.append((lat, c.terms.block_size * output_len / lat, c, xr))
+    if not found:
+        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, None))
+    found.sort(key=lambda f: (f[0], -f[1]))
+    points, best_tp = [], 0.0
+    for lat, tp, c, xr in found:
+        if tp > best_tp * (1 + 1e-9):
+            best_tp = tp
+            points.append(_plan_from(c.terms, xr, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr)))
+    return OffloadFrontier(points=tuple(points), search={
+        "candidates": len(cands), "lps_solved": solved, "seconds": time.perf_counter() - t0})
