@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 from rich.table import Table
 
@@ -36,12 +39,104 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."
     console().print(t)
 
 
+HARDWARE_TEMPLATE = """\
+# Hardware spec for serveplan (--hardware FILE). Values are datasheet numbers in SI units;
+# efficiency factors (MFU, MBU, dispatch) live in a profile: run `serveplan profile` and
+# `serveplan calibrate` on the device, or start from the bundled default-gpu profile.
+name: my-device                 # id used in reports
+description: My accelerator     # free text
+source: https://example.com/datasheet.pdf   # where the numbers come from
+peak_flops:                     # dense peak FLOP/s per dtype, without structured sparsity
+  fp32: 19.5e+12                # datasheet "FP32" (CUDA cores); on a CPU: cores x FMA units x SIMD lanes x 2 x clock
+  bf16: 312.0e+12               # datasheet "BF16 Tensor Core" dense (half the "with sparsity" number)
+  fp16: 312.0e+12               # datasheet "FP16 Tensor Core" dense
+  # fp8: 1979.0e+12             # uncomment for devices with FP8; list only dtypes the device has
+  int8: 624.0e+12               # datasheet "INT8 Tensor Core" dense TOPS
+memory_bytes: 80.0e+9           # device memory, bytes (datasheet GB x 1e9; GiB x 2^30)
+memory_bandwidth: 2.039e+12     # peak memory bandwidth, bytes/s (datasheet GB/s x 1e9)
+devices_per_node: 8             # accelerators in one server sharing the intra-node link
+intra_node_link:                # link used by parallel groups inside one node
+  name: NVLink                  # free text
+  bandwidth: 300.0e+9           # bytes/s per direction per device (datasheet bidirectional / 2)
+  latency_s: 3.0e-6             # start-up latency of one message, seconds (alpha of alpha-beta)
+inter_node_link:                # optional: link used by groups spanning nodes (delete if none)
+  name: InfiniBand
+  bandwidth: 25.0e+9            # bytes/s per direction per device (e.g. 200 Gb/s NIC = 25e9)
+  latency_s: 5.0e-6
+tile_size: 128                  # optional: GEMM tile along tokens for tile quantization (0 = off)
+"""
+
+
+def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs: float, devices_per_node: int,
+                      link_gbs: float, link_latency_us: float, inter_node_gbs: float | None, source: str,
+                      description: str, tile_size: int) -> str:
+    """A hardware YAML from datasheet values (units as printed on datasheets), validated by
+    loading it back."""
+    import yaml
+
+    from serveplan.errors import SpecError
+    from serveplan.specs.hardware import hardware_from_dict
+
+    peak = {k: v * 1e12 for k, v in flops.items() if v}
+    if not peak:
+        raise SpecError("give at least one peak: --fp32-tflops, --bf16-tflops, --fp16-tflops, --fp8-tflops or --int8-tops")
+    raw: dict = {
+        "name": name, "description": description or name, "source": source or "datasheet values given to serveplan hardware --new",
+        "peak_flops": peak, "memory_bytes": memory_gb * 1e9, "memory_bandwidth": bandwidth_gbs * 1e9,
+        "devices_per_node": devices_per_node,
+        "intra_node_link": {"name": "intra-node", "bandwidth": link_gbs * 1e9, "latency_s": link_latency_us * 1e-6},
+    }
+    if inter_node_gbs:
+        raw["inter_node_link"] = {"name": "inter-node", "bandwidth": inter_node_gbs * 1e9, "latency_s": 5e-6}
+    if tile_size:
+        raw["tile_size"] = tile_size
+    hardware_from_dict(raw, name=name)   # raises SpecError on a bad value
+    return "# created by serveplan hardware --new from datasheet values\n" + yaml.safe_dump(raw, sort_keys=False)
+
+
 @app.command("hardware")
 @handle_errors
 def hardware_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    template: bool = typer.Option(False, "--template", help="Print a hardware YAML template with every field explained."),
+    new: Optional[str] = typer.Option(None, "--new", help="Create a device YAML named NEW from datasheet values (with --out)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="File for --new (default: NEW.yaml)."),
+    fp32_tflops: float = typer.Option(0.0, "--fp32-tflops", help="Datasheet dense FP32 TFLOPS."),
+    bf16_tflops: float = typer.Option(0.0, "--bf16-tflops", help="Datasheet dense BF16 TFLOPS (no sparsity)."),
+    fp16_tflops: float = typer.Option(0.0, "--fp16-tflops", help="Datasheet dense FP16 TFLOPS (no sparsity)."),
+    fp8_tflops: float = typer.Option(0.0, "--fp8-tflops", help="Datasheet dense FP8 TFLOPS (no sparsity)."),
+    int8_tops: float = typer.Option(0.0, "--int8-tops", help="Datasheet dense INT8 TOPS (no sparsity)."),
+    memory_gb: float = typer.Option(0.0, "--memory-gb", help="Device memory, GB."),
+    bandwidth_gbs: float = typer.Option(0.0, "--bandwidth-gbs", help="Peak memory bandwidth, GB/s."),
+    devices_per_node: int = typer.Option(8, "--devices-per-node", help="Devices per server."),
+    link_gbs: float = typer.Option(0.0, "--link-gbs", help="Intra-node link, GB/s per direction per device."),
+    link_latency_us: float = typer.Option(3.0, "--link-latency-us", help="Intra-node message latency, us."),
+    inter_node_gbs: Optional[float] = typer.Option(None, "--inter-node-gbs", help="Inter-node link, GB/s per direction per device."),
+    tile_size: int = typer.Option(0, "--tile-size", help="GEMM tile along tokens (0: unknown)."),
+    source: str = typer.Option("", "--source", help="Datasheet URL."),
+    description: str = typer.Option("", "--description", help="Free text."),
 ) -> None:
-    """List the bundled accelerators and efficiency profiles."""
+    """List the bundled accelerators and efficiency profiles; --template prints a spec template;
+    --new NAME --out FILE writes a device from datasheet values."""
+    if template:
+        typer.echo(HARDWARE_TEMPLATE, nl=False)
+        return
+    if new:
+        from serveplan.errors import SpecError
+
+        missing = [f for f, v in (("--memory-gb", memory_gb), ("--bandwidth-gbs", bandwidth_gbs),
+                                  ("--link-gbs", link_gbs)) if not v > 0]
+        if missing:
+            raise SpecError(f"hardware --new {new}: give positive {', '.join(missing)}")
+        text = new_hardware_yaml(new, flops={"fp32": fp32_tflops, "bf16": bf16_tflops, "fp16": fp16_tflops,
+                                             "fp8": fp8_tflops, "int8": int8_tops},
+                                 memory_gb=memory_gb, bandwidth_gbs=bandwidth_gbs, devices_per_node=devices_per_node,
+                                 link_gbs=link_gbs, link_latency_us=link_latency_us, inter_node_gbs=inter_node_gbs,
+                                 source=source, description=description, tile_size=tile_size)
+        path = out or Path(f"{new}.yaml")
+        path.write_text(text)
+        typer.echo(f"wrote {path}; use it with --hardware {path}")
+        return
     rows = []
     for name in list_hardware():
         hw = get_hardware(name)

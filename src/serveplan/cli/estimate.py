@@ -34,6 +34,9 @@ def estimate_cmd(
     phase: str = typer.Option("prefill", "--phase", help="Step to break down: prefill or decode."),
     context_len: Optional[int] = typer.Option(None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    band: bool = typer.Option(False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
+    band_samples: int = typer.Option(200, "--band-samples", help="Profiles sampled for --band."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the --band samples."),
 ) -> None:
     """Time of one forward step per module and operator, memory per device, and (with
     --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
@@ -41,8 +44,12 @@ def estimate_cmd(
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
                    context_len=context_len)
+    step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
     if json_out:
-        emit_json(res.to_dict())
+        d = res.to_dict()
+        if step_band is not None:
+            d["band"] = step_band.to_dict()
+        emit_json(d)
         return
     con = console()
     what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase == "prefill"
@@ -70,3 +77,19 @@ def estimate_cmd(
             f"ITL {fmt_ms(s.itl_s)} ms, E2E {fmt_ms(s.e2e_s, 1)} ms, throughput {s.throughput_tokens_per_s:,.0f} tok/s "
             f"({s.output_tokens_per_s:,.0f} output tok/s), FOM {s.fom_flops_per_s / 1e12:.1f} TFLOP/s"
         )
+    if step_band is not None:
+        con.print(f"step time band from the profile's uncertainty ({step_band.samples} samples): "
+                  f"P10 {fmt_ms(step_band.p10)} ms, P50 {fmt_ms(step_band.p50)} ms, P90 {fmt_ms(step_band.p90)} ms")
+
+
+def _step_band(res, model: str, hardware: str, profile: Optional[str], samples: int, seed: int):  # type: ignore[no-untyped-def]
+    """Band of the step time of ``res`` over profiles sampled from the profile's uncertainty."""
+    from serveplan.calibrate.bands import band
+    from serveplan.estimator.api import resolve_specs
+    from serveplan.estimator.batch import StepBatch
+    from serveplan.estimator.step import Estimator
+
+    m, hw, pr = resolve_specs(model, hardware, profile)
+    b = (StepBatch.prefill(res.batch, res.input_len) if res.phase == "prefill"
+         else StepBatch.decode(res.batch, res.context_len))
+    return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype).time(b), pr, samples=samples, seed=seed)

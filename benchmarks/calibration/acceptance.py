@@ -1,0 +1,160 @@
+"""Calibration check on this CPU: micro-benchmarks -> calibrate -> predict a real model's steps.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibration/acceptance.py [--quick] [--threads 1]
+
+Steps (the same code paths as the CLI commands in the comments):
+
+1. ``serveplan profile --device cpu --threads T --out measurements.csv --hardware-out cpu-host.yaml``
+   times kernels only (GEMMs, copy/elementwise/norm, attention, launches, tiny modules);
+2. ``serveplan calibrate measurements.csv --hardware cpu-host.yaml --model llama-small-config.json
+   --out profile.yaml`` fits the profile;
+3. the small Llama model of ``llama-small-config.json`` (random weights) runs prefill and decode
+   steps with Hugging Face transformers (``model_steps.py``); these runs are never used by 1-2;
+4. the estimator with the calibrated profile predicts every step; the errors go to
+   ``results.csv`` and ``results.md``.
+
+``--quick`` runs the reduced pipeline of the CI test (a few shapes, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+FULL_PREFILL = [(b, s) for b in (1, 2, 4, 8) for s in (128, 256, 512, 1024, 2048)]
+FULL_DECODE = [(b, c) for b in (1, 2, 4, 8, 16, 32, 64) for c in (128, 256, 512, 1024, 2048)]
+QUICK_PREFILL = [(1, 128), (2, 256), (1, 512)]
+QUICK_DECODE = [(1, 128), (8, 256), (32, 128)]
+
+
+def run(out: Path, *, quick: bool, threads: int, reuse: bool) -> dict:
+    from serveplan.calibrate.fit import calibrate, profile_yaml
+    from serveplan.calibrate.measurements import read_measurements
+    from serveplan.calibrate.profile import ProfileConfig, hardware_yaml_from_measurements, profile_device
+    from serveplan.estimator.batch import StepBatch
+    from serveplan.estimator.step import Estimator
+    from serveplan.specs.catalog import get_hardware, get_model, get_profile
+    from model_steps import CONFIG, build_model, measure_steps
+
+    out.mkdir(parents=True, exist_ok=True)
+    meas_path, hw_path, prof_path = out / "measurements.csv", out / "cpu-host.yaml", out / "profile.yaml"
+    steps_path = out / "model_steps.csv"
+    timings = {}
+    t0 = time.perf_counter()
+    if not (reuse and meas_path.exists()):
+        cfg = ProfileConfig.quick(threads=threads) if quick else ProfileConfig(threads=threads)
+        ms = profile_device(cfg, progress=True)
+        ms.save(meas_path)
+    ms = read_measurements(meas_path)
+    hw_path.write_text(hardware_yaml_from_measurements(ms, "cpu-host"))
+    timings["profile_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    hw = get_hardware(str(hw_path))
+    model = get_model(str(CONFIG))
+    # base modelling choices for eager PyTorch on a CPU: fused SDPA attention, logits of the last
+    # token, dispatch not hidden (no graph capture)
+    base = get_profile("default-gpu").with_(dispatch_hidden_in_decode=False, attention_impl=_fused(),
+                                            include_lm_head=True)
+    grid_p, grid_d = (QUICK_PREFILL, QUICK_DECODE) if quick else (FULL_PREFILL, FULL_DECODE)
+    cal = calibrate(ms, hw, model, base=base, name="cpu-host-torch", dtype="fp32",
+                    prefill_grid=grid_p, decode_grid=grid_d, samples=5 if quick else 20)
+    prof_path.write_text(profile_yaml(cal, "llama-small-config.json"))
+    timings["calibrate_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    if not (reuse and steps_path.exists()):
+        hf_model, hf_cfg = build_model(threads)
+        rows = measure_steps(hf_model, hf_cfg, grid_p, grid_d, min_total_s=0.3 if quick else 1.0,
+                             min_reps=2 if quick else 3)
+        with steps_path.open("w") as f:
+            f.write(f"# threads: {threads}\n# torch model: llama-small-config.json, random weights, fp32, sdpa\n")
+            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    with steps_path.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    timings["model_s"] = time.perf_counter() - t0
+
+    from serveplan.specs.catalog import get_profile as _gp
+    prof = _gp(str(prof_path))
+    est = Estimator(model, hw, prof, dtype="fp32")
+    results = []
+    for r in rows:
+        b, n = int(r["batch"]), int(r["tokens"])
+        batch = StepBatch.prefill(b, n) if r["phase"] == "prefill" else StepBatch.decode(b, n)
+        pred = est.time(batch)
+        meas = float(r["time_s"])
+        results.append({"phase": r["phase"], "batch": b, "tokens": n, "measured_s": meas, "predicted_s": pred,
+                        "error": pred / meas - 1.0})
+    with (out / "results.csv").open("w") as f:
+        w = csv.DictWriter(f, fieldnames=list(results[0]), lineterminator="\n")
+        w.writeheader()
+        for r in results:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    err = np.abs([r["error"] for r in results])
+    summary = {
+        "median_abs_error": float(np.median(err)), "max_abs_error": float(np.max(err)),
+        "prefill_median_abs_error": float(np.median([abs(r["error"]) for r in results if r["phase"] == "prefill"])),
+        "decode_median_abs_error": float(np.median([abs(r["error"]) for r in results if r["phase"] == "decode"])),
+        "points": len(results), "threads": threads, "quick": quick,
+        "machine": f"{ms.metadata.get('device_name')} ({os.cpu_count()} CPUs visible), {platform.platform()}",
+        "torch": ms.metadata.get("torch_version"), "timings_s": timings,
+        "profile": {"prefill": [prof.prefill.compute, prof.prefill.memory],
+                    "decode": [prof.decode.compute, prof.decode.memory],
+                    "dispatch_s": {m.value: v for m, v in prof.dispatch_s.items()}},
+        "calibration": cal.summary(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    _markdown(out / "results.md", results, summary)
+    return summary
+
+
+def _fused():
+    from serveplan.specs.profile import AttentionImpl
+    return AttentionImpl.FUSED
+
+
+def _markdown(path: Path, results: list[dict], s: dict) -> None:
+    lines = [
+        f"Machine: {s['machine']}; torch {s['torch']}, {s['threads']} thread(s).",
+        "",
+        f"Median absolute error {s['median_abs_error']:.1%} (prefill {s['prefill_median_abs_error']:.1%}, "
+        f"decode {s['decode_median_abs_error']:.1%}), worst {s['max_abs_error']:.1%}, {s['points']} steps.",
+        "",
+        "| phase | batch | prompt/context | measured (ms) | predicted (ms) | error |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(f"| {r['phase']} | {r['batch']} | {r['tokens']} | {r['measured_s'] * 1e3:.2f} | "
+                     f"{r['predicted_s'] * 1e3:.2f} | {r['error']:+.1%} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced pipeline (CI)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--reuse", action="store_true", help="reuse measurements.csv / model_steps.csv in --out")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    s = run(args.out, quick=args.quick, threads=args.threads, reuse=args.reuse)
+    print(json.dumps({k: s[k] for k in ("median_abs_error", "max_abs_error", "prefill_median_abs_error",
+                                        "decode_median_abs_error", "points", "timings_s")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Compare a real serving benchmark with the simulator (``serveplan compare``).
+
+Reads the JSON that vLLM's serving benchmark saves (``benchmarks/benchmark_serving.py
+--save-result``; ``vllm bench serve``): per-request ``ttfts`` and inter-token latencies ``itls``
+(seconds), ``input_lens``, ``output_lens``, and the run's ``request_rate``, ``burstiness``,
+``completed`` and ``duration``. The same workload (those lengths, the same arrival process and
+rate) is simulated, and TTFT and TPOT (mean, P50, P90, P99) are put side by side.
+
+TPOT per request follows vLLM's definition: ``(latency - ttft) / (output_len - 1)``, i.e. the
+sum of its inter-token latencies over ``output_len - 1``; requests with one output token have
+none. Failed requests (``output_lens`` of 0) are left out, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from serveplan.errors import SpecError
+
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRun:
+    """A measured serving benchmark: per-request latencies (s) and lengths."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray            # NaN for requests with a single output token
+    input_lens: np.ndarray
+    output_lens: np.ndarray
+    request_rate: float           # inf: every request sent at time 0
+    burstiness: float             # Gamma shape of the arrival gaps (1 = Poisson)
+    duration_s: float
+    completed: int
+    source: str = ""
+
+
+def _num_list(raw: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    v = raw.get(key)
+    if not isinstance(v, list):
+        raise SpecError(f"{where}: field {key!r} is missing or not a list (vLLM benchmark result format)")
+    return v
+
+
+def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingRun:
+    """Validate a vLLM serving-benchmark result mapping.
+
+    Raises
+    ------
+    SpecError
+        Missing or inconsistent fields, negative latencies, no completed request.
+    """
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    ttfts = _num_list(raw, "ttfts", where)
+    inp = _num_list(raw, "input_lens", where)
+    out = _num_list(raw, "output_lens", where)
+    itls = raw.get("itls")
+    if not (len(ttfts) == len(inp) == len(out)):
+        raise SpecError(f"{where}: ttfts, input_lens and output_lens must have one entry per request "
+                        f"(got {len(ttfts)}, {len(inp)}, {len(out)})")
+    if itls is not None and (not isinstance(itls, list) or len(itls) != len(ttfts)):
+        raise SpecError(f"{where}: itls must be a list with one list of inter-token latencies per request")
+    try:
+        t = np.array(ttfts, dtype=float)
+        i_len = np.array(inp, dtype=float)
+        o_len = np.array(out, dtype=float)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: ttfts, input_lens and output_lens must be numbers") from None
+    ok = o_len > 0
+    if not np.any(ok):
+        raise SpecError(f"{where}: no completed request (every output_lens entry is 0)")
+    if np.any(t[ok] < 0) or np.any(i_len < 0) or not np.all(np.isfinite(t[ok])):
+        raise SpecError(f"{where}: ttfts and input_lens must be finite and >= 0")
+    tpot = np.full(len(t), np.nan)
+    if itls is not None:
+        for k, row in enumerate(itls):
+            if not ok[k] or o_len[k] < 2:
+                continue
+            try:
+                gaps = np.array(row, dtype=float)
+            except (TypeError, ValueError):
+                raise SpecError(f"{where}: itls[{k}] must be a list of seconds") from None
+            if np.any(gaps < 0):
+                raise SpecError(f"{where}: itls[{k}] has a negative inter-token latency")
+            tpot[k] = float(gaps.sum()) / (o_len[k] - 1)
+    elif isinstance(raw.get("tpots"), list) and len(raw["tpots"]) == len(t):
+        tpot = np.array(raw["tpots"], dtype=float)
+    else:
+        raise SpecError(f"{where}: field 'itls' is missing (per-request inter-token latencies are needed for TPOT)")
+    rate = raw.get("request_rate", "inf")
+    try:
+        rate_f = float(rate)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: request_rate={rate!r} must be a number or 'inf'") from None
+    if not rate_f > 0:
+        raise SpecError(f"{where}: request_rate={rate!r} must be positive (or inf)")
+    burst = float(raw.get("burstiness", 1.0) or 1.0)
+    if not burst > 0:
+        raise SpecError(f"{where}: burstiness={burst!r} must be positive")
+    sel = ok
+    return ServingRun(
+        ttft_s=t[sel], tpot_s=tpot[sel], input_lens=i_len[sel].astype(int), output_lens=o_len[sel].astype(int),
+        request_rate=rate_f, burstiness=burst, duration_s=float(raw.get("duration", math.nan) or math.nan),
+        completed=int(raw.get("completed", int(sel.sum())) or int(sel.sum())), source=where,
+    )
+
+
+def read_vllm_result(path: str | Path) -> ServingRun:
+    """Read a vLLM serving-benchmark result JSON file."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"benchmark result file {str(path)!r} does not exist")
+    try:
+        raw = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(f"benchmark result file {str(path)!r} is not valid JSON: {exc}") from None
+    return parse_vllm_result(raw, where=str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    metric: str          # "TTFT" or "TPOT"
+    stat: str            # mean, p50, p90, p99
+    measured_s: float
+    simulated_s: float
+
+    @property
+    def error(self) -> float:
+        return self.simulated_s / self.measured_s - 1.0 if self.measured_s > 0 else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Measured against simulated TTFT and TPOT for one benchmark run."""
+
+    rows: tuple[ComparisonRow, ...]
+    num_requests: int
+    request_rate: float
+    simulated_completed: int
+
+    def to_records(self) -> list[dict[str, Any]]:
+        return [{"metric": r.metric, "stat": r.stat, "measured_s": r.measured_s, "simulated_s": r.simulated_s,
+                 "error": r.error} for r in self.rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_requests": self.num_requests, "request_rate": self.request_rate,
+                "simulated_completed": self.simulated_completed, "rows": self.to_records()}
+
+
+def _stats(v: np.ndarray) -> dict[str, float]:
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {s: math.nan for s in STATS}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def workload_of(run: ServingRun) -> Any:
+    """The simulator workload of a run: its lengths, with its arrival process.
+
+    vLLM draws inter-arrival gaps from a Gamma distribution with shape ``burstiness`` and mean
+    ``1/rate`` (Poisson when 1), so the coefficient of variation is ``1/sqrt(burstiness)``; an
+    infinite rate sends every request at time 0.
+    """
+    from serveplan.sim import Workload
+
+    n = len(run.input_lens)
+    if math.isinf(run.request_rate):
+        return Workload(input_lengths=run.input_lens, output_lengths=run.output_lens, arrival="trace",
+                        trace_times=np.zeros(n), name=Path(run.source).name or "vllm")
+    if run.burstiness == 1.0:
+        return Workload(input_lengths=run.input_lens, output_lengths=run.output_lens, arrival="poisson",
+                        name=Path(run.source).name or "vllm")
+    return Workload(input_lengths=run.input_lens, output_lengths=run.output_lens, arrival="gamma",
+                    cv=1.0 / math.sqrt(run.burstiness), name=Path(run.source).name or "vllm")
+
+
+def compare(run: ServingRun, config: Any) -> Comparison:
+    """Simulate ``run``'s workload with ``config`` (a :class:`~serveplan.sim.SimulationConfig`
+    whose workload and rate are replaced) and pair the statistics."""
+    import dataclasses
+
+    from serveplan.sim import simulate
+
+    rate = None if math.isinf(run.request_rate) else run.request_rate
+    cfg = dataclasses.replace(config, workload=workload_of(run), rate=rate)
+    res = simulate(cfg)
+    meas = {"TTFT": _stats(run.ttft_s), "TPOT": _stats(run.tpot_s)}
+    sim = {"TTFT": res.ttft_s, "TPOT": res.tpot_s}
+    rows = []
+    for metric in ("TTFT", "TPOT"):
+        for s in STATS:
+            rows.append(ComparisonRow(metric, s, meas[metric][s], float(getattr(sim[metric], s))))
+    return Comparison(tuple(rows), len(run.ttft_s), run.request_rate, int(res.num_completed))

@@ -1,0 +1,600 @@
+"""Fit efficiency factors to micro-benchmark measurements (``serveplan calibrate``).
+
+Two stages, both bounded nonlinear least squares on relative residuals
+(``scipy.optimize.least_squares``, trust-region reflective):
+
+1. **Kernel fit.** Each measured call is modelled as the adapted roofline of BestServe eq. (3)
+   plus fixed costs::
+
+       t = launches * t_launch + max(W / (e_c S_c), Q / (e_m S_m))        (kernel rows)
+       t = d_module + max(W / (e_c S_c), Q / (e_m S_m))                   (tiny-module rows)
+
+   with ``S_c``, ``S_m`` the hardware peaks and ``(e_c, e_m)`` per phase, either *tied* (one
+   pair per phase, the estimator's form) or *per family* (matrix multiplies, attention and
+   streaming kernels each get their own pair). K-fold cross-validation reports the held-out
+   error of both forms; the per-family form is kept when it is clearly better, because kernel
+   families differ on real hardware (e.g. CPU flash attention runs at a fraction of GEMM speed).
+   Parameter covariance is ``s^2 (J^T J)^-1`` at the optimum (Gauss-Newton approximation).
+
+2. **Projection to the profile.** The estimator takes one ``(e_c, e_m)`` pair per phase
+   (:class:`~serveplan.specs.profile.PhaseEfficiency`). Those constants are fitted so that the
+   estimator's step times match the step times composed from the kernel fit, operator by
+   operator (same op tables, same Algorithm 1 overlap), over a grid of steps of a reference
+   model. No model run is involved: the step times are predictions from micro-benchmarks only.
+   Uncertainty of the constants combines the kernel-fit covariance (sampled and re-projected)
+   with the projection's own residual scatter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from serveplan.calibrate.measurements import MODULES, MeasurementSet
+from serveplan.errors import SolverError, SpecError
+from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.step import Estimator
+from serveplan.ops.base import Rate
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.model import ModelSpec
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.profile import EfficiencyProfile, Module, PhaseEfficiency
+from serveplan.units import DType
+
+PHASES = ("prefill", "decode")
+FAMILIES = ("matmul", "attention", "stream")
+#: kernel kind -> family
+KIND_FAMILY = {"gemm": "matmul", "gemv": "matmul", "attention": "attention", "copy": "stream",
+               "elementwise": "stream", "norm": "stream", "launch": "stream", "module": "stream"}
+EFF_BOUNDS = (1e-3, 1.0)
+#: Minimum rows per fitted parameter before a fit is attempted (a fit with fewer is meaningless).
+MIN_ROWS_PER_PARAM = 2
+#: An op is a matrix multiply when its intensity at 4096 tokens exceeds this many FLOP/byte;
+#: streaming kernels stay below ~1.5 FLOP/byte at any size (BestServe Tables 1, 6), GEMMs of
+#: LLM layers are above ~100 there. assumed: any threshold between the two separates them.
+MATMUL_INTENSITY = 16.0
+
+#: Below this largest relative change of a step time per relative change of a factor, the
+#: step grid does not constrain the factor. assumed: 2% per 100% is below timing noise.
+MIN_SENSITIVITY = 0.02
+#: Standard deviations are capped at this fraction of the value, so sampled factors stay
+#: positive. assumed: a factor known to worse than +-50% is reported as +-50%.
+MAX_REL_SD = 0.5
+
+#: Default step grid of the projection: the usual operating range of a single device.
+DEFAULT_PREFILL_GRID = tuple((b, s) for b in (1, 2, 4, 8) for s in (128, 256, 512, 1024, 2048))
+DEFAULT_DECODE_GRID = tuple((b, c) for b in (1, 2, 4, 8, 16, 32, 64) for c in (128, 256, 512, 1024, 2048))
+
+
+# ------------------------------------------------------------------------------ kernel model
+@dataclass(frozen=True, slots=True)
+class KernelFit:
+    """Result of the kernel fit.
+
+    ``params`` maps names (``"prefill.matmul.compute"``, ``"decode.memory"`` in the tied form,
+    ``"launch_s"``, ``"dispatch.attention"``) to values; ``sd`` to standard deviations (NaN when
+    the parameter is not identified by the data: its roofline term never binds).
+    """
+
+    form: str                      # "tied" or "family"
+    params: Mapping[str, float]
+    sd: Mapping[str, float]
+    identified: Mapping[str, bool]
+    cov: np.ndarray
+    cov_names: tuple[str, ...]
+    residuals: np.ndarray          # relative, (pred - t) / t, per row
+    nfev: int
+
+    def efficiency(self, phase: str, family: str) -> tuple[float, float]:
+        """(e_c, e_m) of a phase and kernel family."""
+        if self.form == "tied":
+            return self.params[f"{phase}.compute"], self.params[f"{phase}.memory"]
+        return self.params[f"{phase}.{family}.compute"], self.params[f"{phase}.{family}.memory"]
+
+
+def _param_names(form: str, modules: Sequence[str]) -> list[str]:
+    names = []
+    for ph in PHASES:
+        if form == "tied":
+            names += [f"{ph}.compute", f"{ph}.memory"]
+        else:
+            for fam in FAMILIES:
+                names += [f"{ph}.{fam}.compute", f"{ph}.{fam}.memory"]
+    names.append("launch_s")
+    names += [f"dispatch.{m}" for m in modules]
+    return names
+
+
+@dataclass
+class _Design:
+    names: list[str]
+    ci: np.ndarray
+    mi: np.ndarray
+    di: np.ndarray       # dispatch param index or -1
+    L: np.ndarray        # launch coefficient
+    W: np.ndarray
+    Q: np.ndarray
+    t: np.ndarray
+    sc: float
+    sm: float
+    li: int
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        comp = self.W / (x[self.ci] * self.sc)
+        mem = self.Q / (x[self.mi] * self.sm)
+        disp = np.where(self.di >= 0, x[np.maximum(self.di, 0)], 0.0)
+        return self.L * x[self.li] + disp + np.maximum(comp, mem)
+
+    def residuals(self, x: np.ndarray) -> np.ndarray:
+        return (self.predict(x) - self.t) / self.t
+
+
+def _design(ms: MeasurementSet, form: str, peak_flops: float, bandwidth: float) -> _Design:
+    a = ms.arrays()
+    kinds, phases = a["kind"], a["phase"]
+    if np.any(kinds == "collective"):
+        # single-device profiles carry no collectives; comm efficiency keeps the base value
+        keep = kinds != "collective"
+        ms = ms.subset(np.flatnonzero(keep))
+        a = ms.arrays()
+        kinds, phases = a["kind"], a["phase"]
+    modules = [m for m in MODULES if np.any((kinds == "module") & (a["module"] == m))]
+    names = _param_names(form, modules)
+    idx = {n: i for i, n in enumerate(names)}
+    ci, mi, di, L = [], [], [], []
+    for k, ph, mod, la in zip(kinds, phases, a["module"], a["launches"]):
+        p = ph if ph in PHASES else "decode"   # launch/module rows: tiny shapes, decode-like
+        fam = KIND_FAMILY[k]
+        key = p if form == "tied" else f"{p}.{fam}"
+        ci.append(idx[f"{key}.compute"])
+        mi.append(idx[f"{key}.memory"])
+        if k == "module":
+            di.append(idx[f"dispatch.{mod}"])
+            L.append(0.0)
+        else:
+            di.append(-1)
+            L.append(la)
+    return _Design(names, np.array(ci), np.array(mi), np.array(di), np.array(L, dtype=float),
+                   a["flops"], a["bytes"], a["time_s"], peak_flops, bandwidth, idx["launch_s"])
+
+
+def _check_enough(ms: MeasurementSet, d: _Design, where: str) -> None:
+    a = ms.arrays()
+    kernel = ~np.isin(a["kind"], ("module", "launch", "collective"))
+    for ph in PHASES:
+        n = int(np.sum(kernel & (a["phase"] == ph)))
+        if n < 2 * MIN_ROWS_PER_PARAM:
+            raise SpecError(f"{where}: too few points to fit: {n} {ph} kernel row(s); need at least "
+                            f"{2 * MIN_ROWS_PER_PARAM} (rerun serveplan profile)")
+    if not np.any(a["kind"] == "launch") and not np.any(d.L > 0):
+        raise SpecError(f"{where}: too few points to fit: no launch rows")
+    n, p = len(d.t), len(d.names)
+    if n < MIN_ROWS_PER_PARAM * p:
+        raise SpecError(f"{where}: too few points to fit: {n} rows for {p} parameters; "
+                        f"need at least {MIN_ROWS_PER_PARAM * p}")
+
+
+def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
+                form: str = "family", start: KernelFit | None = None, max_nfev: int | None = None,
+                where: str = "measurements") -> KernelFit:
+    """Fit the kernel model (stage 1) to measurements.
+
+    Parameters
+    ----------
+    form:
+        ``"tied"``: one (e_c, e_m) per phase; ``"family"``: one per phase and kernel family.
+    start:
+        A previous fit whose values seed this one (and stand in for parameters the data do not
+        identify).
+    max_nfev:
+        Cap on function evaluations (default: scipy's, 100 x parameters).
+
+    Raises
+    ------
+    SpecError
+        Too few rows to fit.
+    SolverError
+        The fit did not converge.
+    """
+    if form not in ("tied", "family"):
+        raise SpecError(f"form={form!r}; expected tied or family")
+    dt = DType.parse(dtype)
+    sc, sm = hardware.flops(dt), hardware.memory_bandwidth
+    d = _design(ms, form, sc, sm)
+    _check_enough(ms, d, where)
+    x0 = np.empty(len(d.names))
+    lo = np.empty(len(d.names))
+    hi = np.empty(len(d.names))
+    kinds = ms.arrays()["kind"]
+    launch_rows = d.t[kinds == "launch"]
+    for i, n in enumerate(d.names):
+        if n == "launch_s":
+            x0[i], lo[i], hi[i] = (float(np.min(launch_rows)) if launch_rows.size else 1e-6), 0.0, 1e-2
+        elif n.startswith("dispatch."):
+            rows = d.t[d.di == i]
+            x0[i], lo[i], hi[i] = float(np.median(rows)), 0.0, 1.0
+        else:
+            x0[i], (lo[i], hi[i]) = 0.5, EFF_BOUNDS
+            if start is not None:
+                ph, *rest = n.split(".")
+                fam = rest[0] if len(rest) == 2 else "matmul"
+                x0[i] = start.efficiency(ph, fam)[0 if n.endswith("compute") else 1]
+    if start is not None:
+        for i, n in enumerate(d.names):
+            if n in start.params and (n == "launch_s" or n.startswith("dispatch.")):
+                x0[i] = start.params[n]
+    x0 = np.clip(x0, lo + 1e-12, hi)
+    kw: dict[str, Any] = {} if max_nfev is None else {"max_nfev": max_nfev}
+    try:
+        res = least_squares(d.residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac", **kw)
+    except (ValueError, FloatingPointError) as exc:
+        raise SolverError(f"calibration fit did not converge: {exc}") from None
+    if res.status <= 0 or not np.all(np.isfinite(res.x)) or not np.all(np.isfinite(res.fun)):
+        raise SolverError(f"calibration fit did not converge after {res.nfev} evaluations "
+                          f"({res.message.rstrip('.')}); nothing was written")
+    x = res.x.copy()
+    J = res.jac
+    colnorm = np.linalg.norm(J, axis=0)
+    ident = colnorm > 1e-8 * max(float(colnorm.max()), 1e-300)
+    # parameters whose roofline term never binds stay at their start value (the tied fit's)
+    names = d.names
+    r = res.fun
+    n_id = int(ident.sum())
+    dof = max(len(r) - n_id, 1)
+    s2 = float(r @ r) / dof
+    Jid = J[:, ident]
+    cov = s2 * np.linalg.pinv(Jid.T @ Jid)
+    sd = {n: float("nan") for n in names}
+    for k, i in enumerate(np.flatnonzero(ident)):
+        sd[names[i]] = float(math.sqrt(max(cov[k, k], 0.0)))
+    return KernelFit(form, {n: float(v) for n, v in zip(names, x)}, sd,
+                     {n: bool(b) for n, b in zip(names, ident)}, cov,
+                     tuple(names[i] for i in np.flatnonzero(ident)), r, int(res.nfev))
+
+
+def predict_rows(fit: KernelFit, ms: MeasurementSet, hardware: DeviceSpec, dtype: DType | str) -> np.ndarray:
+    """Predicted seconds per row of ``ms`` under ``fit``."""
+    dt = DType.parse(dtype)
+    d = _design(ms, fit.form, hardware.flops(dt), hardware.memory_bandwidth)
+    x = np.array([fit.params.get(n, 0.5 if n.endswith(("compute", "memory")) else 0.0) for n in d.names])
+    return d.predict(x)
+
+
+@dataclass(frozen=True, slots=True)
+class CrossValidation:
+    """Held-out relative errors of the kernel rows, per form."""
+
+    folds: int
+    median_abs: Mapping[str, float]
+    p90_abs: Mapping[str, float]
+    errors: Mapping[str, np.ndarray] = field(repr=False)
+
+
+def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
+                   folds: int = 5, seed: int = 0) -> CrossValidation:
+    """K-fold held-out error of the tied and per-family kernel models.
+
+    Launch and tiny-module rows stay in every training set (they carry one parameter each);
+    the kernel rows are split into ``folds`` groups at random (``seed``).
+    """
+    a = ms.arrays()
+    kernel = np.flatnonzero(~np.isin(a["kind"], ("module", "launch", "collective")))
+    fixed = np.flatnonzero(np.isin(a["kind"], ("module", "launch")))
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(kernel)
+    k = max(2, min(folds, len(kernel)))
+    parts = np.array_split(perm, k)
+    errs: dict[str, list[float]] = {"tied": [], "family": []}
+    for part in parts:
+        train = np.concatenate([fixed, np.setdiff1d(kernel, part)])
+        tr, te = ms.subset(train), ms.subset(part)
+        tied = fit_kernels(tr, hardware, dtype=dtype, form="tied")
+        fam = fit_kernels(tr, hardware, dtype=dtype, form="family", start=tied)
+        for name, f in (("tied", tied), ("family", fam)):
+            pred = predict_rows(f, te, hardware, dtype)
+            t = te.arrays()["time_s"]
+            errs[name] += list(np.abs(pred - t) / t)
+    arr = {n: np.array(v) for n, v in errs.items()}
+    return CrossValidation(k, {n: float(np.median(v)) for n, v in arr.items()},
+                           {n: float(np.percentile(v, 90)) for n, v in arr.items()}, arr)
+
+
+# ------------------------------------------------------------------------------ projection
+def op_family(flops: Mapping[str, float], nbytes: Mapping[str, float]) -> str:
+    """Kernel family of an operator from the structure of its cost (never its name).
+
+    Attention cores are the ops whose work grows with score elements or cached keys; matrix
+    multiplies have high arithmetic intensity at large token counts; the rest stream memory.
+    """
+    if any(flops.get(k, 0.0) for k in ("ap", "apc", "kvd", "kvp")):
+        return "attention"
+    tokens = {"n": 4096.0, "ng": 4096.0, "np": 4096.0, "nd": 4096.0, "nout": 4096.0, "nall": 4096.0,
+              "sp": 1.0, "one": 1.0, "eact": 1.0}
+    w = sum(v * tokens.get(k, 0.0) for k, v in flops.items())
+    q = sum(v * tokens.get(k, 0.0) for k, v in nbytes.items())
+    return "matmul" if q > 0 and w / q > MATMUL_INTENSITY else "stream"
+
+
+class StepComposer:
+    """Step times of a model composed from per-family efficiencies.
+
+    Uses the estimator's own operator tables (work and traffic per op, via
+    :meth:`Estimator.estimate`) and repeats its Algorithm 1 overlap; with every family given the
+    same factors it reproduces :meth:`Estimator.time` exactly (tested).
+    """
+
+    def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                 batches: Sequence[StepBatch], *, dtype: DType | str | None = None) -> None:
+        est = Estimator(model, hardware, profile, ParallelConfig(), dtype=dtype)
+        self.sc, self.sm = est.peak_flops, hardware.memory_bandwidth
+        self.kappa = [profile.kappa_update, profile.kappa_repeat_kv, profile.kappa_upcast]
+        fam, rate, blk = [], [], []
+        self.groups: list[tuple[float, list[Module]]] = []
+        b0 = 0
+        for g in est.groups:
+            kinds = []
+            for bi, block in enumerate(g.blocks):
+                kinds.append(block.kind)
+                for op in block.ops:
+                    fam.append(FAMILIES.index(op_family(op.flops, op.bytes)))
+                    rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV,
+                                 Rate.KAPPA_UPCAST].index(op.rate))
+                    blk.append(b0 + bi)
+            self.groups.append((float(g.count), kinds))
+            b0 += len(g.blocks)
+        self.fam, self.rate, self.blk = np.array(fam), np.array(rate), np.array(blk)
+        self.nblocks = b0
+        self.batches = list(batches)
+        self.phase = ["prefill" if b.is_prefill else "decode" for b in self.batches]
+        W, Q, comm = [], [], []
+        for b in self.batches:
+            e = est.estimate(b)
+            W.append([o.flops for o in e.ops])
+            Q.append([o.bytes for o in e.ops])
+            comm.append([m.comm_s for m in e.modules])
+        self.W, self.Q, self.comm = np.array(W), np.array(Q), np.array(comm)
+        self.hidden_in_decode = profile.dispatch_hidden_in_decode
+
+    def times(self, eff: Mapping[tuple[str, str], tuple[float, float]], dispatch: Mapping[Module, float]) -> np.ndarray:
+        """Step time of every batch; ``eff[(phase, family)] = (e_c, e_m)``."""
+        out = np.empty(len(self.batches))
+        for i, ph in enumerate(self.phase):
+            ec = np.array([eff[(ph, f)][0] for f in FAMILIES])[self.fam]
+            em = np.array([eff[(ph, f)][1] for f in FAMILIES])[self.fam]
+            comp = np.where(self.rate == 0, self.W[i] / (ec * self.sc), 0.0)
+            mem_rate = em * self.sm
+            for r, kap in enumerate(self.kappa, start=1):
+                if kap:
+                    mem_rate = np.where(self.rate == r, kap, mem_rate)
+            t_op = np.maximum(comp, self.Q[i] / mem_rate)
+            block = np.bincount(self.blk, weights=t_op, minlength=self.nblocks)
+            total, j = 0.0, 0
+            for count, kinds in self.groups:   # BestServe Algorithm 1, as in Estimator
+                t_d = t_c = 0.0
+                for kind in kinds:
+                    d = 0.0 if (ph == "decode" and self.hidden_in_decode) else dispatch.get(kind, 0.0)
+                    t_d += d
+                    t_c = max(t_d, t_c) + block[j] + self.comm[i, j]
+                    j += 1
+                total += count * t_c
+            out[i] = total
+        return out
+
+
+def _family_eff(fit: KernelFit, params: Mapping[str, float] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
+    p = fit.params if params is None else params
+    out = {}
+    for ph in PHASES:
+        for fam in FAMILIES:
+            key = ph if fit.form == "tied" else f"{ph}.{fam}"
+            out[(ph, fam)] = (p[f"{key}.compute"], p[f"{key}.memory"])
+    return out
+
+
+def _dispatch_of(fit: KernelFit, params: Mapping[str, float] | None = None,
+                 base: Mapping[Module, float] | None = None) -> dict[Module, float]:
+    p = fit.params if params is None else params
+    out = dict(base or {})
+    for m in Module:
+        if f"dispatch.{m.value}" in p:
+            out[m] = p[f"dispatch.{m.value}"]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """Constant per-phase factors fitted to composed step times."""
+
+    factors: Mapping[str, tuple[float, float]]     # phase -> (e_c, e_m)
+    sd: Mapping[str, tuple[float, float]]
+    rel_error: Mapping[str, np.ndarray]            # phase -> (estimator - composed) / composed
+
+
+def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, float], *,
+            samples: int = 20, seed: int = 0, max_nfev: int | None = None) -> Projection:
+    """Fit one (e_c, e_m) per phase to the composed step times of ``composer``'s grid (stage 2)."""
+    target = composer.times(_family_eff(fit), dispatch)
+    rng = np.random.default_rng(seed)
+
+    def solve(target: np.ndarray, ph: str) -> tuple[np.ndarray, Any]:
+        sel = np.array([p == ph for p in composer.phase])
+        fam_eff = _family_eff(fit)
+
+        def resid(x: np.ndarray) -> np.ndarray:
+            eff = dict(fam_eff)
+            for f in FAMILIES:
+                eff[(ph, f)] = (x[0], x[1])
+            return (composer.times(eff, dispatch)[sel] - target[sel]) / target[sel]
+        x0 = np.array(fit.efficiency(ph, "matmul"))
+        kw: dict[str, Any] = {} if max_nfev is None else {"max_nfev": max_nfev}
+        res = least_squares(resid, np.clip(x0, *EFF_BOUNDS), bounds=EFF_BOUNDS, method="trf", **kw)
+        if res.status <= 0 or not np.all(np.isfinite(res.x)):
+            raise SolverError(f"projection of the {ph} factors did not converge after {res.nfev} evaluations "
+                              f"({res.message.rstrip('.')}); nothing was written")
+        return res.x, res
+
+    factors, sds, errs = {}, {}, {}
+    for ph in PHASES:
+        if not any(p == ph for p in composer.phase):
+            continue
+        x, res = solve(target, ph)
+        factors[ph] = (float(x[0]), float(x[1]))
+        errs[ph] = res.fun.copy()
+        # (a) the projection's own scatter: s^2 (J^T J)^-1
+        J = res.jac
+        dof = max(len(res.fun) - 2, 1)
+        cov = float(res.fun @ res.fun) / dof * np.linalg.pinv(J.T @ J)
+        var = np.clip(np.diag(cov), 0.0, None)
+        # a factor that barely moves any step time (e.g. prefill MBU when prefill is compute
+        # bound) is not constrained by the grid; its scatter term would be unbounded and
+        # meaningless, so only the kernel-fit term below counts for it
+        sensitivity = np.max(np.abs(J) * x[None, :], axis=0)   # d(rel. error)/d(log factor)
+        var = np.where(sensitivity < MIN_SENSITIVITY, 0.0, var)
+        # (b) kernel-fit uncertainty: sample identified parameters, re-project
+        if samples > 1 and len(fit.cov_names):
+            draws = []
+            mean = np.array([fit.params[n] for n in fit.cov_names])
+            for z in rng.multivariate_normal(mean, fit.cov, size=samples, method="eigh"):
+                p = dict(fit.params)
+                for n, v in zip(fit.cov_names, z):
+                    p[n] = float(np.clip(v, *EFF_BOUNDS)) if n.endswith(("compute", "memory")) else max(float(v), 0.0)
+                tgt = composer.times(_family_eff(fit, p), _dispatch_of(fit, p, dispatch))
+                xs, _ = solve(tgt, ph)
+                draws.append(xs)
+            var = var + np.var(np.array(draws), axis=0, ddof=1)
+        sd = np.sqrt(var)
+        sd = np.minimum(sd, MAX_REL_SD * x)
+        sds[ph] = (float(sd[0]), float(sd[1]))
+    return Projection(factors, sds, errs)
+
+
+# ------------------------------------------------------------------------------ calibration
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Everything ``serveplan calibrate`` reports, and the profile it writes."""
+
+    profile: EfficiencyProfile
+    tied: KernelFit
+    family: KernelFit
+    chosen: str
+    cv: CrossValidation | None
+    projection: Projection
+    metadata: Mapping[str, str]
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready report (also stored under ``calibration`` in the profile YAML)."""
+        chosen = self.family if self.chosen == "family" else self.tied
+        def stats(v: np.ndarray) -> dict[str, float]:
+            a = np.abs(v)
+            return {"median_abs": float(np.median(a)), "p90_abs": float(np.percentile(a, 90)),
+                    "max_abs": float(np.max(a)), "n": int(len(a))}
+        out: dict[str, Any] = {
+            "kernel_model": self.chosen,
+            "kernel_params": {k: v for k, v in chosen.params.items()},
+            "kernel_sd": {k: v for k, v in chosen.sd.items() if not math.isnan(v)},
+            "kernel_residuals": stats(chosen.residuals),
+            "tied_residuals": stats(self.tied.residuals),
+            "projection_error": {ph: stats(v) for ph, v in self.projection.rel_error.items()},
+            "measurements": dict(self.metadata),
+        }
+        if self.cv is not None:
+            out["cross_validation"] = {"folds": self.cv.folds, "median_abs": dict(self.cv.median_abs),
+                                       "p90_abs": dict(self.cv.p90_abs)}
+        return out
+
+
+def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
+              base: EfficiencyProfile, name: str = "calibrated", dtype: DType | str | None = None,
+              prefill_grid: Iterable[tuple[int, int]] = DEFAULT_PREFILL_GRID,
+              decode_grid: Iterable[tuple[int, int]] = DEFAULT_DECODE_GRID,
+              folds: int = 5, samples: int = 20, seed: int = 0, form: str = "auto",
+              max_nfev: int | None = None, where: str = "measurements") -> Calibration:
+    """Fit a profile to measurements (both stages); see the module docstring.
+
+    Parameters
+    ----------
+    base:
+        Profile whose modelling choices (attention_impl, include_lm_head, comm factors, kappas)
+        the calibrated one keeps.
+    model:
+        Reference model whose step grid the constants are projected on.
+    form:
+        ``"auto"`` (per-family kernel model when its held-out error is at least 10% lower than
+        the tied one), ``"tied"`` or ``"family"``.
+
+    Raises
+    ------
+    SpecError
+        Too few rows, or bad options.
+    SolverError
+        A fit did not converge.
+    """
+    dt = DType.parse(dtype or ms.metadata.get("dtype") or "fp32")
+    tied = fit_kernels(ms, hardware, dtype=dt, form="tied", max_nfev=max_nfev, where=where)
+    family = fit_kernels(ms, hardware, dtype=dt, form="family", start=tied, max_nfev=max_nfev, where=where)
+    cv = cross_validate(ms, hardware, dtype=dt, folds=folds, seed=seed) if folds > 1 else None
+    if form == "auto":
+        # 10% relative improvement of the held-out median: assumed threshold for "clearly better"
+        better = cv is None or cv.median_abs["family"] < 0.9 * cv.median_abs["tied"]
+        chosen = "family" if better else "tied"
+    elif form in ("tied", "family"):
+        chosen = form
+    else:
+        raise SpecError(f"form={form!r}; expected auto, tied or family")
+    kfit = family if chosen == "family" else tied
+    dispatch = _dispatch_of(kfit, base=base.dispatch_s)
+    batches = [StepBatch.prefill(b, s) for b, s in prefill_grid] + [StepBatch.decode(b, c) for b, c in decode_grid]
+    composer = StepComposer(model, hardware, base, batches, dtype=dt)
+    proj = project(kfit, composer, dispatch, samples=samples, seed=seed, max_nfev=max_nfev)
+    unc: dict[str, float] = {}
+    phases = {}
+    for ph in PHASES:
+        base_eff: PhaseEfficiency = getattr(base, ph)
+        ec, em = proj.factors.get(ph, (base_eff.compute, base_eff.memory))
+        phases[ph] = PhaseEfficiency(compute=float(np.clip(ec, *EFF_BOUNDS)),
+                                     memory=float(np.clip(em, *EFF_BOUNDS)), comm=base_eff.comm)
+        if ph in proj.sd:
+            unc[f"{ph}.compute"], unc[f"{ph}.memory"] = proj.sd[ph]
+    for m in dispatch:
+        sd = kfit.sd.get(f"dispatch.{m.value}", float("nan"))
+        if not math.isnan(sd):
+            unc[f"dispatch.{m.value}"] = sd
+    md = ms.metadata
+    profile = dataclasses.replace(
+        base, name=name,
+        source=f"serveplan calibrate: {md.get('device_name', 'device')} measured {md.get('date_utc', '?')}",
+        description=(f"calibrated on {md.get('device', '?')} ({md.get('device_name', '?')}, torch "
+                     f"{md.get('torch_version', '?')}, {md.get('threads', '?')} threads, {dt.value})"),
+        hardware=hardware.name, prefill=phases["prefill"], decode=phases["decode"],
+        dispatch_s=dispatch, uncertainty=unc,
+    )
+    return Calibration(profile, tied, family, chosen, cv, proj, dict(md))
+
+
+def profile_yaml(cal: Calibration, model_name: str) -> str:
+    """The calibrated profile as YAML (loadable by ``--profile FILE``), with the fit report."""
+    import yaml
+
+    d = cal.profile.to_dict()
+    d["calibration"] = {"reference_model": model_name, **cal.summary()}
+    header = ("# Efficiency profile fitted by `serveplan calibrate` from micro-benchmarks.\n"
+              "# prefill/decode: constant factors projected from the kernel fit (see `calibration`);\n"
+              "# uncertainty: one standard deviation of each fitted value.\n")
+    return header + yaml.safe_dump(_plain(d), sort_keys=False)
+
+
+def _plain(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {str(k): _plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        return float(o)
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    return o

@@ -1,0 +1,187 @@
+"""``serveplan profile``, ``serveplan calibrate`` and ``serveplan compare``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.errors import SpecError
+
+
+def _pairs(batches: str, lengths: str, what: str) -> list[tuple[int, int]]:
+    return [(b, s) for b in parse_int_list(batches, f"{what}-batches") for s in parse_int_list(lengths, f"{what}-lengths")]
+
+
+@app.command("profile")
+@handle_errors
+def profile_cmd(
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    out: Path = typer.Option(Path("measurements.csv"), "--out", "-o", help="Measurement CSV to write."),
+    threads: Optional[int] = typer.Option(1, "--threads", help="torch CPU threads (recorded with the data; 0: torch default)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 (CPU), bf16 or fp16."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
+    quick: bool = typer.Option(False, "--quick", help="Reduced sweep (one shape, few sizes): seconds, for smoke tests."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repetitions per shape (median kept)."),
+    hardware_out: Optional[Path] = typer.Option(None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
+    name: str = typer.Option("cpu-host", "--name", help="Device name used in --hardware-out."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Time GEMMs, memory-bound kernels, attention, launches and tiny modules on one device
+    (needs torch: pip install 'serveplan[profile]'). Writes one CSV row per shape, with the
+    device, torch version and thread count in its header."""
+    from serveplan.calibrate.profile import ProfileConfig, hardware_yaml_from_measurements, profile_device, shape_from_model
+
+    changes: dict = {"device": device, "threads": threads or None, "dtype": dtype}
+    if repeats is not None:
+        changes["repeats"] = repeats
+    if model:
+        from serveplan.specs.catalog import get_model
+
+        changes["shapes"] = (shape_from_model(get_model(model)),)
+    cfg = ProfileConfig.quick(**changes) if quick else ProfileConfig(**changes)
+    ms = profile_device(cfg, progress=progress)
+    ms.save(out)
+    md = ms.metadata
+    typer.echo(f"wrote {len(ms.rows)} measurements to {out} ({md['device_name']}, torch {md['torch_version']}, "
+               f"{md['threads'] or '-'} threads); best GEMM {float(md['peak_flops_measured']) / 1e9:.1f} GFLOP/s, "
+               f"best copy/GEMV {float(md['peak_bandwidth_measured']) / 1e9:.1f} GB/s")
+    if hardware_out:
+        hardware_out.write_text(hardware_yaml_from_measurements(ms, name))
+        typer.echo(f"wrote hardware {name!r} with the measured peaks to {hardware_out}")
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate_cmd(
+    measurements: Path = typer.Argument(..., help="CSV written by serveplan profile."),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML (e.g. from profile --hardware-out)."),
+    out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="Profile YAML to write."),
+    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Reference model whose steps the factors are fitted for."),
+    base_profile: Optional[str] = typer.Option(None, "--base-profile", help="Profile whose modelling choices are kept (default: default-gpu)."),
+    attention_impl: Optional[str] = typer.Option(None, "--attention-impl", help="fused or eager (default: the base profile's)."),
+    dispatch_hidden_in_decode: bool = typer.Option(False, "--dispatch-hidden-in-decode/--dispatch-visible", help="Decode replays captured graphs (no dispatch)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the output file's stem)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the peaks to use (default: the measurements')."),
+    form: str = typer.Option("auto", "--form", help="Kernel model: auto, tied (one MFU/MBU per phase) or family."),
+    folds: int = typer.Option(5, "--folds", help="Cross-validation folds (0 or 1: none)."),
+    prefill_batches: str = typer.Option("1,2,4,8", "--prefill-batches", help="Projection grid: prefill batch sizes."),
+    prefill_lengths: str = typer.Option("128,256,512,1024,2048", "--prefill-lengths", help="Projection grid: prompt lengths."),
+    decode_batches: str = typer.Option("1,2,4,8,16,32,64", "--decode-batches", help="Projection grid: decode batch sizes."),
+    decode_lengths: str = typer.Option("128,256,512,1024,2048", "--decode-lengths", help="Projection grid: decode contexts."),
+    samples: int = typer.Option(20, "--samples", help="Draws of the kernel-fit uncertainty propagated to the profile."),
+    seed: int = typer.Option(0, "--seed", help="Seed of cross-validation folds and draws."),
+    max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Cap on fit evaluations (default: scipy's)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Fit MFU, MBU and dispatch times to a measurement file by bounded least squares, report
+    residuals, held-out error and parameter uncertainty, and write a profile YAML usable with
+    --profile by estimate, simulate, optimize and offload."""
+    from serveplan.calibrate.fit import calibrate, profile_yaml
+    from serveplan.calibrate.measurements import read_measurements
+    from serveplan.specs.catalog import get_hardware, get_model, get_profile
+    from serveplan.specs.profile import AttentionImpl
+
+    ms = read_measurements(measurements)
+    hw = get_hardware(hardware)
+    ref = get_model(model)
+    base = get_profile(base_profile or "default-gpu").with_(dispatch_hidden_in_decode=dispatch_hidden_in_decode)
+    if attention_impl:
+        try:
+            base = base.with_(attention_impl=AttentionImpl(attention_impl))
+        except ValueError:
+            raise SpecError(f"attention-impl={attention_impl!r}; expected one of: fused, eager") from None
+    cal = calibrate(ms, hw, ref, base=base, name=name or out.stem, dtype=dtype, form=form, folds=folds,
+                    prefill_grid=_pairs(prefill_batches, prefill_lengths, "prefill"),
+                    decode_grid=_pairs(decode_batches, decode_lengths, "decode"), samples=samples, seed=seed,
+                    max_nfev=max_nfev, where=str(measurements))
+    text = profile_yaml(cal, model)   # built fully before anything is written
+    out.write_text(text)
+    if json_out:
+        emit_json({"profile": cal.profile.to_dict(), **cal.summary(), "out": str(out)})
+        return
+    _print_report(cal, out)
+
+
+def _print_report(cal: "object", out: Path) -> None:
+    from serveplan.calibrate.fit import Calibration
+
+    assert isinstance(cal, Calibration)
+    con = console()
+    p, s = cal.profile, cal.summary()
+    t = Table(title=f"Calibrated profile {p.name} for {p.hardware} (kernel model: {cal.chosen})")
+    for col in ("parameter", "value", "sd"):
+        t.add_column(col, justify="left" if col == "parameter" else "right")
+    for ph in ("prefill", "decode"):
+        e = getattr(p, ph)
+        for k in ("compute", "memory"):
+            sd = p.uncertainty.get(f"{ph}.{k}")
+            t.add_row(f"{ph} {'MFU' if k == 'compute' else 'MBU'}", f"{getattr(e, k):.3f}",
+                      f"{sd:.3f}" if sd is not None else "-")
+    for m, v in p.dispatch_s.items():
+        sd = p.uncertainty.get(f"dispatch.{m.value}")
+        t.add_row(f"dispatch {m.value} (us)", f"{v * 1e6:.1f}", f"{sd * 1e6:.1f}" if sd is not None else "-")
+    con.print(t)
+    k = Table(title="Kernel fit (per phase and family: MFU/MBU as fractions of the hardware peaks)")
+    for col in ("parameter", "value", "sd"):
+        k.add_column(col, justify="left" if col == "parameter" else "right")
+    for name, v in s["kernel_params"].items():
+        sd = s["kernel_sd"].get(name)
+        scale, unit = (1e6, " (us)") if name.startswith(("launch", "dispatch")) else (1.0, "")
+        k.add_row(name + unit, f"{v * scale:.3f}", f"{sd * scale:.3f}" if sd is not None else "not identified")
+    con.print(k)
+    r = s["kernel_residuals"]
+    con.print(f"kernel residuals: median |rel| {r['median_abs']:.1%}, P90 {r['p90_abs']:.1%}, max {r['max_abs']:.1%} "
+              f"over {r['n']} rows (tied model: median {s['tied_residuals']['median_abs']:.1%})")
+    if "cross_validation" in s:
+        cv = s["cross_validation"]
+        con.print(f"held-out ({cv['folds']}-fold) median |rel| error: tied {cv['median_abs']['tied']:.1%}, "
+                  f"per family {cv['median_abs']['family']:.1%} (P90 {cv['p90_abs']['tied']:.1%} / "
+                  f"{cv['p90_abs']['family']:.1%})")
+    for ph, e in s["projection_error"].items():
+        con.print(f"{ph}: constant factors vs composed kernel model over {e['n']} steps: median |rel| "
+                  f"{e['median_abs']:.1%}, max {e['max_abs']:.1%}")
+    con.print(f"wrote {out}")
+
+
+@app.command("compare")
+@handle_errors
+def compare_cmd(
+    result: Path = typer.Argument(..., help="vLLM serving benchmark result JSON (--save-result)."),
+    model: str = typer.Option(..., "--model", "-m", help="Catalog id or path to a HF config.json."),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML path."),
+    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    strategy: str = typer.Option("1m", "--strategy", "-s", help="Strategy of the benchmarked deployment (e.g. 1m)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size of each instance."),
+    max_batch: int = typer.Option(256, "--max-batch", help="Sequences per step (vLLM max_num_seqs)."),
+    scheduler: str = typer.Option("vllm", "--scheduler", help="vllm or sarathi (chunked prefill)."),
+    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
+    seed: int = typer.Option(0, "--seed", help="Arrival seed of the simulation."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99."""
+    from serveplan.calibrate.compare import compare, read_vllm_result
+    from serveplan.estimator.api import resolve_specs
+    from serveplan.sim import SimulationConfig
+
+    run = read_vllm_result(result)
+    m, hw, pr = resolve_specs(model, hardware, profile)
+    cfg = SimulationConfig(model=m, hardware=hw, profile=pr, strategy=strategy, tp=tp, max_batch=max_batch,
+                           scheduler=scheduler, chunk_size=chunk_size, dtype=dtype, seed=seed)
+    cmp = compare(run, cfg)
+    if json_out:
+        emit_json(cmp.to_dict())
+        return
+    rate = "inf" if cmp.request_rate == float("inf") else f"{cmp.request_rate:g}"
+    t = Table(title=f"{result.name}: {cmp.num_requests} requests at {rate} req/s; {m.name} on {hw.name}, "
+                    f"{strategy}, tp {tp}, profile {pr.name}")
+    for col in ("metric", "stat", "measured (ms)", "simulated (ms)", "error"):
+        t.add_column(col, justify="left" if col in ("metric", "stat") else "right")
+    for r in cmp.rows:
+        t.add_row(r.metric, r.stat, f"{r.measured_s * 1e3:.2f}", f"{r.simulated_s * 1e3:.2f}",
+                  f"{r.error:+.1%}" if r.error == r.error else "-")
+    console().print(t)
