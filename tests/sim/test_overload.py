@@ -1,0 +1,41 @@
+"""Acceptance 4: overload is an answer, not a hang; early stop for certainly infeasible rates."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from serveplan.sim import SLO, SimulationConfig, Workload, simulate
+
+
+def _capacity(testbed, strategy, scenario):
+    """Saturated throughput: the completion rate when requests arrive 100x faster than served."""
+    res = simulate(SimulationConfig(**testbed, strategy=strategy, rate=1000.0, max_time_s=1e9,
+                                    workload=Workload.scenario(scenario, num_requests=2000)))
+    return res.throughput_rps
+
+
+@pytest.mark.parametrize("strategy, scenario", [("2m", "op2"), ("1p1d", "op3"), ("2m", "op4")])
+def test_ten_times_capacity_finishes_quickly_and_reports_overload(testbed, strategy, scenario):
+    cap = _capacity(testbed, strategy, scenario)
+    wl = Workload.scenario(scenario, num_requests=10000)
+    t0 = time.perf_counter()
+    res = simulate(SimulationConfig(**testbed, strategy=strategy, rate=10 * cap, workload=wl))
+    assert time.perf_counter() - t0 < 10.0
+    assert res.overloaded
+    assert res.throughput_rps < 0.2 * 10 * cap
+    calm = simulate(SimulationConfig(**testbed, strategy=strategy, rate=0.5 * cap, workload=wl))
+    assert not calm.overloaded and calm.num_completed == 10000
+
+
+def test_early_stop_ends_a_hopeless_run_and_leaves_feasible_ones_alone(testbed):
+    wl = Workload.scenario("op2", num_requests=5000)
+    slo = SLO(ttft_s=1.5, tpot_s=0.07, percentile=90)
+    bad = simulate(SimulationConfig(**testbed, strategy="2m", rate=20.0, workload=wl, slo=slo, early_stop=True))
+    assert bad.stopped_early and bad.num_completed < 5000
+    full = simulate(SimulationConfig(**testbed, strategy="2m", rate=20.0, workload=wl, slo=slo))
+    assert full.ttft_s.p90 > slo.ttft_s  # the early verdict was right
+    ok = simulate(SimulationConfig(**testbed, strategy="2m", rate=0.5, workload=wl, slo=slo, early_stop=True))
+    assert not ok.stopped_early and ok.num_completed == 5000
+    assert ok.ttft_s.p90 <= slo.ttft_s and ok.tpot_s.p90 <= slo.tpot_s
