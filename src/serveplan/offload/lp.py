@@ -66,8 +66,8 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
              runtime_limits: bool = True, allow_disk: bool = True) -> LinearProgram:
     """The LP of FlexGen Eq. 1 for one batch shape (see the module docstring for the columns).
 
-    ``runtime_limits`` restricts the placement to what FlexGen runs: no activations on disk, CPU
-    attention only for a cache entirely off the GPU, and under compression nothing on disk.
+    ``runtime_limits`` restricts the placement to what FlexGen runs: no activations on disk, and
+    under compression nothing on disk.
     ``allow_disk=False`` keeps everything off the disk (FlexGen's "disk on/off", Section 4.4).
     """
     nv = NUM_PLACEMENT + 2
@@ -106,10 +106,6 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
     if runtime_limits:
         upper[8] = 0.0  # hd = 0: FlexGen's runtime keeps activations off the disk (its cost_model.py
         # pins hg + hc = 1; no table of the paper puts activations on disk)
-        if terms.cpu_attention:
-            upper[3] = 0.0  # cg = 0: FlexGen delegates attention to the CPU "if the associated KV
-            # cache is not stored on the GPU" (Section 4.3); every T4 policy of Tables 14-18 with
-            # CPU attention has cg = 0. Mixed placements are still priced by evaluate_policy.
         if terms.compress:
             upper[2] = upper[5] = 0.0  # compressed weights and KV stay off the disk: no compressed
             # run of Tables 12-20 uses the disk, and Table 19's FlexGen (c) frontier ends where CPU

@@ -247,26 +247,31 @@ def _latency_bound(t: CostTerms, allow_disk: bool) -> float | None:
             + z.act_bytes_per_token * s * bls)
     if home > cap_g + cap_c + cap_d:
         return None
-    ctx_share = (s + n / 2) / (s + n)
     # seconds per layer-step to upload one home byte that is off the GPU: weights W/l per layer,
     # KV (GPU attention only) its ctx/(s+n) share; coefficients read from the affine terms
-    up_w = t.decode["ctog"].coef[1] / max(z.weight_bytes, 1.0) / l * z.weight_bytes / z.total_weight_bytes * l
+    up_w = t.decode["ctog"].coef[1] / z.total_weight_bytes  # (W / ctog_bw) per Wt home byte
     kv_home = z.kv_bytes_per_token * (s + n) * bls * l
-    if t.cpu_attention:  # cache off the GPU (cg = 0), attention on the CPU: only weights upload
-        off = max(0.0, z.total_weight_bytes - cap_g)
-        ctog_lb = off * up_w
+    x_gpu, x_cpu = np.zeros(9), np.zeros(9)
+    x_gpu[3], x_cpu[4] = 1.0, 1.0  # attention over a cache on the GPU or on the CPU
+    comp_gpu, comp_cpu = t.decode["comp"].at(x_gpu), t.decode["comp"].at(x_cpu)
+    comp_g = min(comp_gpu, comp_cpu)
+    off = max(0.0, z.total_weight_bytes + kv_home - cap_g)  # home bytes that cannot be on the GPU
+    mixed = 0.0
+    if t.cpu_attention:
+        # off-GPU weights upload (ctog); off-GPU KV is attended on the CPU (comp): either way at
+        # least the cheaper per-byte cost, and at least the weights that cannot fit must upload
+        ctog_lb = max(0.0, z.total_weight_bytes - cap_g) * up_w
+        per_kv = max(0.0, comp_cpu - comp_gpu) / kv_home if kv_home > 0 else up_w
+        mixed = comp_g + off * min(up_w, per_kv)
     else:
-        off = max(0.0, z.total_weight_bytes + kv_home - cap_g)
         up_kv = t.decode["ctog"].coef[4] / kv_home if kv_home > 0 else up_w
         ctog_lb = off * min(up_w, up_kv)
+    ctx_share = (s + n / 2) / (s + n)
     disk_bytes = max(0.0, home - cap_g - cap_c)
     dtoc_lb = disk_bytes / l * ctx_share * (t.decode["dtoc"].coef[2] / max(z.weight_bytes, 1.0))
     comp_p = t.prefill["comp"].const
-    x_cpu = np.zeros(9)
-    x_cpu[4] = 1.0  # KV on CPU: CPU attention if on, else uploads counted in ctog, not comp
-    comp_g = t.decode["comp"].at(x_cpu)
     if t.overlap is Overlap.SERIAL_LOAD:
-        pre, dec = max(comp_p, ctog_lb), ctog_lb + max(comp_g, dtoc_lb)
+        pre, dec = max(comp_p, ctog_lb), max(ctog_lb + max(comp_g, dtoc_lb), mixed)
     else:
         pre, dec = max(comp_p, ctog_lb), max(comp_g, ctog_lb, dtoc_lb)
     return pre * l + dec * (n - 1) * l
@@ -314,28 +319,26 @@ def _solve_candidate(c: _Candidate, max_latency_s: float | None) -> tuple[np.nda
 
 
 def _infeasible_message(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, s: int, n: int,
-                        modes: list[tuple[bool, bool]], max_latency_s: float | None) -> str:
-    comp = any(c for c, _ in modes)
-    w, kv, act, total = _min_need(model, s, n, compress=comp)
-    cap = {"gpu": gpu.memory_bytes, "cpu": host.cpu_memory_bytes, "disk": host.disk_bytes}
-    fmt = "4-bit" if comp else "FP16"
-    if total > sum(cap.values()):
-        disk_need = total - cap["gpu"] - cap["cpu"]
-        return (
-            f"model {model.name!r} does not fit on {gpu.name} + host {host.name!r}: one sequence of "
-            f"{s}+{n} tokens needs {fmt_bytes(total)} ({fmt} weights {fmt_bytes(w)}, KV cache "
-            f"{fmt_bytes(kv)}, activations {fmt_bytes(act)}) = {total:.4g} bytes; with GPU "
-            f"({cap['gpu']:.4g} bytes) and CPU ({cap['cpu']:.4g} bytes) full, the disk would need "
-            f"{disk_need:.4g} bytes but holds {cap['disk']:.4g}"
-        )
+                        modes: list[tuple[bool, bool]], max_latency_s: float | None,
+                        overlap: Overlap) -> str:
     if max_latency_s is not None:
-        return (f"no policy for {model.name!r} on {gpu.name} + {host.name!r} finishes a block within "
-                f"--max-latency {max_latency_s:g} s")
-    return (
-        f"no policy for {model.name!r} fits on {gpu.name} ({cap['gpu']:.4g} bytes): even with nothing "
-        f"resident the GPU working set of one GPU batch (two streamed weight units and one layer's "
-        f"activations) exceeds it; CPU {cap['cpu']:.4g} bytes, disk {cap['disk']:.4g} bytes"
-    )
+        return (f"no policy for {model.name!r} on {gpu.name} + {host.name!r} finishes a block of "
+                f"{s}+{n} tokens within --max-latency {max_latency_s:g} s")
+    cap_g, cap_c, cap_d = host.gpu_capacity_bytes(gpu), host.cpu_memory_bytes, host.disk_bytes
+    parts = []
+    for comp in sorted({c for c, _ in modes}):
+        w, kv, act, total = _min_need(model, s, n, compress=comp)
+        t = cost_terms(model, gpu, host, input_len=s, output_len=n, gpu_batch_size=1,
+                       num_gpu_batches=1, compress=comp, cpu_attention=not comp, overlap=overlap)
+        floor = max(t.memory[k].at(_X_MIN_GPU) for k in ("gpu_prefill", "gpu_decode"))
+        usable = cap_g + cap_c + (0.0 if comp else cap_d)
+        parts.append(
+            f"{'4-bit' if comp else 'FP16'}: one sequence needs {total:.4g} bytes (weights {w:.4g}, "
+            f"KV cache {kv:.4g}, activations {act:.4g}) of GPU {cap_g:.4g} + CPU {cap_c:.4g}"
+            + (" bytes (compressed tensors stay off the disk)" if comp else f" + disk {cap_d:.4g} bytes")
+            + f" = {usable:.4g}; the GPU working set alone needs {floor:.4g} of {cap_g:.4g} bytes"
+        )
+    return f"model {model.name!r} does not fit on {gpu.name} + host {host.name!r}: " + "; ".join(parts)
 
 
 def plan_offload(
@@ -406,7 +409,7 @@ def plan_offload(
     else:
         chosen = best[True]
     if chosen is None:
-        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, max_latency_s))
+        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, max_latency_s, overlap))
     tp, c, xr, sol = chosen
     relaxed = {
         "placement_percent": {f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, sol.x)},
@@ -461,7 +464,7 @@ def offload_frontier(
         lat = sum(c.terms.block_latency(xr))
         found.append((lat, c.terms.block_size * output_len / lat, c, xr))
     if not found:
-        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, None))
+        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, None, overlap))
     found.sort(key=lambda f: (f[0], -f[1]))
     points, best_tp = [], 0.0
     for lat, tp, c, xr in found:
