@@ -42,6 +42,7 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler, blocks_for
 INF = math.inf
 _KVD = FEATURE_INDEX["kvd"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+_DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
 
 class StepClock:
@@ -50,7 +51,8 @@ class StepClock:
     * ``time(batch)``: any step, cached by its :class:`StepBatch` aggregates.
     * ``decode_times(nd, kvd0, k)``: ``k`` decode-only steps of ``nd`` sequences whose context
       sum starts at ``kvd0`` and grows by ``nd`` per step, read from lazily filled tables of
-      ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time).
+      ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time;
+      contiguous up to 4M context-sum values, so a stretch is a strided view).
     """
 
     def __init__(self, est: Estimator) -> None:
@@ -58,6 +60,7 @@ class StepClock:
         self.pp = est.parallel.pp
         self._cache: dict[StepBatch, float] = {}
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
+        self._dense: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._x0: dict[int, np.ndarray] = {}
 
     def time(self, batch: StepBatch) -> float:
@@ -67,22 +70,44 @@ class StepClock:
             self._cache[batch] = t
         return t
 
+    def _fill(self, nd: int, b: int, out: np.ndarray) -> None:
+        """Step times of context sums ``[b*1024, (b+1)*1024)`` for ``nd`` decodes into ``out``."""
+        x0 = self._x0.get(nd)
+        if x0 is None:
+            x0 = self._x0[nd] = self.est.features(StepBatch(decode_tokens=float(nd), decode_keys=float(nd)))
+        size = 1 << _BLK_BITS
+        X = np.repeat(x0[:, None], size, axis=1)
+        X[_KVD] = (np.arange(size, dtype=float) + (b << _BLK_BITS)) / self.est.parallel.dp
+        out[:] = self.est.step_times(X, "decode")
+
     def _block(self, nd: int, b: int) -> np.ndarray:
         key = (nd, b)
         blk = self._blocks.get(key)
         if blk is None:
-            x0 = self._x0.get(nd)
-            if x0 is None:
-                x0 = self._x0[nd] = self.est.features(StepBatch(decode_tokens=float(nd), decode_keys=float(nd)))
-            size = 1 << _BLK_BITS
-            X = np.repeat(x0[:, None], size, axis=1)
-            X[_KVD] = (np.arange(size, dtype=float) + (b << _BLK_BITS)) / self.est.parallel.dp
-            blk = self._blocks[key] = self.est.step_times(X, "decode")
+            blk = self._blocks[key] = np.empty(1 << _BLK_BITS)
+            self._fill(nd, b, blk)
         return blk
 
     def decode_times(self, nd: int, kvd0: int, k: int) -> np.ndarray:
         hi = kvd0 + nd * (k - 1)
         b0, b1 = kvd0 >> _BLK_BITS, hi >> _BLK_BITS
+        if hi < _DENSE_MAX:
+            # one contiguous table per batch size (grown on demand): every stretch is a view
+            tab = self._dense.get(nd)
+            if tab is None or len(tab[0]) <= hi:
+                n_blk = max(b1 + 1, 2 * (len(tab[0]) >> _BLK_BITS) if tab is not None else 0)
+                arr = np.empty(n_blk << _BLK_BITS)
+                filled = np.zeros(n_blk, dtype=bool)
+                if tab is not None:
+                    arr[: len(tab[0])] = tab[0]
+                    filled[: len(tab[1])] = tab[1]
+                tab = self._dense[nd] = (arr, filled)
+            arr, filled = tab
+            for b in range(b0, b1 + 1):
+                if not filled[b]:
+                    self._fill(nd, b, arr[b << _BLK_BITS: (b + 1) << _BLK_BITS])
+                    filled[b] = True
+            return arr[kvd0: hi + 1: nd]
         off = b0 << _BLK_BITS
         if b0 == b1:
             return self._block(nd, b0)[kvd0 - off: hi - off + 1: nd]
@@ -347,12 +372,12 @@ class Instance:
             wake = min(wake, self.inbox_t[self.ptr])
         if self.waiting and self.releases:
             wake = min(wake, self.releases[0][0])
-        ends = np.cumsum(times)
+        ends = times.cumsum()
         ends += now
         k = k_max
         if wake < INF and k_max > 1:
             # steps that start before ``wake``: the first always does (now < wake)
-            k = min(k_max, int(np.searchsorted(ends[: k_max - 1], wake, side="left")) + 1)
+            k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
         end = float(ends[k - 1])
         done = []
         blocks = R.blocks
