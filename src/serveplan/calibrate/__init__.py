@@ -1,0 +1,18 @@
+"""Calibration: profile a device, fit an efficiency profile, predict with bands, check real runs.
+
+* :mod:`~serveplan.calibrate.profile` - torch micro-benchmarks (``serveplan profile``; torch
+  is imported lazily, extra ``serveplan[profile]``);
+* :mod:`~serveplan.calibrate.measurements` - the measurement CSV format;
+* :mod:`~serveplan.calibrate.fit` - bounded least squares, cross-validation, covariance
+  (``serveplan calibrate``);
+* :mod:`~serveplan.calibrate.bands` - P10/P50/P90 of any prediction from the uncertainty;
+* :mod:`~serveplan.calibrate.compare` - vLLM serving-benchmark results against the simulator
+  (``serveplan compare``).
+"""
+
+from serveplan.calibrate.bands import Band, band, sample_profiles
+from serveplan.calibrate.fit import Calibration, calibrate
+from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
+
+__all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "read_measurements",
+           "sample_profiles"]

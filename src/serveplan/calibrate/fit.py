@@ -231,7 +231,9 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
     x0 = np.clip(x0, lo + 1e-12, hi)
     kw: dict[str, Any] = {} if max_nfev is None else {"max_nfev": max_nfev}
     try:
-        res = least_squares(d.residuals, x0, bounds=(lo, hi), method="trf", x_scale="jac", **kw)
+        # times (1e-6 s) and efficiencies (~0.5) differ by orders of magnitude: scale by the start
+        scale = np.where(np.abs(x0) > 0, np.abs(x0), 1e-6)
+        res = least_squares(d.residuals, x0, bounds=(lo, hi), method="trf", x_scale=scale, **kw)
     except (ValueError, FloatingPointError) as exc:
         raise SolverError(f"calibration fit did not converge: {exc}") from None
     if res.status <= 0 or not np.all(np.isfinite(res.x)) or not np.all(np.isfinite(res.fun)):
@@ -239,9 +241,10 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
                           f"({res.message.rstrip('.')}); nothing was written")
     x = res.x.copy()
     J = res.jac
-    colnorm = np.linalg.norm(J, axis=0)
+    colnorm = np.linalg.norm(J * np.maximum(np.abs(x), 1e-12)[None, :], axis=0)
     ident = colnorm > 1e-8 * max(float(colnorm.max()), 1e-300)
     # parameters whose roofline term never binds stay at their start value (the tied fit's)
+    x[~ident] = x0[~ident]
     names = d.names
     r = res.fun
     n_id = int(ident.sum())
@@ -416,44 +419,63 @@ class Projection:
 
 
 def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, float], *,
-            samples: int = 20, seed: int = 0, max_nfev: int | None = None) -> Projection:
-    """Fit one (e_c, e_m) per phase to the composed step times of ``composer``'s grid (stage 2)."""
+            fallback: Mapping[str, tuple[float, float]] | None = None, samples: int = 20, seed: int = 0,
+            max_nfev: int | None = None) -> Projection:
+    """Fit one (e_c, e_m) per phase to the composed step times of ``composer``'s grid (stage 2).
+
+    A factor the grid does not constrain (no step time moves by :data:`MIN_SENSITIVITY` per
+    relative change of it, e.g. MBU when every prefill step is compute bound) is set to
+    ``fallback[phase]`` (the tied kernel fit's value) instead of an arbitrary least-squares value.
+    """
     target = composer.times(_family_eff(fit), dispatch)
     rng = np.random.default_rng(seed)
+    kw: dict[str, Any] = {} if max_nfev is None else {"max_nfev": max_nfev}
 
-    def solve(target: np.ndarray, ph: str) -> tuple[np.ndarray, Any]:
+    def solve(target: np.ndarray, ph: str, fixed: dict[int, float]) -> tuple[np.ndarray, Any]:
         sel = np.array([p == ph for p in composer.phase])
         fam_eff = _family_eff(fit)
+        free = [i for i in (0, 1) if i not in fixed]
 
-        def resid(x: np.ndarray) -> np.ndarray:
+        def full(z: np.ndarray) -> np.ndarray:
+            x = np.empty(2)
+            for i, v in fixed.items():
+                x[i] = v
+            x[free] = z
+            return x
+
+        def resid(z: np.ndarray) -> np.ndarray:
+            x = full(z)
             eff = dict(fam_eff)
             for f in FAMILIES:
                 eff[(ph, f)] = (x[0], x[1])
             return (composer.times(eff, dispatch)[sel] - target[sel]) / target[sel]
-        x0 = np.array(fit.efficiency(ph, "matmul"))
-        kw: dict[str, Any] = {} if max_nfev is None else {"max_nfev": max_nfev}
-        res = least_squares(resid, np.clip(x0, *EFF_BOUNDS), bounds=EFF_BOUNDS, method="trf", **kw)
+        z0 = np.clip(np.array(fit.efficiency(ph, "matmul"))[free], *EFF_BOUNDS)
+        res = least_squares(resid, z0, bounds=EFF_BOUNDS, method="trf", **kw)
         if res.status <= 0 or not np.all(np.isfinite(res.x)):
             raise SolverError(f"projection of the {ph} factors did not converge after {res.nfev} evaluations "
                               f"({res.message.rstrip('.')}); nothing was written")
-        return res.x, res
+        jac = np.zeros((len(res.fun), 2))
+        jac[:, free] = res.jac
+        return full(res.x), (res, jac)
 
     factors, sds, errs = {}, {}, {}
     for ph in PHASES:
         if not any(p == ph for p in composer.phase):
             continue
-        x, res = solve(target, ph)
+        x, (res, J) = solve(target, ph, {})
+        sensitivity = np.max(np.abs(J) * x[None, :], axis=0)   # d(rel. error)/d(log factor)
+        fixed = {i: float(fallback[ph][i]) for i in (0, 1)
+                 if fallback is not None and ph in fallback and sensitivity[i] < MIN_SENSITIVITY}
+        if len(fixed) == 2:
+            x = np.array([fixed[0], fixed[1]])
+        elif fixed:
+            x, (res, J) = solve(target, ph, fixed)
         factors[ph] = (float(x[0]), float(x[1]))
         errs[ph] = res.fun.copy()
-        # (a) the projection's own scatter: s^2 (J^T J)^-1
-        J = res.jac
+        # (a) the projection's own scatter, s^2 (J^T J)^-1, for the factors the grid constrains
         dof = max(len(res.fun) - 2, 1)
         cov = float(res.fun @ res.fun) / dof * np.linalg.pinv(J.T @ J)
         var = np.clip(np.diag(cov), 0.0, None)
-        # a factor that barely moves any step time (e.g. prefill MBU when prefill is compute
-        # bound) is not constrained by the grid; its scatter term would be unbounded and
-        # meaningless, so only the kernel-fit term below counts for it
-        sensitivity = np.max(np.abs(J) * x[None, :], axis=0)   # d(rel. error)/d(log factor)
         var = np.where(sensitivity < MIN_SENSITIVITY, 0.0, var)
         # (b) kernel-fit uncertainty: sample identified parameters, re-project
         if samples > 1 and len(fit.cov_names):
@@ -464,11 +486,10 @@ def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, fl
                 for n, v in zip(fit.cov_names, z):
                     p[n] = float(np.clip(v, *EFF_BOUNDS)) if n.endswith(("compute", "memory")) else max(float(v), 0.0)
                 tgt = composer.times(_family_eff(fit, p), _dispatch_of(fit, p, dispatch))
-                xs, _ = solve(tgt, ph)
+                xs, _ = solve(tgt, ph, fixed)
                 draws.append(xs)
             var = var + np.var(np.array(draws), axis=0, ddof=1)
-        sd = np.sqrt(var)
-        sd = np.minimum(sd, MAX_REL_SD * x)
+        sd = np.minimum(np.sqrt(var), MAX_REL_SD * x)
         sds[ph] = (float(sd[0]), float(sd[1]))
     return Projection(factors, sds, errs)
 
@@ -540,7 +561,8 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     cv = cross_validate(ms, hardware, dtype=dt, folds=folds, seed=seed) if folds > 1 else None
     if form == "auto":
         # 10% relative improvement of the held-out median: assumed threshold for "clearly better"
-        better = cv is None or cv.median_abs["family"] < 0.9 * cv.median_abs["tied"]
+        # without cross-validation there is no evidence for the richer form: keep the tied one
+        better = cv is not None and cv.median_abs["family"] < 0.9 * cv.median_abs["tied"]
         chosen = "family" if better else "tied"
     elif form in ("tied", "family"):
         chosen = form
@@ -550,7 +572,8 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     dispatch = _dispatch_of(kfit, base=base.dispatch_s)
     batches = [StepBatch.prefill(b, s) for b, s in prefill_grid] + [StepBatch.decode(b, c) for b, c in decode_grid]
     composer = StepComposer(model, hardware, base, batches, dtype=dt)
-    proj = project(kfit, composer, dispatch, samples=samples, seed=seed, max_nfev=max_nfev)
+    fallback = {ph: (tied.params[f"{ph}.compute"], tied.params[f"{ph}.memory"]) for ph in PHASES}
+    proj = project(kfit, composer, dispatch, fallback=fallback, samples=samples, seed=seed, max_nfev=max_nfev)
     unc: dict[str, float] = {}
     phases = {}
     for ph in PHASES:

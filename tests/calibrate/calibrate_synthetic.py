@@ -1,0 +1,63 @@
+"""Synthetic measurements generated from the estimator with known factors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from serveplan import Estimator, StepBatch, get_hardware, get_model, get_profile, model_from_hf_config
+from serveplan.calibrate.fit import FAMILIES, op_family
+from serveplan.calibrate.measurements import Measurement, MeasurementSet
+from serveplan.specs.profile import Module, PhaseEfficiency
+
+TRUE_PREFILL = (0.62, 0.81)
+TRUE_DECODE = (0.47, 0.66)
+TRUE_DISPATCH = {Module.NORM: 8e-6, Module.ATTENTION: 35e-6, Module.MLP: 20e-6, Module.LM_HEAD: 12e-6}
+TRUE_LAUNCH = 2e-6
+FAMILY_KIND = {"matmul": "gemm", "attention": "attention", "stream": "elementwise"}
+
+TINY = model_from_hf_config({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+                             "vocab_size": 256, "torch_dtype": "float16"}, name="tiny")
+
+
+def true_profile():
+    return get_profile("default-gpu").with_(
+        prefill=PhaseEfficiency(compute=TRUE_PREFILL[0], memory=TRUE_PREFILL[1], comm=0.7),
+        decode=PhaseEfficiency(compute=TRUE_DECODE[0], memory=TRUE_DECODE[1], comm=0.5),
+        dispatch_s=dict(TRUE_DISPATCH), dispatch_hidden_in_decode=False)
+
+
+def synthetic(noise: float = 0.05, seed: int = 0) -> MeasurementSet:
+    """Op rows of llama-2-7b on an A100 (times from the estimator's roofline with the true
+    factors), launch rows, and tiny-module rows, each with ``noise`` relative Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    hw = get_hardware("a100-80g")
+    prof = true_profile()
+    rows = []
+    for model, batches in ((get_model("llama-2-7b"), [StepBatch.prefill(b, s) for b, s in ((1, 128), (1, 512), (2, 1024), (4, 2048), (8, 256))]
+                            + [StepBatch.decode(b, c) for b, c in ((1, 512), (8, 1024), (64, 2048), (256, 512), (512, 256))]),):
+        est = Estimator(model, hw, prof)
+        fams = [op_family(op.flops, op.bytes) for g in est.groups for blk in g.blocks for op in blk.ops]
+        for b in batches:
+            e = est.estimate(b)
+            for op, fam in zip(e.ops, fams):
+                if op.time_s <= 0:
+                    continue
+                t = (op.time_s + TRUE_LAUNCH) * (1 + noise * rng.standard_normal())
+                rows.append(Measurement(kind=FAMILY_KIND[fam], phase=e.phase, flops=op.flops, bytes=op.bytes,
+                                        time_s=t, name=op.name, launches=1))
+    for _ in range(5):
+        rows.append(Measurement(kind="launch", phase="any", flops=1.0, bytes=6.0, name="launch",
+                                time_s=TRUE_LAUNCH * (1 + noise * rng.standard_normal())))
+    tiny = Estimator(TINY, hw, prof)
+    e = tiny.estimate(StepBatch.decode(1, 16))
+    for m in e.modules:
+        ops = [o for o in e.ops if o.group == m.group and o.module == m.name]
+        for _ in range(3):
+            rows.append(Measurement(kind="module", phase="any", module=m.name, name=f"{m.name} tiny",
+                                    flops=sum(o.flops for o in ops), bytes=sum(o.bytes for o in ops),
+                                    time_s=(m.dispatch_s + m.compute_s) * (1 + noise * rng.standard_normal())))
+    return MeasurementSet(tuple(rows), {"device": "synthetic", "dtype": "fp16"})
+
+
+assert set(FAMILY_KIND) == set(FAMILIES)
