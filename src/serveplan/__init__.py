@@ -17,6 +17,7 @@ from serveplan.specs.model import ModelSpec, model_from_hf_config
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, PhaseEfficiency
 from serveplan.units import DType
+from serveplan.sim import SLO, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
 
 __version__ = "0.1.0"
 
@@ -27,3 +28,4 @@ __all__ = [
     "get_hardware", "get_model", "get_profile", "list_hardware", "list_models", "list_profiles",
     "model_from_hf_config", "static_batch",
 ]
+__all__ += ["LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]
