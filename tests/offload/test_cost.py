@@ -1,0 +1,149 @@
+"""Cost-model sizes and terms against hand derivations (FlexGen Appendix A.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serveplan.offload.cost import COMPRESSION_RATIO, compressed_bytes, cost_terms, layer_sizes
+from serveplan.offload.host import get_host
+from serveplan.offload.policy import Overlap, parse_policy
+from serveplan.offload.search import evaluate_policy
+from serveplan.specs.catalog import get_model
+
+HOST = get_host("flexgen-t4")
+
+
+def test_compression_format_is_four_bits_plus_fp16_min_and_scale_per_64():
+    # 64 values: 64 * 4 bits = 32 bytes, plus FP16 min and scale = 4 bytes -> 36 bytes vs 128 in FP16
+    assert compressed_bytes(64) == pytest.approx(36.0)
+    assert COMPRESSION_RATIO == pytest.approx(36 / 128)
+
+
+def test_opt175b_sizes_match_flexgen_formulas():
+    z = layer_sizes(get_model("opt-175b"))
+    h1, h2 = 12288, 49152
+    # A.3: one layer of FP16 weights is 8*h1^2 + 4*h1*h2 bytes = 3.624e9 (biases and layer norms
+    # add 2*(4*h1 + h2 + h1 + 4*h1) bytes, 0.005%)
+    paper = 8 * h1**2 + 4 * h1 * h2
+    assert paper == 3_623_878_656
+    assert z.weight_bytes == pytest.approx(paper, rel=1e-4)
+    assert z.kv_bytes_per_token == 4 * h1  # K and V, FP16
+    assert z.act_bytes_per_token == 2 * h1
+    assert z.attn_flops_per_key == 4 * h1 and z.attn_decode_flops_per_key == 4 * h1
+    # Section 3: OPT-175B weights are 325 GB (l * layer)
+    assert 96 * paper / 1e9 == pytest.approx(347.9, rel=1e-3)  # = 324 GiB: the paper's "325 GB"
+    assert 96 * paper / 2**30 == pytest.approx(324.0, rel=1e-3)
+
+
+def test_opt175b_prefill_compute_matches_table8():
+    # policy of Table 2 for OPT-175B (32x8); Table 8 measures 2220 s of prefill compute
+    t = cost_terms(get_model("opt-175b"), HOST.gpu, HOST, input_len=512, output_len=32,
+                   gpu_batch_size=32, num_gpu_batches=8, compress=False, cpu_attention=True)
+    h1, h2, s, bls = 12288, 49152, 512, 256
+    hand = bls * (8 * s * h1**2 + 4 * s * h1 * h2) / 21.24e12 + 4 * bls * s**2 * h1 / 9.97e12
+    comp = t.prefill["comp"].const
+    assert comp == pytest.approx(hand, rel=1e-3)
+    assert comp * 96 == pytest.approx(2220, rel=0.05)
+
+
+def test_opt175b_decode_terms_by_hand():
+    pol = parse_policy("32x8,0,50,0,0,0,100")
+    t = cost_terms(get_model("opt-175b"), HOST.gpu, HOST, input_len=512, output_len=32,
+                   gpu_batch_size=32, num_gpu_batches=8, compress=False, cpu_attention=True)
+    x = np.array(pol.placement())
+    h1, s, n, bls = 12288, 512, 32, 256
+    w = t.sizes.weight_bytes
+    # A.3 dtoc^g = (4*cd*bls*(s+n/2)*h1 + wd*w + 2*hd*h1*bls) / dtoc_bdw with cd=1, wd=0.5, hd=0
+    dtoc = (4 * bls * (s + n / 2) * h1 + 0.5 * w) / 2.0e9
+    assert t.decode["dtoc"].at(x) == pytest.approx(dtoc, rel=1e-9)
+    # ctog^g = ((wc+wd)*w + 2*(hc+hd)*h1*bls) / ctog_bdw
+    assert t.decode["ctog"].at(x) == pytest.approx((w + 2 * h1 * bls) / 13.84e9, rel=1e-9)
+    # cpu_comp^g = 4*(cc+cd)*bls*(s+n/2)*h1 / cpu_flops (whole cache attended on the CPU)
+    cpu = 4 * bls * (s + n / 2) * h1 / 1.23e10
+    assert t.parts["decode_attention_cpu"].at(x) == pytest.approx(cpu, rel=1e-9)
+    # disk holds half the weights and all the KV: A.3 nvme_peak
+    disk = 0.5 * t.sizes.total_weight_bytes + 4 * (s + n) * h1 * bls * 96
+    assert t.memory["disk"].at(x) == pytest.approx(disk, rel=1e-9)
+
+
+def test_serial_load_and_perfect_overlap_differ_only_in_how_terms_combine():
+    m = get_model("opt-30b")
+    pol = parse_policy("48x3,20,80,0,100,0,100")
+    a = evaluate_policy(m, pol)
+    b = evaluate_policy(m, pol, overlap=Overlap.PERFECT)
+    assert a.decode_layer_terms_s == b.decode_layer_terms_s
+    d = a.decode_layer_terms_s
+    assert a.decode_s == pytest.approx(48 * 31 * (d["ctog"] + max(d["gtoc"], d["dtoc"], d["ctod"], d["comp"])))
+    assert b.decode_s == pytest.approx(48 * 31 * max(d.values()))
+    assert a.latency_s >= b.latency_s
+
+
+def test_llama2_70b_gqa_sizes():
+    z = layer_sizes(get_model("llama-2-70b"))
+    h, kv, ff = 8192, 8 * 128, 28672
+    params = h * h + 2 * h * kv + h * h + 3 * h * ff + 2 * h  # Q, K, V, O, gate/up/down, 2 RMSNorms
+    assert params == 855_654_400
+    assert z.weight_bytes == pytest.approx(2 * params)
+    assert z.kv_bytes_per_token == 2 * 2 * kv == 4096  # K and V of 8 KV heads x 128, FP16
+    assert z.attn_decode_flops_per_key == 2 * (h + h)  # QK^T and PV over all 64 query heads
+    zc = layer_sizes(get_model("llama-2-70b"), compress=True)
+    assert zc.kv_bytes_per_token == pytest.approx(4096 * 36 / 128)
+    assert zc.weight_bytes == pytest.approx(params * 0.5625)
+
+
+def test_mixtral_moe_sizes_count_all_experts_for_storage_and_two_for_flops():
+    z = layer_sizes(get_model("mixtral-8x7b"))
+    h, kv, ff = 4096, 8 * 128, 14336
+    attn = 2 * h * h + 2 * h * kv
+    expert = 3 * h * ff
+    router = h * 8
+    assert z.weight_bytes == pytest.approx(2 * (attn + 8 * expert + router + 2 * h))
+    assert z.linear_flops_per_token == pytest.approx(2 * (attn + 2 * expert + router + 2 * h))
+    assert z.kv_bytes_per_token == 4096
+    # the GPU streams the non-expert part plus one expert at a time
+    assert z.stream_unit_fp16_bytes == pytest.approx(2 * (attn + expert + router + 2 * h))
+    # 32 tokens hit 1-(6/8)^32 of the experts: essentially all of them
+    assert z.decode_weight_read_bytes(32) == pytest.approx(z.weight_fp16_bytes, rel=1e-3)
+    # one token reads the non-expert part and 2 of 8 experts
+    assert z.decode_weight_read_bytes(1) == pytest.approx(2 * (attn + 2 * expert + router + 2 * h))
+
+
+def test_deepseek_v3_mla_kv_and_average_layer():
+    m = get_model("deepseek-v3")
+    z = layer_sizes(m)
+    assert z.kv_bytes_per_token == 2 * (512 + 64)  # latent c^KV plus the RoPE key, FP16
+    h = 7168
+    mla = (h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h)
+    assert mla == 187_107_328
+    dense, expert = 3 * h * 18432, 3 * h * 2048
+    moe = 257 * expert + h * 256
+    total = 61 * (mla + 2 * h) + 3 * dense + 58 * moe
+    assert total == 669_173_039_104
+    assert z.weight_bytes == pytest.approx(2 * total / 61)  # 21.94 GB per average layer
+    # absorbed MLA decode: QK^T over 512+64 and PV over 512 per head, 2 FLOP per MAC
+    assert z.attn_decode_flops_per_key == 2 * 128 * (512 + 64) + 2 * 128 * 512
+
+
+def test_cpu_attention_moves_no_kv_while_gpu_attention_uploads_it():
+    m = get_model("opt-30b")
+    kw = dict(input_len=512, output_len=32, gpu_batch_size=48, num_gpu_batches=3, compress=False)
+    cpu = cost_terms(m, HOST.gpu, HOST, cpu_attention=True, **kw)
+    gpu = cost_terms(m, HOST.gpu, HOST, cpu_attention=False, **kw)
+    x = np.array(parse_policy("48x3,20,80,0,100,0,100").placement())
+    kv_avg = 4 * 7168 * (512 + 16) * 144
+    assert gpu.decode["ctog"].at(x) - cpu.decode["ctog"].at(x) == pytest.approx(kv_avg / 13.84e9, rel=1e-9)
+    assert cpu.parts["decode_attention_cpu"].at(x) > 0 == gpu.parts["decode_attention_cpu"].at(x)
+
+
+def test_compression_shrinks_transfers_and_adds_codec_time():
+    m = get_model("opt-175b")
+    kw = dict(input_len=512, output_len=32, gpu_batch_size=48, num_gpu_batches=3, cpu_attention=False)
+    fp = cost_terms(m, HOST.gpu, HOST, compress=False, **kw)
+    q = cost_terms(m, HOST.gpu, HOST, compress=True, **kw)
+    x = np.array(parse_policy("48x3,0,100,0,100,0,100").placement())
+    assert q.decode["ctog"].at(x) == pytest.approx(fp.decode["ctog"].at(x) * COMPRESSION_RATIO, rel=0.01)
+    codec = q.parts["decode_codec"].at(x)
+    wf, kvf = q.sizes.weight_fp16_bytes, 4 * 12288 * (512 + 16 + 1) * 144
+    assert codec == pytest.approx(wf / 24e9 + kvf / 24e9, rel=1e-9)
+    assert fp.parts["decode_codec"].at(x) == 0

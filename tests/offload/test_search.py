@@ -1,0 +1,129 @@
+"""Search, evaluation and frontier (FlexGen Section 4.3, Tables 2, 15, 16, 19) and acceptance checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.offload.host import get_host
+from serveplan.offload.policy import parse_policy
+from serveplan.offload.search import evaluate_policy, offload_frontier, plan_offload
+from serveplan.offload.validation import TABLE2_CELLS, compare_cells, compare_table2, summarize
+
+
+@pytest.fixture(scope="module")
+def table2():
+    return {(r["model"], r["input_len"], r["compress"]): r for r in compare_table2()}
+
+
+def test_acceptance1_evaluate_mode_on_tables_14_to_18():
+    records = compare_cells()
+    s = summarize(records)
+    assert s["cells"] == 30
+    assert s["median_abs_error"] <= 0.25
+    assert s["max_factor"] <= 2.0
+
+
+def test_acceptance2_search_is_never_worse_than_the_paper_policy(table2):
+    assert len(table2) == 12 == 2 * len({(c.model, c.input_len) for c in TABLE2_CELLS})
+    for key, r in table2.items():
+        assert r["predicted"] >= r["paper_policy_predicted"] * (1 - 1e-3), key
+
+
+@pytest.mark.parametrize("model, s", [("opt-30b", 512), ("opt-175b", 512), ("opt-30b", 1024),
+                                      ("opt-175b", 1024), ("opt-6.7b", 1024)])
+def test_acceptance2_fp16_search_within_30_percent_of_flexgen(table2, model, s):
+    assert abs(table2[(model, s, False)]["error"]) <= 0.30
+
+
+def test_opt67b_at_512_search_beats_flexgen_by_splitting_the_kv_cache(table2):
+    # Known deviation (docs/validation.md): the model prefers 4x1 with 15% of the KV cache on the
+    # CPU over FlexGen's 2x1 all-GPU policy, predicting ~1.4x FlexGen's measured 25.26 token/s.
+    r = table2[("opt-6.7b", 512, False)]
+    assert r["paper_policy_predicted"] == pytest.approx(25.26, rel=0.10)
+    assert 0.30 < r["error"] < 0.45
+
+
+def test_acceptance2_policy_shapes_match_the_paper(table2):
+    for s in (512, 1024):
+        big, big_c, mid = table2[("opt-175b", s, False)], table2[("opt-175b", s, True)], table2[("opt-30b", s, False)]
+        assert big["uses_disk"] and big["weights_on_disk"] > 0.3  # Table 2: 175B spills to disk
+        assert not big_c["uses_disk"]  # FlexGen (c): all weights in CPU memory, no disk
+        assert not mid["uses_disk"]  # Table 24: OPT-30B does not use the SSD
+        assert mid["chosen_policy"].split(", ")[2] != "0"  # most 30B weights on the CPU (wc > 0)
+        assert table2[("opt-6.7b", s, False)]["chosen_policy"].split(", ")[1] == "100"  # 6.7B on GPU
+
+
+def test_acceptance5_one_search_is_fast(table2):
+    assert max(r["seconds"] for r in table2.values()) < 2.0
+
+
+@pytest.mark.parametrize("model", ["llama-2-70b", "mixtral-8x7b", "deepseek-v3"])
+def test_acceptance4_other_architectures_plan_on_the_t4_machine(model):
+    plan = plan_offload(model)
+    assert plan.fits and plan.throughput_tokens_per_s > 0
+    z = plan.sizes
+    bls, n, s = plan.policy.block_size, plan.output_len, plan.input_len
+    assert plan.throughput_tokens_per_s == pytest.approx(bls * n / plan.latency_s)
+    assert z["kv_bytes_block"] == pytest.approx(z["kv_bytes_per_token_per_layer"] * (s + n) * bls * z["num_layers"])
+    fmt = 0.5625 if plan.policy.compress else 2.0  # bytes per value stored
+    expected_kv = {"llama-2-70b": 2 * 8 * 128, "mixtral-8x7b": 2 * 8 * 128, "deepseek-v3": 512 + 64}[model]
+    assert z["kv_bytes_per_token_per_layer"] == pytest.approx(expected_kv * fmt)
+    total = sum(plan.placement_bytes["weights"].values())
+    assert total == pytest.approx(z["weight_bytes_total"])
+
+
+def test_deepseek_v3_streams_from_disk_on_the_t4_machine():
+    plan = plan_offload("deepseek-v3")
+    # 671e9 parameters: 1.34 TB in FP16 or 377 GB in 4 bits; CPU memory is 208 GB, so FP16 on disk
+    assert plan.sizes["weight_bytes_total"] == pytest.approx(2 * 671.0e9, rel=0.01)
+    assert not plan.policy.compress and plan.policy.wd > 0.8
+
+
+def test_acceptance3_model_too_big_for_every_tier_names_bytes_per_tier():
+    with pytest.raises(InfeasibleError) as err:
+        plan_offload("deepseek-v3", host="flexgen-3090")  # 1.34 TB > 24 GB + 125 GB + 1 TB
+    msg = str(err.value)
+    assert "GPU 2.24e+10" in msg and "CPU 1.25e+11" in msg and "disk 1e+12" in msg
+    assert "1.342e+12 bytes" in msg
+
+
+def test_max_latency_bounds_the_block_latency_and_can_be_infeasible():
+    free = plan_offload("opt-30b", compress=False)
+    bounded = plan_offload("opt-30b", compress=False, max_latency_s=free.latency_s / 3)
+    assert bounded.latency_s <= free.latency_s / 3
+    assert bounded.throughput_tokens_per_s < free.throughput_tokens_per_s
+    with pytest.raises(InfeasibleError, match="max-latency"):
+        plan_offload("opt-30b", compress=False, max_latency_s=1.0)
+
+
+def test_evaluate_reports_overflow_instead_of_refusing():
+    plan = evaluate_policy("opt-30b", parse_policy("512x8,20,80,0,100,0,100"), input_len=512, output_len=8)
+    assert not plan.fits and plan.violations_bytes["cpu_decode"] > 1e12  # Table 18 prints 512x8
+
+
+def test_frontier_is_monotone_and_ends_at_the_best_throughput():
+    fr = offload_frontier("opt-175b")
+    lat = [p.latency_s for p in fr.points]
+    tp = [p.throughput_tokens_per_s for p in fr.points]
+    assert lat == sorted(lat) and tp == sorted(tp)
+    best = plan_offload("opt-175b")
+    assert tp[-1] == pytest.approx(best.throughput_tokens_per_s, rel=0.06)  # disk margin aside
+    # Table 19: FlexGen (c) reaches 1.12 token/s at block 144 and stops where CPU memory is full
+    assert fr.points[-1].policy.compress and fr.points[-1].policy.block_size <= 160
+
+
+def test_unknown_host_and_bad_lengths_are_spec_errors():
+    with pytest.raises(SpecError, match="did you mean 'flexgen-t4'"):
+        get_host("flexgen-t5")
+    with pytest.raises(SpecError, match="input_len"):
+        plan_offload("opt-30b", input_len=0)
+
+
+def test_other_gpu_scales_runtime_speeds():
+    h = get_host("flexgen-t4")
+    r = h.runtime_for(h.gpu)
+    assert r is h.runtime
+    from serveplan.specs.catalog import get_hardware
+    a100 = h.runtime_for(get_hardware("a100-80g"))
+    assert a100.mm_prefill_flops > r.mm_prefill_flops
