@@ -18,6 +18,10 @@ from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, PhaseEfficiency
 from serveplan.units import DType
 from serveplan.sim import SLO, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
+from serveplan.offload import (
+    HostSpec, OffloadFrontier, OffloadPlan, OffloadPolicy, evaluate_policy, get_host, list_hosts,
+    offload_frontier, parse_policy, plan_offload,
+)
 
 __version__ = "0.1.0"
 
@@ -29,3 +33,5 @@ __all__ = [
     "model_from_hf_config", "static_batch",
 ]
 __all__ += ["LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]
+__all__ += ["HostSpec", "OffloadFrontier", "OffloadPlan", "OffloadPolicy", "evaluate_policy", "get_host",
+            "list_hosts", "offload_frontier", "parse_policy", "plan_offload"]
