@@ -19,6 +19,7 @@ Algorithm 8 (bisection on the rate) with Algorithm 9's check, made cheaper and s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,8 +53,8 @@ class GoodputSettings:
     slo: SLO
     dtype: DType | None = None
     relaxation: float = 0.1       # BestServe Algorithm 9 tau
-    rel_tol: float = 0.02         # stop when (hi - lo) <= rel_tol * hi
-    abs_tol: float = 0.01         # ... or hi - lo <= abs_tol req/s (Algorithm 8 epsilon)
+    rel_tol: float = 0.02         # stop when (hi - lo) <= 1.1 * rel_tol * lo
+    abs_tol: float = 0.001        # ... or hi - lo <= abs_tol req/s (Algorithm 8 epsilon)
     seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
     seed: int = 0
     fidelity: str = "iteration"
@@ -138,6 +139,7 @@ class _Probe:
     throughput: float = 0.0
     out_tps: float = 0.0
     kv_limited: bool = False
+    margin: float | None = None   # max(P TTFT / target, P TPOT / target) / (1 + tau); <= 1 meets the SLO
 
 
 @dataclass
@@ -148,26 +150,37 @@ class _Runner:
     runs: int = 0
     probes: list[_Probe] = field(default_factory=list)
 
-    def config(self, rate: float) -> SimulationConfig:
+    @property
+    def relaxed_slo(self) -> SLO:
+        """The targets the check really applies (Algorithm 9: (1 + tau) x goal), so the
+        simulator's early stop fires only when this check is certain to fail."""
+        s = self.settings
+        lim = 1.0 + s.relaxation
+        return SLO(ttft_s=lim * s.slo.ttft_s, tpot_s=lim * s.slo.tpot_s, percentile=s.slo.percentile)
+
+    def config(self, rate: float, workload: Workload | None = None) -> SimulationConfig:
         c, s = self.cand, self.settings
         return SimulationConfig(
             model=s.model, hardware=s.hardware, profile=s.profile, strategy=Strategy.parse(c.strategy),
             tp=c.tp, prefill_tp=c.tp, decode_tp=c.decode_tp, pp=c.pp, dp=c.dp, ep=c.ep,
             max_batch=c.max_batch, prefill_max_batch=c.prefill_max_batch,
             scheduler=c.scheduler, chunk_size=c.chunk_size, fidelity=s.fidelity, rate=rate,
-            workload=s.workload, slo=s.slo, seed=self.seed, dtype=s.dtype, early_stop=True,
+            workload=workload or s.workload, slo=self.relaxed_slo, seed=self.seed, dtype=s.dtype, early_stop=True,
         )
 
-    def probe(self, rate: float) -> _Probe:
+    def probe(self, rate: float, workload: Workload | None = None) -> _Probe:
         s = self.settings
-        res = simulate(self.config(rate))
+        res = simulate(self.config(rate, workload))
         self.runs += 1
         pct = s.slo.percentile
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
         lim = 1.0 + s.relaxation
         ok = (not res.stopped_early and not res.overloaded and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
+        margin = None
+        if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
+            margin = max(ttft / s.slo.ttft_s, tpot / s.slo.tpot_s) / lim
         p = _Probe(rate, ok, ttft, tpot, res.e2e_s.mean, res.throughput_rps, res.output_tokens_per_s,
-                   bool(getattr(res, "num_preemptions", 0)) or bool(getattr(res, "kv_limited", False)))
+                   bool(res.num_preemptions) or bool(res.kv_limited), margin)
         self.probes.append(p)
         return p
 
@@ -225,32 +238,113 @@ def _zero_load_reason(cand: Candidate, settings: GoodputSettings) -> str:
     return ""
 
 
-def _bisect(runner: _Runner, upper: float) -> tuple[float, _Probe | None, _Probe | None]:
-    """Largest feasible rate in [0.1, upper] (Algorithm 8); returns (rate, probe there, first
-    infeasible probe above)."""
-    s = runner.settings
-    lo_p = runner.probe(LOWER_RATE)
-    if not lo_p.feasible:
-        return 0.0, None, lo_p
-    hi = max(upper, LOWER_RATE * 2)
-    hi_p = runner.probe(hi)
-    widen = 0
-    while hi_p.feasible and widen < 6:  # the analytic bound was pessimistic: widen the bracket
-        lo_p = hi_p
-        hi *= 2
-        hi_p = runner.probe(hi)
-        widen += 1
-    if hi_p.feasible:
-        return hi_p.rate, hi_p, None
-    lo = lo_p.rate
-    while hi - lo > max(s.abs_tol, s.rel_tol * hi):  # Algorithm 8 L9 (read "> epsilon")
-        mid = 0.5 * (lo + hi)
-        p = runner.probe(mid)
+def _next_rate(lo: _Probe, hi: _Probe, tol: float, bisect: bool) -> float:
+    """Next probe inside (lo, hi): where the SLO margin crosses 1 by linear interpolation when both
+    ends have a margin (regula falsi), else (or when ``bisect``) the midpoint. Kept at least ``tol``
+    from both ends, so each probe shrinks the bracket by ``tol`` or more and an accurate
+    interpolation finishes in one or two probes."""
+    a, b = lo.rate, hi.rate
+    x = 0.5 * (a + b)
+    if not bisect and lo.margin is not None and hi.margin is not None and hi.margin > lo.margin:
+        x = a + (1.0 - lo.margin) * (b - a) / (hi.margin - lo.margin)
+    if b - a <= 2 * tol:
+        # one probe ends it either way when it sits tol above lo (or, failing that, mid-way)
+        return a + tol if b - (a + tol) <= tol else 0.5 * (a + b)
+    return min(max(x, a + tol), b - tol)
+
+
+def _narrow(runner: _Runner, lo: _Probe, hi: _Probe, tol_of: "Callable[[float], float]",
+            workload: Workload | None) -> tuple[_Probe, _Probe]:
+    """Shrink a (feasible lo, infeasible hi) bracket until ``hi - lo <= 1.1 tol_of(lo)``; bisect when
+    two probes in a row land on the same side (Illinois-style safeguard). Every probe is at least
+    ``0.99 tol_of(lo)`` from both ends, so the loop ends."""
+    last_side, same = "", 0
+    while hi.rate - lo.rate > 1.1 * tol_of(lo.rate):  # 10% slack: no probe a hair below hi
+        p = runner.probe(_next_rate(lo, hi, 0.99 * tol_of(lo.rate), same >= 1), workload)
+        side = "lo" if p.feasible else "hi"
+        same = same + 1 if side == last_side else 0
+        last_side = side
         if p.feasible:
-            lo, lo_p = mid, p
+            lo = p
         else:
-            hi, hi_p = mid, p
-    return lo, lo_p, hi_p
+            hi = p
+    return lo, hi
+
+
+def _bracket(runner: _Runner, guess: float, step: float, workload: Workload | None,
+             known: tuple[_Probe | None, _Probe | None] = (None, None)) -> tuple[_Probe | None, _Probe | None]:
+    """Feasible ``lo`` and infeasible ``hi`` probes around ``guess``, stepping by factor ``step``.
+    Rates never go below the 0.1 req/s floor (Algorithm 8 L4): if 0.1 fails, ``lo`` is None."""
+    lo, hi = known
+    p = runner.probe(max(guess, LOWER_RATE), workload)
+    if p.feasible:
+        lo = p
+        widen = 0
+        while hi is None or hi.rate <= lo.rate:
+            if widen >= 8:  # still meeting the SLO far above the analytic capacity: stop widening
+                return lo, None
+            q = runner.probe(lo.rate * step, workload)
+            widen += 1
+            step = 1 + 2 * (step - 1)  # accelerate: the first step is the finest
+            if q.feasible:
+                lo = q
+            else:
+                hi = q
+    else:
+        hi = p
+        while lo is None or lo.rate >= hi.rate:
+            if hi.rate <= LOWER_RATE:
+                return None, hi
+            q = runner.probe(max(hi.rate / step, LOWER_RATE), workload)
+            step = 1 + 2 * (step - 1)
+            if q.feasible:
+                lo = q
+            else:
+                hi = q
+    return lo, hi
+
+
+def _search_rate(runner: _Runner, bound: float) -> tuple[float, _Probe | None, _Probe | None]:
+    """Largest rate meeting the SLO on the full workload (Algorithm 8), with its probe and the
+    first infeasible probe above it.
+
+    Phase 1 brackets the crossing on a prefix of the request stream (the same common random
+    numbers, a fifth of the requests, at least 1,000), which is cheap; phase 2 confirms and narrows
+    it on the full stream until ``hi - lo <= 1.1 max(abs_tol, rel_tol * lo)`` with ``lo`` feasible and
+    ``hi`` infeasible, both simulated on the full workload — the guarantee of plain bisection.
+    """
+    s = runner.settings
+    wl = s.workload
+    n = int(wl.num_requests)
+    guess = max(LOWER_RATE, 0.8 * bound)  # goodput sits a little below the optimistic capacity
+    n_small = max(1000, n // 5)
+    step = 1.5
+    if n_small < n and wl.arrival != "trace":
+        small = Workload(input_lengths=wl.input_lengths[:n_small], output_lengths=wl.output_lengths[:n_small],
+                         arrival=wl.arrival, cv=wl.cv, name=wl.name)
+        lo_s, hi_s = _bracket(runner, guess, step, small)
+        if lo_s is not None and hi_s is not None:
+            lo_s, hi_s = _narrow(runner, lo_s, hi_s, lambda r: 0.1 * r, small)
+            # confirm the prefix bracket on the full stream, then narrow there
+            p_hi = runner.probe(hi_s.rate)
+            if p_hi.feasible:
+                lo, hi = _bracket(runner, p_hi.rate * (1 + 2 * s.rel_tol), 1 + 4 * s.rel_tol, None, (p_hi, None))
+            else:
+                lo, hi = _bracket(runner, lo_s.rate, 1 + 4 * s.rel_tol, None, (None, p_hi))
+            if lo is None:
+                return 0.0, None, hi
+            if hi is None:
+                return lo.rate, lo, None
+            lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
+            return lo.rate, lo, hi
+        guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
+    lo, hi = _bracket(runner, guess, step, None)
+    if lo is None:
+        return 0.0, None, hi
+    if hi is None:
+        return lo.rate, lo, None
+    lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
+    return lo.rate, lo, hi
 
 
 def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
@@ -267,7 +361,7 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     best: tuple[float, _Probe | None, _Probe | None] | None = None
     for k in range(settings.seeds):
         runner = _Runner(cand, settings, settings.seed + k)
-        got = _bisect(runner, UPPER_FACTOR * bound)
+        got = _search_rate(runner, bound)
         runs += runner.runs
         rates.append(got[0])
         if best is None:

@@ -66,9 +66,7 @@ def _fingerprint(settings: GoodputSettings) -> str:
         s.model.name, str(s.model.num_parameters()), s.hardware.name, repr(s.hardware.memory_bandwidth),
         json.dumps(s.profile.to_dict(), sort_keys=True), str(s.dtype), repr(s.slo), repr(s.relaxation),
         repr(s.rel_tol), repr(s.abs_tol), str(s.seeds), str(s.seed), s.fidelity,
-        hashlib.sha1(repr((list(map(int, wl.input_lengths)), list(map(int, wl.output_lengths)),
-                           getattr(wl, "arrival", ""), getattr(wl, "cv", ""),
-                           getattr(wl, "num_requests", ""))).encode()).hexdigest(),
+        wl._digest,  # content hash of lengths, arrival process and trace
     ]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
