@@ -41,6 +41,7 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler, blocks_for
 
 INF = math.inf
 _KVD = FEATURE_INDEX["kvd"]
+_KVP, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
@@ -216,10 +217,13 @@ class Instance:
                     return
                 self.now = nxt
                 continue
-            if self.fast_decode and self.pp == 1 and not plan.prefill and len(plan.decode) == len(self.running):
-                self._decode_stretch(plan.decode, until)
-            else:
-                self._step(plan)
+            if self.fast_decode and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
+                if not plan.prefill:
+                    self._decode_stretch(plan.decode, until)
+                    continue
+                if len(plan.prefill) == 1 and not plan.admit and self._chunk_stretch(plan, until):
+                    continue
+            self._step(plan)
 
     def _next_ready(self) -> float:
         if self.pp == 1:
@@ -397,6 +401,88 @@ class Instance:
         self.now = end
         for q in done:
             self._finish(q, end)
+
+    # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
+    def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
+        """Advance the steps that repeat "every running decode + the next equal chunk of the one
+        prompt in progress" (Sarathi decode-maximal batching) until a chunk would finish the
+        prompt, a decode finishes, KV runs short or an admissible arrival comes. The steps'
+        feature vectors are built in one matrix (context sums grow by the batch, the chunk's
+        context by the chunk) and timed by one ``Estimator.step_times`` call. Returns False
+        (nothing done) when the plan is the prompt's last chunk."""
+        R = self.req
+        q, c = plan.prefill[0]
+        rem = R.prompt_len[q] - R.prefilled[q]
+        if c >= rem:
+            return False
+        k_chunks = (rem - 1) // c          # steps whose chunk leaves at least one prompt token
+        run = plan.decode
+        kv, gen, out = R.kv_len, R.gen, R.out
+        nd = len(run)
+        kvd0 = nd
+        k_max = k_chunks
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
+        bs = self.block_size
+        free = self.free_blocks
+        if nd and nd * (-(-k_max // bs)) > free:
+            k_max = self._kv_steps(run, k_max, free)
+        if k_max < 2:
+            return False
+        now = self.now
+        est = self.clock.est
+        ctx0 = R.prefilled[q]
+        first = StepBatch(float(c), float(nd), 1.0, float(ctx0 + c), float(kvd0), float(c * (ctx0 + c)),
+                          c * (ctx0 + (c + 1) / 2))
+        x0 = est.features(first)
+        dp = est.parallel.dp
+        j = np.arange(k_max, dtype=float)
+        ctx = ctx0 + c * j
+        X = np.repeat(x0[:, None], k_max, axis=1)
+        X[_KVP] = (ctx + c) / dp
+        X[_AP] = c * (ctx + c) / dp
+        X[_APC] = c * (ctx + (c + 1) / 2) / dp
+        X[_KVD] = (kvd0 + nd * j) / dp
+        times = est.step_times(X, "prefill")
+        wake = until
+        leftover = self.token_budget - nd - c
+        if leftover > 0 and not self.waiting and self.ptr < len(self.inbox_t):
+            wake = min(wake, self.inbox_t[self.ptr])
+        ends = times.cumsum()
+        ends += now
+        k = k_max
+        if wake < INF:
+            k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
+        end = float(ends[k - 1])
+        if R.start[q] != R.start[q]:
+            R.start[q] = now
+        R.prefilled[q] += k * c
+        kv[q] = R.prefilled[q]
+        R.ready_at[q] = end
+        done = []
+        blocks = R.blocks
+        for r in run:
+            k1 = kv[r] + k
+            kv[r] = k1
+            gen[r] += k
+            nb = -(-k1 // bs)
+            free -= nb - blocks[r]
+            blocks[r] = nb
+            R.ready_at[r] = end
+            if gen[r] >= out[r]:
+                done.append(r)
+        assert free >= 0, "KV blocks overcommitted"
+        self.free_blocks = free
+        self.num_steps += k
+        self.num_prefill_steps += k
+        self.busy_s += end - now
+        self.now = end
+        for r in done:
+            self._finish(r, end)
+        return True
 
     def _kv_steps(self, run: list[int], k_max: int, free: int) -> int:
         """Largest number of decode steps (<= k_max) whose new blocks fit in ``free``."""
