@@ -130,6 +130,7 @@ def optimize_cmd(
                   + "; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:3])
                   + (" ..." if len(res.rejected) > 3 else ""))
     if res.pruned:
-        con.print(f"pruned before simulation: " + "; ".join(f"{p.name}: {p.reason}" for p in res.pruned))
+        con.print(f"{len(res.pruned)} layouts pruned before simulation: "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in res.pruned[:6]) + (" ..." if len(res.pruned) > 6 else ""))
     con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
               f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")

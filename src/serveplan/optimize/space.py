@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from serveplan.errors import InfeasibleError, SpecError
+from serveplan.errors import SpecError
 from serveplan.estimator.step import Estimator
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
@@ -181,11 +181,12 @@ def _check_layout(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyPro
         est = Estimator(model, hardware, profile, par, dtype=dtype)
     except SpecError as exc:
         return _LayoutCheck(False, str(exc))
-    try:
-        est.check_fits()
-    except InfeasibleError as exc:
-        return _LayoutCheck(False, f"weights do not fit: {exc}")
-    cap = est.memory.kv_capacity_tokens
+    mem = est.memory
+    usable = mem.device_memory_bytes * mem.memory_utilization
+    if mem.weights_bytes + mem.activation_bytes >= usable:
+        return _LayoutCheck(False, f"weights do not fit: {mem.weights_bytes / 1e9:.1f} GB per device, "
+                                   f"{usable / 1e9:.1f} GB usable")
+    cap = mem.kv_capacity_tokens
     if cap < request_tokens:
         return _LayoutCheck(False, f"KV cache holds {cap} tokens, one request needs {request_tokens}")
     return _LayoutCheck(True, kv_capacity=cap)
