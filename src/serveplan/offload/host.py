@@ -103,6 +103,11 @@ class HostSpec:
                 raise SpecError(f"host {self.name!r}: {fname}={v!r} must be a positive number")
         if not (isinstance(self.disk_bytes, (int, float)) and self.disk_bytes >= 0):
             raise SpecError(f"host {self.name!r}: disk_bytes={self.disk_bytes!r} must be >= 0")
+        if not 0 <= self.gpu_reserved_bytes < self.gpu.memory_bytes:
+            raise SpecError(
+                f"host {self.name!r}: gpu_reserved_bytes={self.gpu_reserved_bytes!r} must be in "
+                f"[0, {self.gpu.memory_bytes:g}) (the GPU's memory)"
+            )
 
     def gpu_capacity_bytes(self, gpu: DeviceSpec) -> float:
         """GPU bytes available to tensors: datasheet memory minus the reserve."""

@@ -134,7 +134,6 @@ def solve(lp: LinearProgram) -> LPSolution:
     if res.status != 0 or res.x is None:
         raise SolverError(f"HiGHS status {res.status}: {res.message}")
     x = np.clip(res.x[:NUM_PLACEMENT], 0.0, 1.0)
-    l, n = lp.c[9], lp.c[10]
     return LPSolution(x=x, prefill_layer_s=float(res.x[9]), decode_layer_s=float(res.x[10]),
                       latency_s=float(res.fun))
 

@@ -23,7 +23,6 @@ from serveplan.offload.policy import PLACEMENT_FIELDS, OffloadPolicy, Overlap
 from serveplan.specs.catalog import get_hardware, get_model
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
-from serveplan.units import fmt_bytes
 
 #: GPU batch sizes tried (FlexGen: "typically a multiple of 4"; Tables 14-18 also use 1, 2, 7).
 GPU_BATCH_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144,
@@ -140,9 +139,9 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
     kv_block = z.kv_bytes_per_token * (s + n) * bls * l
     act_block = z.act_bytes_per_token * s * bls
     placement = {
-        "weights": {t: z.total_weight_bytes * x[i] for i, t in enumerate(_TIERS)},
-        "kv_cache": {t: kv_block * x[3 + i] for i, t in enumerate(_TIERS)},
-        "activations": {t: act_block * x[6 + i] for i, t in enumerate(_TIERS)},
+        "weights": {t: float(z.total_weight_bytes * x[i]) for i, t in enumerate(_TIERS)},
+        "kv_cache": {t: float(kv_block * x[3 + i]) for i, t in enumerate(_TIERS)},
+        "activations": {t: float(act_block * x[6 + i]) for i, t in enumerate(_TIERS)},
     }
     sizes = {
         "weight_bytes_per_layer": z.weight_bytes,
