@@ -107,12 +107,16 @@ def test_ep_two_all_to_alls_match_notes(par, batch, N):
     for c in a2a:
         assert c.values.evaluate(nall=N) * EP == N * k * d
         assert c.group_size == EP
+    # the shared expert is split over tp like a dense MLP: its partial sums need an all-reduce
+    # of N x d over tp (1.75 N d per device at tp 8; none at tp 1)
+    shared = 1.75 * N * d * AB if par.tp == 8 else 0.0
     # actual per GPU: notes 4*(N*k*d/EP)*(EP-1)/EP counts send + receive; the link carries half
     notes_actual = 4 * (N * k * d / EP) * (EP - 1) / EP
-    assert _module_comm_bytes(est, batch, "moe", "moe") == pytest.approx(notes_actual / 2 * AB, rel=1e-12)
+    moe_bytes = _module_comm_bytes(est, batch, "moe", "moe")
+    assert moe_bytes - shared == pytest.approx(notes_actual / 2 * AB, rel=1e-12)
     # prefill: 4*8192*8*7168/8*7/8 = 205,520,896 values (send+receive), 205,520,896 B sent
     golden = {8192: 205_520_896, 64: 1_605_632}[N]
-    assert _module_comm_bytes(est, batch, "moe", "moe") == pytest.approx(golden, rel=1e-12)
+    assert moe_bytes - shared == pytest.approx(golden, rel=1e-12)
 
 
 def test_dp_attention_with_ep_has_no_attention_all_reduce():
@@ -131,11 +135,25 @@ def test_dp_needs_no_communication():
 
 def test_tp_and_ep_prefill_figures_in_the_notes_ratio():
     # notes A.7: TP N*d vs EP N*k*d logical; per GPU at TP = EP = 8: 1.75*N*d vs 4*N*k*d/8*7/8
-    # = 3.5*N*d (send + receive), i.e. EP sends k/8 * 7/8 * 2 / 1.75 = 1x the TP all-reduce here
+    # = 3.5*N*d (send + receive): the all-to-alls send as much as one TP all-reduce here, and
+    # the MoE module adds the shared expert's all-reduce: twice the attention's all-reduce
     est = _ds(ParallelConfig(tp=8, ep=8))
     tp = _module_comm_bytes(est, PREFILL, "moe", "attention")
     ep = _module_comm_bytes(est, PREFILL, "moe", "moe")
-    assert ep == pytest.approx(tp, rel=1e-12)
+    assert ep == pytest.approx(2 * tp, rel=1e-12)
+
+
+def test_all_to_all_spans_the_stage_when_experts_are_split():
+    # tp=8, dp=2, ep=8 on 16 devices: each expert is split over 2 devices (one per node), so a
+    # token's copies reach devices of both nodes: the all-to-alls run over all 16 devices (and
+    # the inter-node link), with the same N*k*d/ep values per device
+    groups = build_layer_groups(get_model("deepseek-v3"), ParallelConfig(tp=8, dp=2, ep=8), dtype=DType.BF16,
+                                kv_dtype=DType.BF16, attention_impl=_unit_profile().attention_impl,
+                                include_lm_head=False)
+    moe = next(g for g in groups if g.name == "moe")
+    a2a = [c for b in moe.blocks for c in b.comms if c.kind is Collective.ALL_TO_ALL]
+    assert all(c.group_size == 16 for c in a2a)
+    assert all(c.values.evaluate(nall=8192) == 8192 * k * d / 8 for c in a2a)
 
 
 # ---------------------------------------------------------------------------- PP (notes A.7)

@@ -241,7 +241,14 @@ def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbala
 
 def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float) -> list[Comm]:
     """Collectives after a module (notes A.7): TP all-reduce of ``n*h``; EP two all-to-alls of
-    ``n*k*h``; TP-split experts all-reduce over the whole stage."""
+    ``n*k*h`` in all; TP-split experts all-reduce over the whole stage.
+
+    The all-to-alls span the whole MoE group (the ``tp * dp`` devices of a stage): tokens start on
+    every rank, and when ``ep`` is smaller than the group each expert is split over ``tp*dp/ep``
+    devices, all of which need the token. A device still receives ``nall*k/ep`` token copies
+    (those routed to its ``E/ep`` experts) and sends as many partial outputs back. Shared experts
+    are TP-split like a dense MLP, so their partial sums are all-reduced over ``tp``.
+    """
     h = model.hidden_size
     out: list[Comm] = []
     if module in (Module.ATTENTION, Module.MLP) and par.tp > 1:
@@ -252,7 +259,9 @@ def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float) -> 
             k = model.num_experts_per_tok
             vol_vals = NALL * (k * h / par.ep)
             for name in ("dispatch", "combine"):
-                out.append(Comm(f"moe.{name}_all_to_all", module, Collective.ALL_TO_ALL, vol_vals * ab, par.ep, vol_vals))
+                out.append(Comm(f"moe.{name}_all_to_all", module, Collective.ALL_TO_ALL, vol_vals * ab, g, vol_vals))
+            if model.num_shared_experts and par.tp > 1:
+                out.append(Comm("moe.shared_all_reduce", module, Collective.ALL_REDUCE, N * (ab * h), par.tp, N * h))
         elif g > 1:
             out.append(Comm("moe.all_reduce", module, Collective.ALL_REDUCE, NALL * (ab * h), g, NALL * h))
     return out
