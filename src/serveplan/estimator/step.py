@@ -236,7 +236,8 @@ class Estimator:
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
         self._pp_links = self._stage_boundary_links()
-        self._pp_link = max(self._pp_links, key=lambda lk: lk.latency_s + 1.0 / lk.bandwidth) if self._pp_links else None
+        # slowest boundary (least bandwidth, then most latency): it bounds the pipeline's rate
+        self._pp_link = min(self._pp_links, key=lambda lk: (lk.bandwidth, -lk.latency_s)) if self._pp_links else None
         self.memory = self._memory()
         self._cache: dict[StepBatch, float] = {}
         self._fuse()
@@ -390,7 +391,8 @@ class Estimator:
         links = []
         for b in range(1, self.parallel.pp):
             crosses = any(((b - 1) * g + i) // dpn != (b * g + i) // dpn for i in range(g))
-            links.append(self.hardware.link_for(dpn + 1 if crosses else 1))
+            # a pair of devices on two nodes is a group that does not fit in one node
+            links.append(self.hardware.link_for(dpn + 1 if crosses else 2))
         return links
 
     def _pp_time(self, x: Any, e_comm: float) -> Any:
