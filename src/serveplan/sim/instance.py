@@ -356,19 +356,16 @@ class Instance:
     # ---------------------------------------------------------------- decode-only stretch (pp == 1)
     def _decode_stretch(self, run: list[int], until: float) -> None:
         R = self.req
-        kv, gen, out = R.kv_len, R.gen, R.out
+        kv, gen, out, blocks = R.kv_len, R.gen, R.out, R.blocks
         nd = len(run)
         now = self.now
-        kvd0 = nd
-        k_max = 1 << 62
-        for q in run:
-            kvd0 += kv[q]
-            d = out[q] - gen[q]
-            if d < k_max:
-                k_max = d
+        kvs = [kv[r] for r in run]
+        rems = [out[r] - gen[r] for r in run]
+        kvd0 = sum(kvs) + nd
+        k_max = min(rems)
         bs = self.block_size
         free = self.free_blocks
-        if nd * (-(-k_max // bs)) > free:
+        if nd * ((k_max + bs - 1) // bs) > free:
             k_max = self._kv_steps(run, k_max, free)
         times = self.clock.decode_times(nd, kvd0, k_max)
         wake = until
@@ -384,23 +381,22 @@ class Instance:
             k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
         end = float(ends[k - 1])
         done = []
-        blocks = R.blocks
-        for q in run:
-            k1 = kv[q] + k
-            kv[q] = k1
-            gen[q] += k
-            nb = -(-k1 // bs)
-            free -= nb - blocks[q]
-            blocks[q] = nb
-            if gen[q] >= out[q]:
-                done.append(q)
+        for r, k0, rem in zip(run, kvs, rems):
+            k1 = k0 + k
+            kv[r] = k1
+            gen[r] += k
+            nb = (k1 + bs - 1) // bs
+            free -= nb - blocks[r]
+            blocks[r] = nb
+            if rem == k:
+                done.append(r)
         assert free >= 0, "KV blocks overcommitted"
         self.free_blocks = free
         self.num_steps += k
         self.busy_s += end - now
         self.now = end
-        for q in done:
-            self._finish(q, end)
+        for r in done:
+            self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
