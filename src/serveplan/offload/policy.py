@@ -114,7 +114,7 @@ class OffloadPolicy:
             "num_gpu_batches": self.num_gpu_batches,
             "block_size": self.block_size,
         }
-        out.update({f: getattr(self, f) * 100 for f in PLACEMENT_FIELDS})  # percent, as in FlexGen
+        out.update({f: round(getattr(self, f) * 100, 6) for f in PLACEMENT_FIELDS})  # percent, as in FlexGen
         out.update(compress=self.compress, cpu_attention=self.cpu_attention, units="percent")
         return out
 
