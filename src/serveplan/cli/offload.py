@@ -64,6 +64,8 @@ def offload_cmd(
             _render_frontier(fr, max_latency)
         return
     if policy:
+        if max_latency is not None:
+            raise SpecError("--max-latency applies to the search; it cannot be combined with --policy")
         pol = parse_policy(policy, compress=bool(compress), cpu_attention=cpu_attention)
         plan = evaluate_policy(model, pol, gpu=gpu, host=host, input_len=input_len,
                                output_len=output_len, overlap=overlap)

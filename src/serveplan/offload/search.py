@@ -401,8 +401,9 @@ def plan_offload(
         except InfeasibleError:
             continue
         tp = c.terms.block_size * output_len / sum(c.terms.block_latency(xr))
-        if tp > rate(c.allow_disk):
-            best[c.allow_disk] = (tp, c, xr, sol)
+        uses_disk = bool(xr[2] > 0 or xr[5] > 0 or xr[8] > 0)  # classify by the rounded plan
+        if tp > rate(uses_disk):
+            best[uses_disk] = (tp, c, xr, sol)
     if best[False] is not None and (best[True] is None or rate(True) <= rate(False) * (1 + DISK_MARGIN)):
         chosen = best[False]
     else:
