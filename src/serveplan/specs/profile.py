@@ -79,7 +79,7 @@ class EfficiencyProfile:
         Count the final norm and logits projection of the last token of each sequence
         (BestServe omits it, §5).
     tile_quantization:
-        Round GEMM token counts up to the device tile size (Sarathi §4.4).
+        Charge GEMMs for the rows of partly filled tiles (Sarathi §4.4; model in estimator/step.py).
     expert_imbalance:
         Load of the busiest expert device over the mean (>= 1), for expert parallelism.
     """
