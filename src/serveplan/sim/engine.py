@@ -84,10 +84,12 @@ class SimulationConfig:
     workload, slo, seed, dtype:
         Request stream, latency targets, arrival seed and weight dtype (default: the model's).
     early_stop:
-        Stop as soon as the SLO at ``slo.percentile`` is certain to be missed.
+        Stop as soon as the SLO at ``slo.percentile`` is certain to be missed (iteration
+        fidelity; the ``bestserve`` fidelity always runs to the end, it is cheap).
     max_time_s:
-        Simulated-time cap (default: ``4 x`` the arrival span plus ``20 x`` the zero-load latency
-        of the longest request); requests unfinished by then are reported as such.
+        Simulated-time cap of the iteration fidelity (default: ``4 x`` the arrival span plus
+        ``20 x`` the zero-load latency of the longest request); requests unfinished by then are
+        reported as such and the run as overloaded.
     tau:
         Balancing scalar of the pseudo batch size (``bestserve`` fidelity, eq. 9).
     """
