@@ -68,7 +68,7 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
 
     ``runtime_limits`` restricts the placement to what FlexGen runs: no activations on disk, and
     under compression nothing on disk.
-    ``allow_disk=False`` keeps everything off the disk (FlexGen's "disk on/off", Section 4.4).
+    ``allow_disk=False`` keeps everything off the disk (FlexGen's "No disk" ablation, Tables 4 and 23).
     """
     nv = NUM_PLACEMENT + 2
     l, n = terms.num_layers, terms.output_len

@@ -54,7 +54,7 @@ class OffloadPolicy:
     ------
     SpecError
         Naming the field: a negative fraction, fractions not summing to 1, a batch size below 1, or
-        CPU attention together with compression (FlexGen turns it off then, Section 4.2).
+        CPU attention together with compression (FlexGen turns it off then, Section 5).
     """
 
     gpu_batch_size: int
@@ -91,7 +91,7 @@ class OffloadPolicy:
         if self.compress and self.cpu_attention:
             raise SpecError(
                 "policy field cpu_attention=True conflicts with compress=True: FlexGen turns CPU "
-                "attention off under compression (Section 4.2)"
+                "attention off under compression (Section 5)"
             )
 
     @property

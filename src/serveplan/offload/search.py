@@ -33,7 +33,7 @@ NUM_GPU_BATCHES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 36, 40)
 _TIERS = ("gpu", "cpu", "disk")
 #: A plan that uses the disk is chosen only if it beats the best disk-free plan by this fraction
 #: (assumed: half the model's median error on Tables 14-18, 10%; disk plans also depend on the page
-#: cache). FlexGen's experiments treat disk on/off as a switch (Section 4.4, Table 4 "No disk").
+#: cache). FlexGen's ablation treats disk on/off as a switch (Tables 4 and 23, "No disk").
 DISK_MARGIN = 0.05
 _X_MIN_GPU = np.array([0, 1, 0, 0, 1, 0, 0, 1, 0], dtype=float)  # minimizes every GPU peak term
 
@@ -214,7 +214,7 @@ def _modes(compress: bool | None, cpu_attention: bool | None) -> list[tuple[bool
         if c:
             if cpu_attention:
                 raise SpecError("cpu_attention=True conflicts with compress=True: FlexGen turns CPU "
-                                "attention off under compression (Section 4.2)")
+                                "attention off under compression (Section 5)")
             out.append((True, False))
         else:
             out += [(False, a) for a in ([True, False] if cpu_attention is None else [cpu_attention])]
