@@ -26,7 +26,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -329,8 +329,3 @@ def arrival_times(workload: Workload, rate: float | None, seed: int) -> np.ndarr
         k = 1.0 / workload.cv**2
         gaps = rng.gamma(k, 1.0 / k, size=n)
     return np.cumsum(gaps) / rate
-
-
-def lengths_summary(values: Sequence[int]) -> tuple[int, int, float]:
-    a = np.asarray(values)
-    return int(a.min()), int(a.max()), float(a.mean())
