@@ -92,6 +92,10 @@ class ProfileConfig:
         Calls faster than this are looped so one timing covers at least this long.
     cold_bytes:
         Size of the operand pool each kernel cycles through (0: twice the last-level cache).
+    clock:
+        ``"cpu"``: CPU time of the process, immune to time slicing by other processes on a
+        shared machine, valid only for one CPU thread; ``"wall"``: elapsed time (GPUs, several
+        threads); ``"auto"``: ``cpu`` for the CPU device with one thread, else ``wall``.
     """
 
     device: str = "cpu"
@@ -109,6 +113,7 @@ class ProfileConfig:
     repeats: int = 5
     min_call_s: float = 2e-3
     cold_bytes: float = 0.0
+    clock: str = "auto"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -122,6 +127,16 @@ class ProfileConfig:
             raise SpecError(f"repeats={self.repeats} must be >= 1")
         if not self.shapes:
             raise SpecError("shapes is empty; give at least one layer shape")
+        if self.clock not in ("auto", "cpu", "wall"):
+            raise SpecError(f"clock={self.clock!r}; expected auto, cpu or wall")
+        if self.clock == "cpu" and (self.device != "cpu" or self.threads != 1):
+            raise SpecError("clock='cpu' measures one CPU thread: use it with device=cpu and threads=1")
+
+    @property
+    def resolved_clock(self) -> str:
+        if self.clock != "auto":
+            return self.clock
+        return "cpu" if self.device == "cpu" and self.threads == 1 else "wall"
 
     @staticmethod
     def quick(**changes: Any) -> "ProfileConfig":
@@ -173,6 +188,7 @@ class _Runner:
     ab: float
     cold_bytes: float
     rng: Any = field(default=None)
+    clock: Callable[[], float] = time.perf_counter
 
     def sync(self) -> None:
         if self.dev.type == "cuda":
@@ -194,20 +210,21 @@ class _Runner:
 
     def time(self, fn: Callable[[], Any]) -> tuple[float, float]:
         """Median and minimum seconds per call."""
+        clock = self.clock
         fn()
         self.sync()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         self.sync()
-        one = time.perf_counter() - t0
+        one = clock() - t0
         inner = max(1, min(1000, math.ceil(self.cfg.min_call_s / max(one, 1e-9))))
         samples = []
         for _ in range(self.cfg.repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(inner):
                 fn()
             self.sync()
-            samples.append((time.perf_counter() - t0) / inner)
+            samples.append((clock() - t0) / inner)
         return statistics.median(samples), min(samples)
 
 
@@ -466,7 +483,9 @@ def profile_device(cfg: ProfileConfig, *, progress: bool = True) -> MeasurementS
     else:
         cold = 2.0 * _llc_bytes()
     torch.manual_seed(cfg.seed)
-    r = _Runner(torch, cfg, dev, tdtype, ab, cold)
+    clock_name = cfg.resolved_clock
+    r = _Runner(torch, cfg, dev, tdtype, ab, cold,
+                clock=time.process_time if clock_name == "cpu" else time.perf_counter)
     cases: list[_Case] = _dispatch_cases(r)
     for shape in cfg.shapes:
         cases += _gemm_cases(r, shape) + _memory_cases(r, shape) + _attention_cases(r, shape)
@@ -496,6 +515,8 @@ def profile_device(cfg: ProfileConfig, *, progress: bool = True) -> MeasurementS
         "cold_bytes": f"{cold:.4g}",
         "repeats": str(cfg.repeats),
         "statistic": "median seconds per call (time_s); minimum in time_min_s",
+        "clock": ("process CPU time (one thread; immune to time slicing)" if clock_name == "cpu"
+                  else "wall-clock time"),
         "peak_flops_measured": f"{peak_flops:.6g}",
         "peak_bandwidth_measured": f"{peak_bw:.6g}",
         "memory_bytes": f"{_memory_bytes(torch, dev):.6g}",
