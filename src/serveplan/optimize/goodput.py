@@ -222,8 +222,9 @@ def capacity_bound(cand: Candidate, settings: GoodputSettings) -> float:
     return cand.num_collocated / (per_req_prefill + per_req_decode)
 
 
-def _zero_load_reason(cand: Candidate, settings: GoodputSettings) -> str:
-    """Reject without simulating when even one lone request misses the SLO."""
+def _zero_load(cand: Candidate, settings: GoodputSettings) -> tuple[str, float]:
+    """Reject without simulating when even one lone request misses the SLO; else return its
+    margin (largest share of a relaxed target a lone request uses)."""
     s = settings
     s_in = int(max(s.workload.input_lengths))
     est = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.tp), dtype=s.dtype)
@@ -231,11 +232,11 @@ def _zero_load_reason(cand: Candidate, settings: GoodputSettings) -> str:
     lim = 1.0 + s.relaxation
     ttft0 = est.time(StepBatch.prefill(1, s_in))
     if ttft0 > lim * s.slo.ttft_s:
-        return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s"
+        return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s", math.inf
     tpot0 = est_d.time(StepBatch.decode(1, s_in + 1))
     if tpot0 > lim * s.slo.tpot_s:
-        return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms"
-    return ""
+        return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms", math.inf
+    return "", max(ttft0 / (lim * s.slo.ttft_s), tpot0 / (lim * s.slo.tpot_s))
 
 
 def _next_rate(lo: _Probe, hi: _Probe, tol: float, bisect: bool) -> float:
@@ -304,7 +305,7 @@ def _bracket(runner: _Runner, guess: float, step: float, workload: Workload | No
     return lo, hi
 
 
-def _search_rate(runner: _Runner, bound: float) -> tuple[float, _Probe | None, _Probe | None]:
+def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[float, _Probe | None, _Probe | None]:
     """Largest rate meeting the SLO on the full workload (Algorithm 8), with its probe and the
     first infeasible probe above it.
 
@@ -312,6 +313,7 @@ def _search_rate(runner: _Runner, bound: float) -> tuple[float, _Probe | None, _
     numbers, a fifth of the requests, at least 1,000), which is cheap; phase 2 confirms and narrows
     it on the full stream until ``hi - lo <= 1.1 max(abs_tol, rel_tol * lo)`` with ``lo`` feasible and
     ``hi`` infeasible, both simulated on the full workload — the guarantee of plain bisection.
+    ``risky`` (a lone request already uses most of a target) checks the 0.1 req/s floor first.
     """
     s = runner.settings
     wl = s.workload
@@ -322,7 +324,19 @@ def _search_rate(runner: _Runner, bound: float) -> tuple[float, _Probe | None, _
     if n_small < n and wl.arrival != "trace":
         small = Workload(input_lengths=wl.input_lengths[:n_small], output_lengths=wl.output_lengths[:n_small],
                          arrival=wl.arrival, cv=wl.cv, name=wl.name)
-        lo_s, hi_s = _bracket(runner, guess, step, small)
+        known: tuple[_Probe | None, _Probe | None] = (None, None)
+        if risky:
+            floor = runner.probe(LOWER_RATE, small)
+            if not floor.feasible:
+                lo, hi = _bracket(runner, LOWER_RATE, step, None)  # decide the floor on the full stream
+                if lo is None:
+                    return 0.0, None, hi
+                if hi is None:
+                    return lo.rate, lo, None
+                lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
+                return lo.rate, lo, hi
+            known = (floor, None)
+        lo_s, hi_s = _bracket(runner, guess, step, small, known)
         if lo_s is not None and hi_s is not None:
             lo_s, hi_s = _narrow(runner, lo_s, hi_s, lambda r: 0.1 * r, small)
             # confirm the prefix bracket on the full stream, then narrow there
@@ -353,7 +367,7 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
     goodput is their mean and ``goodput_ci`` a 95% Student-t interval.
     """
-    reason = _zero_load_reason(cand, settings)
+    reason, margin0 = _zero_load(cand, settings)
     bound = capacity_bound(cand, settings)
     if reason:
         return GoodputResult(cand, 0.0, 0.0, "rejected", reason, capacity_bound_rps=bound)
@@ -361,7 +375,7 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     best: tuple[float, _Probe | None, _Probe | None] | None = None
     for k in range(settings.seeds):
         runner = _Runner(cand, settings, settings.seed + k)
-        got = _search_rate(runner, bound)
+        got = _search_rate(runner, bound, risky=margin0 > 0.85)
         runs += runner.runs
         rates.append(got[0])
         if best is None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, max_goodput
 from serveplan.optimize.space import Candidate, Pruned, SearchSpace, enumerate_space
@@ -93,9 +95,9 @@ def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult) -> None
         os.fsync(fh.fileno())
 
 
-def _evaluate(args: tuple[Candidate, GoodputSettings]) -> GoodputResult:
-    cand, settings = args
-    return max_goodput(cand, settings)
+def _evaluate(args: tuple[int, Candidate, GoodputSettings]) -> tuple[int, GoodputResult]:
+    key, cand, settings = args
+    return key, max_goodput(cand, settings)
 
 
 def _check_ray_address(address: str) -> None:
@@ -111,24 +113,27 @@ def _check_ray_address(address: str) -> None:
                         f"(start one with `ray start --head`) or omit it for a local Ray instance") from None
 
 
-def _run_local(todo: list[Candidate], settings: GoodputSettings, jobs: int,
-               on_done: Callable[[GoodputResult], None]) -> None:
+Task = tuple[int, Candidate, GoodputSettings]
+
+
+def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None]) -> None:
     if jobs <= 1 or len(todo) <= 1:
-        for c in todo:
-            on_done(max_goodput(c, settings))
+        for key, c, st in todo:
+            on_done(key, max_goodput(c, st))
         return
-    # largest fleets first: they take longest, so the pool drains evenly
-    order = sorted(todo, key=lambda c: -c.num_devices)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        pending = {pool.submit(_evaluate, (c, settings)) for c in order}
+    # slowest first (most requests to simulate, largest fleets), so the pool drains evenly
+    order = sorted(todo, key=lambda t: (-t[2].workload.num_requests * float(sum(t[2].workload.output_lengths[:64])),
+                                        -t[1].num_devices))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+        pending = {pool.submit(_evaluate, t) for t in order}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                on_done(f.result())
+                on_done(*f.result())
 
 
-def _run_ray(todo: list[Candidate], settings: GoodputSettings, jobs: int, address: str | None,
-             on_done: Callable[[GoodputResult], None]) -> None:
+def _run_ray(todo: list[Task], jobs: int, address: str | None,
+             on_done: Callable[[int, GoodputResult], None]) -> None:
     try:
         import ray
     except ImportError:
@@ -149,12 +154,16 @@ def _run_ray(todo: list[Candidate], settings: GoodputSettings, jobs: int, addres
             raise SpecError(f"ray-address={address!r}: could not connect ({str(exc).splitlines()[0]})") from None
     try:
         remote = ray.remote(max_goodput)
-        settings_ref = ray.put(settings)  # shipped once; Ray resolves top-level references
-        pending = [remote.remote(c, settings_ref) for c in todo]
+        refs: dict[int, Any] = {}  # each settings object is shipped once; Ray resolves top-level refs
+        pending = {}
+        for key, c, st in todo:
+            if id(st) not in refs:
+                refs[id(st)] = ray.put(st)
+            pending[remote.remote(c, refs[id(st)])] = key
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                on_done(ray.get(ref))
+                on_done(pending.pop(ref), ray.get(ref))
     finally:
         if started_here and not address:
             ray.shutdown()
@@ -192,79 +201,107 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     InfeasibleError
         No candidate survives pruning, or none meets the SLO at any rate.
     """
+    return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
+                       progress=progress, max_new_evaluations=max_new_evaluations)[0]
+
+
+@dataclass
+class _Plan:
+    settings: GoodputSettings
+    fingerprint: str
+    listing: Any
+    results: dict[str, GoodputResult]
+    resumed: int
+    evaluated: int = 0
+
+
+def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwargs: Any) -> list[SearchResult]:
+    """:func:`search` for several workloads (e.g. BestServe's op1-op4) sharing one pool of workers,
+    so no core idles while another scenario finishes. Returns one result per settings, in order."""
+    jobs = kwargs.get("jobs")
+    backend = kwargs.get("backend", "local")
+    out_dir = kwargs.get("out_dir")
+    progress = kwargs.get("progress", True)
+    max_new = kwargs.get("max_new_evaluations")
     if backend not in ("local", "ray"):
         raise SpecError(f"backend={backend!r}; expected one of: local, ray")
     if jobs is not None and jobs < 1:
         raise SpecError(f"jobs={jobs} must be a positive integer")
     jobs = jobs or os.cpu_count() or 1
     t0 = time.perf_counter()
-    wl = settings.workload
-    request_tokens = int(max(a + b for a, b in zip(wl.input_lengths, wl.output_lengths)))
-    listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
-                              request_tokens=request_tokens, dtype=settings.dtype)
-    if not listing.candidates:
-        reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the device budget"
-        raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
-    fp = _fingerprint(settings)
     ckpt = None
-    done: dict[str, GoodputResult] = {}
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        ckpt = out / CHECKPOINT
-        done = _load_checkpoint(ckpt, fp)
-    names = {c.name for c in listing.candidates}
-    results: dict[str, GoodputResult] = {n: r for n, r in done.items() if n in names}
-    resumed = len(results)
-    todo = [c for c in listing.candidates if c.name not in results]
-    if max_new_evaluations is not None:
-        todo = todo[:max_new_evaluations]
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        ckpt = Path(out_dir) / CHECKPOINT
+    plans: list[_Plan] = []
+    todo: list[Task] = []
+    for key, settings in enumerate(settings_list):
+        wl = settings.workload
+        request_tokens = int(np.max(wl.input_lengths + wl.output_lengths))
+        listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
+                                  request_tokens=request_tokens, dtype=settings.dtype)
+        if not listing.candidates:
+            reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
+            raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
+        fp = _fingerprint(settings)
+        done = _load_checkpoint(ckpt, fp) if ckpt is not None else {}
+        names = {c.name for c in listing.candidates}
+        results = {n: r for n, r in done.items() if n in names}
+        plans.append(_Plan(settings, fp, listing, results, len(results)))
+        todo += [(key, c, settings) for c in listing.candidates if c.name not in results]
+    if max_new is not None:
+        todo = todo[:max_new]
 
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(listing.candidates), initial=resumed, desc="strategies", unit="strategy",
+        total = sum(len(p.listing.candidates) for p in plans)
+        bar = tqdm(total=total, initial=sum(p.resumed for p in plans), desc="strategies", unit="strategy",
                    dynamic_ncols=True, leave=False)
-    evaluated = 0
 
-    def on_done(res: GoodputResult) -> None:
-        nonlocal evaluated
-        results[res.name] = res
-        evaluated += 1
+    def on_done(key: int, res: GoodputResult) -> None:
+        plan = plans[key]
+        plan.results[res.name] = res
+        plan.evaluated += 1
         if ckpt is not None:
-            _append_checkpoint(ckpt, fp, res)
+            _append_checkpoint(ckpt, plan.fingerprint, res)
         if bar is not None:
             bar.set_postfix_str(f"{res.name}: {res.goodput_rps:.2f} req/s", refresh=False)
             bar.update(1)
 
     try:
         if backend == "ray":
-            _run_ray(todo, settings, jobs, ray_address, on_done)
+            _run_ray(todo, jobs, kwargs.get("ray_address"), on_done)
         else:
-            _run_local(todo, settings, jobs, on_done)
+            _run_local(todo, jobs, on_done)
     finally:
         if bar is not None:
             bar.close()
+    elapsed = time.perf_counter() - t0
+    return [_finish(space, p, elapsed) for p in plans]
 
+
+def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
+    settings, results, listing = plan.settings, plan.results, plan.listing
+    wl = settings.workload
     ok = [r for r in results.values() if r.status == "ok" and r.goodput_rps > 0]
     rejected = [r for r in results.values() if not (r.status == "ok" and r.goodput_rps > 0)]
     ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
     rejected.sort(key=lambda r: r.name)
     summary = {
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
-        "devices": space.devices, "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s,
-                                          "percentile": settings.slo.percentile},
+        "workload": wl.name, "devices": space.devices,
+        "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s, "percentile": settings.slo.percentile},
         "relaxation": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
-        "num_requests": int(len(wl.input_lengths)), "fidelity": settings.fidelity,
+        "num_requests": int(wl.num_requests), "fidelity": settings.fidelity,
         "num_candidates": len(listing.candidates),
     }
     result = SearchResult(
         tuple(ok), tuple(rejected), tuple(listing.pruned), pareto_front(ok),
-        sum(r.num_simulations for r in results.values()), evaluated, resumed, time.perf_counter() - t0, summary,
+        sum(r.num_simulations for r in results.values()), plan.evaluated, plan.resumed, elapsed, summary,
     )
-    complete = len(results) == len(listing.candidates)
-    if complete and not ok:
+    if len(results) == len(listing.candidates) and not ok:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rejected[:3])
         raise InfeasibleError(f"no strategy meets the SLO at any rate >= 0.1 req/s ({why})")
     return result
