@@ -155,3 +155,12 @@ def test_ray_backend_matches_local():
     a = search(space, s, jobs=1, progress=False)
     b = search(space, s, jobs=2, backend="ray", progress=False)
     assert [(r.name, r.goodput_rps) for r in a.strategies] == [(r.name, r.goodput_rps) for r in b.strategies]
+
+
+def test_cli_several_scenarios_share_one_run():
+    res = runner.invoke(app, ["optimize", "--devices", "4", "--tp", "4", "--scenario", "op3,op2", "--num-requests",
+                              "200", "--jobs", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert [s["scenario"] for s in d["scenarios"]] == ["op3", "op2"]
+    assert all(s["strategies"] for s in d["scenarios"])

@@ -13,22 +13,28 @@ from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import search
+from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Workload
 from serveplan.units import DType
 
 
-def build_workload(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
-                   num_requests: int) -> Workload:
+def build_workloads(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
+                    num_requests: int) -> list[Workload]:
+    """One workload per comma-separated scenario, or the fixed lengths given."""
     if num_requests < 1:
         raise SpecError(f"num-requests={num_requests} must be a positive integer")
     if input_len is not None or output_len is not None:
         if input_len is None or output_len is None:
             raise SpecError("give both --input-len and --output-len (or a --scenario)")
-        return Workload.fixed(input_len, output_len, num_requests=num_requests)
-    return Workload.scenario(scenario or "op2", num_requests=num_requests)
+        if scenario:
+            raise SpecError("give either --scenario or --input-len/--output-len, not both")
+        return [Workload.fixed(input_len, output_len, num_requests=num_requests)]
+    names = [s.strip() for s in (scenario or "op2").split(",") if s.strip()]
+    if not names:
+        raise SpecError(f"scenario={scenario!r} is empty; expected one or more of op1, op2, op3, op4")
+    return [Workload.scenario(n, num_requests=num_requests) for n in names]
 
 
 @app.command("optimize")
@@ -49,7 +55,7 @@ def optimize_cmd(
     no_collocated: bool = typer.Option(False, "--no-collocated", help="Only disaggregated strategies."),
     no_disaggregated: bool = typer.Option(False, "--no-disaggregated", help="Only collocated strategies."),
     same_tp: bool = typer.Option(False, "--same-tp", help="Prefill and decode instances share one TP size."),
-    scenario: Optional[str] = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048)."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated (default op2)."),
     input_len: Optional[int] = typer.Option(None, "--input-len", help="Fixed input length (instead of --scenario)."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="Fixed output length."),
     num_requests: int = typer.Option(2000, "--num-requests", help="Requests per simulation."),
@@ -87,24 +93,35 @@ def optimize_cmd(
         raise SpecError(f"percentile={percentile} must be in (0, 100)")
     if fidelity not in ("iteration", "bestserve"):
         raise SpecError(f"fidelity={fidelity!r}; expected one of: iteration, bestserve")
-    wl = build_workload(scenario, input_len, output_len, num_requests)
-    settings = GoodputSettings(
-        model=m, hardware=hw, profile=pr, workload=wl, slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile),
-        dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds, seed=seed, fidelity=fidelity,
-    )
-    res = search(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
-                 progress=progress and not json_out)
+    workloads = build_workloads(scenario, input_len, output_len, num_requests)
+    slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
+    settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
+                                dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,
+                                seed=seed, fidelity=fidelity) for wl in workloads]
+    results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
+                          progress=progress and not json_out)
+    multi = len(results) > 1
     if out is not None:
-        write_csv(res, out / "ranking.csv")
-        plot_goodput_bars(res, out / "goodput.png", f"{m.name} on {devices} x {hw.name}")
-        plot_pareto(res, out / "pareto.png")
-        (out / "result.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
+        for wl, res in zip(workloads, results):
+            tag = f"-{wl.name}" if multi else ""
+            write_csv(res, out / f"ranking{tag}.csv")
+            plot_goodput_bars(res, out / f"goodput{tag}.png", f"{m.name} on up to {devices} x {hw.name}, {wl.name}")
+            plot_pareto(res, out / f"pareto{tag}.png")
+            (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
-        emit_json(res.to_dict())
+        if multi:
+            emit_json({"scenarios": [dict(res.to_dict(), scenario=wl.name) for wl, res in zip(workloads, results)]})
+        else:
+            emit_json(results[0].to_dict())
         return
+    for wl, res in zip(workloads, results):
+        _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
+
+
+def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Workload, percentile: float,
+                   slo_ttft: float, slo_tpot: float, res: SearchResult) -> None:
     con = console()
-    what = scenario or (f"{input_len}/{output_len}" if input_len else "op2")
-    t = Table(title=(f"{m.name} on up to {devices} x {hw.name} ({pr.name}), {what}, SLO P{percentile:g} "
+    t = Table(title=(f"{model} on up to {devices} x {hardware} ({profile}), {wl.name}, SLO P{percentile:g} "
                      f"TTFT {slo_ttft:g} s / TPOT {slo_tpot * 1e3:g} ms, {wl.num_requests} requests per simulation"))
     for col in ("rank", "strategy", "devices", "goodput (req/s)", "per device", f"P{percentile:g} TTFT (s)",
                 f"P{percentile:g} TPOT (ms)", "binds", "bottleneck"):
