@@ -321,38 +321,27 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     guess = max(LOWER_RATE, 0.8 * bound)  # goodput sits a little below the optimistic capacity
     n_small = max(1000, n // 5)
     step = 1.5
+    known: tuple[_Probe | None, _Probe | None] = (None, None)
     if n_small < n and wl.arrival != "trace":
         small = Workload(input_lengths=wl.input_lengths[:n_small], output_lengths=wl.output_lengths[:n_small],
                          arrival=wl.arrival, cv=wl.cv, name=wl.name)
-        known: tuple[_Probe | None, _Probe | None] = (None, None)
-        if risky:
-            floor = runner.probe(LOWER_RATE, small)
-            if not floor.feasible:
-                lo, hi = _bracket(runner, LOWER_RATE, step, None)  # decide the floor on the full stream
-                if lo is None:
-                    return 0.0, None, hi
-                if hi is None:
-                    return lo.rate, lo, None
-                lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
-                return lo.rate, lo, hi
-            known = (floor, None)
-        lo_s, hi_s = _bracket(runner, guess, step, small, known)
-        if lo_s is not None and hi_s is not None:
-            lo_s, hi_s = _narrow(runner, lo_s, hi_s, lambda r: 0.1 * r, small)
-            # confirm the prefix bracket on the full stream, then narrow there
-            p_hi = runner.probe(hi_s.rate)
-            if p_hi.feasible:
-                lo, hi = _bracket(runner, p_hi.rate * (1 + 2 * s.rel_tol), 1 + 4 * s.rel_tol, None, (p_hi, None))
+        floor = runner.probe(LOWER_RATE, small) if risky else None
+        if floor is not None and not floor.feasible:
+            guess = LOWER_RATE  # decide the floor on the full stream
+        else:
+            lo_s, hi_s = _bracket(runner, guess, step, small, (floor, None))
+            if lo_s is not None and hi_s is not None:
+                lo_s, hi_s = _narrow(runner, lo_s, hi_s, lambda r: 0.1 * r, small)
+                # confirm the prefix bracket on the full stream, then narrow there
+                p_hi = runner.probe(hi_s.rate)
+                step = 1 + 4 * s.rel_tol
+                if p_hi.feasible:
+                    guess, known = p_hi.rate * (1 + 2 * s.rel_tol), (p_hi, None)
+                else:
+                    guess, known = lo_s.rate, (None, p_hi)
             else:
-                lo, hi = _bracket(runner, lo_s.rate, 1 + 4 * s.rel_tol, None, (None, p_hi))
-            if lo is None:
-                return 0.0, None, hi
-            if hi is None:
-                return lo.rate, lo, None
-            lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
-            return lo.rate, lo, hi
-        guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
-    lo, hi = _bracket(runner, guess, step, None)
+                guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
+    lo, hi = _bracket(runner, guess, step, None, known)
     if lo is None:
         return 0.0, None, hi
     if hi is None:
