@@ -39,7 +39,7 @@ from serveplan.calibrate.measurements import MODULES, MeasurementSet
 from serveplan.errors import SolverError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.step import Estimator
-from serveplan.ops.base import Rate
+from serveplan.ops.base import FEATURE_INDEX, Rate
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -336,7 +336,7 @@ class StepComposer:
         est = Estimator(model, hardware, profile, ParallelConfig(), dtype=dtype)
         self.sc, self.sm = est.peak_flops, hardware.memory_bandwidth
         self.kappa = [profile.kappa_update, profile.kappa_repeat_kv, profile.kappa_upcast]
-        fam, rate, blk = [], [], []
+        fam, rate, blk, tok = [], [], [], []
         self.groups: list[tuple[float, list[Module]]] = []
         b0 = 0
         for g in est.groups:
@@ -348,24 +348,31 @@ class StepComposer:
                     rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV,
                                  Rate.KAPPA_UPCAST].index(op.rate))
                     blk.append(b0 + bi)
+                    # rows of the op's GEMM: the logits head runs on the last token of each sequence
+                    tok.append("nout" if op.flops.get("nout") else "n")
             self.groups.append((float(g.count), kinds))
             b0 += len(g.blocks)
         self.fam, self.rate, self.blk = np.array(fam), np.array(rate), np.array(blk)
         self.nblocks = b0
         self.batches = list(batches)
         self.phase = ["prefill" if b.is_prefill else "decode" for b in self.batches]
-        W, Q, comm = [], [], []
+        W, Q, comm, rows = [], [], [], []
         for b in self.batches:
             e = est.estimate(b)
+            x = est.features(b)
+            rows.append([x[FEATURE_INDEX[t]] for t in tok])
             W.append([o.flops for o in e.ops])
             Q.append([o.bytes for o in e.ops])
             comm.append([m.comm_s for m in e.modules])
-        self.W, self.Q, self.comm = np.array(W), np.array(Q), np.array(comm)
+        self.W, self.Q, self.comm, self.rows = np.array(W), np.array(Q), np.array(comm), np.array(rows)
         self.hidden_in_decode = profile.dispatch_hidden_in_decode
 
-    def times(self, eff: Mapping[tuple[str, str], tuple[float, float]], dispatch: Mapping[Module, float]) -> np.ndarray:
-        """Step time of every batch; ``eff[(phase, family)] = (e_c, e_m)``."""
+    def times(self, eff: Mapping[tuple[str, str], tuple[float, float]], dispatch: Mapping[Module, float],
+              matmul_curve: "SizeCurve | None" = None) -> np.ndarray:
+        """Step time of every batch; ``eff[(phase, family)] = (e_c, e_m)``. With ``matmul_curve``
+        the matrix multiplies take the measured time ratio of :class:`SizeCurve` instead."""
         out = np.empty(len(self.batches))
+        is_mm = self.fam == FAMILIES.index("matmul")
         for i, ph in enumerate(self.phase):
             ec = np.array([eff[(ph, f)][0] for f in FAMILIES])[self.fam]
             em = np.array([eff[(ph, f)][1] for f in FAMILIES])[self.fam]
@@ -375,6 +382,9 @@ class StepComposer:
                 if kap:
                     mem_rate = np.where(self.rate == r, kap, mem_rate)
             t_op = np.maximum(comp, self.Q[i] / mem_rate)
+            if matmul_curve is not None:
+                ideal = np.maximum(self.W[i] / self.sc, self.Q[i] / self.sm)
+                t_op = np.where(is_mm & (self.W[i] > 0), ideal * matmul_curve.ratio(ph, self.rows[i]), t_op)
             block = np.bincount(self.blk, weights=t_op, minlength=self.nblocks)
             total, j = 0.0, 0
             for count, kinds in self.groups:   # BestServe Algorithm 1, as in Estimator
@@ -387,6 +397,82 @@ class StepComposer:
                 total += count * t_c
             out[i] = total
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class SizeCurve:
+    """Measured GEMM time over its ideal roofline time, as a function of the GEMM's rows.
+
+    ``ratio = t / max(W / S_c, Q / S_m)`` is the inverse of the attained fraction of the
+    roofline; its median over the profiled projection shapes at each token count, interpolated
+    in ``log(rows)``, is a per-size efficiency curve. The estimator takes constant factors, so this
+    curve is a diagnostic: it shows what an estimator with a per-size matmul efficiency would
+    predict (``docs/calibration.md``), and its held-out error justifies that change or not.
+    """
+
+    tokens: Mapping[str, np.ndarray]
+    ratios: Mapping[str, np.ndarray]
+
+    def ratio(self, phase: str, rows: Any) -> np.ndarray:
+        t, r = self.tokens[phase], self.ratios[phase]
+        return np.interp(np.log(np.maximum(rows, 1.0)), np.log(t), r)
+
+
+def _matmul_rows(ms: MeasurementSet) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    a = ms.arrays()
+    sel = np.isin(a["kind"], ("gemm", "gemv")) & np.isin(a["phase"], PHASES)
+    rows = []
+    for r in np.array(ms.rows, dtype=object)[sel]:
+        try:   # shape text written by serveplan profile: "<proj> m=<rows> k=<k> n=<n>"
+            rows.append(int(r.name.split("m=")[1].split()[0]))
+        except (IndexError, ValueError):
+            rows.append(-1)
+    return sel, {"rows": np.array(rows, dtype=float)}
+
+
+def fit_size_curve(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
+                   exclude: Any = None) -> SizeCurve:
+    """The :class:`SizeCurve` of the GEMM rows of ``ms`` (rows whose index is in ``exclude`` are
+    left out, for cross-validation)."""
+    dt = DType.parse(dtype)
+    sc, sm = hardware.flops(dt), hardware.memory_bandwidth
+    sel, info = _matmul_rows(ms)
+    a = ms.arrays()
+    idx = np.flatnonzero(sel)
+    keep = np.array([i not in (exclude if exclude is not None else ()) for i in idx], dtype=bool)
+    m = info["rows"][keep]
+    idx = idx[keep]
+    ratio = a["time_s"][idx] / np.maximum(a["flops"][idx] / sc, a["bytes"][idx] / sm)
+    tokens, ratios = {}, {}
+    for ph in PHASES:
+        ok = (a["phase"][idx] == ph) & (m > 0)
+        if not np.any(ok):
+            raise SpecError(f"no {ph} GEMM rows with a token count (m=...) to build a size curve")
+        ts = np.unique(m[ok])
+        tokens[ph] = ts
+        ratios[ph] = np.array([np.median(ratio[ok & (m == t)]) for t in ts])
+    return SizeCurve(tokens, ratios)
+
+
+def size_curve_cv(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32) -> dict[str, float]:
+    """Held-out error of the size curve on GEMM rows: leave one projection shape (its ``k x n``)
+    out at a time and predict its rows from the others."""
+    dt = DType.parse(dtype)
+    sc, sm = hardware.flops(dt), hardware.memory_bandwidth
+    sel, info = _matmul_rows(ms)
+    a = ms.arrays()
+    idx = np.flatnonzero(sel)
+    shapes = np.array([" ".join(ms.rows[i].name.split()[2:]) for i in idx])
+    errs = []
+    for shp in np.unique(shapes):
+        out = idx[shapes == shp]
+        curve = fit_size_curve(ms, hardware, dtype=dt, exclude=set(out.tolist()))
+        for i, mm in zip(out, info["rows"][shapes == shp]):
+            ideal = max(a["flops"][i] / sc, a["bytes"][i] / sm)
+            pred = ideal * float(curve.ratio(a["phase"][i], np.array([mm]))[0])
+            errs.append(abs(pred / a["time_s"][i] - 1.0))
+    e = np.array(errs)
+    return {"median_abs": float(np.median(e)), "p90_abs": float(np.percentile(e, 90)), "n": int(e.size)}
 
 
 def _family_eff(fit: KernelFit, params: Mapping[str, float] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
@@ -506,6 +592,8 @@ class Calibration:
     cv: CrossValidation | None
     projection: Projection
     metadata: Mapping[str, str]
+    size_curve: SizeCurve | None = None
+    size_curve_cv: Mapping[str, float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready report (also stored under ``calibration`` in the profile YAML)."""
@@ -526,6 +614,14 @@ class Calibration:
         if self.cv is not None:
             out["cross_validation"] = {"folds": self.cv.folds, "median_abs": dict(self.cv.median_abs),
                                        "p90_abs": dict(self.cv.p90_abs)}
+        if self.size_curve is not None:
+            # not read by the estimator (constant factors); kept for a per-size matmul efficiency
+            out["matmul_size_curve"] = {
+                ph: {"rows": [float(v) for v in self.size_curve.tokens[ph]],
+                     "time_over_roofline": [float(v) for v in self.size_curve.ratios[ph]]}
+                for ph in PHASES}
+            if self.size_curve_cv is not None:
+                out["matmul_size_curve"]["held_out"] = dict(self.size_curve_cv)
         return out
 
 
@@ -596,7 +692,12 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         hardware=hardware.name, prefill=phases["prefill"], decode=phases["decode"],
         dispatch_s=dispatch, uncertainty=unc,
     )
-    return Calibration(profile, tied, family, chosen, cv, proj, dict(md))
+    try:
+        curve = fit_size_curve(ms, hardware, dtype=dt)
+        curve_cv = size_curve_cv(ms, hardware, dtype=dt) if folds > 1 else None
+    except SpecError:   # rows without "m=<rows>" shape text (e.g. hand-made files): no curve
+        curve, curve_cv = None, None
+    return Calibration(profile, tied, family, chosen, cv, proj, dict(md), curve, curve_cv)
 
 
 def profile_yaml(cal: Calibration, model_name: str) -> str:
