@@ -10,7 +10,8 @@ GPU model, torch version, thread count, measured peaks) and whose rows are:
               (shapes of prefill steps: hundreds to thousands of tokens; of decode steps: 1-64);
               ``any`` for ``launch`` and ``module`` rows
 ``module``    for ``module`` rows: ``norm``, ``attention``, ``mlp``, ``moe`` or ``lm_head``
-``name``      free text describing the shape
+``name``      free text describing the shape; GEMM rows written by ``serveplan profile`` read
+              ``<projection> m=<rows> k=<k> n=<n>``, from which the per-size curve takes the rows
 ``flops``     work of one call, FLOP
 ``bytes``     memory traffic of one call, bytes (collectives: payload bytes)
 ``launches``  kernels launched by one call (the fixed cost of each is fitted)
