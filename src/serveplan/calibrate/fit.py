@@ -423,7 +423,10 @@ def _matmul_rows(ms: MeasurementSet) -> tuple[np.ndarray, dict[str, np.ndarray]]
     sel = np.isin(a["kind"], ("gemm", "gemv")) & np.isin(a["phase"], PHASES)
     rows = []
     for r in np.array(ms.rows, dtype=object)[sel]:
-        try:   # shape text written by serveplan profile: "<proj> m=<rows> k=<k> n=<n>"
+        if not math.isnan(r.rows):
+            rows.append(r.rows)
+            continue
+        try:   # files without the rows column: the shape text of serveplan profile, "<proj> m=<rows> ..."
             rows.append(int(r.name.split("m=")[1].split()[0]))
         except (IndexError, ValueError):
             rows.append(-1)
@@ -462,7 +465,9 @@ def size_curve_cv(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | st
     sel, info = _matmul_rows(ms)
     a = ms.arrays()
     idx = np.flatnonzero(sel)
-    shapes = np.array([" ".join(ms.rows[i].name.split()[2:]) for i in idx])
+    # a projection shape is its (k, n): the weight, which W and the weight bytes pin down per row
+    shapes = np.array([f"{a['flops'][i] / max(rows_i, 1.0):.6g}"
+                       for i, rows_i in zip(idx, info["rows"])])
     errs = []
     for shp in np.unique(shapes):
         out = idx[shapes == shp]

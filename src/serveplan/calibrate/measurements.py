@@ -10,12 +10,12 @@ GPU model, torch version, thread count, measured peaks) and whose rows are:
               (shapes of prefill steps: hundreds to thousands of tokens; of decode steps: 1-64);
               ``any`` for ``launch`` and ``module`` rows
 ``module``    for ``module`` rows: ``norm``, ``attention``, ``mlp``, ``moe`` or ``lm_head``
-``name``      free text describing the shape; GEMM rows written by ``serveplan profile`` read
-              ``<projection> m=<rows> k=<k> n=<n>``, from which the per-size curve takes the rows
+``name``      free text describing the shape
 ``flops``     work of one call, FLOP
 ``bytes``     memory traffic of one call, bytes (collectives: payload bytes)
 ``launches``  kernels launched by one call (the fixed cost of each is fitted)
-``time_s``    seconds per call (median of the repeats)
+``time_s``    seconds per call (median of the repeats); ``time_min_s``, ``repeats``
+``rows``      for GEMMs: rows (tokens) of the left operand, read by the per-size curve
 ============  ==============================================================================
 
 ``kind``, ``phase``, ``flops``, ``bytes`` and ``time_s`` are required; the others default to
@@ -39,7 +39,7 @@ KINDS = ("gemm", "gemv", "copy", "elementwise", "norm", "attention", "launch", "
 PHASES = ("prefill", "decode", "any")
 MODULES = ("norm", "attention", "mlp", "moe", "lm_head")
 REQUIRED = ("kind", "phase", "flops", "bytes", "time_s")
-COLUMNS = ("kind", "phase", "module", "name", "flops", "bytes", "launches", "time_s", "time_min_s", "repeats")
+COLUMNS = ("kind", "phase", "module", "name", "flops", "bytes", "launches", "time_s", "time_min_s", "repeats", "rows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,7 @@ class Measurement:
     launches: float = 1.0
     time_min_s: float = float("nan")
     repeats: int = 0
+    rows: float = float("nan")
 
     def to_row(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class Measurement:
             "time_s": f"{self.time_s:.6g}",
             "time_min_s": "" if math.isnan(self.time_min_s) else f"{self.time_min_s:.6g}",
             "repeats": str(self.repeats),
+            "rows": "" if math.isnan(self.rows) else f"{self.rows:g}",
         }
 
 
@@ -168,8 +170,10 @@ def parse_measurements(text: str, where: str = "measurements") -> MeasurementSet
             raise SpecError(f"{where} line {line}: launches={raw['launches']} must be >= 0")
         tmin = _float(raw["time_min_s"], "time_min_s", line, where) if raw.get("time_min_s") else float("nan")
         reps = int(_float(raw["repeats"], "repeats", line, where)) if raw.get("repeats") else 0
+        m_rows = _float(raw["rows"], "rows", line, where) if raw.get("rows") else float("nan")
         rows.append(Measurement(kind=kind, phase=phase, flops=flops, bytes=nbytes, time_s=t, module=module,
-                                name=raw.get("name", ""), launches=launches, time_min_s=tmin, repeats=reps))
+                                name=raw.get("name", ""), launches=launches, time_min_s=tmin, repeats=reps,
+                                rows=m_rows))
     if not rows:
         raise SpecError(f"{where}: no measurement rows after the header")
     return MeasurementSet(tuple(rows), meta)

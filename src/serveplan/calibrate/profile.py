@@ -177,6 +177,7 @@ class _Case:
     launches: float
     setup: Callable[[], Callable[[], Any]]  # builds operands, returns the call to time
     module: str = ""
+    rows: float = float("nan")
 
 
 @dataclass
@@ -251,7 +252,7 @@ def _gemm_cases(r: _Runner, shape: LayerShape) -> list[_Case]:
                     return lambda: lin(*next(ops))
 
                 kind = "gemv" if m == 1 else "gemm"
-                cases.append(_Case(kind, phase, f"{label} m={m} k={k} n={n}", flops, nbytes, 1, setup))
+                cases.append(_Case(kind, phase, f"{label} m={m} k={k} n={n}", flops, nbytes, 1, setup, rows=m))
     return cases
 
 
@@ -499,7 +500,7 @@ def profile_device(cfg: ProfileConfig, *, progress: bool = True) -> MeasurementS
             del fn
             rows.append(Measurement(kind=case.kind, phase=case.phase, flops=case.flops, bytes=case.bytes,
                                     time_s=med, module=case.module, name=case.name, launches=case.launches,
-                                    time_min_s=mn, repeats=cfg.repeats))
+                                    time_min_s=mn, repeats=cfg.repeats, rows=case.rows))
     peak_flops = max((m.flops / m.time_s for m in rows if m.kind in ("gemm", "gemv")), default=0.0)
     peak_bw = max((m.bytes / m.time_s for m in rows if m.kind in ("copy", "gemv")), default=0.0)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_model()
