@@ -63,6 +63,7 @@ def optimize_cmd(
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     relaxation: float = typer.Option(0.1, "--relaxation", help="BestServe Algorithm 9 tau (0 = hard check)."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="Relative width of the final goodput bracket (Algorithm 8 epsilon)."),
     seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95%% CI."),
     seed: int = typer.Option(0, "--seed", help="Base random seed."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve."),
@@ -97,7 +98,7 @@ def optimize_cmd(
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,
-                                seed=seed, fidelity=fidelity) for wl in workloads]
+                                seed=seed, fidelity=fidelity, rel_tol=tolerance) for wl in workloads]
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
                           progress=progress and not json_out)
     multi = len(results) > 1

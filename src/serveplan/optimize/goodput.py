@@ -53,7 +53,7 @@ class GoodputSettings:
     slo: SLO
     dtype: DType | None = None
     relaxation: float = 0.1       # BestServe Algorithm 9 tau
-    rel_tol: float = 0.02         # stop when (hi - lo) <= 1.1 * rel_tol * lo
+    rel_tol: float = 0.05         # stop when (hi - lo) <= 1.1 * rel_tol * lo (Algorithm 8 epsilon, relative)
     abs_tol: float = 0.001        # ... or hi - lo <= abs_tol req/s (Algorithm 8 epsilon)
     seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
     seed: int = 0
@@ -309,8 +309,9 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     """Largest rate meeting the SLO on the full workload (Algorithm 8), with its probe and the
     first infeasible probe above it.
 
-    Phase 1 brackets the crossing on a prefix of the request stream (the same common random
-    numbers, a fifth of the requests, at least 1,000), which is cheap; phase 2 confirms and narrows
+    Phase 1 brackets the crossing to the tolerance on a prefix of the request stream (the same
+    common random numbers, a fifth of the requests, at least 1,000), which is cheap; phase 2 confirms
+    both ends with full-stream runs (two runs when the prefix was right) and otherwise steps and narrows
     it on the full stream until ``hi - lo <= 1.1 max(abs_tol, rel_tol * lo)`` with ``lo`` feasible and
     ``hi`` infeasible, both simulated on the full workload — the guarantee of plain bisection.
     ``risky`` (a lone request already uses most of a target) checks the 0.1 req/s floor first.
@@ -322,6 +323,10 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     n_small = max(1000, n // 5)
     step = 1.5
     known: tuple[_Probe | None, _Probe | None] = (None, None)
+
+    def tol(r: float) -> float:
+        return max(s.abs_tol, s.rel_tol * r)
+
     if n_small < n and wl.arrival != "trace":
         small = Workload(input_lengths=wl.input_lengths[:n_small], output_lengths=wl.output_lengths[:n_small],
                          arrival=wl.arrival, cv=wl.cv, name=wl.name)
@@ -331,14 +336,19 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
         else:
             lo_s, hi_s = _bracket(runner, guess, step, small, (floor, None))
             if lo_s is not None and hi_s is not None:
-                lo_s, hi_s = _narrow(runner, lo_s, hi_s, lambda r: 0.1 * r, small)
-                # confirm the prefix bracket on the full stream, then narrow there
-                p_hi = runner.probe(hi_s.rate)
-                step = 1 + 4 * s.rel_tol
-                if p_hi.feasible:
-                    guess, known = p_hi.rate * (1 + 2 * s.rel_tol), (p_hi, None)
+                lo_s, hi_s = _narrow(runner, lo_s, hi_s, tol, small)
+                # confirm the prefix bracket with two full-stream runs; step out if either disagrees
+                p_lo = runner.probe(lo_s.rate)
+                step = 1 + 2 * s.rel_tol
+                if not p_lo.feasible:
+                    guess, known = lo_s.rate / step, (None, p_lo)
                 else:
-                    guess, known = lo_s.rate, (None, p_hi)
+                    p_hi = runner.probe(hi_s.rate)
+                    if p_hi.feasible:
+                        guess, known = hi_s.rate * step, (p_hi, None)
+                    else:
+                        lo, hi = _narrow(runner, p_lo, p_hi, tol, None)
+                        return lo.rate, lo, hi
             else:
                 guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
     lo, hi = _bracket(runner, guess, step, None, known)
@@ -346,7 +356,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
         return 0.0, None, hi
     if hi is None:
         return lo.rate, lo, None
-    lo, hi = _narrow(runner, lo, hi, lambda r: max(s.abs_tol, s.rel_tol * r), None)
+    lo, hi = _narrow(runner, lo, hi, tol, None)
     return lo.rate, lo, hi
 
 
