@@ -63,7 +63,7 @@ class GoodputSettings:
         if self.relaxation < 0:
             raise SpecError(f"relaxation={self.relaxation} must be >= 0")
         if not 0 < self.rel_tol < 1:
-            raise SpecError(f"rel_tol={self.rel_tol} must be in (0, 1)")
+            raise SpecError(f"tolerance (rel_tol)={self.rel_tol} must be in (0, 1), e.g. 0.05")
         if self.seeds < 1:
             raise SpecError(f"seeds={self.seeds} must be a positive integer")
 
