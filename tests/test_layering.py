@@ -50,3 +50,12 @@ def test_all_matches_public_names():
     public = {n for n in dir(serveplan) if not n.startswith("_")}
     modules = {n for n in public if type(getattr(serveplan, n)).__name__ == "module"}
     assert set(serveplan.__all__) == public - modules
+
+
+def test_test_module_basenames_are_unique():
+    """pytest's default import mode puts each test folder on sys.path: two test files with the same
+    name in different folders collide at collection."""
+    tests = pathlib.Path(__file__).parent
+    names = [p.name for p in tests.rglob("test_*.py")]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    assert not dupes, dupes
