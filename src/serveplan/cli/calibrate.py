@@ -26,6 +26,7 @@ def profile_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
     quick: bool = typer.Option(False, "--quick", help="Reduced sweep (one shape, few sizes): seconds, for smoke tests."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repetitions per shape (median kept)."),
+    clock: str = typer.Option("auto", "--clock", help="cpu (process CPU time, one CPU thread only), wall, or auto (cpu when it applies)."),
     hardware_out: Optional[Path] = typer.Option(None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
     name: str = typer.Option("cpu-host", "--name", help="Device name used in --hardware-out."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
@@ -35,7 +36,7 @@ def profile_cmd(
     device, torch version and thread count in its header."""
     from serveplan.calibrate.profile import ProfileConfig, hardware_yaml_from_measurements, profile_device, shape_from_model
 
-    changes: dict = {"device": device, "threads": threads or None, "dtype": dtype}
+    changes: dict = {"device": device, "threads": threads or None, "dtype": dtype, "clock": clock}
     if repeats is not None:
         changes["repeats"] = repeats
     if model:
