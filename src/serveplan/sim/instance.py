@@ -38,11 +38,14 @@ from serveplan.estimator.step import Estimator
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler, blocks_for
+from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
+from serveplan.sim.schedulers.disaggregated import DecodeOnlyScheduler, PrefillOnlyScheduler
 
 INF = math.inf
 _KVD = FEATURE_INDEX["kvd"]
 _KVP, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+_MAX_ENDS = 1 << 20  # values of memoised one-sequence stretches per clock (8 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
 
@@ -63,6 +66,10 @@ class StepClock:
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
         self._dense: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._x0: dict[int, np.ndarray] = {}
+        self._ends: dict[tuple[int, int], np.ndarray] = {}
+        self._ends_size = 0
+        #: prefill step time of one fresh prompt, by its length
+        self.prefill_times: dict[int, float] = {}
 
     def time(self, batch: StepBatch) -> float:
         t = self._cache.get(batch)
@@ -88,6 +95,21 @@ class StepClock:
             blk = self._blocks[key] = np.empty(1 << _BLK_BITS)
             self._fill(nd, b, blk)
         return blk
+
+    def decode_ends(self, nd: int, kvd0: int, k: int) -> np.ndarray:
+        """``decode_times(nd, kvd0, k).cumsum()``; memoised for one sequence (a request alone
+        repeats the same stretch), at most ``_MAX_ENDS`` values in all."""
+        if nd != 1:
+            return self.decode_times(nd, kvd0, k).cumsum()
+        key = (kvd0, k)
+        c = self._ends.get(key)
+        if c is None:
+            if self._ends_size + k > _MAX_ENDS:
+                self._ends.clear()
+                self._ends_size = 0
+            c = self._ends[key] = self.decode_times(1, kvd0, k).cumsum()
+            self._ends_size += k
+        return c
 
     def decode_times(self, nd: int, kvd0: int, k: int) -> np.ndarray:
         hi = kvd0 + nd * (k - 1)
@@ -176,6 +198,11 @@ class Instance:
         self.num_preemptions = 0
         self.busy_s = 0.0
         self.peak_blocks = 0
+        # a lone request skips planning under the policies whose one-request decisions _lone knows
+        kind = {PrefillFirstScheduler: "prefill", PrefillOnlyScheduler: "prefill",
+                DecodeOnlyScheduler: "decode"}.get(type(scheduler))  # type: ignore[call-overload]
+        self._lone_kind = kind if self.pp == 1 else None
+        self._prefill_t = clock.prefill_times
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:
@@ -194,6 +221,7 @@ class Instance:
         sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
         rel = self.releases
+        lone = self._lone_kind is not None and self.fast_decode
         while self.now < until:
             now = self.now
             p = self.ptr
@@ -204,6 +232,18 @@ class Instance:
             self.ptr = p
             while rel and rel[0][0] <= now:
                 self.free_blocks += heapq.heappop(rel)[1]
+            if lone and not self.running:
+                w = self.waiting
+                if not w:  # nothing to plan: the policies return no plan
+                    nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
+                    if nxt >= until:
+                        if until < INF:
+                            self.now = until
+                        return
+                    self.now = nxt
+                    continue
+                if len(w) == 1 and self._lone(until):
+                    continue
             plan = sched.plan_batch(self)
             if plan is not None and (plan.admit or plan.preempt):
                 self._apply_admission(plan)
@@ -224,6 +264,87 @@ class Instance:
                 if len(plan.prefill) == 1 and not plan.admit and self._chunk_stretch(plan, until):
                     continue
             self._step(plan)
+
+    # ---------------------------------------------------------------- a request alone (pp == 1)
+    def _lone(self, until: float) -> bool:
+        """The one waiting request of an otherwise empty instance, without planning: admission and
+        prefill step (``vllm``, ``prefill-only``) or admission of its transferred cache
+        (``decode-only``), then its decode stretch when nothing else arrived. The same arithmetic as
+        the planned path (:meth:`_apply_admission`, :meth:`_step`, the policies' decisions for a
+        one-request view); returns False, changing nothing, when another decision could differ
+        (KV short, a partial or recomputed prompt)."""
+        R = self.req
+        q = self.waiting[0]
+        bs = self.block_size
+        now = self.now
+        if self._lone_kind == "decode":
+            if not R.kv_ready[q] or R.ready_at[q] > now or R.prefilled[q] < R.prompt_len[q]:
+                return False
+            b = -(-R.kv_len[q] // bs)
+            if b > self.free_blocks:
+                return False
+            self.waiting.popleft()
+            self.free_blocks -= b
+            R.blocks[q] = b
+            self.running.append(q)
+            R.decode_start[q] = now
+            self._peak()
+        else:
+            if R.kv_ready[q] or R.prefilled[q]:
+                return False
+            c = R.prompt_len[q]
+            b = -(-c // bs)
+            if b > self.free_blocks:
+                return False
+            self.waiting.popleft()
+            self.free_blocks -= b
+            R.blocks[q] = b
+            self.running.append(q)
+            self._peak()
+            t = self._prefill_t.get(c)
+            if t is None:
+                t = self._prefill_t[c] = self.clock.time(
+                    StepBatch(0.0 + c, 0.0, 1.0, 0.0 + c, 0.0, 0.0 + c * c, 0.0 + c * ((c + 1) / 2)))
+            exit_t = now + t
+            self.now = exit_t
+            self.num_steps += 1
+            self.busy_s += t
+            self.num_prefill_steps += 1
+            R.start[q] = now
+            R.prefilled[q] = c
+            R.kv_len[q] = c
+            R.ready_at[q] = exit_t
+            if R.first_token[q] != R.first_token[q]:
+                R.first_token[q] = exit_t
+                R.gen[q] = 1
+            else:
+                R.gen[q] += 1
+            if R.gen[q] >= R.out[q]:
+                self._finish(q, exit_t)
+                return True
+            if self.role == "prefill":
+                self.running.remove(q)
+                self.completed += 1
+                assert self.handoff is not None
+                self._release(q, self.handoff(q, exit_t))
+                return True
+            now = exit_t
+            if now >= until:
+                return True
+            p = self.ptr
+            if p < len(self.inbox_t) and self.inbox_t[p] <= now:
+                return True
+            if self.releases and self.releases[0][0] <= now:
+                return True
+        if R.kv_len[q] % bs == 0 and self.free_blocks < 1:
+            return True  # the decode needs a block: the planned path decides
+        self._decode_stretch([q], until)
+        return True
+
+    def _peak(self) -> None:
+        used = self.total_blocks - self.free_blocks
+        if used > self.peak_blocks:
+            self.peak_blocks = used
 
     def _next_ready(self) -> float:
         if self.pp == 1:
@@ -367,19 +488,19 @@ class Instance:
         free = self.free_blocks
         if nd * ((k_max + bs - 1) // bs) > free:
             k_max = self._kv_steps(run, k_max, free)
-        times = self.clock.decode_times(nd, kvd0, k_max)
+        cum = self.clock.decode_ends(nd, kvd0, k_max)
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
         if self.waiting and self.releases:
             wake = min(wake, self.releases[0][0])
-        ends = times.cumsum()
-        ends += now
+        # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
         k = k_max
-        if wake < INF and k_max > 1:
+        if wake < INF and k_max > 1 and not float(cum[k_max - 2]) + now < wake:
             # steps that start before ``wake``: the first always does (now < wake)
-            k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
-        end = float(ends[k - 1])
+            ends = cum[: k_max - 1] + now
+            k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
+        end = float(cum[k - 1]) + now
         done = []
         for r, k0, rem in zip(run, kvs, rems):
             k1 = k0 + k
