@@ -105,26 +105,85 @@ class EarlyStop:
         self.req = req
         self.slo = slo
         self.limit = certain_misses(req.n, slo.percentile)
-        self.arrival = np.asarray(req.arrival)
-        self.out = np.asarray(req.out, dtype=float)
+        # requests in arrival order; the counts of the settled prefix (first token, resp. finish,
+        # known: their TTFT, resp. TPOT, no longer changes) are kept between checks
+        self.order: list[int] = np.argsort(np.asarray(req.arrival), kind="stable").tolist()
+        self._i_first = self._late_first = 0
+        self._i_fin = self._late_fin = 0
         # off while a disaggregated fleet runs only its prefill stage: decodes have not started,
         # so the TPOT of a request waiting for its decode instance is not yet known
         self.check_tpot = True
 
     def missed(self, t: float) -> bool:
-        R, slo = self.req, self.slo
-        first = np.asarray(R.first_token)
-        ttft = np.where(np.isfinite(first), first, np.where(self.arrival <= t, t, np.nan)) - self.arrival
-        with np.errstate(invalid="ignore"):
-            if int(np.count_nonzero(ttft > slo.ttft_s)) >= self.limit:
-                return True
-            if not self.check_tpot:
-                return False
-            fin = np.asarray(R.finish)
-            last = np.where(np.isfinite(fin), fin, t)
-            tpot = (last - first) / np.maximum(self.out - 1, 1)
-            tpot = np.where(self.out > 1, tpot, 0.0)
-            return int(np.count_nonzero(tpot > slo.tpot_s)) >= self.limit
+        """Whether either count of certain misses at time ``t`` reaches the limit.
+
+        The same float arithmetic per request as the definitions above. Requests are visited in
+        arrival order: the prefix whose first token (for TTFT) or finish (for TPOT) is known is
+        counted once and remembered; beyond it the scan stops once no request with a first token
+        is left and the rest arrive after ``t`` (they can miss neither target yet), so a check
+        costs the requests in flight, not the whole stream."""
+        R, slo, limit, order, n = self.req, self.slo, self.limit, self.order, self.req.n
+        first, arrival = R.first_token, R.arrival
+        target = slo.ttft_s
+        i, late = self._i_first, self._late_first
+        while i < n:
+            q = order[i]
+            f = first[q]
+            if f != f:
+                break
+            if f - arrival[q] > target:
+                late += 1
+            i += 1
+        self._i_first, self._late_first = i, late
+        count = late
+        left = R.num_first - i  # requests with a first token beyond the prefix
+        j = i
+        while j < n and count < limit:
+            q = order[j]
+            f = first[q]
+            a = arrival[q]
+            if f == f:
+                left -= 1
+                if f - a > target:
+                    count += 1
+            elif a <= t:
+                if t - a > target:
+                    count += 1
+            elif left <= 0:
+                break
+            j += 1
+        if count >= limit:
+            return True
+        if not self.check_tpot:
+            return False
+        fin, out = R.finish, R.out
+        target = slo.tpot_s
+        i, late = self._i_fin, self._late_fin
+        while i < n:
+            q = order[i]
+            e = fin[q]
+            if e != e:
+                break
+            o = out[q]
+            if o > 1 and (e - first[q]) / max(o - 1, 1) > target:
+                late += 1
+            i += 1
+        self._i_fin, self._late_fin = i, late
+        count = late
+        left = R.num_first - i  # a finished request has its first token
+        j = i
+        while j < n and left > 0 and count < limit:
+            q = order[j]
+            f = first[q]
+            if f == f:
+                left -= 1
+                o = out[q]
+                if o > 1:
+                    e = fin[q]
+                    if ((e if e == e else t) - f) / max(o - 1, 1) > target:
+                        count += 1
+            j += 1
+        return count >= limit
 
 
 @dataclass

@@ -316,6 +316,7 @@ class Instance:
             R.ready_at[q] = exit_t
             if R.first_token[q] != R.first_token[q]:
                 R.first_token[q] = exit_t
+                R.num_first += 1
                 R.gen[q] = 1
             else:
                 R.gen[q] += 1
@@ -450,6 +451,7 @@ class Instance:
             if pf[q] >= R.prompt_len[q]:
                 if R.first_token[q] != R.first_token[q]:
                     R.first_token[q] = exit_t
+                    R.num_first += 1
                     R.gen[q] = 1
                 else:
                     R.gen[q] += 1
