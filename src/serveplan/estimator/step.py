@@ -339,6 +339,14 @@ class Estimator:
             inv_comp = np.where(rate_all == 0, 1.0 / flops_rate, 0.0)
             inv_mem = 1.0 / mem_rates[rate_all]
             self._inv[ph] = (inv_comp, inv_mem, 1.0 / e_comm)
+        # size-dependent GEMM efficiency (profile.matmul_size_curve): time = ratio(rows) x peak roofline
+        all_ops = [op for c in self._compiled for op in c.ops]
+        self._gemm = np.array([op.rows is not None for op in all_ops])
+        self._R = np.array([_vec(op.rows) if op.rows is not None else np.zeros(_NF) for op in all_ops])
+        self._curves = {}
+        for ph, (rows, ratio) in self.profile.matmul_size_curve.items():
+            self._curves[ph] = (np.log(np.asarray(rows)), np.asarray(ratio))
+        self._peak_inv = (1.0 / self.peak_flops, 1.0 / self.hardware.memory_bandwidth)
         self._group_blocks = [
             [(self._dispatch_flat(ph, i), i) for i, (g, _) in enumerate(self._blocks)]
             for ph in ("prefill", "decode")
@@ -362,6 +370,13 @@ class Estimator:
             comp, mem = W * inv_comp[:, None], Q * inv_mem[:, None]
             active = (x[_N] > 0).astype(float)
             comm = (self._C @ x) * inv_e + self._C_lat[:, None] * active
+        curve = self._curves.get(phase)
+        if curve is not None:
+            rows = self._R @ x
+            ratio = np.interp(np.log(np.maximum(rows, 1.0)), curve[0], curve[1])
+            g = self._gemm if np.ndim(x) == 1 else self._gemm[:, None]
+            comp = np.where(g, W * self._peak_inv[0] * ratio, comp)
+            mem = np.where(g, Q * self._peak_inv[1] * ratio, mem)
         t_op = np.maximum(comp, mem)
         return W, Q, comp, mem, t_op, self._S @ t_op, self._SC @ comm
 

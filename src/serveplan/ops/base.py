@@ -99,6 +99,7 @@ class Op:
     bytes: Lin
     rate: Rate = Rate.ROOFLINE
     source: str = ""
+    rows: Lin | None = None  # rows (M) of a matrix multiplication, for size-dependent efficiency
 
 
 @dataclass(frozen=True, slots=True)

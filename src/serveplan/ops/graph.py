@@ -51,6 +51,7 @@ def _gemm(name: str, module: Module, tokens: Lin, gemm_tokens: Lin, k: float, m:
         flops=gemm_tokens * (2.0 * k * m),
         bytes=tokens * (ab * (k + m)) + ONE * (wb * k * m),
         source=source,
+        rows=tokens,
     )
 
 

@@ -82,6 +82,12 @@ class EfficiencyProfile:
         Charge GEMMs for the rows of partly filled tiles (Sarathi §4.4; model in estimator/step.py).
     expert_imbalance:
         Load of the busiest expert device over the mean (>= 1), for expert parallelism.
+    matmul_size_curve:
+        Optional per phase ``(rows, time_over_roofline)`` points: a matrix multiplication with
+        ``m`` rows takes ``ratio(m) * max(W / S_c, Q / S_m)`` (peak roofline), the ratio
+        interpolated linearly in ``log m`` and held constant outside the points. Replaces the
+        phase's MFU/MBU for GEMMs when a calibration shows that their efficiency depends on the
+        row count (e.g. CPU BLAS kernels slow down at 4-16 rows); fitted by ``serveplan calibrate``.
     """
 
     name: str
@@ -101,8 +107,17 @@ class EfficiencyProfile:
     tile_quantization: bool = False
     expert_imbalance: float = 1.0
     uncertainty: Mapping[str, float] = field(default_factory=dict)
+    matmul_size_curve: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for ph, (rows, ratio) in self.matmul_size_curve.items():
+            if ph not in ("prefill", "decode"):
+                raise SpecError(f"profile {self.name!r}: matmul_size_curve phase {ph!r}; expected prefill or decode")
+            if len(rows) != len(ratio) or len(rows) < 1:
+                raise SpecError(f"profile {self.name!r}: matmul_size_curve.{ph} needs as many rows as ratios (>= 1)")
+            if any(r <= 0 for r in rows) or list(rows) != sorted(rows) or any(v <= 0 for v in ratio):
+                raise SpecError(f"profile {self.name!r}: matmul_size_curve.{ph}: rows must be positive and "
+                                f"increasing, ratios positive")
         for m, v in self.dispatch_s.items():
             if not (isinstance(v, (int, float)) and v >= 0):
                 raise SpecError(f"profile {self.name!r}: dispatch_s[{m.value}]={v!r} must be >= 0 seconds")
@@ -139,6 +154,9 @@ class EfficiencyProfile:
             "tile_quantization": self.tile_quantization,
             "expert_imbalance": self.expert_imbalance,
             "uncertainty": dict(self.uncertainty),
+            **({"matmul_size_curve": {ph: {"rows": list(r), "time_over_roofline": list(v)}
+                                      for ph, (r, v) in self.matmul_size_curve.items()}}
+               if self.matmul_size_curve else {}),
         }
 
 
@@ -192,4 +210,22 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         tile_quantization=bool(raw.get("tile_quantization", False)),
         expert_imbalance=float(raw.get("expert_imbalance", 1.0)),
         uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
+        matmul_size_curve=_size_curve(raw.get("matmul_size_curve"), name),
     )
+
+
+def _size_curve(raw: Any, name: str) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+    if not raw:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"profile {name!r}: matmul_size_curve must map prefill/decode to rows and ratios")
+    out = {}
+    for ph, d in raw.items():
+        if ph == "held_out":
+            continue  # cross-validation summary written next to the curve
+        try:
+            out[str(ph)] = (tuple(float(v) for v in d["rows"]), tuple(float(v) for v in d["time_over_roofline"]))
+        except (KeyError, TypeError, ValueError):
+            raise SpecError(f"profile {name!r}: matmul_size_curve.{ph} needs numeric lists 'rows' and "
+                            f"'time_over_roofline'") from None
+    return out
