@@ -110,6 +110,7 @@ class EarlyStop:
         self.order: list[int] = np.argsort(np.asarray(req.arrival), kind="stable").tolist()
         self._i_first = self._late_first = 0
         self._i_fin = self._late_fin = 0
+        self._d_min = max(min(req.out, default=1) - 1, 1)  # smallest TPOT divisor
         # off while a disaggregated fleet runs only its prefill stage: decodes have not started,
         # so the TPOT of a request waiting for its decode instance is not yet known
         self.check_tpot = True
@@ -119,9 +120,11 @@ class EarlyStop:
 
         The same float arithmetic per request as the definitions above. Requests are visited in
         arrival order: the prefix whose first token (for TTFT) or finish (for TPOT) is known is
-        counted once and remembered; beyond it the scan stops once no request with a first token
-        is left and the rest arrive after ``t`` (they can miss neither target yet), so a check
-        costs the requests in flight, not the whole stream."""
+        counted once and remembered. Beyond it the scan stops at the first request that arrived
+        too late to miss: with ``h`` the latest of ``t`` and every first token (finish) so far, a
+        request arriving at ``a`` has TTFT at most ``h - a`` and TPOT at most
+        ``(h - a) / (min output - 1)``, and so have the later ones (float subtraction and division
+        are monotone). A check thus costs the requests in flight, not the whole stream."""
         R, slo, limit, order, n = self.req, self.slo, self.limit, self.order, self.req.n
         first, arrival = R.first_token, R.arrival
         target = slo.ttft_s
@@ -136,22 +139,20 @@ class EarlyStop:
             i += 1
         self._i_first, self._late_first = i, late
         count = late
-        left = R.num_first - i  # requests with a first token beyond the prefix
-        j = i
-        while j < n and count < limit:
+        h = t if t > R.last_first else R.last_first
+        for j in range(i, n):
+            if count >= limit:
+                break
             q = order[j]
-            f = first[q]
             a = arrival[q]
+            if not h - a > target:
+                break
+            f = first[q]
             if f == f:
-                left -= 1
                 if f - a > target:
                     count += 1
-            elif a <= t:
-                if t - a > target:
-                    count += 1
-            elif left <= 0:
-                break
-            j += 1
+            elif a <= t and t - a > target:
+                count += 1
         if count >= limit:
             return True
         if not self.check_tpot:
@@ -170,19 +171,20 @@ class EarlyStop:
             i += 1
         self._i_fin, self._late_fin = i, late
         count = late
-        left = R.num_first - i  # a finished request has its first token
-        j = i
-        while j < n and left > 0 and count < limit:
+        h = t if t > R.last_finish else R.last_finish
+        d_min = self._d_min
+        for j in range(i, n):
+            if count >= limit:
+                break
             q = order[j]
+            if not (h - arrival[q]) / d_min > target:
+                break
             f = first[q]
-            if f == f:
-                left -= 1
-                o = out[q]
-                if o > 1:
-                    e = fin[q]
-                    if ((e if e == e else t) - f) / max(o - 1, 1) > target:
-                        count += 1
-            j += 1
+            o = out[q]
+            if f == f and o > 1:
+                e = fin[q]
+                if ((e if e == e else t) - f) / max(o - 1, 1) > target:
+                    count += 1
         return count >= limit
 
 

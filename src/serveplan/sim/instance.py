@@ -316,7 +316,8 @@ class Instance:
             R.ready_at[q] = exit_t
             if R.first_token[q] != R.first_token[q]:
                 R.first_token[q] = exit_t
-                R.num_first += 1
+                if exit_t > R.last_first:
+                    R.last_first = exit_t
                 R.gen[q] = 1
             else:
                 R.gen[q] += 1
@@ -388,6 +389,8 @@ class Instance:
     def _finish(self, q: int, t: float) -> None:
         R = self.req
         R.finish[q] = t
+        if t > R.last_finish:
+            R.last_finish = t
         self.running.remove(q)
         self.completed += 1
         self._release(q, t)
@@ -451,7 +454,8 @@ class Instance:
             if pf[q] >= R.prompt_len[q]:
                 if R.first_token[q] != R.first_token[q]:
                     R.first_token[q] = exit_t
-                    R.num_first += 1
+                    if exit_t > R.last_first:
+                        R.last_first = exit_t
                     R.gen[q] = 1
                 else:
                     R.gen[q] += 1

@@ -43,7 +43,9 @@ class RequestState:
         self.ready_at = [0.0] * n          # earliest time the request may join a step (pipeline exit)
         self.kv_ready = [False] * n        # KV present on arrival at the instance (disaggregated decode)
         self.first_token = [NAN] * n
-        self.num_first = 0                 # first tokens set so far (whoever sets one counts it)
+        # latest first token and finish so far (whoever sets one keeps these up to date)
+        self.last_first = -math.inf
+        self.last_finish = -math.inf
         self.finish = [NAN] * n
         self.start = [NAN] * n             # first step that computes for the request
         self.decode_arrival = [NAN] * n    # KV arrives at the decode instance (disaggregation)
