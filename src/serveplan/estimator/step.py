@@ -335,12 +335,17 @@ class Estimator:
         if comm_rows:
             self._SC[np.array(comm_block), np.arange(len(comm_rows))] = 1.0
         self._inv = {}
+        all_ops = [op for c in self._compiled for op in c.ops]
+        is_attn = np.array([op.attention for op in all_ops])
         for ph, (flops_rate, mem_rates, e_comm) in self._rates.items():
+            eff = self.profile.prefill if ph == "prefill" else self.profile.decode
             inv_comp = np.where(rate_all == 0, 1.0 / flops_rate, 0.0)
             inv_mem = 1.0 / mem_rates[rate_all]
+            # attention kernels may have their own factors (PhaseEfficiency.attention_*)
+            inv_comp = np.where(is_attn, 1.0 / (eff.attn_compute * self.peak_flops), inv_comp)
+            inv_mem = np.where(is_attn, 1.0 / (eff.attn_memory * self.hardware.memory_bandwidth), inv_mem)
             self._inv[ph] = (inv_comp, inv_mem, 1.0 / e_comm)
         # size-dependent GEMM efficiency (profile.matmul_size_curve): time = ratio(rows) x peak roofline
-        all_ops = [op for c in self._compiled for op in c.ops]
         self._gemm = np.array([op.rows is not None for op in all_ops])
         self._R = np.array([_vec(op.rows) if op.rows is not None else np.zeros(_NF) for op in all_ops])
         self._curves = {}

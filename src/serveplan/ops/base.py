@@ -100,6 +100,7 @@ class Op:
     rate: Rate = Rate.ROOFLINE
     source: str = ""
     rows: Lin | None = None  # rows (M) of a matrix multiplication, for size-dependent efficiency
+    attention: bool = False  # attention kernel (scores, softmax, weighted sum): own efficiency factors
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,12 +103,12 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         # prefill core, Table 8/10 rows 5-9 (ap = b*s^2, np = kvp = b*s)
         ops += [
             Op("prefill.qk", M, AP * (2 * dq_t), NP * (ab * dq_t) + KVP * (ab * dq_t) + AP * (ab * hq_t),
-               source="BestServe Table 8/10 row 5"),
-            Op("prefill.div", M, AP * hq_t, AP * (2 * ab * hq_t), source="BestServe Table 8/10 row 6"),
-            Op("prefill.mask_add", M, AP * hq_t, AP * (2 * ab * hq_t + ab), source="BestServe Table 8/10 row 7"),
-            Op("prefill.softmax", M, AP * (3 * hq_t), AP * (2 * ab * hq_t), source="BestServe Table 8/10 row 8"),
+               attention=True, source="BestServe Table 8/10 row 5"),
+            Op("prefill.div", M, AP * hq_t, AP * (2 * ab * hq_t), attention=True, source="BestServe Table 8/10 row 6"),
+            Op("prefill.mask_add", M, AP * hq_t, AP * (2 * ab * hq_t + ab), attention=True, source="BestServe Table 8/10 row 7"),
+            Op("prefill.softmax", M, AP * (3 * hq_t), AP * (2 * ab * hq_t), attention=True, source="BestServe Table 8/10 row 8"),
             Op("prefill.av", M, AP * (2 * dq_t), AP * (ab * hq_t) + NP * (ab * dq_t) + KVP * (ab * dq_t),
-               source="BestServe Table 8/10 row 9"),
+               attention=True, source="BestServe Table 8/10 row 9"),
         ]
         # decode core, Table 9/11 rows 5-11 (kvd = b*s, nd = b); eq. (12) kappa rates
         ops.append(Op("decode.kv_update", M, ZERO, KVD * (2 * ab * dkv_t), Rate.KAPPA_UPDATE,
@@ -118,13 +118,13 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
                           source="BestServe Table 9 row ⋆ (/t)"))
         ops += [
             Op("decode.qk", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
-               source="BestServe Table 9/11 row 6"),
-            Op("decode.div", M, KVD * hq_t, KVD * (2 * ab * hq_t), source="BestServe Table 9/11 row 7"),
-            Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab), source="BestServe Table 9/11 row 8"),
+               attention=True, source="BestServe Table 9/11 row 6"),
+            Op("decode.div", M, KVD * hq_t, KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 7"),
+            Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab), attention=True, source="BestServe Table 9/11 row 8"),
             Op("decode.upcast", M, ZERO, KVD * (2 * ab * hq_t), Rate.KAPPA_UPCAST, source="BestServe Table 9/11 row 9"),
-            Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t), source="BestServe Table 9/11 row 10"),
+            Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 10"),
             Op("decode.av", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
-               source="BestServe Table 9/11 row 11"),
+               attention=True, source="BestServe Table 9/11 row 11"),
         ]
     else:
         # Fused kernel: QK^T and PV are 2*d FLOP per score element each, ~5 FLOP of online
@@ -132,9 +132,9 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         ops += [
             Op("kv_write", M, ZERO, N * (2 * kvb * dkv_t), source="KV cache append: 2*kv_dim values per token"),
             Op("prefill.attention", M, APC * (4 * dq_t + 5 * hq_t),
-               NP * (2 * ab * dq_t) + KVP * (2 * kvb * dkv_t), source="fused attention, causal"),
+               NP * (2 * ab * dq_t) + KVP * (2 * kvb * dkv_t), attention=True, source="fused attention, causal"),
             Op("decode.attention", M, KVD * (4 * dq_t + 5 * hq_t),
-               ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), source="fused attention over the KV cache"),
+               ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True, source="fused attention over the KV cache"),
         ]
     ops.append(Op("o_proj", M, NG * (2 * dq_t * h), N * (ab * (dq_t + h)) + ONE * (wb * dq_t * h),
                   source="BestServe Table 8/10 row 10 (weight h^2/t)"))
@@ -167,7 +167,7 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     ops.append(Op(
         "mla.prefill.attention", M, score * (Ht * 2 * (dqk + dv)),
         NP * (ab * Ht * (dqk + dv)) + KVP * (ab * Ht * (dqk + dv)),
-        source="notes A.5 prefill step 6: (H/TP)*2*B*S^2*(d_qk + d_v)",
+        attention=True, source="notes A.5 prefill step 6: (H/TP)*2*B*S^2*(d_qk + d_v)",
     ))
     # decode path (absorbed)
     ops += [
@@ -177,7 +177,7 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
               "notes A.5 decode step 2 AbsorbCost: 2*B*H*d_C*d_kv^c/TP"),
         Op("mla.decode.attention", M, KVD * (Ht * 2 * (2 * dkv + dR)),
            ND * (ab * Ht * (2 * dkv + dR)) + KVD * (kvb * (dkv + dR)),
-           source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache"),
+           attention=True, source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache"),
         _gemm("mla.decode.v_up", M, ND, ND, dkv, Ht * dv, ab, wb, "notes A.5 decode step 5: 2*B*d_kv^c*H*d_v/TP"),
         _gemm("o_proj", M, N, NG, Ht * dv, h, ab, wb, "notes A.5 prefill step 7 / decode step 6: 2*B*S*H*d_v*d/TP"),
     ]

@@ -60,3 +60,17 @@ def test_vectorised_decode_matches_single_steps():
 def test_bad_curve_is_a_spec_error():
     with pytest.raises(SpecError, match="rows must be positive and increasing"):
         _est({"decode": {"rows": [4, 1], "time_over_roofline": [1, 2]}})
+
+
+def test_attention_factors_apply_to_attention_kernels_only():
+    base = get_profile("default-gpu").to_dict()
+    base["decode"] = dict(base["decode"], attention_memory=0.35)  # half of the decode MBU 0.7
+    pr = profile_from_dict(base)
+    plain = _est()
+    est = Estimator(get_model("llama-2-7b"), get_hardware("a100-80g"), pr, ParallelConfig())
+    b = StepBatch.decode(16, 4096)
+    a = {o.name: o for o in plain.estimate(b).ops}
+    c = {o.name: o for o in est.estimate(b).ops}
+    assert c["decode.attention"].memory_s == pytest.approx(2 * a["decode.attention"].memory_s)
+    assert c["gate_proj"].time_s == a["gate_proj"].time_s
+    assert pr.to_dict()["decode"]["attention_memory"] == 0.35
