@@ -392,7 +392,11 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     if goodput <= 0 or at is None:
         why = "SLO missed even at 0.1 req/s"
         if above is not None:
-            why += f" (P{settings.slo.percentile:g} TTFT {above.ttft:.3f} s, TPOT {above.tpot * 1e3:.1f} ms)"
+            why += f" (P{settings.slo.percentile:g} TTFT {above.ttft:.3f} s, TPOT {above.tpot * 1e3:.1f} ms"
+            why += ")"
+        kv_note = _kv_note(cand, settings)
+        if kv_note:
+            why += f"; {kv_note}"
         return GoodputResult(cand, 0.0, 0.0, "rejected", why, capacity_bound_rps=bound, num_simulations=runs,
                              goodput_samples=tuple(rates))
     binding, bottleneck = _diagnose(cand, settings, above)
@@ -402,10 +406,31 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     )
 
 
+def _kv_slots(cand: Candidate, settings: GoodputSettings) -> tuple[int, int]:
+    """Requests of the largest size whose KV cache fits one (decode) instance, and that size."""
+    s = settings
+    tokens = int(np.max(s.workload.input_lengths + s.workload.output_lengths))
+    est = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.decode_tp), dtype=s.dtype)
+    return est.memory.kv_capacity_tokens // max(tokens, 1), tokens
+
+
+def _kv_note(cand: Candidate, settings: GoodputSettings) -> str:
+    slots, tokens = _kv_slots(cand, settings)
+    if slots < cand.max_batch:
+        return (f"KV cache memory holds only {slots} requests of {tokens} tokens per instance "
+                f"(max batch {cand.max_batch})")
+    return ""
+
+
 def _diagnose(cand: Candidate, settings: GoodputSettings, above: _Probe | None) -> tuple[str, str]:
     """Which SLO fails first just above the goodput, and the resource behind it."""
     if above is None:
         return "none", "none (SLO met up to the largest rate tried)"
+    if _kv_note(cand, settings):
+        s = settings.slo
+        r_ttft = above.ttft / s.ttft_s if math.isfinite(above.ttft) else math.inf
+        r_tpot = above.tpot / s.tpot_s if math.isfinite(above.tpot) else math.inf
+        return ("ttft" if r_ttft >= r_tpot else "tpot"), "kv-memory"
     s = settings.slo
     r_ttft = above.ttft / s.ttft_s if math.isfinite(above.ttft) else math.inf
     r_tpot = above.tpot / s.tpot_s if math.isfinite(above.tpot) else math.inf
