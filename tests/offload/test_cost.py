@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serveplan.offload.cost import COMPRESSION_RATIO, compressed_bytes, cost_terms, layer_sizes
+from serveplan.offload.cost import (
+    COMPRESSION_RATIO, compressed_bytes, cost_terms, kv_allocation, layer_sizes, weight_allocation,
+)
 from serveplan.offload.host import get_host
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import evaluate_policy
@@ -147,3 +149,26 @@ def test_compression_shrinks_transfers_and_adds_codec_time():
     wf, kvf = q.sizes.weight_fp16_bytes, 4 * 12288 * (512 + 16 + 1) * 144
     assert codec == pytest.approx(wf / 24e9 + kvf / 24e9, rel=1e-9)
     assert fp.parts["decode_codec"].at(x) == 0
+
+
+def test_weight_allocation_places_whole_tensors_by_size_midpoint():
+    # flex_opt.py init_weight_list: per sub-layer list (attention q, k, v, out; MLP fc1, fc2), a
+    # tensor goes to disk if its cumulative-size midpoint is below wd, to the CPU if below wd + wc
+    z = layer_sizes(get_model("opt-30b"))
+    assert z.weight_tensor_groups[0] == (7168.0 ** 2,) * 4 and len(z.weight_tensor_groups[1]) == 2
+    g, c, d = weight_allocation(z, 0.0, 0.80)  # Table 15's 48x3, 20, 80: only attention out on the GPU
+    assert (g, c, d) == pytest.approx((1 / 12, 11 / 12, 0.0))
+    assert weight_allocation(z, 0.0, 0.75) == pytest.approx((5 / 12, 7 / 12, 0.0))  # fc2 midpoint at 75%
+    assert weight_allocation(z, 0.50, 0.50) == pytest.approx((0.0, 0.5, 0.5))  # OPT-175B's 0, 50
+    assert weight_allocation(z, 0.0, 0.10) == pytest.approx((1.0, 0.0, 0.0))  # below every midpoint
+    moe = layer_sizes(get_model("mixtral-8x7b"))
+    assert moe.weight_tensor_groups == () and weight_allocation(moe, 0.1, 0.2) == pytest.approx((0.7, 0.2, 0.1))
+
+
+def test_kv_allocation_rounds_each_share_down_to_whole_sequences():
+    # pytorch_backend.py TorchMixedDevice.init_cache_one_gpu_batch
+    assert kv_allocation(4, False, 0.85, 0.15, 0.0) == pytest.approx((0.75, 0.25, 0.0))
+    assert kv_allocation(12, False, 0.09, 0.91, 0.0) == pytest.approx((1 / 12, 11 / 12, 0.0))
+    assert kv_allocation(8, False, 0.30, 0.30, 0.40) == pytest.approx((2 / 8, 2 / 8, 4 / 8))
+    assert kv_allocation(1, False, 0.6, 0.4, 0.0) == pytest.approx((0.0, 1.0, 0.0))
+    assert kv_allocation(4, True, 0.85, 0.15, 0.0) == pytest.approx((0.85, 0.15, 0.0))  # priced as given

@@ -26,6 +26,7 @@ paper, we take FlexGen's implementation: FP16 min and scale per group).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,6 +107,10 @@ class LayerSizes:
     cache_v_width: int
     mlp_out_width: int  # outputs of the first MLP matmul(s) per token
     mlp_in_width: int  # input width of the last MLP matmul
+    #: element counts of a layer's weight matrices, one tuple per sub-layer in the order FlexGen's
+    #: runtime places them (attention q, k, v, out; MLP in, [gate,] out); empty: placed as a
+    #: continuous share (MoE and MLA layers, whose tensor lists FlexGen's runtime does not cover)
+    weight_tensor_groups: tuple[tuple[float, ...], ...] = ()
 
     def decode_weight_read_bytes(self, gpu_batch_size: int) -> float:
         """FP16 weight bytes one decode GEMM pass reads for ``gpu_batch_size`` tokens: every dense
@@ -175,7 +180,20 @@ def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
         cache_v_width=cv,
         mlp_out_width=(2 * ff) if gated else ff,
         mlp_in_width=ff,
+        weight_tensor_groups=_weight_tensor_groups(model),
     )
+
+
+def _weight_tensor_groups(model: ModelSpec) -> tuple[tuple[float, ...], ...]:
+    """Weight matrices of one layer per sub-layer, in FlexGen's placement order (``flex_opt.py``:
+    ``SelfAttention.init_weight`` lists q, k, v, out; ``MLP.init_weight`` fc1, fc2; biases and layer
+    norms are negligible and left out). Gated MLPs list three matrices of equal size."""
+    if model.is_moe or model.attention is AttentionKind.MLA:
+        return ()
+    h, ff = model.hidden_size, model.intermediate_size
+    attn = (float(h * model.q_dim), float(h * model.kv_dim), float(h * model.kv_dim), float(model.o_dim * h))
+    mlp = (float(h * ff),) * (3 if model.mlp is MLPKind.GATED else 2)
+    return (attn, mlp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +291,7 @@ def cost_terms(
     kv, kvf, act = z.kv_bytes_per_token, z.kv_fp16_bytes_per_token, z.act_bytes_per_token
     ctx = s + n / 2  # average decode context, A.3 "s + n/2"
     dec_bw, kv_dec_bw = rt.decompress_bandwidth, rt.kv_decompress_bandwidth
+    cpu_flops = host.cpu_attention_flops
 
     # ---------------- prefill, per layer (A.3 ctog^p ... comp^p)
     act_p = act * s * bls  # 2*s*h1*bls
@@ -322,7 +341,7 @@ def cost_terms(
     if cpu_attention:
         # A.3: gpu_comp^g (cg share on GPU) + cpu_comp^g ((cc+cd) share on CPU), summed as printed
         comp_g = lin(gemm_g + codec_g, cg=attn_g / rt.bmm_decode_flops,
-                     cc=attn_g / host.cpu_attention_flops, cd=attn_g / host.cpu_attention_flops)
+                     cc=attn_g / cpu_flops, cd=attn_g / cpu_flops)
     else:
         comp_g = lin(gemm_g + codec_g + attn_g / rt.bmm_decode_flops)
     decode["comp"] = comp_g
@@ -395,7 +414,7 @@ def cost_terms(
         "decode_gemm": lin(gemm_g), "decode_codec": lin(codec_g),
         "decode_attention_gpu": (lin(cg=attn_g / rt.bmm_decode_flops) if cpu_attention
                                  else lin(attn_g / rt.bmm_decode_flops)),
-        "decode_attention_cpu": (lin(cc=attn_g / host.cpu_attention_flops, cd=attn_g / host.cpu_attention_flops)
+        "decode_attention_cpu": (lin(cc=attn_g / cpu_flops, cd=attn_g / cpu_flops)
                                  if cpu_attention else lin()),
     }
     return CostTerms(
@@ -403,3 +422,60 @@ def cost_terms(
         compress=compress, cpu_attention=cpu_attention, overlap=overlap, prefill=prefill,
         decode=decode, memory=memory, capacity=capacity, sizes=z, parts=parts,
     )
+
+
+def weight_allocation(sizes: LayerSizes, wd: float, wc: float) -> tuple[float, float, float]:
+    """Shares of the weight bytes FlexGen's runtime puts on (GPU, CPU, disk) for the nominal
+    percentages ``wd`` (disk) and ``wc`` (CPU).
+
+    The runtime places whole tensors: within each sub-layer's list, a tensor whose size midpoint
+    (cumulative percent) lies below ``wd`` goes to disk, below ``wd + wc`` to the CPU, else to the
+    GPU (``init_weight_list`` / ``get_choice`` in FlexGen's ``flexgen/flex_opt.py``). For OPT a
+    nominal ``wg = 20`` keeps only the attention output matrix on the GPU, 8.3% of the bytes.
+    Layers without a tensor list (:attr:`LayerSizes.weight_tensor_groups`) keep the nominal shares.
+    """
+    groups = sizes.weight_tensor_groups
+    if not groups:
+        return (1.0 - wd - wc, wc, wd)
+    total = sum(sum(g) for g in groups)
+    d = c = 0.0
+    for g in groups:
+        size, cum = sum(g), 0.0
+        for t in g:
+            mid = (cum + t / 2) / size
+            cum += t
+            if mid < wd - 1e-12:
+                d += t
+            elif mid < wd + wc - 1e-12:
+                c += t
+    return (1.0 - (d + c) / total, c / total, d / total)
+
+
+def kv_allocation(gpu_batch_size: int, compress: bool, cg: float, cc: float, cd: float) -> tuple[float, float, float]:
+    """Shares of the KV cache FlexGen's runtime puts on (GPU, CPU, disk) for nominal fractions.
+
+    An uncompressed cache split over tiers is allocated per GPU batch in whole sequences, each
+    share rounded down: ``floor(gbs*cg)`` sequences on the GPU, the rest on the CPU if ``cd = 0``,
+    else ``floor(gbs*cc)`` on the CPU and the rest on disk (``TorchMixedDevice.
+    init_cache_one_gpu_batch`` in ``flexgen/pytorch_backend.py`` rounds rows of the
+    ``(s + n - 1, gbs*num_head, head_dim)`` tensor down to multiples of ``num_head``). A compressed
+    cache cannot be split (the runtime asserts it); it is priced as given.
+    """
+    if compress or gpu_batch_size < 1:
+        return (cg, cc, cd)
+    b = gpu_batch_size
+    g = min(b, math.floor(b * cg + 1e-6))
+    if cd <= 1e-9:
+        c = b - g
+    else:
+        c = min(b - g, math.floor(b * cc + 1e-6))
+    return (g / b, c / b, (b - g - c) / b)
+
+
+def runtime_allocation(terms: CostTerms, x: np.ndarray) -> np.ndarray:
+    """The placement FlexGen's runtime allocates for the nominal policy ``x`` (weights per tensor,
+    KV cache in whole sequences; activations as given, the runtime requires one tier for them)."""
+    xa = np.array(x, dtype=float)
+    xa[0:3] = weight_allocation(terms.sizes, float(x[2]), float(x[1]))
+    xa[3:6] = kv_allocation(terms.gpu_batch_size, terms.compress, float(x[3]), float(x[4]), float(x[5]))
+    return xa

@@ -23,6 +23,7 @@ col   symbol      meaning
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,12 +64,15 @@ class LPSolution:
 
 
 def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
-             runtime_limits: bool = True, allow_disk: bool = True) -> LinearProgram:
+             runtime_limits: bool = True, allow_disk: bool = True,
+             fixed: Mapping[int, float] | None = None) -> LinearProgram:
     """The LP of FlexGen Eq. 1 for one batch shape (see the module docstring for the columns).
 
     ``runtime_limits`` restricts the placement to what FlexGen runs: no activations on disk, and
     under compression nothing on disk.
     ``allow_disk=False`` keeps everything off the disk (FlexGen's "No disk" ablation, Tables 4 and 23).
+    ``fixed`` pins placement columns (index -> fraction), e.g. to a placement of the KV cache and
+    activations that FlexGen's runtime can allocate (:func:`runtime_roundings`).
     """
     nv = NUM_PLACEMENT + 2
     l, n = terms.num_layers, terms.output_len
@@ -112,7 +116,10 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
             # memory is full
     if not allow_disk:
         upper[2] = upper[5] = upper[8] = 0.0
-    bounds = tuple([(0.0, u) for u in upper] + [(0.0, None)] * 2)
+    lower = [0.0] * NUM_PLACEMENT
+    for i, v in (fixed or {}).items():
+        lower[i] = upper[i] = float(v)
+    bounds = tuple(list(zip(lower, upper)) + [(0.0, None)] * 2)
     return LinearProgram(c=c, A_ub=np.array(rows), b_ub=np.array(rhs), A_eq=A_eq, b_eq=np.ones(3),
                          bounds=bounds, row_names=tuple(names))
 
@@ -148,12 +155,67 @@ def memory_violations(terms: CostTerms, x: np.ndarray, *, rtol: float = 1e-9) ->
     return out
 
 
-def round_placement(terms: CostTerms, x: np.ndarray, *, step: float = 0.01) -> np.ndarray:
+def kv_split_step(terms: CostTerms) -> float:
+    """Smallest share of the KV cache FlexGen's runtime can place on one tier.
+
+    The runtime splits each GPU batch's cache tensor ``(s + n - 1, gbs * num_head, head_dim)`` over
+    the tiers along its second axis and rounds each share down to a multiple of ``num_head`` rows,
+    i.e. to whole sequences (``TorchMixedDevice.init_cache_one_gpu_batch`` in FlexGen's
+    ``flexgen/pytorch_backend.py``): the step is ``1/gbs``. A compressed cache cannot be split at
+    all (``SelfAttention.init_cache_one_gpu_batch`` in ``flexgen/flex_opt.py`` asserts that the
+    compressed cache is not on the mixed device): the step is 1.
+    """
+    return 1.0 if terms.compress else 1.0 / terms.gpu_batch_size
+
+
+def _floor_units(v: float, step: float) -> int:
+    return math.floor(v / step + 1e-6)
+
+
+def runtime_roundings(terms: CostTerms, x: np.ndarray) -> list[dict[int, float]]:
+    """Placements of the KV cache and activations near ``x`` that FlexGen's runtime can allocate.
+
+    The runtime keeps all activations on one tier (``OptLM.__init__`` in ``flexgen/flex_opt.py``
+    raises ``NotImplementedError`` otherwise) and splits the KV cache in whole sequences of a GPU
+    batch (:func:`kv_split_step`). Returns the combinations of rounding each share down or up, as
+    column -> fraction maps for ``build_lp(fixed=...)``; a single empty map if ``x`` already is such
+    a placement.
+    """
+    step = kv_split_step(terms)
+    units = round(1.0 / step)
+    cg, cc = float(x[3]), float(x[4])
+    g_opts = sorted({min(units, _floor_units(cg, step)), min(units, math.ceil(cg / step - 1e-6))})
+    gc_opts = sorted({min(units, _floor_units(cg + cc, step)), min(units, math.ceil((cg + cc) / step - 1e-6))})
+    kv = []
+    for g in g_opts:
+        for gc in gc_opts:
+            if gc >= g:
+                kv.append((g * step, (gc - g) * step, (units - gc) * step))
+    hg = float(x[6])
+    h_opts = [(1.0, 0.0, 0.0)] if hg >= 1 - 1e-6 else [(0.0, 1.0, 0.0)] if hg <= 1e-6 else \
+        [(0.0, 1.0, 0.0), (1.0, 0.0, 0.0)]
+    integral = (len(kv) == 1 and np.allclose(kv[0], x[3:6], atol=1e-6)
+                and len(h_opts) == 1 and np.allclose(h_opts[0], x[6:9], atol=1e-6))
+    if integral:
+        return [{}]
+    out = []
+    for c3 in kv:
+        for h3 in h_opts:
+            out.append({3: c3[0], 4: c3[1], 5: c3[2], 6: h3[0], 7: h3[1], 8: h3[2]})
+    return out
+
+
+def round_placement(terms: CostTerms, x: np.ndarray, *, step: float = 0.01,
+                    kv_step: float | None = None, whole_activations: bool = False,
+                    allocate: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Round relaxed fractions to whole percent that still fit, as FlexGen's runtime needs.
 
     Each kind is floored cumulatively (GPU share, then GPU+CPU share), which only moves data to
-    slower tiers; if a tier still overflows, one percent of the kind using most of that tier moves
-    to the next slower tier until everything fits.
+    slower tiers; if a tier still overflows, one step of the kind using most of that tier moves
+    to the next slower tier until everything fits. ``kv_step`` (default ``step``) is the KV cache's
+    step (:func:`kv_split_step`); ``whole_activations`` moves the activations only as a whole.
+    ``allocate`` maps the rounded (nominal) fractions to what the runtime allocates
+    (:func:`serveplan.offload.cost.runtime_allocation`); memory is checked on that allocation.
 
     Raises
     ------
@@ -161,14 +223,19 @@ def round_placement(terms: CostTerms, x: np.ndarray, *, step: float = 0.01) -> n
         If the disk overflows (nothing slower to move to).
     """
     xr = np.array(x, dtype=float)
+    steps = (step, kv_step or step, step)
     for g in range(3):
         a, b = xr[3 * g], xr[3 * g + 1]
-        pg = math.floor(a / step + 1e-6)
-        pgc = max(math.floor((a + b) / step + 1e-6), pg)
-        top = round(1 / step)
-        xr[3 * g:3 * g + 3] = (pg * step, (pgc - pg) * step, (top - pgc) * step)
-    for _ in range(3 * 3 * round(1 / step) + 1):
-        over = memory_violations(terms, xr)
+        st = steps[g]
+        pg = _floor_units(a, st)
+        pgc = max(_floor_units(a + b, st), pg)
+        top = round(1 / st)
+        xr[3 * g:3 * g + 3] = (pg * st, (pgc - pg) * st, (top - pgc) * st)
+    alloc = allocate or (lambda v: v)
+    max_moves = sum(3 * round(1 / st) for st in steps) + 1
+    for _ in range(max_moves):
+        xa = alloc(xr)
+        over = memory_violations(terms, xa)
         if not over:
             return xr
         tier_phase = next(iter(over))
@@ -180,13 +247,13 @@ def round_placement(terms: CostTerms, x: np.ndarray, *, step: float = 0.01) -> n
         best, best_bytes = None, 0.0
         for g in range(3):
             i = 3 * g + pos
-            contrib = mem.base.coef[i] * xr[i]
+            contrib = mem.base.coef[i] * max(xa[i], 1e-9 * xr[i])
             if xr[i] > 1e-12 and contrib > best_bytes:
                 best, best_bytes = g, contrib
         if best is None:
             raise InfeasibleError(f"{tier_phase} overflows by {over[tier_phase]:.3g} bytes with nothing left to move")
         i = 3 * best + pos
-        d = min(step, xr[i])
+        d = xr[i] if (best == 2 and whole_activations) else min(steps[best], xr[i])
         xr[i] -= d
         xr[i + 1] += d
     raise InfeasibleError("rounding did not converge to a placement that fits")

@@ -4,21 +4,29 @@ Outer level (FlexGen Section 4.3): enumerate the GPU batch size, the number of G
 compression on/off and CPU attention on/off. Inner level: the placement LP of
 :mod:`serveplan.offload.lp`, then rounding to whole percent. Candidates are visited in decreasing
 order of a throughput bound that ignores all transfers (compute alone), and the enumeration stops
-when the bound falls below the best rounded plan, so few LPs are solved.
+when the bound falls below the best rounded plan, so few LPs are solved. Rounding yields only
+placements FlexGen's runtime allocates (:func:`serveplan.offload.cost.runtime_allocation`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
-from serveplan.offload.cost import TERMS, CostTerms, cost_terms, layer_sizes
+from serveplan.offload.cost import (
+    TERMS, CostTerms, LayerSizes, cost_terms, kv_allocation, layer_sizes, runtime_allocation,
+    weight_allocation,
+)
 from serveplan.offload.host import HostSpec, get_host
-from serveplan.offload.lp import build_lp, memory_violations, round_placement, solve
+from serveplan.offload.lp import (
+    build_lp, kv_split_step, memory_violations, round_placement, runtime_roundings, solve,
+)
 from serveplan.offload.policy import PLACEMENT_FIELDS, OffloadPolicy, Overlap
 from serveplan.specs.catalog import get_hardware, get_model
 from serveplan.specs.hardware import DeviceSpec
@@ -67,6 +75,9 @@ class OffloadPlan:
     sizes: dict[str, float]
     relaxed: dict[str, Any] | None = None
     search: dict[str, Any] | None = None
+    #: placement FlexGen's runtime allocates for ``policy`` (percent): weights per tensor, KV cache
+    #: in whole sequences (:func:`serveplan.offload.cost.runtime_allocation`); priced above
+    allocated_percent: dict[str, float] | None = None
 
     @property
     def fits(self) -> bool:
@@ -85,6 +96,7 @@ class OffloadPlan:
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
             "violations_bytes": self.violations_bytes, "placement_bytes": self.placement_bytes,
             "sizes": self.sizes, "relaxed": self.relaxed, "search": self.search,
+            "allocated_percent": self.allocated_percent,
         }
 
 
@@ -125,6 +137,7 @@ def _check_lengths(input_len: int, output_len: int) -> None:
 def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: DeviceSpec, host: HostSpec,
                policy: OffloadPolicy, relaxed: dict[str, Any] | None = None,
                search: dict[str, Any] | None = None) -> OffloadPlan:
+    """Price the allocated placement ``x`` of ``policy``."""
     l, n, s = terms.num_layers, terms.output_len, terms.input_len
     prefill_s, decode_s = terms.block_latency(x)
     latency = prefill_s + decode_s
@@ -162,6 +175,7 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
         peak_memory_bytes={t: m.at(x) for t, m in terms.memory.items()},
         capacity_bytes=dict(terms.capacity), violations_bytes=memory_violations(terms, x),
         placement_bytes=placement, sizes=sizes, relaxed=relaxed, search=search,
+        allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
     )
 
 
@@ -183,6 +197,10 @@ def evaluate_policy(
 ) -> OffloadPlan:
     """Predict throughput, latency, peak memory per tier and time per term of a given policy.
 
+    The policy is priced as FlexGen's runtime allocates it (``allocated_percent``): weights are
+    placed per tensor and a split KV cache in whole sequences of a GPU batch
+    (:func:`serveplan.offload.cost.runtime_allocation`).
+
     A policy that overflows a tier is still evaluated (FlexGen's own tables contain such policies,
     e.g. Table 18's OPT-30B ``512x8``); the overflow is reported in ``violations_bytes``.
 
@@ -195,7 +213,8 @@ def evaluate_policy(
     terms = cost_terms(m, g, h, input_len=input_len, output_len=output_len,
                        gpu_batch_size=policy.gpu_batch_size, num_gpu_batches=policy.num_gpu_batches,
                        compress=policy.compress, cpu_attention=policy.cpu_attention, overlap=overlap)
-    return _plan_from(terms, np.array(policy.placement()), model=m, gpu=g, host=h, policy=policy)
+    x = runtime_allocation(terms, np.array(policy.placement()))
+    return _plan_from(terms, x, model=m, gpu=g, host=h, policy=policy)
 
 
 # ------------------------------------------------------------------------------------- search
@@ -309,12 +328,117 @@ def _candidates(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, *, s: int, n:
     return out
 
 
-def _solve_candidate(c: _Candidate, max_latency_s: float | None) -> tuple[np.ndarray, Any]:
+def _weight_options(terms: CostTerms, x: np.ndarray) -> list[np.ndarray]:
+    """Nominal weight percentages near the relaxed ``x`` whose per-tensor allocation
+    (:func:`weight_allocation`) puts on the GPU the largest share not above ``x``'s and the smallest
+    share not below it; the disk share stays as relaxed (floored to whole percent)."""
+    wd = math.floor(x[2] * 100 + 1e-6)
+    want = x[1] + x[2]  # share off the GPU
+    below = above = None  # (share off the GPU, nominal off-GPU percent)
+    for t in range(wd, 101):
+        off = _share_below(terms.sizes, t)  # tensors with midpoints below wd + wc leave the GPU
+        if off <= want + 1e-9 and (below is None or off > below[0] + 1e-12
+                                   or (abs(off - below[0]) <= 1e-12 and abs(t / 100 - want) < abs(below[1] / 100 - want))):
+            below = (off, t)
+        if off >= want - 1e-9 and (above is None or off < above[0] - 1e-12
+                                   or (abs(off - above[0]) <= 1e-12 and abs(t / 100 - want) < abs(above[1] / 100 - want))):
+            above = (off, t)
+    out = []
+    for opt in (below, above):
+        if opt is None:
+            continue
+        xv = np.array(x, dtype=float)
+        xv[0:3] = (1 - opt[1] / 100, (opt[1] - wd) / 100, wd / 100)
+        if not any(np.allclose(xv, o) for o in out):
+            out.append(xv)
+    return out
+
+
+def _tidy_weights(terms: CostTerms, xr: np.ndarray) -> np.ndarray:
+    """The whole-percent weight split closest to what the runtime allocates for ``xr`` among those
+    it allocates identically (a nominal 12/47/41 and 0/50/50 both give OPT-175B's 0/50/50). The
+    disk set depends only on ``wd`` and the off-GPU set only on ``wd + wc``, so each is chosen alone."""
+    z = terms.sizes
+    if not z.weight_tensor_groups:
+        return xr
+    g, c, d = weight_allocation(z, float(xr[2]), float(xr[1]))
+    below = [_share_below(z, t) for t in range(101)]  # bytes share with midpoint below t percent
+    wd = min((t for t in range(101) if abs(below[t] - d) <= 1e-9), key=lambda t: abs(t / 100 - d), default=None)
+    off = min((t for t in range(101) if abs(below[t] - (c + d)) <= 1e-9 and t >= (wd or 0)),
+              key=lambda t: abs(t / 100 - c - d), default=None)
+    if wd is None or off is None:
+        return xr
+    out = np.array(xr, dtype=float)
+    out[0:3] = (1 - off / 100, (off - wd) / 100, wd / 100)
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _share_below(sizes: LayerSizes, percent: int) -> float:
+    """Share of a layer's weight bytes whose tensors' size midpoints lie below ``percent``."""
+    return 1.0 - weight_allocation(sizes, 0.0, percent / 100)[0]
+
+
+def _nominal_kv(terms: CostTerms, xr: np.ndarray) -> np.ndarray:
+    """Write a whole-sequence KV split as whole percent that the runtime allocates the same way
+    (``1/12`` becomes 9%: FlexGen rounds the share down, so 8.33% would give no sequence)."""
+    if terms.compress:
+        return xr
+    b = terms.gpu_batch_size
+    target = tuple(xr[3:6])
+    out = np.array(xr, dtype=float)
+    pg = math.ceil(xr[3] * 100 - 1e-6)
+    pc = math.ceil(xr[4] * 100 - 1e-6) if xr[5] > 1e-9 else 100 - pg
+    if 0 <= pg and 0 <= pc and pg + pc <= 100:
+        out[3:6] = (pg / 100, pc / 100, (100 - pg - pc) / 100)
+        if np.allclose(kv_allocation(b, False, *out[3:6]), target, atol=1e-9):
+            return out
+    return xr
+
+
+def _solve_candidate(c: _Candidate, max_latency_s: float | None, beat_latency_s: float | None = None,
+                     lps: list[int] | None = None) -> tuple[np.ndarray, np.ndarray, Any] | None:
+    """Relaxed LP, then the best policy FlexGen's runtime can run near it.
+
+    The KV cache and the activations are rounded down or up to what the runtime allocates (whole
+    sequences, one tier: :func:`runtime_roundings`) and the weights re-optimized by the LP with those
+    fixed; the weights are then written as whole percent whose per-tensor allocation lies just
+    below or above the relaxed share, and everything is priced as allocated. Returns the nominal
+    policy fractions, their allocation and the relaxed solution; None if the relaxed block latency
+    is not below ``beat_latency_s`` (the LP is a relaxation, so no rounding can beat it then).
+    ``lps[0]`` counts the LPs solved.
+    """
+    count = lps if lps is not None else [0]
+    count[0] += 1
     sol = solve(build_lp(c.terms, max_latency_s=max_latency_s, allow_disk=c.allow_disk))
-    xr = round_placement(c.terms, sol.x)
-    if max_latency_s is not None and sum(c.terms.block_latency(xr)) > max_latency_s * (1 + 1e-9):
-        raise InfeasibleError("rounded placement exceeds the latency bound")
-    return xr, sol
+    if beat_latency_s is not None and sol.latency_s >= beat_latency_s:
+        return None
+    kv_step = kv_split_step(c.terms)
+    alloc = lambda v: runtime_allocation(c.terms, v)  # noqa: E731
+    best: tuple[float, np.ndarray, np.ndarray] | None = None
+    for fixed in runtime_roundings(c.terms, sol.x):
+        try:
+            if fixed:
+                count[0] += 1
+            x0 = sol.x if not fixed else solve(build_lp(
+                c.terms, max_latency_s=max_latency_s, allow_disk=c.allow_disk, fixed=fixed)).x
+        except InfeasibleError:
+            continue
+        for xw in _weight_options(c.terms, x0):
+            try:
+                xr = round_placement(c.terms, xw, kv_step=kv_step, whole_activations=True, allocate=alloc)
+            except InfeasibleError:
+                continue
+            xr = _nominal_kv(c.terms, xr)
+            xa = alloc(xr)
+            lat = sum(c.terms.block_latency(xa))
+            if max_latency_s is not None and lat > max_latency_s * (1 + 1e-9):
+                continue
+            if best is None or lat < best[0]:
+                best = (lat, xr, xa)
+    if best is None:
+        raise InfeasibleError("no rounded placement that FlexGen's runtime can allocate fits")
+    return best[1], best[2], sol
 
 
 def _infeasible_message(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, s: int, n: int,
@@ -383,7 +507,7 @@ def plan_offload(
         b = best[disk]
         return b[0] if b is not None else 0.0
 
-    solved = 0
+    solved, lps = 0, [0]
     for c in cands:
         # a disk plan must beat the best disk-free plan by DISK_MARGIN to be chosen (see below)
         if c.allow_disk:
@@ -397,27 +521,34 @@ def plan_offload(
             continue
         solved += 1
         try:
-            xr, sol = _solve_candidate(c, max_latency_s)
+            got = _solve_candidate(c, max_latency_s, c.terms.block_size * output_len / threshold
+                                   if threshold > 0 else None, lps)
         except InfeasibleError:
             continue
-        tp = c.terms.block_size * output_len / sum(c.terms.block_latency(xr))
-        uses_disk = bool(xr[2] > 0 or xr[5] > 0 or xr[8] > 0)  # classify by the rounded plan
+        if got is None:
+            continue
+        xr, xa, sol = got
+        tp = c.terms.block_size * output_len / sum(c.terms.block_latency(xa))
+        uses_disk = bool(xa[2] > 0 or xa[5] > 0 or xa[8] > 0)  # classify by the allocated plan
         if tp > rate(uses_disk):
-            best[uses_disk] = (tp, c, xr, sol)
+            best[uses_disk] = (tp, c, (xr, xa), sol)
     if best[False] is not None and (best[True] is None or rate(True) <= rate(False) * (1 + DISK_MARGIN)):
         chosen = best[False]
     else:
         chosen = best[True]
     if chosen is None:
         raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, max_latency_s, overlap))
-    tp, c, xr, sol = chosen
+    tp, c, (xr, xa), sol = chosen
     relaxed = {
         "placement_percent": {f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, sol.x)},
         "latency_s": sol.latency_s,
         "throughput_tokens_per_s": c.terms.block_size * output_len / sol.latency_s,
     }
-    search = {"candidates": len(cands), "lps_solved": solved, "seconds": time.perf_counter() - t0}
-    return _plan_from(c.terms, xr, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr),
+    search = {"candidates": len(cands), "shapes_solved": solved, "lps_solved": lps[0],
+              "seconds": time.perf_counter() - t0}
+    xr = _tidy_weights(c.terms, xr)
+    search["seconds"] = time.perf_counter() - t0
+    return _plan_from(c.terms, xa, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr),
                       relaxed=relaxed, search=search)
 
 
@@ -450,26 +581,30 @@ def offload_frontier(
                         gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
                         max_latency_s=None)
     cands.sort(key=lambda c: c.latency_lb)
-    found: list[tuple[float, float, _Candidate, np.ndarray]] = []  # (latency, throughput, ...)
-    solved = 0
+    found: list[tuple[float, float, _Candidate, tuple[np.ndarray, np.ndarray]]] = []  # (latency, rate, ...)
+    solved, lps = 0, [0]
     for c in cands:
         # sound pruning: a found plan at most as slow as c can ever be, with at least c's best rate
         if any(lat <= c.latency_lb and tp >= c.throughput_ub for lat, tp, _, _ in found):
             continue
         solved += 1
         try:
-            xr, _ = _solve_candidate(c, None)
+            got = _solve_candidate(c, None, None, lps)
         except InfeasibleError:
             continue
-        lat = sum(c.terms.block_latency(xr))
-        found.append((lat, c.terms.block_size * output_len / lat, c, xr))
+        assert got is not None
+        xr, xa, _ = got
+        lat = sum(c.terms.block_latency(xa))
+        found.append((lat, c.terms.block_size * output_len / lat, c, (xr, xa)))
     if not found:
         raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, None, overlap))
     found.sort(key=lambda f: (f[0], -f[1]))
     points, best_tp = [], 0.0
-    for lat, tp, c, xr in found:
+    for lat, tp, c, (xr, xa) in found:
         if tp > best_tp * (1 + 1e-9):
             best_tp = tp
-            points.append(_plan_from(c.terms, xr, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr)))
+            points.append(_plan_from(c.terms, xa, model=m, gpu=g, host=h,
+                                     policy=_policy_from(c.terms, _tidy_weights(c.terms, xr))))
     return OffloadFrontier(points=tuple(points), search={
-        "candidates": len(cands), "lps_solved": solved, "seconds": time.perf_counter() - t0})
+        "candidates": len(cands), "shapes_solved": solved, "lps_solved": lps[0],
+        "seconds": time.perf_counter() - t0})
