@@ -356,8 +356,13 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[str, StepClock], req: Req
         est_p, est_d = clocks["prefill"].est, clocks["decode"].est
         inp = req.inp
 
+        by_len: dict[int, float] = {}  # transfer time by prompt length
+
         def transfer(q: int) -> float:
-            return kv_transfer_time(est_p, est_d, inp[q])
+            t = by_len.get(inp[q])
+            if t is None:
+                t = by_len[inp[q]] = kv_transfer_time(est_p, est_d, inp[q])
+            return t
 
         run = run_disaggregated(
             lambda i, h: instance(i, "prefill", "prefill-only", pmb, budget, h),

@@ -49,6 +49,36 @@ _MAX_ENDS = 1 << 20  # values of memoised one-sequence stretches per clock (8 MB
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
 
+def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, float]:
+    """Steps of durations ``times`` run back to back from ``now`` that start before ``wake`` (at
+    least one, at most all), and the end of the last: ``ends = now + times.cumsum()``, ``k = 1 +``
+    the number of ``ends[:-1]`` before ``wake``. The running sum is taken in growing segments,
+    each continuing the previous total (the same sequential float additions as one ``cumsum``),
+    so a stretch cut short by ``wake`` does not sum the steps it never runs."""
+    k_max = len(times)
+    pos = 0
+    m = 128
+    last = None
+    while True:
+        hi = min(k_max, pos + m)
+        if last is None:
+            c = times[:hi].cumsum()
+        else:
+            buf = np.empty(hi - pos + 1)
+            buf[0] = last
+            buf[1:] = times[pos:hi]
+            c = buf.cumsum()[1:]
+        lim = min(hi, k_max - 1) - pos  # steps of this segment that are not the last one
+        if lim > 0 and wake < INF and not float(c[lim - 1]) + now < wake:
+            j = int((c[:lim] + now).searchsorted(wake, side="left"))
+            return pos + j + 1, float(c[j]) + now
+        if hi == k_max:
+            return k_max, float(c[-1]) + now
+        last = c[-1]
+        pos = hi
+        m *= 4
+
+
 class StepClock:
     """Step times of one estimator, memoised (BestServe §3.3.4 caches its oracle the same way).
 
@@ -64,7 +94,7 @@ class StepClock:
         self.pp = est.parallel.pp
         self._cache: dict[StepBatch, float] = {}
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
-        self._dense: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
         self._x0: dict[int, np.ndarray] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
         self._ends_size = 0
@@ -120,7 +150,7 @@ class StepClock:
             if tab is None or len(tab[0]) <= hi:
                 n_blk = max(b1 + 1, 2 * (len(tab[0]) >> _BLK_BITS) if tab is not None else 0)
                 arr = np.empty(n_blk << _BLK_BITS)
-                filled = np.zeros(n_blk, dtype=bool)
+                filled = bytearray(n_blk)
                 if tab is not None:
                     arr[: len(tab[0])] = tab[0]
                     filled[: len(tab[1])] = tab[1]
@@ -129,7 +159,7 @@ class StepClock:
             for b in range(b0, b1 + 1):
                 if not filled[b]:
                     self._fill(nd, b, arr[b << _BLK_BITS: (b + 1) << _BLK_BITS])
-                    filled[b] = True
+                    filled[b] = 1
             return arr[kvd0: hi + 1: nd]
         off = b0 << _BLK_BITS
         if b0 == b1:
@@ -199,7 +229,7 @@ class Instance:
         self.busy_s = 0.0
         self.peak_blocks = 0
         # a lone request skips planning under the policies whose one-request decisions _lone knows
-        kind = {PrefillFirstScheduler: "prefill", PrefillOnlyScheduler: "prefill",
+        kind = {PrefillFirstScheduler: "collocated", PrefillOnlyScheduler: "prefill-only",
                 DecodeOnlyScheduler: "decode"}.get(type(scheduler))  # type: ignore[call-overload]
         self._lone_kind = kind if self.pp == 1 else None
         self._prefill_t = clock.prefill_times
@@ -222,6 +252,7 @@ class Instance:
         it, ir = self.inbox_t, self.inbox_r
         rel = self.releases
         lone = self._lone_kind is not None and self.fast_decode
+        fast_plan = lone and self._lone_kind != "prefill-only"
         while self.now < until:
             now = self.now
             p = self.ptr
@@ -243,6 +274,22 @@ class Instance:
                     self.now = nxt
                     continue
                 if len(w) == 1 and self._lone(until):
+                    continue
+            elif fast_plan and not self.waiting and len(self.running) <= self.max_batch:
+                # the policy's plan for a view with nothing waiting: every running request
+                # decodes when each is ready and their new blocks fit (no preemption)
+                R = self.req
+                pf, pl, ra, kv = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
+                bs = self.block_size
+                need = 0
+                for q in self.running:
+                    if pf[q] < pl[q] or ra[q] > now:
+                        need = -1
+                        break
+                    if kv[q] % bs == 0:
+                        need += 1
+                if 0 <= need <= self.free_blocks:
+                    self._decode_stretch(list(self.running), until)
                     continue
             plan = sched.plan_batch(self)
             if plan is not None and (plan.admit or plan.preempt):
@@ -486,36 +533,43 @@ class Instance:
         kv, gen, out, blocks = R.kv_len, R.gen, R.out, R.blocks
         nd = len(run)
         now = self.now
-        kvs = [kv[r] for r in run]
-        rems = [out[r] - gen[r] for r in run]
-        kvd0 = sum(kvs) + nd
-        k_max = min(rems)
+        kvd0 = nd
+        k_max = out[run[0]] - gen[run[0]]
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
         bs = self.block_size
         free = self.free_blocks
         if nd * ((k_max + bs - 1) // bs) > free:
             k_max = self._kv_steps(run, k_max, free)
-        cum = self.clock.decode_ends(nd, kvd0, k_max)
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
         if self.waiting and self.releases:
             wake = min(wake, self.releases[0][0])
-        # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
-        k = k_max
-        if wake < INF and k_max > 1 and not float(cum[k_max - 2]) + now < wake:
-            # steps that start before ``wake``: the first always does (now < wake)
-            ends = cum[: k_max - 1] + now
-            k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
-        end = float(cum[k - 1]) + now
+        if nd == 1:
+            # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
+            cum = self.clock.decode_ends(1, kvd0, k_max)
+            k = k_max
+            if wake < INF and k_max > 1 and not float(cum[k_max - 2]) + now < wake:
+                # steps that start before ``wake``: the first always does (now < wake)
+                ends = cum[: k_max - 1] + now
+                k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
+            end = float(cum[k - 1]) + now
+        else:
+            k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
         done = []
-        for r, k0, rem in zip(run, kvs, rems):
-            k1 = k0 + k
+        for r in run:
+            k1 = kv[r] + k
             kv[r] = k1
-            gen[r] += k
+            g = gen[r] + k
+            gen[r] = g
             nb = (k1 + bs - 1) // bs
             free -= nb - blocks[r]
             blocks[r] = nb
-            if rem == k:
+            if g == out[r]:
                 done.append(r)
         assert free >= 0, "KV blocks overcommitted"
         self.free_blocks = free
