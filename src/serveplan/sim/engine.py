@@ -331,10 +331,17 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[str, StepClock], arrival: n
     s_in = int(wl.input_lengths.max())
     s_out = int(wl.output_lengths.max())
     est_p = clocks.get("prefill", clocks.get("collocated")).est  # type: ignore[union-attr]
-    est_d = clocks.get("decode", clocks.get("collocated")).est  # type: ignore[union-attr]
+    clock_d = clocks.get("decode", clocks.get("collocated"))
+    assert clock_d is not None
     lone = est_p.time(StepBatch.prefill(1, s_in)) * max(cfg.pp, 1)
     if s_out > 1:
-        lone += float(decode_times(est_d, 1, s_in + 1, s_out - 1).sum())
+        memo = clock_d.lone_decode
+        d = memo.get((s_in, s_out))
+        if d is None:
+            if len(memo) >= 1024:
+                memo.clear()
+            d = memo[(s_in, s_out)] = float(decode_times(clock_d.est, 1, s_in + 1, s_out - 1).sum())
+        lone += d
     span = float(arrival[-1] - arrival[0]) if len(arrival) else 0.0
     return float(arrival[0]) + 4.0 * span + 20.0 * lone
 
@@ -419,9 +426,11 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
     m = cfg.model
     fom = 0.0
     if n_done:
-        pairs, counts = np.unique(np.stack([rec.input_len[done], rec.output_len[done]]), axis=1, return_counts=True)
-        for (s_in, s_out), c in zip(pairs.T, counts):
-            fom += c * fom_flops(1, int(s_in), int(s_out), m.num_hidden_layers, m.hidden_size, m.num_attention_heads)
+        # distinct (input, output) pairs in lexicographic order, as one int64 key each
+        keys, counts = np.unique((rec.input_len[done] << 32) | rec.output_len[done], return_counts=True)
+        for key, c in zip(keys.tolist(), counts.tolist()):
+            fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,
+                                 m.num_attention_heads)
         fom /= span
     # overload: the backlog when the last request arrives is a large share of the stream, or
     # requests were still unfinished at the simulated-time cap

@@ -45,6 +45,7 @@ INF = math.inf
 _KVD = FEATURE_INDEX["kvd"]
 _KVP, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+_MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 20  # values of memoised one-sequence stretches per clock (8 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
@@ -98,13 +99,19 @@ class StepClock:
         self._x0: dict[int, np.ndarray] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
         self._ends_size = 0
+        #: step times by the positional fields of their StepBatch (cheaper to hash)
+        self.by_key: dict[tuple[float, ...], float] = {}
         #: prefill step time of one fresh prompt, by its length
         self.prefill_times: dict[int, float] = {}
+        #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
+        self.lone_decode: dict[tuple[int, int], float] = {}
 
     def time(self, batch: StepBatch) -> float:
         t = self._cache.get(batch)
         if t is None:
             t = self.est.time(batch) if self.pp == 1 else self.est.stage_time(batch)
+            if len(self._cache) >= _MAX_STEPS:
+                self._cache.clear()
             self._cache[batch] = t
         return t
 
@@ -350,6 +357,8 @@ class Instance:
             self._peak()
             t = self._prefill_t.get(c)
             if t is None:
+                if len(self._prefill_t) >= _MAX_STEPS:
+                    self._prefill_t.clear()
                 t = self._prefill_t[c] = self.clock.time(
                     StepBatch(0.0 + c, 0.0, 1.0, 0.0 + c, 0.0, 0.0 + c * c, 0.0 + c * ((c + 1) / 2)))
             exit_t = now + t
@@ -469,7 +478,13 @@ class Instance:
         kvd = 0.0
         for q in plan.decode:
             kvd += kv[q] + 1
-        t = self.clock.time(StepBatch(np_, float(len(plan.decode)), sp, kvp, kvd, ap, apc))
+        key = (np_, float(len(plan.decode)), sp, kvp, kvd, ap, apc)
+        by_key = self.clock.by_key
+        t = by_key.get(key)
+        if t is None:
+            if len(by_key) >= _MAX_STEPS:
+                by_key.clear()
+            t = by_key[key] = self.clock.time(StepBatch(*key))
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
