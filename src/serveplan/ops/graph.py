@@ -137,7 +137,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
                ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True, source="fused attention over the KV cache"),
         ]
     ops.append(Op("o_proj", M, NG * (2 * dq_t * h), N * (ab * (dq_t + h)) + ONE * (wb * dq_t * h),
-                  source="BestServe Table 8/10 row 10 (weight h^2/t)"))
+                  source="BestServe Table 8/10 row 10 (weight h^2/t)", rows=N))
     return ops
 
 
