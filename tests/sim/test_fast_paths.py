@@ -1,0 +1,71 @@
+"""The simulator's shortcuts give the planned path's answers: requests alone on an instance,
+decode stretches planned without the scheduler, early-stop checks over the requests in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serveplan.sim import SLO, SimulationConfig, Workload, simulate
+from serveplan.sim import cluster
+from serveplan.sim.workload import LengthDist
+
+
+@pytest.mark.parametrize("strategy", ["2m", "1p1d", "1p2d"])
+def test_isolated_requests_match_step_by_step(testbed, monkeypatch, strategy):
+    """At 0.05 req/s most requests are alone: the lone-request path (admission, prefill and
+    decode stretch without planning) agrees with stepping every decode through the scheduler."""
+    from serveplan.sim.instance import Instance
+
+    wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
+                                     LengthDist(kind="uniform", low=1, high=300), 150, seed=3)
+    cfg = SimulationConfig(**testbed, strategy=strategy, rate=0.05, workload=wl)
+    fast = simulate(cfg)
+    monkeypatch.setattr(Instance, "fast_decode", False)
+    slow = simulate(cfg)
+    # stretches sum step times in another order than single steps: equal to float rounding
+    for f in ("first_token", "finish"):
+        np.testing.assert_allclose(getattr(fast.requests, f), getattr(slow.requests, f), rtol=1e-12)
+    for f in ("queue", "decode_queue"):
+        np.testing.assert_allclose(getattr(fast.requests, f), getattr(slow.requests, f), rtol=0, atol=1e-9)
+    assert fast.num_steps == slow.num_steps
+    assert fast.kv_limited == slow.kv_limited
+
+
+def _whole_stream_missed(stop: cluster.EarlyStop, t: float) -> bool:
+    """The definition over every request at once (numpy), for comparison."""
+    R, slo = stop.req, stop.slo
+    arrival = np.asarray(R.arrival)
+    out = np.asarray(R.out, dtype=float)
+    first = np.asarray(R.first_token)
+    ttft = np.where(np.isfinite(first), first, np.where(arrival <= t, t, np.nan)) - arrival
+    with np.errstate(invalid="ignore"):
+        if int(np.count_nonzero(ttft > slo.ttft_s)) >= stop.limit:
+            return True
+        if not stop.check_tpot:
+            return False
+        fin = np.asarray(R.finish)
+        last = np.where(np.isfinite(fin), fin, t)
+        tpot = np.where(out > 1, (last - first) / np.maximum(out - 1, 1), 0.0)
+        return int(np.count_nonzero(tpot > slo.tpot_s)) >= stop.limit
+
+
+@pytest.mark.parametrize("strategy, scenario, rate, router", [
+    ("2m", "op2", 4.0, "round_robin"), ("2m", "op3", 7.0, "least_outstanding"), ("1p1d", "op4", 0.2, "round_robin"),
+    ("1p2d", "op3", 6.0, "round_robin"), ("1p1d", "op2", 3.0, "least_outstanding"), ("2m", "op1", 0.1, "round_robin"),
+])
+def test_early_stop_checks_match_the_whole_stream_count(testbed, monkeypatch, strategy, scenario, rate, router):
+    fast = cluster.EarlyStop.missed
+    seen = []
+
+    def both(self, t):
+        got = fast(self, t)
+        assert got == _whole_stream_missed(self, t)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(cluster.EarlyStop, "missed", both)
+    slo = SLO(ttft_s=1.65, tpot_s=0.077, percentile=90)
+    simulate(SimulationConfig(**testbed, strategy=strategy, rate=rate, router=router, slo=slo, early_stop=True,
+                              workload=Workload.scenario(scenario, num_requests=1500)))
+    assert seen
