@@ -9,7 +9,11 @@ such steps repeat unchanged until the next event (a completion, an arrival the s
 admit, KV exhaustion). :meth:`_decode_stretch` advances the whole run of steps at once: the
 context sum grows by the batch size per step, and the step times come from a table of
 ``Estimator.step_times`` columns indexed by that sum (:class:`StepClock`). Pipelined instances
-(``pp > 1``) take the per-step path.
+(``pp > 1``) take the per-step path. Under the ``vllm``, ``prefill-only`` and ``decode-only``
+policies two common views are handled without asking the scheduler, with the decisions it would
+take: nothing waiting and every running request ready (all decode), and one request alone on an
+empty instance (admit, prefill, decode stretch; :meth:`Instance._lone`). The running sum of a
+stretch is taken in growing segments, so a stretch cut short by an arrival sums only its steps.
 
 KV memory (vLLM PagedAttention accounting): ``kv_capacity_tokens // block_size`` blocks; a prompt
 reserves ``ceil(prompt / block)`` blocks at admission, a decode appends a block every
