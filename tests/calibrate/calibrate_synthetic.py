@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from serveplan import Estimator, StepBatch, get_hardware, get_model, get_profile, model_from_hf_config
-from serveplan.calibrate.fit import FAMILIES, op_family
+from serveplan.calibrate.fit import FAMILIES, op_kind
+from serveplan.ops.base import FEATURE_INDEX
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
 from serveplan.specs.profile import Module, PhaseEfficiency
 
@@ -20,32 +21,50 @@ TINY = model_from_hf_config({"model_type": "llama", "hidden_size": 64, "intermed
                              "vocab_size": 256, "torch_dtype": "float16"}, name="tiny")
 
 
-def true_profile():
+#: A made-up GEMM size curve (time over peak roofline by rows, a slow band at 8-64 rows) and
+#: attention factors, for data that a constant-factor model cannot fit.
+TRUE_CURVE = {"prefill": ((1.0, 128.0, 2048.0, 8192.0), (2.0, 1.6, 1.3, 1.25)),
+              "decode": ((1.0, 8.0, 64.0, 512.0), (1.3, 3.0, 2.2, 1.4))}
+TRUE_ATTENTION = {"prefill": (0.35, 0.5), "decode": (0.3, 0.45)}
+
+
+def true_profile(curve: bool = False):
+    att = ({f"attention_{k}": v for k, v in zip(("compute", "memory"), TRUE_ATTENTION[ph])} if curve else {}
+           for ph in ("prefill", "decode"))
+    pa, da = att
     return get_profile("default-gpu").with_(
-        prefill=PhaseEfficiency(compute=TRUE_PREFILL[0], memory=TRUE_PREFILL[1], comm=0.7),
-        decode=PhaseEfficiency(compute=TRUE_DECODE[0], memory=TRUE_DECODE[1], comm=0.5),
-        dispatch_s=dict(TRUE_DISPATCH), dispatch_hidden_in_decode=False)
+        prefill=PhaseEfficiency(compute=TRUE_PREFILL[0], memory=TRUE_PREFILL[1], comm=0.7, **pa),
+        decode=PhaseEfficiency(compute=TRUE_DECODE[0], memory=TRUE_DECODE[1], comm=0.5, **da),
+        dispatch_s=dict(TRUE_DISPATCH), dispatch_hidden_in_decode=False,
+        matmul_size_curve=dict(TRUE_CURVE) if curve else {})
 
 
-def synthetic(noise: float = 0.05, seed: int = 0) -> MeasurementSet:
-    """Op rows of llama-2-7b on an A100 (times from the estimator's roofline with the true
-    factors), launch rows, and tiny-module rows, each with ``noise`` relative Gaussian noise."""
+def synthetic(noise: float = 0.05, seed: int = 0, curve: bool = False) -> MeasurementSet:
+    """Op rows of llama-2-7b on an A100 (times from the estimator with the true factors, and
+    with ``curve`` the true GEMM size curve and attention factors), launch rows, and tiny-module
+    rows, each with ``noise`` relative Gaussian noise. GEMM rows carry their row counts."""
     rng = np.random.default_rng(seed)
     hw = get_hardware("a100-80g")
-    prof = true_profile()
+    prof = true_profile(curve)
     rows = []
     for model, batches in ((get_model("llama-2-7b"), [StepBatch.prefill(b, s) for b, s in ((1, 128), (1, 512), (2, 1024), (4, 2048), (8, 256))]
                             + [StepBatch.decode(b, c) for b, c in ((1, 512), (8, 1024), (64, 2048), (256, 512), (512, 256))]),):
         est = Estimator(model, hw, prof)
-        fams = [op_family(op.flops, op.bytes) for g in est.groups for blk in g.blocks for op in blk.ops]
+        spec_ops = [op for g in est.groups for blk in g.blocks for op in blk.ops]
         for b in batches:
             e = est.estimate(b)
-            for op, fam in zip(e.ops, fams):
+            x = est.features(b)
+            for op, spec in zip(e.ops, spec_ops):
                 if op.time_s <= 0:
                     continue
-                t = (op.time_s + TRUE_LAUNCH) * (1 + noise * rng.standard_normal())
+                fam = op_kind(spec)
+                m = (sum(c * x[FEATURE_INDEX[k]] for k, c in spec.rows.items()) if spec.rows is not None
+                     else float("nan"))
+                # GEMMs under a size curve: the curve's time is the whole kernel (launch included)
+                launch = 0.0 if (curve and fam == "matmul") else TRUE_LAUNCH
+                t = (op.time_s + launch) * (1 + noise * rng.standard_normal())
                 rows.append(Measurement(kind=FAMILY_KIND[fam], phase=e.phase, flops=op.flops, bytes=op.bytes,
-                                        time_s=t, name=op.name, launches=1))
+                                        time_s=t, name=op.name, launches=1, rows=m))
     for _ in range(5):
         rows.append(Measurement(kind="launch", phase="any", flops=1.0, bytes=6.0, name="launch",
                                 time_s=TRUE_LAUNCH * (1 + noise * rng.standard_normal())))

@@ -33,21 +33,27 @@ def summary(tmp_path_factory):
 
 def test_reduced_pipeline_predicts_the_model_steps(summary):
     # the reduced sweep profiles one layer shape at few sizes; the full run in
-    # benchmarks/calibration/ is the acceptance check (docs/validation.md, "Calibration")
-    assert summary["median_abs_error"] <= 0.30, summary
+    # benchmarks/calibration/ is the acceptance check (docs/validation.md, "Calibration").
+    # Predictions come from Estimator with profile.yaml as written by the calibration.
+    assert summary["median_abs_error"] <= 0.25, summary
     assert summary["prefill_median_abs_error"] <= 0.25, summary
 
 
-def test_per_size_matmul_curve_bounds_every_step(summary):
-    # constant factors cannot follow MKL's slow 4-16-row fp32 GEMMs (decode batch 8 is ~60%
-    # under); the kernel fit's per-size curve, composed on the same op tables, does
-    assert summary["curve_max_abs_error"] <= 0.40, summary
-    assert summary["curve_median_abs_error"] <= 0.20, summary
+def test_size_curve_is_chosen_and_bounds_every_step(summary):
+    # MKL's fp32 GEMMs at 4-16 rows run several times their roofline: held-out kernels favour the
+    # size curve, which the written profile carries and the estimator reads; constant factors
+    # leave decode batch 8 far under (kept in the summary for comparison)
+    cv = summary["calibration"]["cross_validation"]["median_abs"]
+    assert summary["matmul_model"] == "curve", cv
+    assert cv["curve"] < 0.9 * min(cv["tied"], cv["family"]), cv
+    assert summary["profile"]["matmul_size_curve"]["decode"]["rows"], summary["profile"]
+    assert summary["max_abs_error"] <= 0.40, summary
+    assert summary["max_abs_error"] < summary["constant_max_abs_error"], summary
 
 
 def test_reduced_pipeline_is_quick(summary):
     t = summary["timings_s"]
-    assert t["profile_s"] + t["calibrate_s"] < 45, t
+    assert t["profile_s"] + t["calibrate_s"] + t["model_s"] < 60, t
 
 
 def test_measurements_record_the_environment(summary):

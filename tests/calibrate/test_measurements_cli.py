@@ -99,3 +99,17 @@ def test_cli_calibrate_writes_a_profile_usable_by_estimate_with_a_band(good_csv,
 def test_band_of_an_uncalibrated_profile_is_a_one_line_error():
     r = runner.invoke(app, ["estimate", "-m", "llama-2-7b", "-H", "a100-80g", "--tp", "1", "--band"])
     assert r.exit_code == 2 and "no uncertainty" in r.output
+
+
+def test_calibrate_matmul_option_writes_the_curve(good_csv, tmp_path):
+    out = tmp_path / "curve.yaml"
+    r = _calibrate(good_csv, out, "--matmul", "curve")
+    assert r.exit_code == 0, r.output
+    assert "GEMMs in the profile: size curve" in r.output
+    import yaml
+
+    raw = yaml.safe_load(out.read_text())
+    assert set(raw["matmul_size_curve"]) == {"prefill", "decode"}
+    assert raw["calibration"]["matmul_model"] == "curve"
+    bad = _calibrate(good_csv, tmp_path / "x.yaml", "--matmul", "spline")
+    assert bad.exit_code == 2 and "matmul" in bad.output

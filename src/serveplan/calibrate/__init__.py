@@ -10,9 +10,9 @@
   (``serveplan compare``).
 """
 
-from serveplan.calibrate.bands import Band, band, sample_profiles
+from serveplan.calibrate.bands import Band, band, goodput_bands, sample_profiles, simulation_band
 from serveplan.calibrate.fit import Calibration, calibrate
 from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
 
-__all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "read_measurements",
-           "sample_profiles"]
+__all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "goodput_bands",
+           "read_measurements", "sample_profiles", "simulation_band"]

@@ -1,7 +1,9 @@
 """Prediction bands from a calibrated profile's parameter uncertainty.
 
 A calibrated profile stores one standard deviation per fitted value in ``uncertainty``
-(``"prefill.compute"``, ``"decode.memory"``, ``"dispatch.attention"``, ...). :func:`band` draws
+(``"prefill.compute"``, ``"decode.memory"``, ``"decode.attention_memory"``, ``"dispatch.attention"``,
+...; ``"decode.matmul_size_curve"`` is the relative standard deviation of the level of that
+phase's GEMM size curve, drawn as one factor on all its ratios). :func:`band` draws
 profiles with those values perturbed (independent normal draws, truncated to the valid range;
 correlations between factors are not stored), evaluates any prediction on each, and returns
 the percentiles. With a fixed ``seed`` the band is reproducible.
@@ -21,14 +23,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.specs.profile import EfficiencyProfile, Module, PhaseEfficiency
 
+if TYPE_CHECKING:
+    from serveplan.optimize.goodput import GoodputResult, GoodputSettings
+    from serveplan.sim import SimulationConfig, SimulationResult
+
 #: Efficiencies are drawn inside (EFF_FLOOR, 1]. assumed: below 0.1% a factor is meaningless.
 EFF_FLOOR = 1e-3
+#: Per-phase values of a profile that ``uncertainty`` may list.
+PHASE_KEYS = ("compute", "memory", "comm", "attention_compute", "attention_memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,25 +77,41 @@ def sample_profiles(profile: EfficiencyProfile, samples: int, *, seed: int = 0) 
     keys = sorted(unc)
     for k in keys:
         head, _, tail = k.partition(".")
-        ok = (head in ("prefill", "decode") and tail in ("compute", "memory", "comm")) or (
+        ok = (head in ("prefill", "decode") and tail in PHASE_KEYS + ("matmul_size_curve",)) or (
             head == "dispatch" and tail in {m.value for m in Module})
+        if tail == "matmul_size_curve" and head not in profile.matmul_size_curve:
+            ok = False
         if not ok:
             raise SpecError(f"profile {profile.name!r}: uncertainty key {k!r}; expected "
-                            f"prefill|decode.compute|memory|comm or dispatch.<module>")
+                            f"prefill|decode.{'|'.join(PHASE_KEYS)}, prefill|decode.matmul_size_curve "
+                            f"(with a curve) or dispatch.<module>")
     out = []
     for _ in range(samples):
-        phases = {ph: dict(compute=getattr(profile, ph).compute, memory=getattr(profile, ph).memory,
-                           comm=getattr(profile, ph).comm) for ph in ("prefill", "decode")}
+        phases = {}
+        for ph in ("prefill", "decode"):
+            e = getattr(profile, ph)
+            phases[ph] = dict(compute=e.compute, memory=e.memory, comm=e.comm,
+                              attention_compute=e.attention_compute, attention_memory=e.attention_memory)
         dispatch = dict(profile.dispatch_s)
+        curve = dict(profile.matmul_size_curve)
         for k in keys:
             head, _, tail = k.partition(".")
             if head == "dispatch":
                 m = Module(tail)
                 dispatch[m] = max(0.0, rng.normal(profile.dispatch(m), unc[k]))
+            elif tail == "matmul_size_curve":
+                scale = max(EFF_FLOOR, rng.normal(1.0, unc[k]))
+                rows, ratios = curve[head]
+                curve[head] = (rows, tuple(r * scale for r in ratios))
             else:
-                phases[head][tail] = float(np.clip(rng.normal(phases[head][tail], unc[k]), EFF_FLOOR, 1.0))
+                centre = phases[head][tail]
+                if centre is None:   # attention factor not set: it follows compute / memory
+                    e = getattr(profile, head)
+                    centre = e.attn_compute if tail == "attention_compute" else e.attn_memory
+                phases[head][tail] = float(np.clip(rng.normal(centre, unc[k]), EFF_FLOOR, 1.0))
         out.append(profile.with_(prefill=PhaseEfficiency(**phases["prefill"]),
-                                 decode=PhaseEfficiency(**phases["decode"]), dispatch_s=dispatch))
+                                 decode=PhaseEfficiency(**phases["decode"]), dispatch_s=dispatch,
+                                 matmul_size_curve=curve))
     return out
 
 
@@ -96,3 +121,80 @@ def band(predict: Callable[[EfficiencyProfile], float], profile: EfficiencyProfi
     values = np.array([predict(p) for p in sample_profiles(profile, samples, seed=seed)], dtype=float)
     p10, p50, p90 = np.percentile(values, [10, 50, 90])
     return Band(float(p10), float(p50), float(p90), float(predict(profile)), samples)
+
+
+def band_of(values: "np.ndarray | list[float]", nominal: float) -> Band:
+    """P10/P50/P90 of sampled ``values`` (NaN ignored) with the ``nominal`` prediction."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return Band(float("nan"), float("nan"), float("nan"), float(nominal), 0)
+    p10, p50, p90 = np.percentile(v, [10, 50, 90])
+    return Band(float(p10), float(p50), float(p90), float(nominal), int(v.size))
+
+
+def require_uncertainty(profile: EfficiencyProfile) -> None:
+    """One-line :class:`SpecError` unless ``profile`` carries an uncertainty to sample."""
+    if not any(float(v) > 0 for v in profile.uncertainty.values()):
+        raise SpecError(f"--band needs a calibrated profile: profile {profile.name!r} has no uncertainty "
+                        f"(write one with serveplan calibrate and pass it with --profile)")
+
+
+def simulation_band(cfg: "SimulationConfig", nominal: "SimulationResult", samples: int, *,
+                    seed: int = 0) -> dict[str, Band]:
+    """Bands of a simulation's P90 TTFT, P90 TPOT (seconds) and throughput (requests/s): the
+    same request stream (same seed) simulated with ``samples`` profiles drawn from the
+    uncertainty of ``cfg.profile``."""
+    import dataclasses
+
+    from serveplan.sim import simulate
+
+    require_uncertainty(cfg.profile)
+    vals: dict[str, list[float]] = {"ttft_p90_s": [], "tpot_p90_s": [], "throughput_rps": []}
+    for p in sample_profiles(cfg.profile, samples, seed=seed):
+        r = simulate(dataclasses.replace(cfg, profile=p))
+        vals["ttft_p90_s"].append(r.ttft_s.p90)
+        vals["tpot_p90_s"].append(r.tpot_s.p90)
+        vals["throughput_rps"].append(r.throughput_rps)
+    nom = {"ttft_p90_s": nominal.ttft_s.p90, "tpot_p90_s": nominal.tpot_s.p90,
+           "throughput_rps": nominal.throughput_rps}
+    return {k: band_of(v, nom[k]) for k, v in vals.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputBand:
+    """Goodput band of one strategy and whether it can be told apart from the best one."""
+
+    name: str
+    goodput: Band               # requests/s
+    per_device: Band            # requests/s per device (the ranking's measure)
+    indistinguishable: bool     # P10-P90 of per_device overlaps the best strategy's
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.goodput.to_dict(), "per_device": self.per_device.to_dict(),
+                "cannot_be_told_apart_from_best": self.indistinguishable}
+
+
+def goodput_bands(strategies: "list[GoodputResult]", settings: "GoodputSettings", samples: int, *,
+                  seed: int = 0) -> list[GoodputBand]:
+    """Goodput of each strategy recomputed (:func:`serveplan.optimize.goodput.max_goodput`) with
+    ``samples`` profiles drawn from the uncertainty of ``settings.profile``; the same draws for
+    every strategy, so their bands are comparable. The first strategy is the reference (best):
+    a strategy whose per-device P10-P90 overlaps the best one's cannot be told apart from it."""
+    import dataclasses
+
+    from serveplan.optimize.goodput import max_goodput
+
+    require_uncertainty(settings.profile)
+    profiles = sample_profiles(settings.profile, samples, seed=seed)
+    out: list[GoodputBand] = []
+    for r in strategies:
+        g = [max_goodput(r.candidate, dataclasses.replace(settings, profile=p)) for p in profiles]
+        n = r.candidate.num_devices
+        out.append(GoodputBand(r.name, band_of([x.goodput_rps for x in g], r.goodput_rps),
+                               band_of([x.goodput_rps / n for x in g], r.goodput_per_device), False))
+    if out:
+        best = out[0].per_device
+        out = [dataclasses.replace(b, indistinguishable=i > 0 and b.per_device.overlaps(best))
+               for i, b in enumerate(out)]
+    return out

@@ -16,13 +16,21 @@ Two stages, both bounded nonlinear least squares on relative residuals
    families differ on real hardware (e.g. CPU flash attention runs at a fraction of GEMM speed).
    Parameter covariance is ``s^2 (J^T J)^-1`` at the optimum (Gauss-Newton approximation).
 
-2. **Projection to the profile.** The estimator takes one ``(e_c, e_m)`` pair per phase
-   (:class:`~serveplan.specs.profile.PhaseEfficiency`). Those constants are fitted so that the
-   estimator's step times match the step times composed from the kernel fit, operator by
-   operator (same op tables, same Algorithm 1 overlap), over a grid of steps of a reference
-   model. No model run is involved: the step times are predictions from micro-benchmarks only.
-   Uncertainty of the constants combines the kernel-fit covariance (sampled and re-projected)
-   with the projection's own residual scatter.
+   A third model, the *size curve* (:class:`SizeCurve`), describes each GEMM by the median
+   ratio of its time to its roofline time at its row count, with the per-family constants for
+   attention and streaming kernels; cross-validation on the same folds reports its held-out
+   error too.
+
+2. **Profile.** When the size curve's held-out error is clearly lower than the constants', the
+   profile carries it as written (``matmul_size_curve``, per-phase ``attention_*`` factors and
+   the streaming factors as ``compute``/``memory``), which the estimator evaluates operator by
+   operator. Otherwise the estimator takes one ``(e_c, e_m)`` pair per phase
+   (:class:`~serveplan.specs.profile.PhaseEfficiency`), fitted so that the estimator's step
+   times match the step times composed from the kernel fit, operator by operator (same op
+   tables, same Algorithm 1 overlap), over a grid of steps of a reference model. No model run
+   is involved: the step times are predictions from micro-benchmarks only. Uncertainty of the
+   constants combines the kernel-fit covariance (sampled and re-projected) with the
+   projection's own residual scatter.
 """
 
 from __future__ import annotations
@@ -65,6 +73,12 @@ MIN_SENSITIVITY = 0.02
 #: Standard deviations are capped at this fraction of the value, so sampled factors stay
 #: positive. assumed: a factor known to worse than +-50% is reported as +-50%.
 MAX_REL_SD = 0.5
+#: Standard error of a sample median over that of the mean for normal data, sqrt(pi/2)
+#: (asymptotic; Kendall & Stuart, The Advanced Theory of Statistics vol. 1, §10.10).
+MEDIAN_SE = math.sqrt(math.pi / 2)
+#: A richer model replaces a simpler one when its held-out median error is at least this much
+#: lower (relative). assumed: 10% is well above the fold-to-fold scatter of the medians.
+CLEARLY_BETTER = 0.9
 
 #: Default step grid of the projection: the usual operating range of a single device.
 DEFAULT_PREFILL_GRID = tuple((b, s) for b in (1, 2, 4, 8) for s in (128, 256, 512, 1024, 2048))
@@ -279,11 +293,14 @@ class CrossValidation:
 
 
 def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
-                   folds: int = 5, seed: int = 0) -> CrossValidation:
-    """K-fold held-out error of the tied and per-family kernel models.
+                   folds: int = 5, seed: int = 0, curve: bool = True) -> CrossValidation:
+    """K-fold held-out error of the tied and per-family kernel models, and (``curve``, when the
+    GEMM rows carry their row counts) of the size-curve model: GEMMs by :class:`SizeCurve`,
+    attention and streaming kernels by the per-family constants.
 
     Launch and tiny-module rows stay in every training set (they carry one parameter each);
-    the kernel rows are split into ``folds`` groups at random (``seed``).
+    the kernel rows are split into ``folds`` groups at random (``seed``), the same groups for
+    every model.
     """
     a = ms.arrays()
     kernel = np.flatnonzero(~np.isin(a["kind"], ("module", "launch", "collective")))
@@ -293,21 +310,50 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
     k = max(2, min(folds, len(kernel)))
     parts = np.array_split(perm, k)
     errs: dict[str, list[float]] = {"tied": [], "family": []}
+    with_curve = curve
+    if with_curve:
+        try:
+            fit_size_curve(ms, hardware, dtype=dtype)
+            errs["curve"] = []
+        except SpecError:   # no GEMM row counts: no curve to validate
+            with_curve = False
+    dt = DType.parse(dtype)
+    sc, sm = hardware.flops(dt), hardware.memory_bandwidth
     for part in parts:
         train = np.concatenate([fixed, np.setdiff1d(kernel, part)])
         tr, te = ms.subset(train), ms.subset(part)
         tied = fit_kernels(tr, hardware, dtype=dtype, form="tied")
         fam = fit_kernels(tr, hardware, dtype=dtype, form="family", start=tied)
+        t = te.arrays()["time_s"]
         for name, f in (("tied", tied), ("family", fam)):
             pred = predict_rows(f, te, hardware, dtype)
-            t = te.arrays()["time_s"]
             errs[name] += list(np.abs(pred - t) / t)
+        if with_curve:
+            # GEMMs by the size curve of the training GEMMs; attention and streaming kernels by
+            # the per-family constants: the model a profile with matmul_size_curve stands for
+            pred = predict_rows(fam, te, hardware, dtype)
+            c = fit_size_curve(tr, hardware, dtype=dtype)
+            sel, info = _matmul_rows(te)
+            ta = te.arrays()
+            for i, rows in zip(np.flatnonzero(sel), info["rows"]):
+                if rows > 0:
+                    ideal = max(ta["flops"][i] / sc, ta["bytes"][i] / sm)
+                    pred[i] = ideal * float(c.ratio(ta["phase"][i], np.array([rows]))[0])
+            errs["curve"] += list(np.abs(pred - t) / t)
     arr = {n: np.array(v) for n, v in errs.items()}
     return CrossValidation(k, {n: float(np.median(v)) for n, v in arr.items()},
                            {n: float(np.percentile(v, 90)) for n, v in arr.items()}, arr)
 
 
 # ------------------------------------------------------------------------------ projection
+def op_kind(op: Any) -> str:
+    """Kernel family of an estimator operator, from the flags the estimator itself reads
+    (``Op.attention``: attention kernel; ``Op.rows``: matrix multiplication)."""
+    if op.attention:
+        return "attention"
+    return "matmul" if op.rows is not None else "stream"
+
+
 def op_family(flops: Mapping[str, float], nbytes: Mapping[str, float]) -> str:
     """Kernel family of an operator from the structure of its cost (never its name).
 
@@ -344,12 +390,12 @@ class StepComposer:
             for bi, block in enumerate(g.blocks):
                 kinds.append(block.kind)
                 for op in block.ops:
-                    fam.append(FAMILIES.index(op_family(op.flops, op.bytes)))
+                    fam.append(FAMILIES.index(op_kind(op)))
                     rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV,
                                  Rate.KAPPA_UPCAST].index(op.rate))
                     blk.append(b0 + bi)
-                    # rows of the op's GEMM: the logits head runs on the last token of each sequence
-                    tok.append("nout" if op.flops.get("nout") else "n")
+                    # rows of the op's GEMM (a linear form of the batch features, as the estimator reads it)
+                    tok.append(dict(op.rows) if op.rows is not None else {})
             self.groups.append((float(g.count), kinds))
             b0 += len(g.blocks)
         self.fam, self.rate, self.blk = np.array(fam), np.array(rate), np.array(blk)
@@ -360,7 +406,7 @@ class StepComposer:
         for b in self.batches:
             e = est.estimate(b)
             x = est.features(b)
-            rows.append([x[FEATURE_INDEX[t]] for t in tok])
+            rows.append([sum(c * x[FEATURE_INDEX[k]] for k, c in t.items()) for t in tok])
             W.append([o.flops for o in e.ops])
             Q.append([o.bytes for o in e.ops])
             comm.append([m.comm_s for m in e.modules])
@@ -382,9 +428,9 @@ class StepComposer:
                 if kap:
                     mem_rate = np.where(self.rate == r, kap, mem_rate)
             t_op = np.maximum(comp, self.Q[i] / mem_rate)
-            if matmul_curve is not None:
+            if matmul_curve is not None and ph in matmul_curve.tokens:
                 ideal = np.maximum(self.W[i] / self.sc, self.Q[i] / self.sm)
-                t_op = np.where(is_mm & (self.W[i] > 0), ideal * matmul_curve.ratio(ph, self.rows[i]), t_op)
+                t_op = np.where(is_mm, ideal * matmul_curve.ratio(ph, self.rows[i]), t_op)
             block = np.bincount(self.blk, weights=t_op, minlength=self.nblocks)
             total, j = 0.0, 0
             for count, kinds in self.groups:   # BestServe Algorithm 1, as in Estimator
@@ -405,13 +451,19 @@ class SizeCurve:
 
     ``ratio = t / max(W / S_c, Q / S_m)`` is the inverse of the attained fraction of the
     roofline; its median over the profiled projection shapes at each token count, interpolated
-    in ``log(rows)``, is a per-size efficiency curve. The estimator takes constant factors, so this
-    curve is a diagnostic: it shows what an estimator with a per-size matmul efficiency would
-    predict (``docs/calibration.md``), and its held-out error justifies that change or not.
+    in ``log(rows)`` (clamped outside the measured counts), is a per-size matmul efficiency. The
+    estimator reads it from the profile's ``matmul_size_curve`` (:class:`EfficiencyProfile`)
+    when :func:`calibrate` finds that it predicts held-out kernels clearly better than constants.
+
+    ``scale_sd`` is, per phase, the relative standard deviation of the curve's level: the RMS
+    over row counts of the standard error of each median, ``1.2533 s / sqrt(n)`` (asymptotic
+    standard error of the median of normal data, e.g. Kendall & Stuart, *The Advanced Theory of
+    Statistics* vol. 1, §10.10), with ``s`` the scatter of the shapes' ratios around it.
     """
 
     tokens: Mapping[str, np.ndarray]
     ratios: Mapping[str, np.ndarray]
+    scale_sd: Mapping[str, float] = field(default_factory=dict)
 
     def ratio(self, phase: str, rows: Any) -> np.ndarray:
         t, r = self.tokens[phase], self.ratios[phase]
@@ -446,7 +498,7 @@ def fit_size_curve(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
     m = info["rows"][keep]
     idx = idx[keep]
     ratio = a["time_s"][idx] / np.maximum(a["flops"][idx] / sc, a["bytes"][idx] / sm)
-    tokens, ratios = {}, {}
+    tokens, ratios, scale_sd = {}, {}, {}
     for ph in PHASES:
         ok = (a["phase"][idx] == ph) & (m > 0)
         if not np.any(ok):
@@ -454,7 +506,14 @@ def fit_size_curve(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
         ts = np.unique(m[ok])
         tokens[ph] = ts
         ratios[ph] = np.array([np.median(ratio[ok & (m == t)]) for t in ts])
-    return SizeCurve(tokens, ratios)
+        se = []
+        for t, med in zip(ts, ratios[ph]):
+            r = ratio[ok & (m == t)] / med - 1.0
+            if r.size >= 2:
+                se.append(MEDIAN_SE * float(np.std(r, ddof=1)) / math.sqrt(r.size))
+        if se:
+            scale_sd[ph] = float(min(math.sqrt(float(np.mean(np.square(se)))), MAX_REL_SD))
+    return SizeCurve(tokens, ratios, scale_sd)
 
 
 def size_curve_cv(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32) -> dict[str, float]:
@@ -599,6 +658,7 @@ class Calibration:
     metadata: Mapping[str, str]
     size_curve: SizeCurve | None = None
     size_curve_cv: Mapping[str, float] | None = None
+    matmul: str = "constant"       # "curve": the profile carries matmul_size_curve and attention factors
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready report (also stored under ``calibration`` in the profile YAML)."""
@@ -608,6 +668,7 @@ class Calibration:
             return {"median_abs": float(np.median(a)), "p90_abs": float(np.percentile(a, 90)),
                     "max_abs": float(np.max(a)), "n": int(len(a))}
         out: dict[str, Any] = {
+            "matmul_model": self.matmul,
             "kernel_model": self.chosen,
             "kernel_params": {k: v for k, v in chosen.params.items()},
             "kernel_sd": {k: v for k, v in chosen.sd.items() if not math.isnan(v)},
@@ -620,7 +681,7 @@ class Calibration:
             out["cross_validation"] = {"folds": self.cv.folds, "median_abs": dict(self.cv.median_abs),
                                        "p90_abs": dict(self.cv.p90_abs)}
         if self.size_curve is not None:
-            # not read by the estimator (constant factors); kept for a per-size matmul efficiency
+            # the fitted curve, whether or not the profile uses it (top-level matmul_size_curve)
             out["matmul_size_curve"] = {
                 ph: {"rows": [float(v) for v in self.size_curve.tokens[ph]],
                      "time_over_roofline": [float(v) for v in self.size_curve.ratios[ph]]}
@@ -634,7 +695,7 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
               base: EfficiencyProfile, name: str = "calibrated", dtype: DType | str | None = None,
               prefill_grid: Iterable[tuple[int, int]] = DEFAULT_PREFILL_GRID,
               decode_grid: Iterable[tuple[int, int]] = DEFAULT_DECODE_GRID,
-              folds: int = 5, samples: int = 20, seed: int = 0, form: str = "auto",
+              folds: int = 5, samples: int = 20, seed: int = 0, form: str = "auto", matmul: str = "auto",
               max_nfev: int | None = None, where: str = "measurements") -> Calibration:
     """Fit a profile to measurements (both stages); see the module docstring.
 
@@ -647,7 +708,12 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         Reference model whose step grid the constants are projected on.
     form:
         ``"auto"`` (per-family kernel model when its held-out error is at least 10% lower than
-        the tied one), ``"tied"`` or ``"family"``.
+        the tied one), ``"tied"`` or ``"family"``: the kernel model the constant factors are
+        projected from.
+    matmul:
+        ``"auto"``: write the size curve (``matmul_size_curve``) and per-phase attention factors
+        when the size-curve model's held-out median error is at least 10% lower than the chosen
+        constant model's, else constants; ``"constant"`` or ``"curve"`` to force one.
 
     Raises
     ------
@@ -660,10 +726,11 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     tied = fit_kernels(ms, hardware, dtype=dt, form="tied", max_nfev=max_nfev, where=where)
     family = fit_kernels(ms, hardware, dtype=dt, form="family", start=tied, max_nfev=max_nfev, where=where)
     cv = cross_validate(ms, hardware, dtype=dt, folds=folds, seed=seed) if folds > 1 else None
+    if matmul not in ("auto", "constant", "curve"):
+        raise SpecError(f"matmul={matmul!r}; expected auto, constant or curve")
     if form == "auto":
-        # 10% relative improvement of the held-out median: assumed threshold for "clearly better"
         # without cross-validation there is no evidence for the richer form: keep the tied one
-        better = cv is not None and cv.median_abs["family"] < 0.9 * cv.median_abs["tied"]
+        better = cv is not None and cv.median_abs["family"] < CLEARLY_BETTER * cv.median_abs["tied"]
         chosen = "family" if better else "tied"
     elif form in ("tied", "family"):
         chosen = form
@@ -675,15 +742,52 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     composer = StepComposer(model, hardware, base, batches, dtype=dt)
     fallback = {ph: (tied.params[f"{ph}.compute"], tied.params[f"{ph}.memory"]) for ph in PHASES}
     proj = project(kfit, composer, dispatch, fallback=fallback, samples=samples, seed=seed, max_nfev=max_nfev)
+    try:
+        curve = fit_size_curve(ms, hardware, dtype=dt)
+        curve_cv = size_curve_cv(ms, hardware, dtype=dt) if folds > 1 else None
+    except SpecError:   # rows without "m=<rows>" shape text (e.g. hand-made files): no curve
+        curve, curve_cv = None, None
+    if matmul == "curve":
+        if curve is None:
+            raise SpecError(f"{where}: matmul=curve needs GEMM rows with their row counts (rows column)")
+        use_curve = True
+    elif matmul == "auto":
+        use_curve = (curve is not None and cv is not None and "curve" in cv.median_abs
+                     and cv.median_abs["curve"] < CLEARLY_BETTER * cv.median_abs[chosen])
+    else:
+        use_curve = False
     unc: dict[str, float] = {}
     phases = {}
-    for ph in PHASES:
-        base_eff: PhaseEfficiency = getattr(base, ph)
-        ec, em = proj.factors.get(ph, (base_eff.compute, base_eff.memory))
-        phases[ph] = PhaseEfficiency(compute=float(np.clip(ec, *EFF_BOUNDS)),
-                                     memory=float(np.clip(em, *EFF_BOUNDS)), comm=base_eff.comm)
-        if ph in proj.sd:
-            unc[f"{ph}.compute"], unc[f"{ph}.memory"] = proj.sd[ph]
+    size_curve: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    if use_curve:
+        # GEMMs: the size curve; attention kernels: the attention family's factors; the phase
+        # constants then apply to the streaming kernels only, so they take the stream family's
+        assert curve is not None
+        dispatch = _dispatch_of(family, base=base.dispatch_s)
+        kfit = family
+        for ph in PHASES:
+            base_eff = getattr(base, ph)
+            (sc_, sm_), (ac, am) = family.efficiency(ph, "stream"), family.efficiency(ph, "attention")
+            phases[ph] = PhaseEfficiency(compute=float(np.clip(sc_, *EFF_BOUNDS)), memory=float(np.clip(sm_, *EFF_BOUNDS)),
+                                         comm=base_eff.comm, attention_compute=float(np.clip(ac, *EFF_BOUNDS)),
+                                         attention_memory=float(np.clip(am, *EFF_BOUNDS)))
+            size_curve[ph] = (tuple(float(v) for v in curve.tokens[ph]), tuple(float(v) for v in curve.ratios[ph]))
+            for key, fld in ((f"{ph}.stream.compute", "compute"), (f"{ph}.stream.memory", "memory"),
+                             (f"{ph}.attention.compute", "attention_compute"),
+                             (f"{ph}.attention.memory", "attention_memory")):
+                sd = family.sd.get(key, float("nan"))
+                if not math.isnan(sd):
+                    unc[f"{ph}.{fld}"] = float(min(sd, MAX_REL_SD * family.params[key]))
+            if ph in curve.scale_sd:
+                unc[f"{ph}.matmul_size_curve"] = curve.scale_sd[ph]
+    else:
+        for ph in PHASES:
+            base_eff = getattr(base, ph)
+            ec, em = proj.factors.get(ph, (base_eff.compute, base_eff.memory))
+            phases[ph] = PhaseEfficiency(compute=float(np.clip(ec, *EFF_BOUNDS)),
+                                         memory=float(np.clip(em, *EFF_BOUNDS)), comm=base_eff.comm)
+            if ph in proj.sd:
+                unc[f"{ph}.compute"], unc[f"{ph}.memory"] = proj.sd[ph]
     for m in dispatch:
         sd = kfit.sd.get(f"dispatch.{m.value}", float("nan"))
         if not math.isnan(sd):
@@ -695,14 +799,10 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         description=(f"calibrated on {md.get('device', '?')} ({md.get('device_name', '?')}, torch "
                      f"{md.get('torch_version', '?')}, {md.get('threads', '?')} threads, {dt.value})"),
         hardware=hardware.name, prefill=phases["prefill"], decode=phases["decode"],
-        dispatch_s=dispatch, uncertainty=unc,
+        dispatch_s=dispatch, uncertainty=unc, matmul_size_curve=size_curve,
     )
-    try:
-        curve = fit_size_curve(ms, hardware, dtype=dt)
-        curve_cv = size_curve_cv(ms, hardware, dtype=dt) if folds > 1 else None
-    except SpecError:   # rows without "m=<rows>" shape text (e.g. hand-made files): no curve
-        curve, curve_cv = None, None
-    return Calibration(profile, tied, family, chosen, cv, proj, dict(md), curve, curve_cv)
+    return Calibration(profile, tied, family, chosen, cv, proj, dict(md), curve, curve_cv,
+                       "curve" if use_curve else "constant")
 
 
 def profile_yaml(cal: Calibration, model_name: str) -> str:
@@ -712,8 +812,11 @@ def profile_yaml(cal: Calibration, model_name: str) -> str:
     d = cal.profile.to_dict()
     d["calibration"] = {"reference_model": model_name, **cal.summary()}
     header = ("# Efficiency profile fitted by `serveplan calibrate` from micro-benchmarks.\n"
-              "# prefill/decode: constant factors projected from the kernel fit (see `calibration`);\n"
-              "# uncertainty: one standard deviation of each fitted value.\n")
+              + ("# matmul_size_curve: GEMM time over its roofline time by rows; prefill/decode: factors of\n"
+                 "# the streaming kernels, attention_*: of the attention kernels (see `calibration`);\n"
+                 if cal.matmul == "curve" else
+                 "# prefill/decode: constant factors projected from the kernel fit (see `calibration`);\n")
+              + "# uncertainty: one standard deviation of each fitted value.\n")
     return header + yaml.safe_dump(_plain(d), sort_keys=False)
 
 

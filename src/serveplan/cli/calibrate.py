@@ -68,6 +68,7 @@ def calibrate_cmd(
     name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the output file's stem)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the peaks to use (default: the measurements')."),
     form: str = typer.Option("auto", "--form", help="Kernel model: auto, tied (one MFU/MBU per phase) or family."),
+    matmul: str = typer.Option("auto", "--matmul", help="GEMMs in the profile: auto (size curve and attention factors when held-out error is clearly lower), constant, or curve."),
     folds: int = typer.Option(5, "--folds", help="Cross-validation folds (0 or 1: none)."),
     prefill_batches: str = typer.Option("1,2,4,8", "--prefill-batches", help="Projection grid: prefill batch sizes."),
     prefill_lengths: str = typer.Option("128,256,512,1024,2048", "--prefill-lengths", help="Projection grid: prompt lengths."),
@@ -95,7 +96,7 @@ def calibrate_cmd(
             base = base.with_(attention_impl=AttentionImpl(attention_impl))
         except ValueError:
             raise SpecError(f"attention-impl={attention_impl!r}; expected one of: fused, eager") from None
-    cal = calibrate(ms, hw, ref, base=base, name=name or out.stem, dtype=dtype, form=form, folds=folds,
+    cal = calibrate(ms, hw, ref, base=base, name=name or out.stem, dtype=dtype, form=form, matmul=matmul, folds=folds,
                     prefill_grid=_pairs(prefill_batches, prefill_lengths, "prefill"),
                     decode_grid=_pairs(decode_batches, decode_lengths, "decode"), samples=samples, seed=seed,
                     max_nfev=max_nfev, where=str(measurements))
@@ -113,15 +114,24 @@ def _print_report(cal: "object", out: Path) -> None:
     assert isinstance(cal, Calibration)
     con = console()
     p, s = cal.profile, cal.summary()
-    t = Table(title=f"Calibrated profile {p.name} for {p.hardware} (kernel model: {cal.chosen})")
+    curve = cal.matmul == "curve"
+    t = Table(title=f"Calibrated profile {p.name} for {p.hardware} ("
+                    + ("GEMMs: size curve; MFU/MBU: streaming kernels" if curve else f"kernel model: {cal.chosen}") + ")")
     for col in ("parameter", "value", "sd"):
         t.add_column(col, justify="left" if col == "parameter" else "right")
     for ph in ("prefill", "decode"):
         e = getattr(p, ph)
-        for k in ("compute", "memory"):
+        keys = [("compute", "MFU"), ("memory", "MBU")]
+        if curve:
+            keys += [("attention_compute", "attention MFU"), ("attention_memory", "attention MBU")]
+        for k, label in keys:
             sd = p.uncertainty.get(f"{ph}.{k}")
-            t.add_row(f"{ph} {'MFU' if k == 'compute' else 'MBU'}", f"{getattr(e, k):.3f}",
-                      f"{sd:.3f}" if sd is not None else "-")
+            t.add_row(f"{ph} {label}", f"{getattr(e, k):.3f}", f"{sd:.3f}" if sd is not None else "-")
+        if curve and ph in p.matmul_size_curve:
+            rows, ratios = p.matmul_size_curve[ph]
+            sd = p.uncertainty.get(f"{ph}.matmul_size_curve")
+            t.add_row(f"{ph} GEMM time / roofline at rows " + ",".join(f"{r:g}" for r in rows),
+                      " ".join(f"{v:.2f}" for v in ratios), f"{sd:.1%}" if sd is not None else "-")
     for m, v in p.dispatch_s.items():
         sd = p.uncertainty.get(f"dispatch.{m.value}")
         t.add_row(f"dispatch {m.value} (us)", f"{v * 1e6:.1f}", f"{sd * 1e6:.1f}" if sd is not None else "-")
@@ -139,12 +149,14 @@ def _print_report(cal: "object", out: Path) -> None:
               f"over {r['n']} rows (tied model: median {s['tied_residuals']['median_abs']:.1%})")
     if "cross_validation" in s:
         cv = s["cross_validation"]
-        con.print(f"held-out ({cv['folds']}-fold) median |rel| error: tied {cv['median_abs']['tied']:.1%}, "
-                  f"per family {cv['median_abs']['family']:.1%} (P90 {cv['p90_abs']['tied']:.1%} / "
-                  f"{cv['p90_abs']['family']:.1%})")
+        labels = {"tied": "constants per phase", "family": "constants per family", "curve": "GEMM size curve"}
+        con.print(f"held-out ({cv['folds']}-fold) |rel| error of the kernel rows, median (P90): "
+                  + ", ".join(f"{labels[k]} {v:.1%} ({cv['p90_abs'][k]:.1%})" for k, v in cv["median_abs"].items()))
+    con.print("GEMMs in the profile: " + ("size curve (matmul_size_curve) with per-phase attention factors"
+                                          if curve else "constant per-phase factors"))
     for ph, e in s["projection_error"].items():
-        con.print(f"{ph}: constant factors vs composed kernel model over {e['n']} steps: median |rel| "
-                  f"{e['median_abs']:.1%}, max {e['max_abs']:.1%}")
+        con.print(f"{ph}: constant factors{' (not written)' if curve else ''} vs composed kernel model over "
+                  f"{e['n']} steps: median |rel| {e['median_abs']:.1%}, max {e['max_abs']:.1%}")
     con.print(f"wrote {out}")
 
 

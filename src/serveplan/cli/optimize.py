@@ -74,6 +74,8 @@ def optimize_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    band: int = typer.Option(0, "--band", help="Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed) and say which cannot be told apart from the best."),
+    band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -94,6 +96,12 @@ def optimize_cmd(
         raise SpecError(f"percentile={percentile} must be in (0, 100)")
     if fidelity not in ("iteration", "bestserve"):
         raise SpecError(f"fidelity={fidelity!r}; expected one of: iteration, bestserve")
+    if band < 0 or band_top < 1:
+        raise SpecError(f"band={band} must be >= 0 and band-top={band_top} >= 1")
+    if band:
+        from serveplan.calibrate.bands import require_uncertainty
+
+        require_uncertainty(pr)
     workloads = build_workloads(scenario, input_len, output_len, num_requests)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
@@ -102,6 +110,12 @@ def optimize_cmd(
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
                           progress=progress and not json_out)
     multi = len(results) > 1
+    bands: list = []  # type: ignore[type-arg]
+    if band:
+        from serveplan.calibrate.bands import goodput_bands
+
+        bands = [goodput_bands(list(res.strategies[:band_top]), st, band, seed=seed)
+                 for res, st in zip(results, settings)]
     if out is not None:
         for wl, res in zip(workloads, results):
             tag = f"-{wl.name}" if multi else ""
@@ -110,13 +124,30 @@ def optimize_cmd(
             plot_pareto(res, out / f"pareto{tag}.png")
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
+        dicts = [res.to_dict() for res in results]
+        for d, bs in zip(dicts, bands):
+            for row, b in zip(d["strategies"], bs):
+                row["goodput_band"] = b.to_dict()
         if multi:
-            emit_json({"scenarios": [dict(res.to_dict(), scenario=wl.name) for wl, res in zip(workloads, results)]})
+            emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts)]})
         else:
-            emit_json(results[0].to_dict())
+            emit_json(dicts[0])
         return
-    for wl, res in zip(workloads, results):
+    for i, (wl, res) in enumerate(zip(workloads, results)):
         _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
+        if bands:
+            _print_bands(bands[i], band)
+
+
+def _print_bands(bands: list, samples: int) -> None:  # type: ignore[type-arg]
+    con = console()
+    con.print(f"goodput band of the top {len(bands)} strategies over {samples} profiles sampled from the "
+              f"profile's uncertainty (P10 / P50 / P90):")
+    for i, b in enumerate(bands):
+        g, d = b.goodput, b.per_device
+        note = " (best)" if i == 0 else (" cannot be told apart from the best" if b.indistinguishable else "")
+        con.print(f"  {b.name}: {g.p10:.2f} / {g.p50:.2f} / {g.p90:.2f} req/s, per device {d.p10:.3f} / "
+                  f"{d.p50:.3f} / {d.p90:.3f}{note}")
 
 
 def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Workload, percentile: float,

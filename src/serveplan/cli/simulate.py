@@ -91,6 +91,7 @@ def simulate_cmd(
     rate_sweep: Optional[str] = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    band: int = typer.Option(0, "--band", help="Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput."),
 ) -> None:
     """Simulate a request stream through a fleet (default: BestServe Table 4, 1p1d, CodeLlama-34B
     on Ascend 910B3, TP 4, prefill batch 4, decode batch 16, op2, 3.5 req/s, 10000 requests)."""
@@ -104,7 +105,18 @@ def simulate_cmd(
         early_stop=early_stop,
     )
     sweep_rates = _rates(rate_sweep) if rate_sweep else None
+    if band < 0:
+        raise SpecError(f"band={band} must be a number of sampled profiles >= 0")
+    if band:
+        from serveplan.calibrate.bands import require_uncertainty
+
+        require_uncertainty(pr)
     res = simulate(cfg)
+    bands = None
+    if band:
+        from serveplan.calibrate.bands import simulation_band
+
+        bands = simulation_band(cfg, res, band, seed=seed)
     sweep: list[SimulationResult] = []
     if sweep_rates or out is not None:
         if sweep_rates is None and wl.arrival != "trace":
@@ -119,9 +131,24 @@ def simulate_cmd(
             from serveplan.report.tables import sweep_records
 
             d["rate_sweep"] = sweep_records(sweep)
+        if bands is not None:
+            d["band"] = {k: b.to_dict() for k, b in bands.items()}
         emit_json(d)
         return
     _print(res, sweep, out)
+    if bands is not None:
+        _print_band(bands)
+
+
+def _print_band(bands: dict) -> None:  # type: ignore[type-arg]
+    con = console()
+    n = next(iter(bands.values())).samples
+    con.print(f"band over {n} profiles sampled from the profile's uncertainty (P10 / P50 / P90):")
+    for key, label, scale, unit in (("ttft_p90_s", "P90 TTFT", 1e3, "ms"), ("tpot_p90_s", "P90 TPOT", 1e3, "ms"),
+                                    ("throughput_rps", "throughput", 1.0, "req/s")):
+        b = bands[key]
+        f = (lambda v: f"{v * scale:,.1f}") if scale != 1.0 else (lambda v: f"{v:.3f}")  # noqa: E731
+        con.print(f"  {label}: {f(b.p10)} / {f(b.p50)} / {f(b.p90)} {unit} (nominal {f(b.nominal)})")
 
 
 def _print(res: SimulationResult, sweep: list[SimulationResult], out: Optional[Path]) -> None:
