@@ -338,7 +338,7 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[str, StepClock], arrival: n
         memo = clock_d.lone_decode
         d = memo.get((s_in, s_out))
         if d is None:
-            if len(memo) >= 1024:
+            if len(memo) >= 1024:  # bound: one entry per distinct longest (input, output) of a workload
                 memo.clear()
             d = memo[(s_in, s_out)] = float(decode_times(clock_d.est, 1, s_in + 1, s_out - 1).sum())
         lone += d
@@ -426,7 +426,8 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
     m = cfg.model
     fom = 0.0
     if n_done:
-        # distinct (input, output) pairs in lexicographic order, as one int64 key each
+        # distinct (input, output) pairs in lexicographic order, as one int64 key each (token
+        # counts are far below 2^32)
         keys, counts = np.unique((rec.input_len[done] << 32) | rec.output_len[done], return_counts=True)
         for key, c in zip(keys.tolist(), counts.tolist()):
             fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,

@@ -62,7 +62,7 @@ def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, floa
     so a stretch cut short by ``wake`` does not sum the steps it never runs."""
     k_max = len(times)
     pos = 0
-    m = 128
+    m = 128  # first segment; each next one 4x longer (a 2,048-step decode takes at most 4 segments)
     last = None
     while True:
         hi = min(k_max, pos + m)
