@@ -50,7 +50,7 @@ _KVD = FEATURE_INDEX["kvd"]
 _KVP, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
-_MAX_ENDS = 1 << 20  # values of memoised one-sequence stretches per clock (8 MB)
+_MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
 
 
