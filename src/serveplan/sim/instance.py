@@ -374,14 +374,7 @@ class Instance:
             R.prefilled[q] = c
             R.kv_len[q] = c
             R.ready_at[q] = exit_t
-            if R.first_token[q] != R.first_token[q]:
-                R.first_token[q] = exit_t
-                if exit_t > R.last_first:
-                    R.last_first = exit_t
-                R.gen[q] = 1
-            else:
-                R.gen[q] += 1
-            if R.gen[q] >= R.out[q]:
+            if self._emit_token(q, exit_t):
                 self._finish(q, exit_t)
                 return True
             if self.role == "prefill":
@@ -445,6 +438,19 @@ class Instance:
         used = self.total_blocks - self.free_blocks
         if used > self.peak_blocks:
             self.peak_blocks = used
+
+    def _emit_token(self, q: int, t: float) -> bool:
+        """Request ``q`` produced a token at ``t`` (its first when its prompt just completed);
+        True when that was its last."""
+        R = self.req
+        if R.first_token[q] != R.first_token[q]:  # NaN: no token yet
+            R.first_token[q] = t
+            if t > R.last_first:
+                R.last_first = t
+            R.gen[q] = 1
+        else:
+            R.gen[q] += 1
+        return R.gen[q] >= R.out[q]
 
     def _finish(self, q: int, t: float) -> None:
         R = self.req
@@ -518,14 +524,7 @@ class Instance:
             R.ready_at[q] = exit_t
             R.bubble[q] += bubble
             if pf[q] >= R.prompt_len[q]:
-                if R.first_token[q] != R.first_token[q]:
-                    R.first_token[q] = exit_t
-                    if exit_t > R.last_first:
-                        R.last_first = exit_t
-                    R.gen[q] = 1
-                else:
-                    R.gen[q] += 1
-                if R.gen[q] >= R.out[q]:
+                if self._emit_token(q, exit_t):
                     done.append(q)
                 elif self.role == "prefill":
                     self.running.remove(q)
