@@ -164,3 +164,35 @@ def test_cli_several_scenarios_share_one_run():
     d = json.loads(res.output)
     assert [s["scenario"] for s in d["scenarios"]] == ["op3", "op2"]
     assert all(s["strategies"] for s in d["scenarios"])
+
+
+def test_search_killed_with_sigkill_resumes(tmp_path):
+    """A real kill: SIGKILL the CLI once a few strategies are checkpointed, then rerun."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = [sys.executable, "-m", "serveplan", "optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3",
+            "--num-requests", "1500", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / CHECKPOINT
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and len(ckpt.read_text().splitlines()) >= 3:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the search finished before it could be killed"
+    done_before = len([ln for ln in ckpt.read_text().splitlines() if ln.strip()])
+    resumed = runner.invoke(app, args[3:-2] + ["--out", str(tmp_path), "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    d = json.loads(resumed.output)
+    total = len(d["strategies"]) + len(d["rejected"])
+    assert d["num_resumed"] >= min(done_before, total) - 1  # a line cut by the kill is re-evaluated
+    assert d["num_evaluated"] == total - d["num_resumed"]
+    fresh = runner.invoke(app, args[3:-2] + ["--json"])
+    f = json.loads(fresh.output)
+    assert [s["name"] for s in d["strategies"]] == [s["name"] for s in f["strategies"]]
