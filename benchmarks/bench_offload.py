@@ -76,7 +76,7 @@ def validation_md() -> list[str]:
         out.append(f"| {r['table']} | {r['input_len']}+{r['output_len']} | {r['model']} | {'yes' if r['compress'] else 'no'} "
                    f"| {r['policy']} | {r['measured']:g} | {r['predicted']:.4g} | {r['error']:+.0%} | {'yes' if r['fits'] else 'no'} |")
     out += ["", f"Median absolute error **{s['median_abs_error']:.1%}**, worst factor **{s['max_factor']:.2f}x** "
-            f"(acceptance: <= 25%, <= 2x).", ""]
+            f"(target: <= 25%, <= 2x).", ""]
     loso = leave_one_setting_out()
     out += ["Leave-one-setting-out (refit `memory_efficiency` and the (de)compression rate on four length "
             f"settings, predict the fifth): median absolute error **{loso['median_abs_error']:.1%}**, worst factor "

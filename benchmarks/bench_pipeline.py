@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_pipeline.py [--requests 10000]
 Writes benchmarks/results/pipeline-gpt3.txt (the table below, with the machine description).
 
-Setup, following Sarathi §5.3 (``sarathi.md`` §8):
+Setup, following Sarathi §5.3:
 
 * ``gpt3-175b`` on ``a100-80g`` (8 per node, InfiniBand between nodes), profile ``default-gpu``;
   one instance of tp=8 (within a node) x pp=8 (one stage per node).

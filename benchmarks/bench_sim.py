@@ -1,4 +1,4 @@
-"""Simulator speed (issue 3, acceptance 5).
+"""Simulator speed (target: 10,000 requests in at most 1 s on one core).
 
 Iteration fidelity, CodeLlama-34B on Ascend 910B3 (profile ``bestserve-910b3``), TP 4, max batch
 16, prefill batch 4, scheduler ``vllm``, op1..op4, 10,000 requests, strategies ``2m`` and

@@ -109,3 +109,20 @@ def test_console_script_runs_without_traceback():
     out = subprocess.run([sys.executable, "-m", "serveplan", "estimate", "--tp", "5"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and out.stderr.startswith("error:")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
+    (["simulate", "--bogus"], "No such option: --bogus"),
+])
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    out = subprocess.run([sys.executable, "-m", "serveplan", *args], capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], out.stderr
+
+
+def test_unwritable_output_is_one_line_exit_2():
+    out = subprocess.run([sys.executable, "-m", "serveplan", "optimize", "--num-requests", "100", "--devices", "4",
+                          "--tp", "4", "--out", "/proc/forbidden/x"], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.startswith("error: cannot access"), out.stderr

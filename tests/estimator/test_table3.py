@@ -1,6 +1,6 @@
 """BestServe Table 3: per-module compute times of CodeLlama-34B on Ascend 910B3, TP 4, batch 1.
 
-Golden numbers are the paper's (bestserve.md §8.1). The memory bandwidth 1.756 TB/s is
+Golden numbers are the paper's (BestServe Table 3). The memory bandwidth 1.756 TB/s is
 back-solved from the RMSNorm prefill row (ascend-910b3.yaml), so that row is the calibration
 point; attention and MLP (prefill and decode) are predictions from it. Totals are not asserted:
 the reference (§8.2) shows Table 3's totals cannot follow from its own per-module values.
@@ -51,7 +51,7 @@ def test_prefill_is_compute_dominated_and_decode_memory_bound(table3_estimator):
 
 
 def test_algorithm1_total_is_layers_times_layer_time(table3_estimator):
-    """Hand reading of Algorithm 1 (bestserve.md §7): per layer T_c = max(T_d, T_c) + compute
+    """Hand reading of Algorithm 1 (BestServe Algorithm 1, L17 after the loop): per layer T_c = max(T_d, T_c) + compute
     (+ comm); total = 48 x layer time (no LM head in the BestServe profile)."""
     res, _ = _by_module(table3_estimator, StepBatch.prefill(1, 2048))
     t_d = t_c = 0.0

@@ -1,4 +1,4 @@
-"""Search, evaluation and frontier (FlexGen Section 4.3, Tables 2, 15, 16, 19) and acceptance checks."""
+"""Search, evaluation and frontier (FlexGen Section 4.3, Tables 2, 15, 16, 19) and the checks against the paper."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def table2():
     return {(r["model"], r["input_len"], r["compress"]): r for r in compare_table2()}
 
 
-def test_acceptance1_evaluate_mode_on_tables_14_to_18():
+def test_evaluate_mode_on_tables_14_to_18():
     records = compare_cells()
     s = summarize(records)
     assert s["cells"] == 30
@@ -24,7 +24,7 @@ def test_acceptance1_evaluate_mode_on_tables_14_to_18():
     assert s["max_factor"] <= 2.0
 
 
-def test_acceptance2_search_is_never_worse_than_the_paper_policy(table2):
+def test_search_is_never_worse_than_the_paper_policy(table2):
     assert len(table2) == 12 == 2 * len({(c.model, c.input_len) for c in TABLE2_CELLS})
     for key, r in table2.items():
         assert r["predicted"] >= r["paper_policy_predicted"] * (1 - 1e-3), key
@@ -32,7 +32,7 @@ def test_acceptance2_search_is_never_worse_than_the_paper_policy(table2):
 
 @pytest.mark.parametrize("model, s", [("opt-30b", 512), ("opt-175b", 512), ("opt-30b", 1024),
                                       ("opt-175b", 1024), ("opt-6.7b", 1024)])
-def test_acceptance2_fp16_search_within_30_percent_of_flexgen(table2, model, s):
+def test_fp16_search_within_30_percent_of_flexgen(table2, model, s):
     assert abs(table2[(model, s, False)]["error"]) <= 0.30
 
 
@@ -74,7 +74,7 @@ def test_evaluate_prices_the_kv_split_the_runtime_allocates():
     assert c.allocated_percent["wg"] == pytest.approx(100) and not c.fits
 
 
-def test_acceptance2_policy_shapes_match_the_paper(table2):
+def test_policy_shapes_match_the_paper(table2):
     for s in (512, 1024):
         big, big_c, mid = table2[("opt-175b", s, False)], table2[("opt-175b", s, True)], table2[("opt-30b", s, False)]
         assert big["uses_disk"] and big["weights_on_disk"] > 0.3  # Table 2: 175B spills to disk
@@ -84,12 +84,12 @@ def test_acceptance2_policy_shapes_match_the_paper(table2):
         assert table2[("opt-6.7b", s, False)]["chosen_policy"].split(", ")[1] == "100"  # 6.7B on GPU
 
 
-def test_acceptance5_one_search_is_fast(table2):
+def test_one_search_is_fast(table2):
     assert max(r["seconds"] for r in table2.values()) < 2.0
 
 
 @pytest.mark.parametrize("model", ["llama-2-70b", "mixtral-8x7b", "deepseek-v3"])
-def test_acceptance4_other_architectures_plan_on_the_t4_machine(model):
+def test_other_architectures_plan_on_the_t4_machine(model):
     plan = plan_offload(model)
     assert plan.fits and plan.throughput_tokens_per_s > 0
     z = plan.sizes
@@ -110,7 +110,7 @@ def test_deepseek_v3_streams_from_disk_on_the_t4_machine():
     assert not plan.policy.compress and plan.policy.wd > 0.8
 
 
-def test_acceptance3_model_too_big_for_every_tier_names_bytes_per_tier():
+def test_model_too_big_for_every_tier_names_bytes_per_tier():
     with pytest.raises(InfeasibleError) as err:
         plan_offload("deepseek-v3", host="flexgen-3090")  # 1.34 TB > 24 GB + 125 GB + 1 TB
     msg = str(err.value)

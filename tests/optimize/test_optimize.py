@@ -133,6 +133,7 @@ def test_cli_json_and_out(tmp_path):
     "args, code, needle",
     [
         (["--tp", ""], 2, "tp=''"),
+        (["--tp", "3"], 2, "no admissible layout"),
         (["--devices", "1", "--tp", "2,4"], 2, "fewer than the smallest instance"),
         (["--slo-ttft", "0"], 2, "SLO targets must be positive"),
         (["--backend", "ray", "--ray-address", "127.0.0.1:1"], 2, "unreachable"),

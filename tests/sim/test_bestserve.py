@@ -1,4 +1,4 @@
-"""BestServe fidelity: Algorithms 2-7 with the pseudo batch size (``bestserve.md`` §9-10)."""
+"""BestServe fidelity: Algorithms 2-7 with the pseudo batch size (BestServe §3.4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from serveplan.sim.bestserve import pseudo_batch
 
 
 def test_pseudo_batch_size_follows_eq_9_with_tau_2_5():
-    # bestserve.md §9.3: b_max = 16 -> b in 0..15 -> b_dagger in {1, ..., 6}
+    # BestServe eq. (9) example: b_max = 16 -> b in 0..15 -> b_dagger in {1, ..., 6}
     assert [pseudo_batch(b) for b in range(16)] == [1, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6]
     assert pseudo_batch(0, tau=1.0) == 1 and pseudo_batch(9, tau=1.0) == 10
 

@@ -1,5 +1,4 @@
-"""``serveplan simulate``: output contract, report files, and one-line errors with exit code 2
-(acceptance 6)."""
+"""``serveplan simulate``: output contract, report files, and one-line errors with exit code 2."""
 
 from __future__ import annotations
 

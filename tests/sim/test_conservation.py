@@ -1,4 +1,4 @@
-"""Acceptance 1: conservation and sanity of the iteration simulator."""
+"""Conservation and sanity of the iteration simulator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acceptance 4: overload is an answer, not a hang; early stop for certainly infeasible rates."""
+"""Overload is an answer, not a hang; early stop for certainly infeasible rates."""
 
 from __future__ import annotations
 

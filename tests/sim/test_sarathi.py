@@ -1,4 +1,4 @@
-"""Acceptance 2: Sarathi's qualitative results (``sarathi.md`` §4 Table 2, §7)."""
+"""Sarathi's qualitative results (Sarathi Table 2, §5)."""
 
 from __future__ import annotations
 

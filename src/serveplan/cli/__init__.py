@@ -50,6 +50,9 @@ def handle_errors(fn: F) -> F:
             raise fail(f"solver: {exc}", 4) from None
         except PlannerError as exc:  # pragma: no cover - every subclass is handled above
             raise fail(str(exc), 2) from None
+        except OSError as exc:  # an output directory that cannot be written, a file that vanished
+            where = f" {exc.filename!r}" if exc.filename else ""
+            raise fail(f"cannot access{where}: {exc.strerror or exc}", 2) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -89,12 +92,26 @@ def _json_default(o: Any) -> Any:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point: usage errors (unknown option, value of the wrong type) print one line
+    naming the option, like every other bad input, and exit with code 2."""
     try:
-        app()
+        rv = app(standalone_mode=False)
     except KeyboardInterrupt:  # pragma: no cover
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:
+        # the CLI library's usage errors carry exit code 2 and a formatted message
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `serveplan`: show the help
+            typer.echo(exc.format_message())
+            sys.exit(0)
+        if getattr(exc, "exit_code", None) == 2 and hasattr(exc, "format_message"):
+            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(2)
+        if type(exc).__name__ == "Abort":  # pragma: no cover - Ctrl-C at a prompt
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
+        raise
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 # subcommands register themselves on ``app``

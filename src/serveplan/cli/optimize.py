@@ -31,9 +31,9 @@ def build_workloads(scenario: Optional[str], input_len: Optional[int], output_le
         if scenario:
             raise SpecError("give either --scenario or --input-len/--output-len, not both")
         return [Workload.fixed(input_len, output_len, num_requests=num_requests)]
-    names = [s.strip() for s in (scenario or "op2").split(",") if s.strip()]
-    if not names:
-        raise SpecError(f"scenario={scenario!r} is empty; expected one or more of op1, op2, op3, op4")
+    names = [s.strip() for s in ("op2" if scenario is None else scenario).split(",")]
+    if not all(names):
+        raise SpecError(f"scenario={scenario!r} has an empty entry; expected a comma-separated list of op1, op2, op3, op4")
     return [Workload.scenario(n, num_requests=num_requests) for n in names]
 
 
@@ -64,7 +64,7 @@ def optimize_cmd(
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     relaxation: float = typer.Option(0.1, "--relaxation", help="BestServe Algorithm 9 tau (0 = hard check)."),
     tolerance: float = typer.Option(0.05, "--tolerance", help="Relative width of the final goodput bracket (Algorithm 8 epsilon)."),
-    seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95%% CI."),
+    seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95 percent confidence interval."),
     seed: int = typer.Option(0, "--seed", help="Base random seed."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype."),

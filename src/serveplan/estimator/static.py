@@ -1,4 +1,4 @@
-"""Static-batch metrics of the FOM notes (modeling-notes.md Part B): a batch of ``b`` requests
+"""Static-batch metrics of the FOM notes (LLM inference FOM notes, §3-5): a batch of ``b`` requests
 with ``s`` input and ``n`` output tokens run together from prefill to the last token."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a matrix of many batches (``step_times``) for the simulator's decode stretches.
 
 * Per operator (BestServe eq. 3/5): ``time = max(W / (e_c S_c), Q / (e_m S_m))``; the decode
   data movements of eq. (12) use their ``kappa`` rates instead (``Q / kappa``).
-* Per layer (BestServe Algorithm 1, reading of ``bestserve.md`` §7): the host dispatches module
+* Per layer (BestServe Algorithm 1, with L17 read as after the loop): the host dispatches module
   after module; the device starts a module when it is dispatched and the previous one finished,
   ``T_c = max(T_d, T_c) + compute``, then adds the module's communication. Step time = layer time
   times layers, summed over layer kinds (``T = ell * T_compute`` after the loop).

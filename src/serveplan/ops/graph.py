@@ -7,7 +7,7 @@ has zero decode features and vice versa.
 Sources and the choices made where they are inconsistent:
 
 * Dense attention (GQA/MHA), unfused (``eager``): BestServe Tables 8-11 generalised to a mixed
-  step. The listed typos of the reference (``bestserve.md`` §13) are fixed as follows:
+  step. Typos of the printed tables are fixed as follows:
   Table 11 rows 2 and 10 ``W`` divided by ``t``; Table 10 row 10 weight read ``h^2/t``;
   Table 9/11 rows 5 and ⋆ (KV update, repeat_kv) use Table 9's coefficient 4 divided by ``t``
   (so ``t = 1`` reproduces Table 9); every column-parallel projection reads the whole

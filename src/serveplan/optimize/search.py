@@ -65,7 +65,7 @@ def _fingerprint(settings: GoodputSettings) -> str:
     s = settings
     wl = s.workload
     parts = [
-        s.model.name, str(s.model.num_parameters()), s.hardware.name, repr(s.hardware.memory_bandwidth),
+        repr(s.model), repr(s.hardware),  # every field of both specs (frozen dataclasses)
         json.dumps(s.profile.to_dict(), sort_keys=True), str(s.dtype), repr(s.slo), repr(s.relaxation),
         repr(s.rel_tol), repr(s.abs_tol), str(s.seeds), str(s.seed), s.fidelity,
         wl._digest,  # content hash of lengths, arrival process and trace
@@ -242,6 +242,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
                                   request_tokens=request_tokens, dtype=settings.dtype)
         if not listing.candidates:
             reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
+            if listing.pruned and all(p.kind == "layout" for p in listing.pruned):
+                raise SpecError(f"no admissible layout: {reasons}")
             raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
         fp = _fingerprint(settings)
         done = _load_checkpoint(ckpt, fp) if ckpt is not None else {}

@@ -157,9 +157,10 @@ class Pruned:
     name: str
     num_devices: int
     reason: str
+    kind: str = "memory"  # "layout": the sizes do not divide the model; "memory": it does not fit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "num_devices": self.num_devices, "reason": self.reason}
+        return {"name": self.name, "num_devices": self.num_devices, "reason": self.reason, "kind": self.kind}
 
 
 @dataclass
@@ -167,6 +168,7 @@ class _LayoutCheck:
     ok: bool
     reason: str = ""
     kv_capacity: int = 0
+    kind: str = "memory"
 
 
 @dataclass
@@ -180,7 +182,7 @@ def _check_layout(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyPro
     try:
         est = Estimator(model, hardware, profile, par, dtype=dtype)
     except SpecError as exc:
-        return _LayoutCheck(False, str(exc))
+        return _LayoutCheck(False, str(exc), kind="layout")
     mem = est.memory
     usable = mem.device_memory_bytes * mem.memory_utilization
     if mem.weights_bytes + mem.activation_bytes >= usable:
@@ -221,7 +223,7 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
             continue
         c = check(par)
         if not c.ok:
-            out.pruned.append(Pruned(par.label(), par.num_devices, c.reason))
+            out.pruned.append(Pruned(par.label(), par.num_devices, c.reason, c.kind))
             continue
         layouts.append(par)
 

@@ -1,4 +1,4 @@
-"""BestServe's simulator (``bestserve.md`` §9-10, Algorithms 2-7) for reproducing the paper.
+"""BestServe's simulator (§3.4, Algorithms 2-7) for reproducing the paper.
 
 Requests are not stepped token by token: a prefill batch occupies an instance for one
 estimated prefill step, and a decode occupies one of the instance's ``b_max`` *boxes* for its
@@ -6,7 +6,7 @@ whole decode, timed at the pseudo batch size of eq. (9),
 ``b_dagger = max(floor((b + 1) / tau), 1)`` with ``b`` the occupied boxes at insertion and
 ``tau = 2.5``.
 
-Choices where the paper has gaps (``bestserve.md`` §13 and ``docs/simulator.md``):
+Choices where the paper has gaps (``docs/simulator.md``):
 
 * **Decode estimate** (§7 [gap]): the whole request's decode, ``(output - 1)`` steps (the first
   token comes from the prefill) times one step at ``b_dagger`` sequences attending

@@ -6,7 +6,7 @@
   cache then moves to a decode instance over the link between them and joins that instance's
   queue; the decode instance (``decode-only``) admits it when its KV fits.
 
-KV transfer time (BestServe mentions the cost, §1, but does not model it, ``bestserve.md`` §9.2
+KV transfer time (BestServe mentions the cost, §1, but does not model it
 [gap]): every prefill device sends its shard of the cache to its peer in parallel,
 ``latency + tokens * kv_bytes_per_token_per_device / (e_+ * link bandwidth)``, on the intra-node
 link when both instances fit in one node, else the inter-node link, with the prefill phase's

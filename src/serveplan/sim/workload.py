@@ -6,7 +6,7 @@ drawn by :func:`arrival_times` at simulation time from ``np.random.default_rng(s
 common random numbers: a unit-rate base sequence divided by the rate, so the same seed at two
 rates gives the same sequence rescaled (the goodput bisection compares rates on equal terms).
 
-Built-in scenarios are BestServe's four operating points (``bestserve.md`` §12):
+Built-in scenarios are BestServe's four operating points (BestServe §4.1):
 
 =====  ======  ======
 name   input   output
