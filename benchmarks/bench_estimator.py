@@ -9,14 +9,13 @@ benchmarks/results/estimator.txt with the machine description.
 
 from __future__ import annotations
 
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
+from machine_info import describe
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
 from serveplan.ops.base import FEATURE_INDEX
 
@@ -28,12 +27,8 @@ CASES = [
 
 
 def machine() -> str:
-    try:
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-    except OSError:
-        model = "?"
-    return f"{platform.node()} | {model} | {platform.python_version()} | numpy {np.__version__}"
+    return describe()
+
 
 
 def bench(est: Estimator, batches: list[StepBatch]) -> float:

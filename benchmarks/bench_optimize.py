@@ -10,12 +10,10 @@ docs/validation.md).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
+from machine_info import describe
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import search_many
@@ -26,9 +24,8 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def machine() -> str:
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return describe()
+
 
 
 def main() -> None:

@@ -9,12 +9,10 @@ DeepSeek-V3 needs fp8 weights (its released format): in bf16 it fits no layout o
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
+from machine_info import describe
 from serveplan import DType, get_hardware, get_model, get_profile
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import search
@@ -23,8 +21,6 @@ from serveplan.sim import SLO, Workload
 
 
 def main() -> None:
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
     space = SearchSpace(devices=16, tp_sizes=(1, 2, 4, 8, 16), dp_sizes=(1, 2, 4, 8, 16), ep_sizes=(1, 8, 16),
                         pp_sizes=(1, 2), max_batches=(16,), prefill_max_batch=4)
     settings = GoodputSettings(model=get_model("deepseek-v3"), hardware=get_hardware("h100-sxm"),
@@ -33,7 +29,7 @@ def main() -> None:
     t0 = time.perf_counter()
     res = search(space, settings, jobs=2, progress=False)
     dt = time.perf_counter() - t0
-    lines = [f"machine: {model}, {os.cpu_count()} cores, Python {platform.python_version()}",
+    lines = [f"machine: {describe()}",
              "deepseek-v3 fp8 on up to 16 x h100-sxm (2 nodes), op2, 2000 requests, SLO P90 2 s / 100 ms",
              f"{res.num_evaluated} strategies, {len(res.pruned)} layouts pruned, {res.num_simulations} simulations, "
              f"{dt:.1f} s (target <= 120 s): {'PASS' if dt <= 120 else 'FAIL'}", "",

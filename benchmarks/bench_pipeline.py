@@ -33,13 +33,12 @@ for that micro-batch (``SimulationResult.bubble_s``); the paper reports its medi
 from __future__ import annotations
 
 import argparse
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
+from machine_info import describe
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import SimulationConfig, Workload, simulate
 
@@ -80,12 +79,8 @@ def config(wl: Workload, **changes) -> SimulationConfig:
 
 
 def machine() -> str:
-    try:
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?")
-    except OSError:
-        model = "?"
-    return f"{platform.node()} | {model} | {platform.python_version()} | numpy {np.__version__}"
+    return describe()
+
 
 
 def main() -> None:

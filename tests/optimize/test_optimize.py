@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
 
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.cli import app
-from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize import goodput as goodput_mod
 from serveplan.optimize.goodput import GoodputSettings, capacity_bound, max_goodput
 from serveplan.optimize.search import CHECKPOINT, search
