@@ -10,12 +10,14 @@ benchmarks/results/estimator.txt with the machine description.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from machine_info import describe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
+from machine_info import describe  # noqa: E402
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
 from serveplan.ops.base import FEATURE_INDEX
 

@@ -10,10 +10,12 @@ docs/validation.md).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
-from machine_info import describe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
+from machine_info import describe  # noqa: E402
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import search_many

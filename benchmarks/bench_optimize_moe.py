@@ -9,10 +9,12 @@ DeepSeek-V3 needs fp8 weights (its released format): in bf16 it fits no layout o
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-from machine_info import describe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
+from machine_info import describe  # noqa: E402
 from serveplan import DType, get_hardware, get_model, get_profile
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import search

@@ -33,12 +33,14 @@ for that micro-batch (``SimulationResult.bubble_s``); the paper reports its medi
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from machine_info import describe
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
+from machine_info import describe  # noqa: E402
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import SimulationConfig, Workload, simulate
 
