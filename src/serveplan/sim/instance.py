@@ -551,17 +551,9 @@ class Instance:
         kv, gen, out, blocks = R.kv_len, R.gen, R.out, R.blocks
         nd = len(run)
         now = self.now
-        kvd0 = nd
-        k_max = out[run[0]] - gen[run[0]]
-        for r in run:
-            kvd0 += kv[r]
-            d = out[r] - gen[r]
-            if d < k_max:
-                k_max = d
+        kvd0, k_max = self._stretch_bound(run, out[run[0]] - gen[run[0]])
         bs = self.block_size
         free = self.free_blocks
-        if nd * ((k_max + bs - 1) // bs) > free:
-            k_max = self._kv_steps(run, k_max, free)
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
@@ -614,17 +606,9 @@ class Instance:
         run = plan.decode
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
-        kvd0 = nd
-        k_max = k_chunks
-        for r in run:
-            kvd0 += kv[r]
-            d = out[r] - gen[r]
-            if d < k_max:
-                k_max = d
+        kvd0, k_max = self._stretch_bound(run, k_chunks)
         bs = self.block_size
         free = self.free_blocks
-        if nd and nd * (-(-k_max // bs)) > free:
-            k_max = self._kv_steps(run, k_max, free)
         if k_max < 2:
             return False
         now = self.now
@@ -678,6 +662,23 @@ class Instance:
         for r in done:
             self._finish(r, end)
         return True
+
+    def _stretch_bound(self, run: list[int], k_max: int) -> tuple[int, int]:
+        """Keys attended by the decodes of ``run`` in the first step (each context plus its new
+        token), and how many steps they can take together: at most ``k_max``, no request past its
+        last token, and no more than the free KV blocks allow."""
+        R = self.req
+        kv, gen, out = R.kv_len, R.gen, R.out
+        kvd0 = len(run)
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
+        bs, free = self.block_size, self.free_blocks
+        if run and len(run) * (-(-k_max // bs)) > free:
+            k_max = self._kv_steps(run, k_max, free)
+        return kvd0, k_max
 
     def _kv_steps(self, run: list[int], k_max: int, free: int) -> int:
         """Largest number of decode steps (<= k_max) whose new blocks fit in ``free``."""
