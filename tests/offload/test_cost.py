@@ -172,3 +172,32 @@ def test_kv_allocation_rounds_each_share_down_to_whole_sequences():
     assert kv_allocation(8, False, 0.30, 0.30, 0.40) == pytest.approx((2 / 8, 2 / 8, 4 / 8))
     assert kv_allocation(1, False, 0.6, 0.4, 0.0) == pytest.approx((0.0, 1.0, 0.0))
     assert kv_allocation(4, True, 0.85, 0.15, 0.0) == pytest.approx((0.85, 0.15, 0.0))  # priced as given
+
+
+def test_tied_token_matrix_is_held_twice_as_flexgen_loads_it():
+    # FlexGen's InputEmbed and OutputEmbed each load decoder.embed_tokens.weight (flex_opt.py), so a
+    # tied (V, h) matrix is stored twice. OPT-6.7B: 6,658,473,984 parameters + 50,272 * 4,096 =
+    # 6,864,388,096 values held, FP16 -> 13,728,776,192 bytes (hand count).
+    opt = layer_sizes(get_model("opt-6.7b"))
+    assert get_model("opt-6.7b").num_parameters() == 6_658_473_984
+    assert opt.total_weight_bytes == 2 * (6_658_473_984 + 50_272 * 4_096) == 13_728_776_192
+    # an untied LM head is already a parameter of its own: nothing is added (Llama-2-70B)
+    llama = get_model("llama-2-70b")
+    assert not llama.tie_word_embeddings
+    assert layer_sizes(llama).total_weight_bytes == 2 * llama.num_parameters()
+
+
+def test_prompt_logits_bound_the_prefill_working_set():
+    # FlexGen's opt_output_embed computes F.linear(hidden, w_token) for every prompt position before
+    # keeping the last one: gbs * s * (h1 + V) FP16 values live at once. OPT-6.7B, gbs 4, s 512:
+    # 4 * 512 * (4096 + 50272) * 2 = 222,691,328 bytes, larger than A.3's largest term
+    # (mlp1^p = 2 * gbs * s * (h1 + h2) = 83,886,080 bytes).
+    t = cost_terms(get_model("opt-6.7b"), HOST.gpu, HOST, input_len=512, output_len=32,
+                   gpu_batch_size=4, num_gpu_batches=1, compress=False, cpu_attention=False)
+    x = np.array([1, 0, 0, 1, 0, 0, 1, 0, 0], dtype=float)
+    work_p = [w.at(x) for w in t.memory["gpu_prefill"].work]
+    assert max(work_p) == pytest.approx(222_691_328)
+    assert 2 * 4 * 512 * (4096 + 16384) == 83_886_080 in [round(w) for w in work_p]
+    # decode: one position's logits, 4 * (4096 + 50272) * 2 bytes, a term among the others
+    work_g = [round(w.at(x)) for w in t.memory["gpu_decode"].work]
+    assert 4 * (4096 + 50272) * 2 in work_g

@@ -114,7 +114,7 @@ def test_model_too_big_for_every_tier_names_bytes_per_tier():
     with pytest.raises(InfeasibleError) as err:
         plan_offload("deepseek-v3", host="flexgen-3090")  # 1.34 TB > 24 GB + 125 GB + 1 TB
     msg = str(err.value)
-    assert "GPU 2.24e+10" in msg and "CPU 1.25e+11" in msg and "disk 1e+12" in msg
+    assert "GPU 2.29e+10" in msg and "CPU 1.25e+11" in msg and "disk 1e+12" in msg
     assert "1.342e+12 bytes" in msg
 
 
@@ -157,3 +157,13 @@ def test_other_gpu_scales_runtime_speeds():
     from serveplan.specs.catalog import get_hardware
     a100 = h.runtime_for(get_hardware("a100-80g"))
     assert a100.mm_prefill_flops > r.mm_prefill_flops
+
+
+def test_gpu_reserve_lies_between_what_flexgen_ran_and_did_not_use():
+    # flexgen-t4 gpu_reserved_bytes (fitted, specs/data/hosts/flexgen-t4.yaml): every OPT-6.7B
+    # policy FlexGen ran all on the GPU (Tables 14-18, FP16 and 4-bit) fits; 2x1 at 1024+32, one
+    # sequence more than FlexGen used there, does not.
+    ran = [c for c in compare_cells() if c["model"] == "opt-6.7b"]
+    assert len(ran) == 10 and all(c["fits"] for c in ran)
+    unused = evaluate_policy("opt-6.7b", parse_policy("2x1,100,0,100,0,100,0"), input_len=1024, output_len=32)
+    assert not unused.fits and set(unused.violations_bytes) == {"gpu_prefill"}

@@ -91,12 +91,13 @@ class LayerSizes:
     weight_fp16_bytes: float  # FP16 bytes of one average layer
     routed_expert_fp16_bytes: float  # FP16 bytes of one layer's routed experts (average layer)
     expert_pick_fraction: float  # num_experts_per_tok / num_experts (0 for dense)
-    total_weight_bytes: float  # stored bytes of every parameter, embeddings included
+    total_weight_bytes: float  # stored bytes of every parameter as the runtime holds them (below)
     stream_unit_bytes: float  # stored bytes the GPU buffers at a time while streaming a layer
     stream_unit_fp16_bytes: float
     kv_bytes_per_token: float  # stored, one layer
     kv_fp16_bytes_per_token: float
     act_bytes_per_token: float  # 2 * h1 (FP16 hidden state)
+    vocab_size: int  # width of the output embedding's logits
     linear_flops_per_token: float  # 2 * active params of one average layer
     attn_flops_per_key: float  # prefill: QK^T and PV FLOPs per (query, key) pair, one layer
     attn_decode_flops_per_key: float  # decode (MLA: absorbed form over the latent)
@@ -164,12 +165,17 @@ def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
         weight_fp16_bytes=layer_params * FP16_BYTES,
         routed_expert_fp16_bytes=routed * FP16_BYTES,
         expert_pick_fraction=(model.num_experts_per_tok / model.num_experts) if model.is_moe else 0.0,
-        total_weight_bytes=model.num_parameters() * store,
+        # every parameter, embeddings included; a tied token matrix twice: FlexGen's runtime loads
+        # ``decoder.embed_tokens.weight`` into its InputEmbed and again into its OutputEmbed layer
+        # (``init_weight`` of both in flexgen/flex_opt.py), 0.41 GB for OPT-6.7B in FP16
+        total_weight_bytes=(model.num_parameters()
+                            + (model.vocab_size * h if model.tie_word_embeddings else 0)) * store,
         stream_unit_bytes=unit * store,
         stream_unit_fp16_bytes=unit * FP16_BYTES,
         kv_bytes_per_token=kv_el * store,
         kv_fp16_bytes_per_token=kv_el * FP16_BYTES,
         act_bytes_per_token=h * FP16_BYTES,
+        vocab_size=model.vocab_size,
         linear_flops_per_token=2.0 * active_params,
         attn_flops_per_key=attn_prefill,
         attn_decode_flops_per_key=attn_decode,
@@ -353,6 +359,7 @@ def cost_terms(
     qw, kw_, vw, ow = z.q_width, z.k_width, z.v_width, z.q_width
     mo, mi = z.mlp_out_width, z.mlp_in_width
     B = FP16_BYTES
+    V = z.vocab_size
     # GPU working memory of one GPU batch (A.3 qkv, att1, att2, embed, mlp1, mlp2; mask omitted)
     # att1/att2 carry A.3's factor cg (printed for prefill too) when CPU attention is on: only the
     # GPU-resident share of the cache has its attention buffers on the GPU; without CPU attention
@@ -363,6 +370,10 @@ def cost_terms(
         att_share(gbs * B * (s * qw + s * kw_ + nh * s * s)),  # att1^p = cg*gbs*(4*s*h1 + 2*nh*s^2)
         att_share(gbs * B * (nh * s * s + s * vw + s * ow)),  # att2^p
         lin(gbs * B * 2 * s * h1),  # embed^p = gbs*4*s*h1
+        # output embedding (not in A.3, which counts embed^p as h1 wide): FlexGen's runtime computes
+        # the logits of every prompt position, ``F.linear(hidden, w_token)`` before keeping the last
+        # (``opt_output_embed`` in flexgen/pytorch_backend.py): normalized hidden + logits
+        lin(gbs * B * s * (h1 + V)),
         lin(gbs * B * s * (h1 + mo)),  # mlp1^p = 2*gbs*s*(h1+h2)
         lin(gbs * B * s * (mi + h1)),  # mlp2^p
     ]
@@ -374,6 +385,7 @@ def cost_terms(
         att_share(att1_g),
         att_share(att2_g),
         lin(gbs * B * 2 * h1),  # embed^g
+        lin(gbs * B * (h1 + V)),  # output embedding: one token's logits (see prefill)
         lin(gbs * B * (h1 + mo)),  # mlp1^g
         lin(gbs * B * (mi + h1)),  # mlp2^g
     ]
