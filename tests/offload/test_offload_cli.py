@@ -69,3 +69,12 @@ def test_frontier_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "frontier.png").stat().st_size > 1000
     pts = json.loads((tmp_path / "frontier.json").read_text())["points"]
     assert pts and all(a["latency_s"] <= b["latency_s"] for a, b in zip(pts, pts[1:]))
+
+
+def test_memory_headroom_flag_is_shown_and_bad_values_exit_2():
+    ok = runner.invoke(app, ["offload", "--model", "opt-6.7b", "--no-compress", "--memory-headroom", "0.1"])
+    assert ok.exit_code == 0, ok.output
+    assert "memory headroom: 10% of every tier kept free" in ok.output
+    bad = runner.invoke(app, ["offload", "--memory-headroom", "1.5"])
+    assert bad.exit_code == 2
+    assert "memory_headroom=1.5" in bad.output and len(bad.output.strip().splitlines()) == 1

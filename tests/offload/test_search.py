@@ -167,3 +167,27 @@ def test_gpu_reserve_lies_between_what_flexgen_ran_and_did_not_use():
     assert len(ran) == 10 and all(c["fits"] for c in ran)
     unused = evaluate_policy("opt-6.7b", parse_policy("2x1,100,0,100,0,100,0"), input_len=1024, output_len=32)
     assert not unused.fits and set(unused.violations_bytes) == {"gpu_prefill"}
+
+
+def test_memory_headroom_keeps_every_tier_that_fraction_free():
+    # FlexGen's released search keeps 20% of each tier spare (alpha_g = alpha_c = alpha_n = 0.8)
+    full = plan_offload("opt-6.7b", input_len=512, output_len=32, compress=False)
+    safe = plan_offload("opt-6.7b", input_len=512, output_len=32, compress=False, memory_headroom=0.2)
+    host = get_host("flexgen-t4")
+    gpu_net = (host.gpu.memory_bytes - host.gpu_reserved_bytes) * 0.8
+    assert safe.capacity_bytes["gpu_prefill"] == pytest.approx(gpu_net)
+    assert safe.capacity_bytes["cpu_decode"] == pytest.approx(0.8 * host.cpu_memory_bytes)
+    assert safe.capacity_bytes["disk"] == pytest.approx(0.8 * host.disk_bytes)
+    assert safe.fits and safe.memory_headroom == 0.2 and safe.to_dict()["memory_headroom"] == 0.2
+    for tier, peak in safe.peak_memory_bytes.items():
+        assert peak <= safe.capacity_bytes[tier] * (1 + 1e-9), tier
+    # less memory never buys throughput; the full-memory plan would not fit the reduced tiers
+    assert safe.throughput_tokens_per_s <= full.throughput_tokens_per_s
+    again = evaluate_policy("opt-6.7b", full.policy, input_len=512, output_len=32, memory_headroom=0.2)
+    assert not again.fits and "gpu_prefill" in again.violations_bytes
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+def test_memory_headroom_outside_zero_one_is_a_spec_error_naming_it(value):
+    with pytest.raises(SpecError, match="memory_headroom"):
+        plan_offload("opt-6.7b", memory_headroom=value)

@@ -40,6 +40,9 @@ def offload_cmd(
     max_latency: Optional[float] = typer.Option(None, "--max-latency", help="Upper bound on the block latency (s)."),
     frontier: bool = typer.Option(False, "--frontier", help="Print the latency-throughput frontier."),
     overlap: Overlap = typer.Option(Overlap.SERIAL_LOAD, "--overlap", help="How the five terms overlap."),
+    memory_headroom: Optional[float] = typer.Option(
+        None, "--memory-headroom",
+        help="Fraction of every tier to keep free, e.g. 0.1 (default 0; FlexGen's own search keeps 0.2)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for plan.json / frontier.json and frontier.png."),
 ) -> None:
@@ -53,7 +56,8 @@ def offload_cmd(
         if policy:
             raise SpecError("--frontier and --policy are exclusive: the frontier searches policies")
         fr = offload_frontier(model, gpu=gpu, host=host, input_len=input_len, output_len=output_len,
-                              compress=compress, cpu_attention=cpu_attention, overlap=overlap)
+                              compress=compress, cpu_attention=cpu_attention, overlap=overlap,
+                              memory_headroom=memory_headroom)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             (out / "frontier.json").write_text(json.dumps(fr.to_dict(), indent=2, default=str))
@@ -68,12 +72,12 @@ def offload_cmd(
             raise SpecError("--max-latency applies to the search; it cannot be combined with --policy")
         pol = parse_policy(policy, compress=bool(compress), cpu_attention=cpu_attention)
         plan = evaluate_policy(model, pol, gpu=gpu, host=host, input_len=input_len,
-                               output_len=output_len, overlap=overlap)
+                               output_len=output_len, overlap=overlap, memory_headroom=memory_headroom)
         mode = "evaluate"
     else:
         plan = plan_offload(model, gpu=gpu, host=host, input_len=input_len, output_len=output_len,
                             compress=compress, cpu_attention=cpu_attention, max_latency_s=max_latency,
-                            overlap=overlap)
+                            overlap=overlap, memory_headroom=memory_headroom)
         mode = "search"
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -105,6 +109,8 @@ def _render_plan(plan: OffloadPlan, mode: str) -> None:
         f"{plan.output_len} generated tokens ({mode}, overlap {plan.overlap.value})"
     )
     con.print(f"policy ({p.label()})  block {p.gpu_batch_size} x {p.num_gpu_batches} = {p.block_size}, {flags}")
+    if plan.memory_headroom > 0:
+        con.print(f"memory headroom: {plan.memory_headroom:.0%} of every tier kept free (capacities below are net of it)")
     t = Table(title="Where each tensor lives (percent, bytes)")
     for col in ("tensor", "GPU %", "CPU %", "disk %", "GPU", "CPU", "disk"):
         t.add_column(col, justify="left" if col == "tensor" else "right")

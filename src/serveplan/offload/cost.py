@@ -418,8 +418,8 @@ def cost_terms(
     }
     capacity = {
         "gpu_prefill": host.gpu_capacity_bytes(gpu), "gpu_decode": host.gpu_capacity_bytes(gpu),
-        "cpu_prefill": host.cpu_memory_bytes, "cpu_decode": host.cpu_memory_bytes,
-        "disk": host.disk_bytes,
+        "cpu_prefill": host.cpu_capacity_bytes(), "cpu_decode": host.cpu_capacity_bytes(),
+        "disk": host.disk_capacity_bytes(),
     }
     parts = {
         "prefill_gemm": lin(gemm_p), "prefill_attention": lin(attn_p), "prefill_codec": lin(codec_p),

@@ -73,6 +73,10 @@ class HostSpec:
         FLOP/s of decode attention computed on the CPU (``cpu_flops``).
     gpu_reserved_bytes:
         GPU memory the runtime cannot use for tensors (CUDA context, allocator slack).
+    memory_headroom:
+        Fraction of every tier's capacity a plan must leave free (0 by default). FlexGen notes that
+        searched policies can run out of memory (imprecise peak-memory model, fragmentation) and its
+        released search keeps 20% of each tier spare; a planning choice, not a host property.
     runtime:
         Effective GPU kernel speeds, measured on ``reference_gpu``.
     """
@@ -91,6 +95,7 @@ class HostSpec:
     disk_write_bandwidth: float
     cpu_attention_flops: float
     gpu_reserved_bytes: float = 0.0
+    memory_headroom: float = 0.0
     runtime: RuntimeSpeeds
     reference_gpu: DeviceSpec
 
@@ -108,10 +113,23 @@ class HostSpec:
                 f"host {self.name!r}: gpu_reserved_bytes={self.gpu_reserved_bytes!r} must be in "
                 f"[0, {self.gpu.memory_bytes:g}) (the GPU's memory)"
             )
+        if not (isinstance(self.memory_headroom, (int, float)) and 0 <= self.memory_headroom < 1):
+            raise SpecError(
+                f"memory_headroom={self.memory_headroom!r} must be a fraction in [0, 1), "
+                "e.g. 0.1 to keep 10% of every tier free"
+            )
 
     def gpu_capacity_bytes(self, gpu: DeviceSpec) -> float:
-        """GPU bytes available to tensors: datasheet memory minus the reserve."""
-        return gpu.memory_bytes - self.gpu_reserved_bytes
+        """GPU bytes a plan may use: datasheet memory minus the reserve, less the headroom."""
+        return (gpu.memory_bytes - self.gpu_reserved_bytes) * (1.0 - self.memory_headroom)
+
+    def cpu_capacity_bytes(self) -> float:
+        """CPU-memory bytes a plan may use (capacity less the headroom)."""
+        return self.cpu_memory_bytes * (1.0 - self.memory_headroom)
+
+    def disk_capacity_bytes(self) -> float:
+        """Disk bytes a plan may use (capacity less the headroom)."""
+        return self.disk_bytes * (1.0 - self.memory_headroom)
 
     def runtime_for(self, gpu: DeviceSpec) -> RuntimeSpeeds:
         """Runtime speeds on ``gpu``: GEMM FLOP/s scale with the FP16 peak; decode attention and

@@ -10,9 +10,10 @@ placements FlexGen's runtime allocates (:func:`serveplan.offload.cost.runtime_al
 
 from __future__ import annotations
 
+
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -75,6 +76,8 @@ class OffloadPlan:
     sizes: dict[str, float]
     relaxed: dict[str, Any] | None = None
     search: dict[str, Any] | None = None
+    #: fraction of every tier kept free; ``capacity_bytes`` is already reduced by it
+    memory_headroom: float = 0.0
     #: placement FlexGen's runtime allocates for ``policy`` (percent): weights per tensor, KV cache
     #: in whole sequences (:func:`serveplan.offload.cost.runtime_allocation`); priced above
     allocated_percent: dict[str, float] | None = None
@@ -94,7 +97,7 @@ class OffloadPlan:
             "decode_layer_terms_s": self.decode_layer_terms_s,
             "time_breakdown_s": self.time_breakdown_s,
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
-            "violations_bytes": self.violations_bytes, "placement_bytes": self.placement_bytes,
+            "memory_headroom": self.memory_headroom, "violations_bytes": self.violations_bytes, "placement_bytes": self.placement_bytes,
             "sizes": self.sizes, "relaxed": self.relaxed, "search": self.search,
             "allocated_percent": self.allocated_percent,
         }
@@ -112,10 +115,12 @@ class OffloadFrontier:
 
 
 # ------------------------------------------------------------------------------------- inputs
-def _resolve(model: str | ModelSpec, gpu: str | DeviceSpec | None,
-             host: str | HostSpec) -> tuple[ModelSpec, DeviceSpec, HostSpec]:
+def _resolve(model: str | ModelSpec, gpu: str | DeviceSpec | None, host: str | HostSpec,
+             memory_headroom: float | None = None) -> tuple[ModelSpec, DeviceSpec, HostSpec]:
     m = get_model(model) if isinstance(model, str) else model
     h = get_host(host) if isinstance(host, str) else host
+    if memory_headroom is not None:
+        h = replace(h, memory_headroom=memory_headroom)  # validated by HostSpec
     if gpu is None:
         g = h.gpu
     elif isinstance(gpu, DeviceSpec):
@@ -175,7 +180,7 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
         peak_memory_bytes={t: m.at(x) for t, m in terms.memory.items()},
         capacity_bytes=dict(terms.capacity), violations_bytes=memory_violations(terms, x),
         placement_bytes=placement, sizes=sizes, relaxed=relaxed, search=search,
-        allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
+        memory_headroom=host.memory_headroom, allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
     )
 
 
@@ -194,6 +199,7 @@ def evaluate_policy(
     input_len: int = 512,
     output_len: int = 32,
     overlap: Overlap = Overlap.SERIAL_LOAD,
+    memory_headroom: float | None = None,
 ) -> OffloadPlan:
     """Predict throughput, latency, peak memory per tier and time per term of a given policy.
 
@@ -209,7 +215,7 @@ def evaluate_policy(
     >>> plan = evaluate_policy("opt-30b", parse_policy("48x3,20,80,0,100,0,100"))  # doctest: +SKIP
     """
     _check_lengths(input_len, output_len)
-    m, g, h = _resolve(model, gpu, host)
+    m, g, h = _resolve(model, gpu, host, memory_headroom)
     terms = cost_terms(m, g, h, input_len=input_len, output_len=output_len,
                        gpu_batch_size=policy.gpu_batch_size, num_gpu_batches=policy.num_gpu_batches,
                        compress=policy.compress, cpu_attention=policy.cpu_attention, overlap=overlap)
@@ -447,7 +453,7 @@ def _infeasible_message(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, s: in
     if max_latency_s is not None:
         return (f"no policy for {model.name!r} on {gpu.name} + {host.name!r} finishes a block of "
                 f"{s}+{n} tokens within --max-latency {max_latency_s:g} s")
-    cap_g, cap_c, cap_d = host.gpu_capacity_bytes(gpu), host.cpu_memory_bytes, host.disk_bytes
+    cap_g, cap_c, cap_d = host.gpu_capacity_bytes(gpu), host.cpu_capacity_bytes(), host.disk_capacity_bytes()
     parts = []
     for comp in sorted({c for c, _ in modes}):
         w, kv, act, total = _min_need(model, s, n, compress=comp)
@@ -477,6 +483,7 @@ def plan_offload(
     overlap: Overlap = Overlap.SERIAL_LOAD,
     gpu_batch_sizes: tuple[int, ...] = GPU_BATCH_SIZES,
     num_gpu_batches: tuple[int, ...] = NUM_GPU_BATCHES,
+    memory_headroom: float | None = None,
 ) -> OffloadPlan:
     """The highest-throughput FlexGen policy for ``model`` (two-level search of Section 4.3).
 
@@ -486,6 +493,9 @@ def plan_offload(
         ``None`` searches both settings (CPU attention only without compression); a bool fixes it.
     max_latency_s:
         Upper bound on the block latency (seconds), added to the LP as a linear constraint.
+    memory_headroom:
+        Fraction of every tier's capacity to keep free (default: the host's, 0 for the bundled
+        hosts), for runtimes whose real peak exceeds the model's (fragmentation, extra buffers).
 
     Raises
     ------
@@ -495,7 +505,7 @@ def plan_offload(
     """
     _check_lengths(input_len, output_len)
     t0 = time.perf_counter()
-    m, g, h = _resolve(model, gpu, host)
+    m, g, h = _resolve(model, gpu, host, memory_headroom)
     modes = _modes(compress, cpu_attention)
     cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
                         gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
@@ -564,6 +574,7 @@ def offload_frontier(
     overlap: Overlap = Overlap.SERIAL_LOAD,
     gpu_batch_sizes: tuple[int, ...] = GPU_BATCH_SIZES,
     num_gpu_batches: tuple[int, ...] = NUM_GPU_BATCHES,
+    memory_headroom: float | None = None,
 ) -> OffloadFrontier:
     """Latency-throughput frontier (FlexGen Figure 1, Tables 19-20): for every batch shape the
     best rounded placement, keeping the plans no other plan beats on both latency and throughput.
@@ -575,7 +586,7 @@ def offload_frontier(
     """
     _check_lengths(input_len, output_len)
     t0 = time.perf_counter()
-    m, g, h = _resolve(model, gpu, host)
+    m, g, h = _resolve(model, gpu, host, memory_headroom)
     modes = _modes(compress, cpu_attention)
     cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
                         gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
