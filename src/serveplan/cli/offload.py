@@ -110,7 +110,8 @@ def _render_plan(plan: OffloadPlan, mode: str) -> None:
     )
     con.print(f"policy ({p.label()})  block {p.gpu_batch_size} x {p.num_gpu_batches} = {p.block_size}, {flags}")
     if plan.memory_headroom > 0:
-        con.print(f"memory headroom: {plan.memory_headroom:.0%} of every tier kept free (capacities below are net of it)")
+        con.print(f"memory headroom: {plan.memory_headroom:.0%} of every tier kept free "
+                  "(capacities below are net of it)")
     t = Table(title="Where each tensor lives (percent, bytes)")
     for col in ("tensor", "GPU %", "CPU %", "disk %", "GPU", "CPU", "disk"):
         t.add_column(col, justify="left" if col == "tensor" else "right")

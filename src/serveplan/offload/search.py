@@ -10,7 +10,6 @@ placements FlexGen's runtime allocates (:func:`serveplan.offload.cost.runtime_al
 
 from __future__ import annotations
 
-
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -97,7 +96,8 @@ class OffloadPlan:
             "decode_layer_terms_s": self.decode_layer_terms_s,
             "time_breakdown_s": self.time_breakdown_s,
             "peak_memory_bytes": self.peak_memory_bytes, "capacity_bytes": self.capacity_bytes,
-            "memory_headroom": self.memory_headroom, "violations_bytes": self.violations_bytes, "placement_bytes": self.placement_bytes,
+            "memory_headroom": self.memory_headroom, "violations_bytes": self.violations_bytes,
+            "placement_bytes": self.placement_bytes,
             "sizes": self.sizes, "relaxed": self.relaxed, "search": self.search,
             "allocated_percent": self.allocated_percent,
         }
@@ -180,7 +180,8 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
         peak_memory_bytes={t: m.at(x) for t, m in terms.memory.items()},
         capacity_bytes=dict(terms.capacity), violations_bytes=memory_violations(terms, x),
         placement_bytes=placement, sizes=sizes, relaxed=relaxed, search=search,
-        memory_headroom=host.memory_headroom, allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
+        memory_headroom=host.memory_headroom,
+        allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
     )
 
 
