@@ -23,7 +23,10 @@ import scipy
 
 from serveplan.offload.search import plan_offload
 from serveplan.offload.validation import (
-    compare_cells, compare_table2, leave_one_setting_out, summarize,
+    compare_cells,
+    compare_table2,
+    leave_one_setting_out,
+    summarize,
 )
 
 RESULTS = Path(__file__).parent / "results"

@@ -33,8 +33,13 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from serveplan import get_hardware, get_model, get_profile  # noqa: E402
-from serveplan.sim import SLO, SimulationConfig, Workload, simulate  # noqa: E402
-from serveplan.sim import engine  # noqa: E402
+from serveplan.sim import (  # noqa: E402
+    SLO,
+    SimulationConfig,
+    Workload,
+    engine,  # noqa: E402
+    simulate,
+)
 
 RESULTS = Path(__file__).parent / "results"
 SPECS = dict(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),

@@ -41,13 +41,14 @@ QUICK_DECODE = [(1, 128), (8, 256), (32, 128)]
 
 
 def run(out: Path, *, quick: bool, threads: int, reuse: bool) -> dict:
+    from model_steps import CONFIG, build_model, measure_steps
+
     from serveplan.calibrate.fit import calibrate, profile_yaml
     from serveplan.calibrate.measurements import read_measurements
     from serveplan.calibrate.profile import ProfileConfig, hardware_yaml_from_measurements, profile_device
     from serveplan.estimator.batch import StepBatch
     from serveplan.estimator.step import Estimator
     from serveplan.specs.catalog import get_hardware, get_model, get_profile
-    from model_steps import CONFIG, build_model, measure_steps
 
     out.mkdir(parents=True, exist_ok=True)
     meas_path, hw_path, prof_path = out / "measurements.csv", out / "cpu-host.yaml", out / "profile.yaml"

@@ -21,8 +21,9 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "llama-small-config.json"

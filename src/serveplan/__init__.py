@@ -9,19 +9,32 @@ from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import StaticMetrics, static_batch
 from serveplan.estimator.step import Estimator, MemoryEstimate, StepEstimate
+from serveplan.offload import (
+    HostSpec,
+    OffloadFrontier,
+    OffloadPlan,
+    OffloadPolicy,
+    evaluate_policy,
+    get_host,
+    list_hosts,
+    offload_frontier,
+    parse_policy,
+    plan_offload,
+)
+from serveplan.sim import SLO, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
 from serveplan.specs.catalog import (
-    get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles,
+    get_hardware,
+    get_model,
+    get_profile,
+    list_hardware,
+    list_models,
+    list_profiles,
 )
 from serveplan.specs.hardware import DeviceSpec, LinkSpec
 from serveplan.specs.model import ModelSpec, model_from_hf_config
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, PhaseEfficiency
 from serveplan.units import DType
-from serveplan.sim import SLO, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
-from serveplan.offload import (
-    HostSpec, OffloadFrontier, OffloadPlan, OffloadPolicy, evaluate_policy, get_host, list_hosts,
-    offload_frontier, parse_policy, plan_offload,
-)
 
 __version__ = "0.1.0"
 

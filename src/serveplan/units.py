@@ -35,7 +35,7 @@ class DType(str, Enum):
         return _DTYPE_BYTES[self]
 
     @classmethod
-    def parse(cls, value: "str | DType") -> "DType":
+    def parse(cls, value: str | DType) -> DType:
         from serveplan.errors import SpecError
 
         if isinstance(value, DType):

@@ -6,8 +6,8 @@ import numpy as np
 
 from serveplan import Estimator, StepBatch, get_hardware, get_model, get_profile, model_from_hf_config
 from serveplan.calibrate.fit import FAMILIES, op_kind
-from serveplan.ops.base import FEATURE_INDEX
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
+from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.profile import Module, PhaseEfficiency
 
 TRUE_PREFILL = (0.62, 0.81)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from calibrate_synthetic import synthetic
+
 from serveplan.calibrate.measurements import MeasurementSet
 
 

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from calibrate_synthetic import (
+    TRUE_ATTENTION,
+    TRUE_DECODE,
+    TRUE_DISPATCH,
+    TRUE_LAUNCH,
+    TRUE_PREFILL,
+    synthetic,
+    true_profile,
+)
 
 from serveplan import Estimator, StepBatch, get_hardware, get_model, get_profile
 from serveplan.calibrate.fit import FAMILIES, PHASES, StepComposer, calibrate, fit_kernels, profile_yaml
 from serveplan.errors import SolverError, SpecError
 from serveplan.specs.catalog import get_profile as load_profile
 from serveplan.specs.profile import Module
-
-from calibrate_synthetic import (TRUE_ATTENTION, TRUE_DECODE, TRUE_DISPATCH, TRUE_LAUNCH, TRUE_PREFILL, synthetic,
-                                 true_profile)
 
 SMALL_GRID_P = [(1, 256), (4, 1024), (8, 2048)]
 SMALL_GRID_D = [(1, 512), (16, 1024), (128, 2048), (512, 512)]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from calibrate_synthetic import synthetic
 from typer.testing import CliRunner
 
-from calibrate_synthetic import synthetic
 from serveplan.calibrate.measurements import parse_measurements, read_measurements
 from serveplan.cli import app
 from serveplan.errors import SpecError

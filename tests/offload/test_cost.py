@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from serveplan.offload.cost import (
-    COMPRESSION_RATIO, compressed_bytes, cost_terms, kv_allocation, layer_sizes, weight_allocation,
+    COMPRESSION_RATIO,
+    compressed_bytes,
+    cost_terms,
+    kv_allocation,
+    layer_sizes,
+    weight_allocation,
 )
 from serveplan.offload.host import get_host
 from serveplan.offload.policy import Overlap, parse_policy

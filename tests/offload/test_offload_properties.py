@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from serveplan.offload.cost import cost_terms
 from serveplan.offload.host import get_host

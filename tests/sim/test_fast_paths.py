@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serveplan.sim import SLO, SimulationConfig, Workload, simulate
-from serveplan.sim import cluster
+from serveplan.sim import SLO, SimulationConfig, Workload, cluster, simulate
 from serveplan.sim.workload import LengthDist
 
 

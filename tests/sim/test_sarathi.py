@@ -40,9 +40,10 @@ def test_chunk_budget_is_respected_and_decodes_come_first(sarathi_bed):
     """A plan of the chunked scheduler never exceeds the token budget, decodes included."""
     from collections import deque
 
+    import numpy as np
+
     from serveplan.sim.request import RequestState
     from serveplan.sim.schedulers import ChunkedPrefillScheduler
-    import numpy as np
 
     R = RequestState(np.zeros(4), np.array([1000, 1000, 1000, 1000]), np.array([10, 10, 10, 10]))
     for q in (0, 1):  # two running decodes

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from serveplan import (
-    Estimator, ParallelConfig, SpecError, StepBatch, get_hardware, get_model, get_profile,
-    list_hardware, list_models, list_profiles,
+    Estimator,
+    ParallelConfig,
+    SpecError,
+    StepBatch,
+    get_hardware,
+    get_model,
+    get_profile,
+    list_hardware,
+    list_models,
+    list_profiles,
 )
 
 REQUIRED_MODELS = {

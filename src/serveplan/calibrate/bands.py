@@ -53,7 +53,7 @@ class Band:
     def to_dict(self) -> dict[str, float]:
         return {"p10": self.p10, "p50": self.p50, "p90": self.p90, "nominal": self.nominal, "samples": self.samples}
 
-    def overlaps(self, other: "Band") -> bool:
+    def overlaps(self, other: Band) -> bool:
         """True when the P10-P90 intervals overlap: the two predictions cannot be told apart."""
         return self.p10 <= other.p90 and other.p10 <= self.p90
 
@@ -123,7 +123,7 @@ def band(predict: Callable[[EfficiencyProfile], float], profile: EfficiencyProfi
     return Band(float(p10), float(p50), float(p90), float(predict(profile)), samples)
 
 
-def band_of(values: "np.ndarray | list[float]", nominal: float) -> Band:
+def band_of(values: np.ndarray | list[float], nominal: float) -> Band:
     """P10/P50/P90 of sampled ``values`` (NaN ignored) with the ``nominal`` prediction."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
@@ -140,7 +140,7 @@ def require_uncertainty(profile: EfficiencyProfile) -> None:
                         f"(write one with serveplan calibrate and pass it with --profile)")
 
 
-def simulation_band(cfg: "SimulationConfig", nominal: "SimulationResult", samples: int, *,
+def simulation_band(cfg: SimulationConfig, nominal: SimulationResult, samples: int, *,
                     seed: int = 0) -> dict[str, Band]:
     """Bands of a simulation's P90 TTFT, P90 TPOT (seconds) and throughput (requests/s): the
     same request stream (same seed) simulated with ``samples`` profiles drawn from the
@@ -175,7 +175,7 @@ class GoodputBand:
                 "cannot_be_told_apart_from_best": self.indistinguishable}
 
 
-def goodput_bands(strategies: "list[GoodputResult]", settings: "GoodputSettings", samples: int, *,
+def goodput_bands(strategies: list[GoodputResult], settings: GoodputSettings, samples: int, *,
                   seed: int = 0) -> list[GoodputBand]:
     """Goodput of each strategy recomputed (:func:`serveplan.optimize.goodput.max_goodput`) with
     ``samples`` profiles drawn from the uncertainty of ``settings.profile``; the same draws for

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -414,7 +415,7 @@ class StepComposer:
         self.hidden_in_decode = profile.dispatch_hidden_in_decode
 
     def times(self, eff: Mapping[tuple[str, str], tuple[float, float]], dispatch: Mapping[Module, float],
-              matmul_curve: "SizeCurve | None" = None) -> np.ndarray:
+              matmul_curve: SizeCurve | None = None) -> np.ndarray:
         """Step time of every batch; ``eff[(phase, family)] = (e_c, e_m)``. With ``matmul_curve``
         the matrix multiplies take the measured time ratio of :class:`SizeCurve` instead."""
         out = np.empty(len(self.batches))

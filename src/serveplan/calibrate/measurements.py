@@ -27,9 +27,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class MeasurementSet:
             "time_s": np.array([r.time_s for r in self.rows], dtype=float),
         }
 
-    def subset(self, index: Iterable[int]) -> "MeasurementSet":
+    def subset(self, index: Iterable[int]) -> MeasurementSet:
         return MeasurementSet(tuple(self.rows[i] for i in index), self.metadata)
 
     def save(self, path: str | Path) -> None:

@@ -139,7 +139,7 @@ class ProfileConfig:
         return "cpu" if self.device == "cpu" and self.threads == 1 else "wall"
 
     @staticmethod
-    def quick(**changes: Any) -> "ProfileConfig":
+    def quick(**changes: Any) -> ProfileConfig:
         """A reduced sweep (one small shape, few sizes): seconds instead of minutes, for tests."""
         base = dict(
             shapes=(DEFAULT_SHAPES[0],), decode_tokens=(1, 4, 16, 64), prefill_tokens=(128, 512, 1024),

@@ -30,7 +30,7 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
+def fail(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
 
@@ -70,7 +70,7 @@ def parse_int_list(value: str, field: str) -> list[int]:
     return out
 
 
-def console() -> "Any":
+def console() -> Any:
     """A rich console; wide when output is not a terminal, so tables stay readable in files."""
     from rich.console import Console
 
@@ -115,9 +115,9 @@ def main() -> None:
 
 
 # subcommands register themselves on ``app``
+from serveplan.cli import calibrate as _calibrate  # noqa: E402,F401
 from serveplan.cli import catalog as _catalog  # noqa: E402,F401
 from serveplan.cli import estimate as _estimate  # noqa: E402,F401
-from serveplan.cli import simulate as _simulate  # noqa: E402,F401
-from serveplan.cli import optimize as _optimize  # noqa: E402,F401
-from serveplan.cli import calibrate as _calibrate  # noqa: E402,F401
 from serveplan.cli import offload as _offload  # noqa: E402,F401
+from serveplan.cli import optimize as _optimize  # noqa: E402,F401
+from serveplan.cli import simulate as _simulate  # noqa: E402,F401

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -21,20 +20,25 @@ def _pairs(batches: str, lengths: str, what: str) -> list[tuple[int, int]]:
 def profile_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     out: Path = typer.Option(Path("measurements.csv"), "--out", "-o", help="Measurement CSV to write."),
-    threads: Optional[int] = typer.Option(1, "--threads", help="torch CPU threads (recorded with the data; 0: torch default)."),
+    threads: int | None = typer.Option(1, "--threads", help="torch CPU threads (recorded with the data; 0: torch default)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 (CPU), bf16 or fp16."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
     quick: bool = typer.Option(False, "--quick", help="Reduced sweep (one shape, few sizes): seconds, for smoke tests."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="Timed repetitions per shape (median kept)."),
+    repeats: int | None = typer.Option(None, "--repeats", help="Timed repetitions per shape (median kept)."),
     clock: str = typer.Option("auto", "--clock", help="cpu (process CPU time, one CPU thread only), wall, or auto (cpu when it applies)."),
-    hardware_out: Optional[Path] = typer.Option(None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
+    hardware_out: Path | None = typer.Option(None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
     name: str = typer.Option("cpu-host", "--name", help="Device name used in --hardware-out."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Time GEMMs, memory-bound kernels, attention, launches and tiny modules on one device
     (needs torch: pip install 'serveplan[profile]'). Writes one CSV row per shape, with the
     device, torch version and thread count in its header."""
-    from serveplan.calibrate.profile import ProfileConfig, hardware_yaml_from_measurements, profile_device, shape_from_model
+    from serveplan.calibrate.profile import (
+        ProfileConfig,
+        hardware_yaml_from_measurements,
+        profile_device,
+        shape_from_model,
+    )
 
     changes: dict = {"device": device, "threads": threads or None, "dtype": dtype, "clock": clock}
     if repeats is not None:
@@ -62,11 +66,11 @@ def calibrate_cmd(
     hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML (e.g. from profile --hardware-out)."),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="Profile YAML to write."),
     model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Reference model whose steps the factors are fitted for."),
-    base_profile: Optional[str] = typer.Option(None, "--base-profile", help="Profile whose modelling choices are kept (default: default-gpu)."),
-    attention_impl: Optional[str] = typer.Option(None, "--attention-impl", help="fused or eager (default: the base profile's)."),
+    base_profile: str | None = typer.Option(None, "--base-profile", help="Profile whose modelling choices are kept (default: default-gpu)."),
+    attention_impl: str | None = typer.Option(None, "--attention-impl", help="fused or eager (default: the base profile's)."),
     dispatch_hidden_in_decode: bool = typer.Option(False, "--dispatch-hidden-in-decode/--dispatch-visible", help="Decode replays captured graphs (no dispatch)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Profile name (default: the output file's stem)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the peaks to use (default: the measurements')."),
+    name: str | None = typer.Option(None, "--name", help="Profile name (default: the output file's stem)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Dtype of the peaks to use (default: the measurements')."),
     form: str = typer.Option("auto", "--form", help="Kernel model: auto, tied (one MFU/MBU per phase) or family."),
     matmul: str = typer.Option("auto", "--matmul", help="GEMMs in the profile: auto (size curve and attention factors when held-out error is clearly lower), constant, or curve."),
     folds: int = typer.Option(5, "--folds", help="Cross-validation folds (0 or 1: none)."),
@@ -76,7 +80,7 @@ def calibrate_cmd(
     decode_lengths: str = typer.Option("128,256,512,1024,2048", "--decode-lengths", help="Projection grid: decode contexts."),
     samples: int = typer.Option(20, "--samples", help="Draws of the kernel-fit uncertainty propagated to the profile."),
     seed: int = typer.Option(0, "--seed", help="Seed of cross-validation folds and draws."),
-    max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Cap on fit evaluations (default: scipy's)."),
+    max_nfev: int | None = typer.Option(None, "--max-nfev", help="Cap on fit evaluations (default: scipy's)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Fit MFU, MBU and dispatch times to a measurement file by bounded least squares, report
@@ -108,7 +112,7 @@ def calibrate_cmd(
     _print_report(cal, out)
 
 
-def _print_report(cal: "object", out: Path) -> None:
+def _print_report(cal: object, out: Path) -> None:
     from serveplan.calibrate.fit import Calibration
 
     assert isinstance(cal, Calibration)
@@ -166,13 +170,13 @@ def compare_cmd(
     result: Path = typer.Argument(..., help="vLLM serving benchmark result JSON (--save-result)."),
     model: str = typer.Option(..., "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML path."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
     strategy: str = typer.Option("1m", "--strategy", "-s", help="Strategy of the benchmarked deployment (e.g. 1m)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size of each instance."),
     max_batch: int = typer.Option(256, "--max-batch", help="Sequences per step (vLLM max_num_seqs)."),
     scheduler: str = typer.Option("vllm", "--scheduler", help="vllm or sarathi (chunked prefill)."),
     chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
     seed: int = typer.Option(0, "--seed", help="Arrival seed of the simulation."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

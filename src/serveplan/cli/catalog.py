@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.specs.catalog import get_hardware, get_model, list_hardware, list_models, list_profiles, get_profile
+from serveplan.specs.catalog import get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles
 
 
 @app.command("models")
@@ -99,8 +98,8 @@ def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs
 def hardware_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     template: bool = typer.Option(False, "--template", help="Print a hardware YAML template with every field explained."),
-    new: Optional[str] = typer.Option(None, "--new", help="Create a device YAML named NEW from datasheet values (with --out)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="File for --new (default: NEW.yaml)."),
+    new: str | None = typer.Option(None, "--new", help="Create a device YAML named NEW from datasheet values (with --out)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="File for --new (default: NEW.yaml)."),
     fp32_tflops: float = typer.Option(0.0, "--fp32-tflops", help="Datasheet dense FP32 TFLOPS."),
     bf16_tflops: float = typer.Option(0.0, "--bf16-tflops", help="Datasheet dense BF16 TFLOPS (no sparsity)."),
     fp16_tflops: float = typer.Option(0.0, "--fp16-tflops", help="Datasheet dense FP16 TFLOPS (no sparsity)."),
@@ -111,7 +110,7 @@ def hardware_cmd(
     devices_per_node: int = typer.Option(8, "--devices-per-node", help="Devices per server."),
     link_gbs: float = typer.Option(0.0, "--link-gbs", help="Intra-node link, GB/s per direction per device."),
     link_latency_us: float = typer.Option(3.0, "--link-latency-us", help="Intra-node message latency, us."),
-    inter_node_gbs: Optional[float] = typer.Option(None, "--inter-node-gbs", help="Inter-node link, GB/s per direction per device."),
+    inter_node_gbs: float | None = typer.Option(None, "--inter-node-gbs", help="Inter-node link, GB/s per direction per device."),
     tile_size: int = typer.Option(0, "--tile-size", help="GEMM tile along tokens (0: unknown)."),
     source: str = typer.Option("", "--source", help="Datasheet URL."),
     description: str = typer.Option("", "--description", help="Free text."),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from rich.table import Table
 
@@ -22,17 +20,17 @@ PROFILE_HELP = "Efficiency profile id or YAML path (default: the hardware's own,
 def estimate_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help=HW_HELP),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help=PROFILE_HELP),
+    profile: str | None = typer.Option(None, "--profile", "-p", help=PROFILE_HELP),
     tp: int = typer.Option(4, "--tp", help="Tensor-parallel size."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
     input_len: int = typer.Option(2048, "--input-len", "-s", help="Prompt tokens per sequence."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
+    output_len: int | None = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
     phase: str = typer.Option("prefill", "--phase", help="Step to break down: prefill or decode."),
-    context_len: Optional[int] = typer.Option(None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
+    context_len: int | None = typer.Option(None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     band: bool = typer.Option(False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
     band_samples: int = typer.Option(200, "--band-samples", help="Profiles sampled for --band."),
@@ -82,7 +80,7 @@ def estimate_cmd(
                   f"P10 {fmt_ms(step_band.p10)} ms, P50 {fmt_ms(step_band.p50)} ms, P90 {fmt_ms(step_band.p90)} ms")
 
 
-def _step_band(res, model: str, hardware: str, profile: Optional[str], samples: int, seed: int):  # type: ignore[no-untyped-def]
+def _step_band(res, model: str, hardware: str, profile: str | None, samples: int, seed: int):  # type: ignore[no-untyped-def]
     """Band of the step time of ``res`` over profiles sampled from the profile's uncertainty."""
     from serveplan.calibrate.bands import band
     from serveplan.estimator.api import resolve_specs

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -14,7 +13,11 @@ from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import SpecError
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import (
-    OffloadFrontier, OffloadPlan, evaluate_policy, offload_frontier, plan_offload,
+    OffloadFrontier,
+    OffloadPlan,
+    evaluate_policy,
+    offload_frontier,
+    plan_offload,
 )
 from serveplan.units import fmt_bytes
 
@@ -25,26 +28,26 @@ _TIERS = ("gpu", "cpu", "disk")
 @handle_errors
 def offload_cmd(
     model: str = typer.Option("opt-30b", "--model", "-m", help="Catalog id or path to a HF config.json."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU id (default: the host's GPU)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU id (default: the host's GPU)."),
     host: str = typer.Option("flexgen-t4", "--host", help="Host id (flexgen-t4, flexgen-3090) or YAML path."),
     input_len: int = typer.Option(512, "--input-len", "-s", help="Prompt tokens per sequence."),
     output_len: int = typer.Option(32, "--output-len", "-n", help="Generated tokens per sequence."),
-    compress: Optional[bool] = typer.Option(
+    compress: bool | None = typer.Option(
         None, "--compress/--no-compress",
         help="4-bit group-wise compression of weights and KV (default: search both; with --policy: off)."),
-    cpu_attention: Optional[bool] = typer.Option(
+    cpu_attention: bool | None = typer.Option(
         None, "--cpu-attention/--no-cpu-attention",
         help="Decode attention on the CPU for off-GPU cache (default: search both; with --policy: on unless compressed)."),
-    policy: Optional[str] = typer.Option(
+    policy: str | None = typer.Option(
         None, "--policy", help="Evaluate this FlexGen tuple instead of searching, e.g. 48x3,20,80,0,100,0,100."),
-    max_latency: Optional[float] = typer.Option(None, "--max-latency", help="Upper bound on the block latency (s)."),
+    max_latency: float | None = typer.Option(None, "--max-latency", help="Upper bound on the block latency (s)."),
     frontier: bool = typer.Option(False, "--frontier", help="Print the latency-throughput frontier."),
     overlap: Overlap = typer.Option(Overlap.SERIAL_LOAD, "--overlap", help="How the five terms overlap."),
-    memory_headroom: Optional[float] = typer.Option(
+    memory_headroom: float | None = typer.Option(
         None, "--memory-headroom",
         help="Fraction of every tier to keep free, e.g. 0.1 (default 0; FlexGen's own search keeps 0.2)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for plan.json / frontier.json and frontier.png."),
+    out: Path | None = typer.Option(None, "--out", help="Directory for plan.json / frontier.json and frontier.png."),
 ) -> None:
     """Where weights, KV cache and activations should live (GPU, CPU, disk), with which GPU batch
     size, block size, compression and CPU attention, and the throughput and latency that follow
@@ -143,7 +146,7 @@ def _render_plan(plan: OffloadPlan, mode: str) -> None:
                   f"{plan.time_breakdown_s['prefill_' + term]:.4g}", f"{plan.time_breakdown_s['decode_' + term]:.4g}")
     con.print(b)
     parts = ", ".join(f"{k} {v:.4g} s" for k, v in plan.time_breakdown_s.items()
-                      if not k.split("_", 1)[1] in ("ctog", "gtoc", "dtoc", "ctod", "comp") and v > 0)
+                      if k.split("_", 1)[1] not in ("ctog", "gtoc", "dtoc", "ctod", "comp") and v > 0)
     if parts:
         con.print(f"compute parts: {parts}")
     if plan.violations_bytes:

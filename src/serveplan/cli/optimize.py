@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -20,7 +19,7 @@ from serveplan.sim import SLO, Workload
 from serveplan.units import DType
 
 
-def build_workloads(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
+def build_workloads(scenario: str | None, input_len: int | None, output_len: int | None,
                     num_requests: int) -> list[Workload]:
     """One workload per comma-separated scenario, or the fixed lengths given."""
     if num_requests < 1:
@@ -42,7 +41,7 @@ def build_workloads(scenario: Optional[str], input_len: Optional[int], output_le
 def optimize_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
     devices: int = typer.Option(8, "--devices", help="Device budget (strategies may use fewer)."),
     tp: str = typer.Option("1,2,4,8", "--tp", help="Admissible TP sizes, comma-separated."),
     pp: str = typer.Option("1", "--pp", help="Admissible pipeline sizes."),
@@ -55,9 +54,9 @@ def optimize_cmd(
     no_collocated: bool = typer.Option(False, "--no-collocated", help="Only disaggregated strategies."),
     no_disaggregated: bool = typer.Option(False, "--no-disaggregated", help="Only collocated strategies."),
     same_tp: bool = typer.Option(False, "--same-tp", help="Prefill and decode instances share one TP size."),
-    scenario: Optional[str] = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated (default op2)."),
-    input_len: Optional[int] = typer.Option(None, "--input-len", help="Fixed input length (instead of --scenario)."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="Fixed output length."),
+    scenario: str | None = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated (default op2)."),
+    input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length (instead of --scenario)."),
+    output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
     num_requests: int = typer.Option(2000, "--num-requests", help="Requests per simulation."),
     slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="TTFT target (s)."),
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
@@ -67,11 +66,11 @@ def optimize_cmd(
     seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95 percent confidence interval."),
     seed: int = typer.Option(0, "--seed", help="Base random seed."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: all cores)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: all cores)."),
     backend: str = typer.Option("local", "--backend", help="local (processes) or ray."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="host:port of a Ray head (default: local Ray)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="host:port of a Ray head (default: local Ray)."),
+    out: Path | None = typer.Option(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     band: int = typer.Option(0, "--band", help="Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed) and say which cannot be told apart from the best."),

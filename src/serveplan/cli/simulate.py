@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -17,8 +16,8 @@ from serveplan.sim import SLO, LengthDist, SimulationConfig, SimulationResult, W
 from serveplan.sim.workload import SCENARIOS
 
 
-def build_workload(scenario: Optional[str], input_len: Optional[int], output_len: Optional[int],
-                   trace: Optional[str], length_dist: Optional[str], num_requests: int, arrival: str,
+def build_workload(scenario: str | None, input_len: int | None, output_len: int | None,
+                   trace: str | None, length_dist: str | None, num_requests: int, arrival: str,
                    cv: float, seed: int) -> Workload:
     """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions)."""
     if num_requests < 1:
@@ -58,27 +57,27 @@ def _rates(text: str) -> list[float]:
 def simulate_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
-    profile: Optional[str] = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
     strategy: str = typer.Option("1p1d", "--strategy", "-s", help="Nm (N collocated) or PpDd (P prefill, D decode)."),
     tp: int = typer.Option(4, "--tp", help="Tensor-parallel size of every instance."),
-    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp", help="TP of prefill instances (disaggregated)."),
-    decode_tp: Optional[int] = typer.Option(None, "--decode-tp", help="TP of decode instances (disaggregated)."),
+    prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="TP of prefill instances (disaggregated)."),
+    decode_tp: int | None = typer.Option(None, "--decode-tp", help="TP of decode instances (disaggregated)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages per instance."),
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks per instance."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
     max_batch: int = typer.Option(16, "--max-batch", help="Sequences per step (decode and collocated instances)."),
-    prefill_max_batch: Optional[int] = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0: = max batch)."),
+    prefill_max_batch: int | None = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0: = max batch)."),
     scheduler: str = typer.Option("vllm", "--scheduler", help="Collocated scheduler: vllm or sarathi."),
     chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="New tokens per step (sarathi default: chunk size)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="New tokens per step (sarathi default: chunk size)."),
     router: str = typer.Option("round_robin", "--router", help="round_robin or least_outstanding."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7)."),
-    scenario: Optional[str] = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
-    input_len: Optional[int] = typer.Option(None, "--input-len", help="Fixed input length."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="Fixed output length."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
-    length_dist: Optional[str] = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
+    scenario: str | None = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
+    input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length."),
+    output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
+    trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
+    length_dist: str | None = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
     rate: float = typer.Option(3.5, "--rate", help="Arrival rate (requests/s)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
@@ -88,9 +87,9 @@ def simulate_cmd(
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     early_stop: bool = typer.Option(False, "--early-stop", help="Stop once the SLO is certainly missed."),
-    rate_sweep: Optional[str] = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
+    rate_sweep: str | None = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    out: Path | None = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
     band: int = typer.Option(0, "--band", help="Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput."),
 ) -> None:
     """Simulate a request stream through a fleet (default: BestServe Table 4, 1p1d, CodeLlama-34B
@@ -151,7 +150,7 @@ def _print_band(bands: dict) -> None:  # type: ignore[type-arg]
         con.print(f"  {label}: {f(b.p10)} / {f(b.p50)} / {f(b.p90)} {unit} (nominal {f(b.nominal)})")
 
 
-def _print(res: SimulationResult, sweep: list[SimulationResult], out: Optional[Path]) -> None:
+def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | None) -> None:
     from serveplan.report.tables import latency_rows, summary_lines
 
     con = console()

@@ -43,7 +43,7 @@ class StepBatch:
         return self.prefill_tokens > 0
 
     @staticmethod
-    def prefill(batch: int, input_len: int, context_len: int = 0) -> "StepBatch":
+    def prefill(batch: int, input_len: int, context_len: int = 0) -> StepBatch:
         """``batch`` prompts of ``input_len`` new tokens after ``context_len`` cached ones."""
         _check_positive("batch", batch)
         _check_positive("input_len", input_len)
@@ -56,7 +56,7 @@ class StepBatch:
         )
 
     @staticmethod
-    def decode(batch: int, context_len: int) -> "StepBatch":
+    def decode(batch: int, context_len: int) -> StepBatch:
         """``batch`` decode sequences, each attending ``context_len`` keys (new token included)."""
         _check_positive("batch", batch)
         _check_positive("context_len", context_len)
@@ -64,7 +64,7 @@ class StepBatch:
         return StepBatch(decode_tokens=b, decode_keys=b * c)
 
     @staticmethod
-    def from_sequences(seqs: Iterable[tuple[int, int]]) -> "StepBatch":
+    def from_sequences(seqs: Iterable[tuple[int, int]]) -> StepBatch:
         """From ``(new_tokens, cached_context)`` pairs; ``(1, c>0)`` is a decode."""
         np_ = nd = sp = kvp = kvd = ap = apc = 0.0
         for new, ctx in seqs:
@@ -81,7 +81,7 @@ class StepBatch:
                 apc += new * (ctx + (new + 1) / 2)
         return StepBatch(np_, nd, sp, kvp, kvd, ap, apc)
 
-    def __add__(self, other: "StepBatch") -> "StepBatch":
+    def __add__(self, other: StepBatch) -> StepBatch:
         return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))
 
 

@@ -5,13 +5,22 @@
 """
 
 from serveplan.offload.cost import (
-    COMPRESSION_RATIO, CostTerms, LayerSizes, compressed_bytes, cost_terms, layer_sizes,
+    COMPRESSION_RATIO,
+    CostTerms,
+    LayerSizes,
+    compressed_bytes,
+    cost_terms,
+    layer_sizes,
 )
 from serveplan.offload.host import HostSpec, RuntimeSpeeds, get_host, host_from_dict, list_hosts
 from serveplan.offload.lp import LinearProgram, LPSolution, build_lp, round_placement, solve
 from serveplan.offload.policy import OffloadPolicy, Overlap, parse_policy
 from serveplan.offload.search import (
-    OffloadFrontier, OffloadPlan, evaluate_policy, offload_frontier, plan_offload,
+    OffloadFrontier,
+    OffloadPlan,
+    evaluate_policy,
+    offload_frontier,
+    plan_offload,
 )
 
 __all__ = [

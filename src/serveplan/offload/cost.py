@@ -57,7 +57,7 @@ class Affine:
     def at(self, x: np.ndarray) -> float:
         return float(self.coef @ x + self.const)
 
-    def __add__(self, other: "Affine") -> "Affine":
+    def __add__(self, other: Affine) -> Affine:
         return Affine(self.coef + other.coef, self.const + other.const)
 
 

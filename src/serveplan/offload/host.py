@@ -13,11 +13,12 @@ see :meth:`HostSpec.runtime_for`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -205,7 +206,7 @@ def host_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> HostSp
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _host_entries() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for f in resources.files("serveplan.specs").joinpath("data", "hosts").iterdir():

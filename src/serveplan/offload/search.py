@@ -20,12 +20,23 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.offload.cost import (
-    TERMS, CostTerms, LayerSizes, cost_terms, kv_allocation, layer_sizes, runtime_allocation,
+    TERMS,
+    CostTerms,
+    LayerSizes,
+    cost_terms,
+    kv_allocation,
+    layer_sizes,
+    runtime_allocation,
     weight_allocation,
 )
 from serveplan.offload.host import HostSpec, get_host
 from serveplan.offload.lp import (
-    build_lp, kv_split_step, memory_violations, round_placement, runtime_roundings, solve,
+    build_lp,
+    kv_split_step,
+    memory_violations,
+    round_placement,
+    runtime_roundings,
+    solve,
 )
 from serveplan.offload.policy import PLACEMENT_FIELDS, OffloadPolicy, Overlap
 from serveplan.specs.catalog import get_hardware, get_model

@@ -43,7 +43,7 @@ FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
 class Lin(dict):
     """A linear form over :data:`FEATURES`: ``{"n": 2.0, "one": 5.0}`` means ``2 n + 5``."""
 
-    def __add__(self, other: "Lin") -> "Lin":
+    def __add__(self, other: Lin) -> Lin:
         out = Lin(self)
         for k, v in other.items():
             out[k] = out.get(k, 0.0) + v
@@ -51,12 +51,12 @@ class Lin(dict):
 
     __radd__ = __add__
 
-    def __mul__(self, c: float) -> "Lin":
+    def __mul__(self, c: float) -> Lin:
         return Lin({k: v * c for k, v in self.items()})
 
     __rmul__ = __mul__
 
-    def __truediv__(self, c: float) -> "Lin":
+    def __truediv__(self, c: float) -> Lin:
         return Lin({k: v / c for k, v in self.items()})
 
     def evaluate(self, **features: float) -> float:

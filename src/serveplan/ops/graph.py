@@ -34,8 +34,26 @@ BestServe's tables assume 2 bytes for all three, so its ``4*b*s*h`` is ``2*ab*n*
 from __future__ import annotations
 
 from serveplan.ops.base import (
-    AP, APC, EACT, KVD, KVP, N, NALL, ND, NG, NOUT, NP, ONE, ZERO,
-    Collective, Comm, LayerGroup, Lin, ModuleBlock, Op, Rate,
+    AP,
+    APC,
+    EACT,
+    KVD,
+    KVP,
+    NALL,
+    ND,
+    NG,
+    NOUT,
+    NP,
+    ONE,
+    ZERO,
+    Collective,
+    Comm,
+    LayerGroup,
+    Lin,
+    ModuleBlock,
+    N,
+    Op,
+    Rate,
 )
 from serveplan.specs.model import AttentionKind, MLPKind, ModelSpec, NormKind
 from serveplan.specs.parallel import ParallelConfig

@@ -108,7 +108,7 @@ class GoodputResult:
         return d
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "GoodputResult":
+    def from_dict(d: dict[str, Any]) -> GoodputResult:
         cand = Candidate(**{k: d[k] for k in ("num_collocated", "num_prefill", "num_decode", "tp", "decode_tp",
                                               "pp", "dp", "ep", "max_batch", "prefill_max_batch", "chunk_size")},
                          scheduler=d["scheduler"] if d["scheduler"] != "disaggregated" else "vllm")
@@ -254,7 +254,7 @@ def _next_rate(lo: _Probe, hi: _Probe, tol: float, bisect: bool) -> float:
     return min(max(x, a + tol), b - tol)
 
 
-def _narrow(runner: _Runner, lo: _Probe, hi: _Probe, tol_of: "Callable[[float], float]",
+def _narrow(runner: _Runner, lo: _Probe, hi: _Probe, tol_of: Callable[[float], float],
             workload: Workload | None) -> tuple[_Probe, _Probe]:
     """Shrink a (feasible lo, infeasible hi) bracket until ``hi - lo <= 1.1 tol_of(lo)``; bisect when
     two probes in a row land on the same side (Illinois-style safeguard). Every probe is at least

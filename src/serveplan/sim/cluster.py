@@ -60,7 +60,7 @@ class Strategy:
                 f"{self.num_collocated}m / {self.num_prefill}p{self.num_decode}d")
 
     @staticmethod
-    def parse(text: "str | Strategy") -> "Strategy":
+    def parse(text: str | Strategy) -> Strategy:
         """``"2m"`` (2 collocated instances) or ``"1p1d"`` (1 prefill, 1 decode instance)."""
         if isinstance(text, Strategy):
             return text

@@ -251,7 +251,7 @@ class SimulationResult:
 
 
 # ---------------------------------------------------------------------- estimator memo
-_CLOCKS: "OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], StepClock]]" = OrderedDict()
+_CLOCKS: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], StepClock]] = OrderedDict()
 _MAX_CLOCKS = 32
 
 

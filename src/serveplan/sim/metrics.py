@@ -53,7 +53,7 @@ class LatencyStats:
     count: int = 0
 
     @staticmethod
-    def of(values: Any) -> "LatencyStats":
+    def of(values: Any) -> LatencyStats:
         v = np.asarray(values, dtype=float)
         v = v[np.isfinite(v)]
         if v.size == 0:

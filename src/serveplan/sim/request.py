@@ -55,7 +55,7 @@ class RequestState:
         self.bubble = [0.0] * n
         self.preemptions = [0] * n
 
-    def records(self) -> "RequestRecords":
+    def records(self) -> RequestRecords:
         f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
         arrival, first, finish = f(self.arrival), f(self.first_token), f(self.finish)
         out = np.asarray(self.out, dtype=np.int64)

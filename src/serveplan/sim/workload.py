@@ -82,7 +82,7 @@ class LengthDist:
             raise SpecError("empirical length values must be a non-empty list of positive integers")
 
     @staticmethod
-    def parse(text: str) -> "LengthDist":
+    def parse(text: str) -> LengthDist:
         """``"fixed:2048"``, ``"uniform:128,4096"``, ``"normal:2048,512"``, ``"lognormal:1024,0.8"``,
         ``"empirical:128,256,1024"``."""
         kind, _, rest = text.partition(":")
@@ -215,7 +215,7 @@ class Workload:
 
     # ------------------------------------------------------------------ constructors
     @staticmethod
-    def scenario(name: str, num_requests: int = 10000, *, arrival: str = "poisson", cv: float = 1.0) -> "Workload":
+    def scenario(name: str, num_requests: int = 10000, *, arrival: str = "poisson", cv: float = 1.0) -> Workload:
         """BestServe operating scenario ``op1`` .. ``op4`` with fixed lengths."""
         key = name.lower()
         if key not in SCENARIOS:
@@ -226,14 +226,14 @@ class Workload:
 
     @staticmethod
     def fixed(input_len: int, output_len: int, num_requests: int = 10000, *, arrival: str = "poisson",
-              cv: float = 1.0) -> "Workload":
+              cv: float = 1.0) -> Workload:
         """Every request with ``input_len`` prompt and ``output_len`` output tokens."""
         return Workload(input_lengths=input_len, output_lengths=output_len, num_requests=num_requests,
                         arrival=arrival, cv=cv, name=f"{input_len}/{output_len}")
 
     @staticmethod
     def from_distributions(input_dist: LengthDist | int, output_dist: LengthDist | int, num_requests: int, *,
-                           seed: int = 0, arrival: str = "poisson", cv: float = 1.0, name: str = "") -> "Workload":
+                           seed: int = 0, arrival: str = "poisson", cv: float = 1.0, name: str = "") -> Workload:
         """Draw ``num_requests`` lengths from the two distributions (a seeded stream separate
         from the arrival stream, so lengths never depend on the rate)."""
         if not isinstance(num_requests, int) or num_requests < 1:
@@ -246,7 +246,7 @@ class Workload:
                         name=name or f"{dists[0].kind}/{dists[1].kind}")
 
     @staticmethod
-    def from_trace(path: str | Path, num_requests: int | None = None) -> "Workload":
+    def from_trace(path: str | Path, num_requests: int | None = None) -> Workload:
         """Read a CSV (header row) or JSONL trace with an arrival time (s), input and output
         lengths per request. Accepted column names: ``arrival_s``/``arrival``/``timestamp``/``time``,
         ``input_len``/``input_length``/``input_tokens``/``prompt_len``,

@@ -7,7 +7,7 @@ models, YAML for hardware and profiles).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ def _data_dir(kind: str) -> Any:
     return resources.files("serveplan.specs").joinpath("data", kind)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entries(kind: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     d = _data_dir(kind)

@@ -7,8 +7,9 @@ Values are datasheet numbers in SI units; efficiencies (MFU, MBU, ...) live sepa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.units import DType
@@ -94,7 +95,7 @@ class DeviceSpec:
             return self.intra_node_link
         return self.inter_node_link
 
-    def with_(self, **changes: Any) -> "DeviceSpec":
+    def with_(self, **changes: Any) -> DeviceSpec:
         return dataclasses.replace(self, **changes)
 
 

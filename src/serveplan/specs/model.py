@@ -280,7 +280,7 @@ class ModelSpec:
             * (dtype or self.dtype).bytes
         )
 
-    def with_(self, **changes: Any) -> "ModelSpec":
+    def with_(self, **changes: Any) -> ModelSpec:
         return dataclasses.replace(self, **changes)
 
 

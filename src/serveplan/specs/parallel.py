@@ -84,7 +84,7 @@ class ParallelConfig:
                 f"{model.moe_intermediate_size} of {model.name!r}"
             )
 
-    def with_(self, **changes: Any) -> "ParallelConfig":
+    def with_(self, **changes: Any) -> ParallelConfig:
         return dataclasses.replace(self, **changes)
 
     def label(self) -> str:

@@ -12,9 +12,10 @@ Symbols (BestServe Appendix A): ``compute`` = MFU ``e_c``, ``memory`` = MBU ``e_
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 from serveplan.errors import SpecError
 
@@ -149,7 +150,7 @@ class EfficiencyProfile:
     def dispatch(self, module: Module) -> float:
         return float(self.dispatch_s.get(module, 0.0))
 
-    def with_(self, **changes: Any) -> "EfficiencyProfile":
+    def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,7 +5,12 @@
 """
 
 from serveplan.sim.schedulers.base import (
-    SCHEDULERS, BatchPlan, Scheduler, blocks_for, get_scheduler, register_scheduler,
+    SCHEDULERS,
+    BatchPlan,
+    Scheduler,
+    blocks_for,
+    get_scheduler,
+    register_scheduler,
 )
 from serveplan.sim.schedulers.chunked_prefill import ChunkedPrefillScheduler
 from serveplan.sim.schedulers.continuous import PrefillFirstScheduler

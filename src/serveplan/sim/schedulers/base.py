@@ -34,11 +34,11 @@ from typing import Protocol
 
 from serveplan.errors import SpecError
 
-SCHEDULERS: dict[str, type["Scheduler"]] = {}
+SCHEDULERS: dict[str, type[Scheduler]] = {}
 
 
-def register_scheduler(name: str) -> Callable[[type["Scheduler"]], type["Scheduler"]]:
-    def deco(cls: type["Scheduler"]) -> type["Scheduler"]:
+def register_scheduler(name: str) -> Callable[[type[Scheduler]], type[Scheduler]]:
+    def deco(cls: type[Scheduler]) -> type[Scheduler]:
         SCHEDULERS[name] = cls
         cls.name = name
         return cls
@@ -46,7 +46,7 @@ def register_scheduler(name: str) -> Callable[[type["Scheduler"]], type["Schedul
     return deco
 
 
-def get_scheduler(name: str) -> type["Scheduler"]:
+def get_scheduler(name: str) -> type[Scheduler]:
     try:
         return SCHEDULERS[name]
     except KeyError:
@@ -57,7 +57,7 @@ class InstanceView(Protocol):
     """What a policy may read (attributes of :class:`serveplan.sim.instance.Instance`)."""
 
     now: float
-    waiting: "list[int]"           # arrived, not running, FCFS (preempted requests in front)
+    waiting: list[int]           # arrived, not running, FCFS (preempted requests in front)
     running: list[int]             # holding KV, in admission order
     free_blocks: int
     block_size: int
@@ -66,7 +66,7 @@ class InstanceView(Protocol):
     prefill_max_batch: int         # new prompts per step
     token_budget: float            # new tokens per step (inf = unlimited)
     chunk_size: int                # largest prefill chunk of one request
-    req: "object"                  # RequestState: prompt_len, prefilled, kv_len, gen, out, ready_at, kv_ready
+    req: object                  # RequestState: prompt_len, prefilled, kv_len, gen, out, ready_at, kv_ready
 
 
 @dataclass(slots=True)
