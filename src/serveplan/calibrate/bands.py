@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from serveplan.errors import SpecError
-from serveplan.specs.profile import EfficiencyProfile, Module, PhaseEfficiency
+from serveplan.specs.profile import PHASES, EfficiencyProfile, Module, PhaseEfficiency
 
 if TYPE_CHECKING:
     from serveplan.optimize.goodput import GoodputResult, GoodputSettings
@@ -77,7 +77,7 @@ def sample_profiles(profile: EfficiencyProfile, samples: int, *, seed: int = 0) 
     keys = sorted(unc)
     for k in keys:
         head, _, tail = k.partition(".")
-        ok = (head in ("prefill", "decode") and tail in PHASE_KEYS + ("matmul_size_curve",)) or (
+        ok = (head in PHASES and tail in PHASE_KEYS + ("matmul_size_curve",)) or (
             head == "dispatch" and tail in {m.value for m in Module})
         if tail == "matmul_size_curve" and head not in profile.matmul_size_curve:
             ok = False
@@ -88,8 +88,8 @@ def sample_profiles(profile: EfficiencyProfile, samples: int, *, seed: int = 0) 
     out = []
     for _ in range(samples):
         phases = {}
-        for ph in ("prefill", "decode"):
-            e = getattr(profile, ph)
+        for ph in PHASES:
+            e = profile.efficiency(ph)
             phases[ph] = dict(compute=e.compute, memory=e.memory, comm=e.comm,
                               attention_compute=e.attention_compute, attention_memory=e.attention_memory)
         dispatch = dict(profile.dispatch_s)

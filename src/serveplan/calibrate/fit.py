@@ -53,10 +53,9 @@ from serveplan.ops.base import Op
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile, Module, Phase, PhaseEfficiency
+from serveplan.specs.profile import PHASES, EfficiencyProfile, Module, Phase, PhaseEfficiency
 from serveplan.units import DType
 
-PHASES = tuple(ph.value for ph in Phase)
 FAMILIES = tuple(f.value for f in roofline.FAMILIES)
 #: kernel kind -> family
 KIND_FAMILY = {"gemm": "matmul", "gemv": "matmul", "attention": "attention", "copy": "stream",

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
 from serveplan.errors import SpecError
+from serveplan.specs.profile import Phase
 
 
 def _pairs(batches: str, lengths: str, what: str) -> list[tuple[int, int]]:
@@ -123,8 +124,8 @@ def _print_report(cal: object, out: Path) -> None:
                     + ("GEMMs: size curve; MFU/MBU: streaming kernels" if curve else f"kernel model: {cal.chosen}") + ")")
     for col in ("parameter", "value", "sd"):
         t.add_column(col, justify="left" if col == "parameter" else "right")
-    for ph in ("prefill", "decode"):
-        e = getattr(p, ph)
+    for ph in Phase:
+        e = p.efficiency(ph)
         keys = [("compute", "MFU"), ("memory", "MBU")]
         if curve:
             keys += [("attention_compute", "attention MFU"), ("attention_memory", "attention MBU")]

@@ -8,6 +8,7 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.estimator.api import estimate
 from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.profile import Phase
 from serveplan.units import fmt_bytes, fmt_ms
 
 MODEL_HELP = "Catalog id (see `serveplan models`) or path to a Hugging Face config.json."
@@ -50,7 +51,7 @@ def estimate_cmd(
         emit_json(d)
         return
     con = console()
-    what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase == "prefill"
+    what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase is Phase.PREFILL
             else f"decode step, batch {res.batch}, context {res.context_len}")
     t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, profile {res.profile}): {what}")
     for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
@@ -88,6 +89,6 @@ def _step_band(res, model: str, hardware: str, profile: str | None, samples: int
     from serveplan.estimator.step import Estimator
 
     m, hw, pr = resolve_specs(model, hardware, profile)
-    b = (StepBatch.prefill(res.batch, res.input_len) if res.phase == "prefill"
+    b = (StepBatch.prefill(res.batch, res.input_len) if res.phase is Phase.PREFILL
          else StepBatch.decode(res.batch, res.context_len))
     return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype).time(b), pr, samples=samples, seed=seed)

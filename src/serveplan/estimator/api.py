@@ -13,11 +13,11 @@ from serveplan.specs.catalog import get_hardware, get_model, get_profile
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile
+from serveplan.specs.profile import EfficiencyProfile, Phase
 from serveplan.units import DType
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EstimateResult:
     """A step estimate, and the static-batch metrics when an output length was given."""
 
@@ -28,7 +28,7 @@ class EstimateResult:
     dtype: str
     batch: int
     input_len: int
-    phase: str
+    phase: Phase
     context_len: int | None
     step: StepEstimate
     static: StaticMetrics | None
@@ -64,7 +64,7 @@ def resolve_specs(model: str | ModelSpec, hardware: str | DeviceSpec,
 def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str | EfficiencyProfile | None = None,
              parallel: ParallelConfig | None = None, dtype: str | DType | None = None,
              batch: int = 1, input_len: int = 2048, output_len: int | None = None,
-             phase: str = "prefill", context_len: int | None = None) -> EstimateResult:
+             phase: Phase | str = Phase.PREFILL, context_len: int | None = None) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
 
@@ -78,9 +78,11 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     m, hw, pr = resolve_specs(model, hardware, profile)
     est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype)
     est.check_fits()
-    if phase not in ("prefill", "decode"):
-        raise SpecError(f"phase={phase!r}; expected one of: prefill, decode")
-    if phase == "decode":
+    try:
+        ph = Phase(phase)
+    except ValueError:
+        raise SpecError(f"phase={phase!r}; expected one of: {', '.join(p.value for p in Phase)}") from None
+    if ph is Phase.DECODE:
         if context_len is None:
             context_len = input_len + (output_len or 1) - 1
         step = est.estimate(StepBatch.decode(batch, context_len))
@@ -91,5 +93,6 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         if output_len < 1:
             raise SpecError(f"output_len={output_len} must be a positive integer")
         static = static_batch(est, batch, input_len, output_len)
-    return EstimateResult(m.name, hw.name, pr.name, est.parallel, est.dtype.value, batch, input_len,
-                          step.phase, context_len, step, static)
+    return EstimateResult(model=m.name, hardware=hw.name, profile=pr.name, parallel=est.parallel,
+                          dtype=est.dtype.value, batch=batch, input_len=input_len, phase=step.phase,
+                          context_len=context_len, step=step, static=static)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from serveplan.errors import SpecError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepBatch:
     """Aggregates of a step's sequences (per instance, before data-parallel splitting).
 
-    Build with :meth:`prefill`, :meth:`decode` or :meth:`from_sequences`.
+    Build with :meth:`prefill`, :meth:`decode` or :meth:`from_sequences`, with keywords, or from
+    a running-sum tuple in :meth:`key` order (:meth:`from_key`).
     """
 
     prefill_tokens: float = 0.0      # np
@@ -79,15 +80,23 @@ class StepBatch:
                 kvp += ctx + new
                 ap += new * (ctx + new)
                 apc += new * (ctx + (new + 1) / 2)
-        return StepBatch(np_, nd, sp, kvp, kvd, ap, apc)
+        return StepBatch(prefill_tokens=np_, decode_tokens=nd, prefill_seqs=sp, prefill_keys=kvp,
+                         decode_keys=kvd, prefill_scores=ap, prefill_causal_scores=apc)
+
+    def key(self) -> tuple[float, float, float, float, float, float, float]:
+        """The aggregates as a tuple, in field order (a cache key; :meth:`from_key` inverts it)."""
+        return (self.prefill_tokens, self.decode_tokens, self.prefill_seqs, self.prefill_keys, self.decode_keys,
+                self.prefill_scores, self.prefill_causal_scores)
+
+    @staticmethod
+    def from_key(key: tuple[float, ...]) -> StepBatch:
+        """Inverse of :meth:`key`: the running sums a simulator keeps, in field order."""
+        np_, nd, sp, kvp, kvd, ap, apc = key
+        return StepBatch(prefill_tokens=np_, decode_tokens=nd, prefill_seqs=sp, prefill_keys=kvp,
+                         decode_keys=kvd, prefill_scores=ap, prefill_causal_scores=apc)
 
     def __add__(self, other: StepBatch) -> StepBatch:
-        return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))
-
-
-def _astuple(b: StepBatch) -> tuple[float, ...]:
-    return (b.prefill_tokens, b.decode_tokens, b.prefill_seqs, b.prefill_keys, b.decode_keys,
-            b.prefill_scores, b.prefill_causal_scores)
+        return StepBatch.from_key(tuple(a + b for a, b in zip(self.key(), other.key(), strict=True)))
 
 
 def _check_positive(name: str, v: int) -> None:

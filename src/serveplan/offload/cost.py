@@ -35,6 +35,7 @@ from serveplan.offload.host import HostSpec, RuntimeSpeeds
 from serveplan.offload.policy import PLACEMENT_FIELDS, Overlap
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, MLPKind, ModelSpec
+from serveplan.specs.profile import Phase
 
 FP16_BYTES = 2.0  # FlexGen runs in FP16 (reference Section 2: factor 2 per value)
 COMPRESSION_BITS = 4  # FlexGen Section 5: weights and KV cache to 4 bits
@@ -245,12 +246,12 @@ class CostTerms:
         """Terms whose sums are combined with max() in ``phase`` (see :class:`Overlap`)."""
         if self.overlap is Overlap.PERFECT:
             return [[t] for t in TERMS]
-        if phase == "prefill":
+        if phase == Phase.PREFILL:
             return [["ctog", "dtoc"], ["gtoc", "ctod"], ["comp"]]
         return [["ctog", "gtoc"], ["ctog", "dtoc"], ["ctog", "ctod"], ["ctog", "comp"]]
 
     def stage_affines(self, phase: str) -> list[Affine]:
-        terms = self.prefill if phase == "prefill" else self.decode
+        terms = self.prefill if phase == Phase.PREFILL else self.decode
         out = []
         for group in self.stage_groups(phase):
             a = terms[group[0]]

@@ -364,7 +364,8 @@ class Instance:
                 if len(self._prefill_t) >= _MAX_STEPS:
                     self._prefill_t.clear()
                 t = self._prefill_t[c] = self.clock.time(
-                    StepBatch(0.0 + c, 0.0, 1.0, 0.0 + c, 0.0, 0.0 + c * c, 0.0 + c * ((c + 1) / 2)))
+                    StepBatch(prefill_tokens=0.0 + c, prefill_seqs=1.0, prefill_keys=0.0 + c,
+                              prefill_scores=0.0 + c * c, prefill_causal_scores=0.0 + c * ((c + 1) / 2)))
             exit_t = now + t
             self.now = exit_t
             self.num_steps += 1
@@ -494,7 +495,7 @@ class Instance:
         if t is None:
             if len(by_key) >= _MAX_STEPS:
                 by_key.clear()
-            t = by_key[key] = self.clock.time(StepBatch(*key))
+            t = by_key[key] = self.clock.time(StepBatch.from_key(key))
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
@@ -614,8 +615,9 @@ class Instance:
         now = self.now
         est = self.clock.est
         ctx0 = R.prefilled[q]
-        first = StepBatch(float(c), float(nd), 1.0, float(ctx0 + c), float(kvd0), float(c * (ctx0 + c)),
-                          c * (ctx0 + (c + 1) / 2))
+        first = StepBatch(prefill_tokens=float(c), decode_tokens=float(nd), prefill_seqs=1.0,
+                          prefill_keys=float(ctx0 + c), decode_keys=float(kvd0), prefill_scores=float(c * (ctx0 + c)),
+                          prefill_causal_scores=c * (ctx0 + (c + 1) / 2))
         x0 = est.features(first)
         dp = est.parallel.dp
         j = np.arange(k_max, dtype=float)

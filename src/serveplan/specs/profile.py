@@ -32,6 +32,10 @@ class Phase(str, Enum):
         return str(self.value)
 
 
+#: Phase names, for validating data files and keys.
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+
+
 class Module(str, Enum):
     """Modules of a transformer layer as dispatched by the host (BestServe §3.3.3)."""
 
@@ -142,7 +146,7 @@ class EfficiencyProfile:
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
-            if ph not in ("prefill", "decode"):
+            if ph not in PHASES:
                 raise SpecError(f"profile {self.name!r}: matmul_size_curve phase {ph!r}; expected prefill or decode")
             if len(rows) != len(ratio) or len(rows) < 1:
                 raise SpecError(f"profile {self.name!r}: matmul_size_curve.{ph} needs as many rows as ratios (>= 1)")
@@ -208,7 +212,7 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
     if not isinstance(raw, Mapping):
         raise SpecError(f"efficiency profile must be a mapping, got {type(raw).__name__}")
     name = name or str(raw.get("name", "custom"))
-    for key in ("prefill", "decode"):
+    for key in PHASES:
         if not isinstance(raw.get(key), Mapping):
             raise SpecError(f"profile {name!r}: field {key!r} must map compute/memory/comm to factors")
 
