@@ -13,10 +13,9 @@ from serveplan.offload.cost import (
     layer_sizes,
     weight_allocation,
 )
-from serveplan.offload.host import get_host
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import evaluate_policy
-from serveplan.specs.catalog import get_model
+from serveplan.specs.catalog import get_host, get_model
 
 HOST = get_host("flexgen-t4")
 

@@ -9,10 +9,9 @@ from hypothesis import strategies as st
 
 from serveplan.errors import InfeasibleError
 from serveplan.offload.cost import cost_terms
-from serveplan.offload.host import get_host
 from serveplan.offload.lp import build_lp, memory_violations, round_placement, solve
 from serveplan.offload.policy import parse_policy
-from serveplan.specs.catalog import get_model
+from serveplan.specs.catalog import get_host, get_model
 
 HOST = get_host("flexgen-t4")
 

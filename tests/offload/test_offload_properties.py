@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from serveplan.offload.cost import cost_terms
-from serveplan.offload.host import get_host
 from serveplan.offload.policy import Overlap
-from serveplan.specs.catalog import get_model
+from serveplan.specs.catalog import get_host, get_model
 
 HOST = get_host("flexgen-t4")
 MODELS = {m: get_model(m) for m in ("opt-30b", "llama-2-70b", "mixtral-8x7b", "deepseek-v3")}

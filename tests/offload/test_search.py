@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from serveplan.errors import InfeasibleError, SpecError
-from serveplan.offload.host import get_host
 from serveplan.offload.policy import parse_policy
 from serveplan.offload.search import evaluate_policy, offload_frontier, plan_offload
 from serveplan.offload.validation import TABLE2_CELLS, compare_cells, compare_table2, summarize
+from serveplan.specs.catalog import get_host
 
 
 @pytest.fixture(scope="module")

@@ -93,10 +93,10 @@ def offload_cmd(
 
 def _plot(fr: OffloadFrontier, path: Path) -> None:
     try:
-        from serveplan.offload.plot import plot_frontier
+        from serveplan.report.plots import plot_frontier
         plot_frontier(fr, path)
-    except ImportError:  # pragma: no cover - matplotlib is an optional extra
-        typer.echo("plot skipped: install matplotlib (pip install 'serveplan[plot]')", err=True)
+    except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
+        typer.echo(f"plot skipped: {exc}", err=True)
 
 
 def _pct(x: float) -> str:

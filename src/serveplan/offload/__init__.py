@@ -12,7 +12,6 @@ from serveplan.offload.cost import (
     cost_terms,
     layer_sizes,
 )
-from serveplan.offload.host import HostSpec, RuntimeSpeeds, get_host, host_from_dict, list_hosts
 from serveplan.offload.lp import LinearProgram, LPSolution, build_lp, round_placement, solve
 from serveplan.offload.policy import OffloadPolicy, Overlap, parse_policy
 from serveplan.offload.search import (
@@ -22,6 +21,8 @@ from serveplan.offload.search import (
     offload_frontier,
     plan_offload,
 )
+from serveplan.specs.catalog import get_host, host_from_dict, list_hosts
+from serveplan.specs.host import HostSpec, RuntimeSpeeds
 
 __all__ = [
     "COMPRESSION_RATIO", "CostTerms", "HostSpec", "LPSolution", "LayerSizes", "LinearProgram",

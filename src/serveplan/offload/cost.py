@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serveplan.offload.host import HostSpec, RuntimeSpeeds
 from serveplan.offload.policy import PLACEMENT_FIELDS, Overlap
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.host import HostSpec, RuntimeSpeeds
 from serveplan.specs.model import AttentionKind, MLPKind, ModelSpec
 from serveplan.specs.profile import Phase
 

@@ -29,7 +29,6 @@ from serveplan.offload.cost import (
     runtime_allocation,
     weight_allocation,
 )
-from serveplan.offload.host import HostSpec, get_host
 from serveplan.offload.lp import (
     build_lp,
     kv_split_step,
@@ -39,8 +38,9 @@ from serveplan.offload.lp import (
     solve,
 )
 from serveplan.offload.policy import PLACEMENT_FIELDS, OffloadPolicy, Overlap
-from serveplan.specs.catalog import get_hardware, get_model
+from serveplan.specs.catalog import get_hardware, get_host, get_model
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.host import HostSpec
 from serveplan.specs.model import ModelSpec
 
 #: GPU batch sizes tried (FlexGen: "typically a multiple of 4"; Tables 14-18 also use 1, 2, 7).

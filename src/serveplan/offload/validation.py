@@ -12,9 +12,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from serveplan.offload.host import HostSpec, get_host
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import evaluate_policy, plan_offload
+from serveplan.specs.catalog import get_host
+from serveplan.specs.host import HostSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

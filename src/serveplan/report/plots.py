@@ -4,22 +4,28 @@
   Figures 6 and 8).
 * :func:`rate_sweep_plot`: P90 TTFT and TPOT against the arrival rate, with the targets
   (BestServe Figures 7 and 9).
+* :func:`plot_frontier`: an offloading latency-throughput frontier (FlexGen Figure 1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from serveplan.sim import SimulationResult
+if TYPE_CHECKING:
+    from serveplan.offload.search import OffloadFrontier
+    from serveplan.sim import SimulationResult
 
-INSTALL_HINT = "plots need matplotlib: pip install 'serveplan[plot]'"
+#: matplotlib is a dependency of serveplan (every ``--out`` writes plots), so this only shows in an
+#: environment where it was removed or failed to install.
+INSTALL_HINT = "plots need matplotlib, a dependency of serveplan: pip install 'matplotlib>=3.7'"
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (imported on first use)."""
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -32,7 +38,7 @@ def _plt() -> Any:
 
 def latency_histograms(res: SimulationResult, path: str | Path) -> Path:
     """Two panels (TTFT, TPOT, in ms) with P90, P99 and SLO vertical lines."""
-    plt = _plt()
+    plt = pyplot()
     slo = res.config.slo
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, name, values, stats, target in (
@@ -61,7 +67,7 @@ def latency_histograms(res: SimulationResult, path: str | Path) -> Path:
 
 def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Path:
     """P90 TTFT and TPOT (ms) against arrival rate (req/s), SLO targets dashed."""
-    plt = _plt()
+    plt = pyplot()
     rs = sorted(results, key=lambda r: r.config.rate or 0.0)
     rates = [r.config.rate for r in rs]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -83,3 +89,42 @@ def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Pa
     fig.savefig(p, dpi=120)
     plt.close(fig)
     return p
+
+
+def plot_frontier(frontier: OffloadFrontier, path: str | Path, *, title: str | None = None) -> Path:
+    """Write the frontier (block latency vs generation throughput, log-log) to ``path`` (PNG).
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
+    plt = pyplot()
+    pts = frontier.points
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for compress, marker, label in ((False, "o", "FP16"), (True, "s", "4-bit compressed")):
+        sel = [p for p in pts if p.policy.compress == compress]
+        if sel:
+            ax.plot([p.latency_s for p in sel], [p.throughput_tokens_per_s for p in sel],
+                    marker=marker, linestyle="", label=label)
+    ax.plot([p.latency_s for p in pts], [p.throughput_tokens_per_s for p in pts], color="grey",
+            linewidth=0.8, zorder=0)
+    for p in pts:
+        ax.annotate(str(p.policy.block_size), (p.latency_s, p.throughput_tokens_per_s),
+                    textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("latency of one block (s)")
+    ax.set_ylabel("generation throughput (token/s)")
+    if pts:
+        p0 = pts[0]
+        ax.set_title(title or f"{p0.model} on {p0.gpu} + {p0.host}, {p0.input_len}+{p0.output_len} tokens",
+                     fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

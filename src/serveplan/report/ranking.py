@@ -7,6 +7,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from serveplan.report.plots import pyplot
+
 COLUMNS = [
     "rank", "name", "strategy", "num_devices", "tp", "decode_tp", "pp", "dp", "ep", "max_batch", "scheduler",
     "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
@@ -39,18 +41,9 @@ def write_csv(result: Any, path: str | Path) -> Path:
     return path
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_goodput_bars(result: Any, path: str | Path, title: str = "") -> Path:
     """Normalized goodput (req/s per device) per strategy, collocated and disaggregated coloured apart."""
-    plt = _plt()
+    plt = pyplot()
     items = list(result.strategies)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(items) + 2), 4.2))
     colors = ["#4C72B0" if not r.candidate.is_disaggregated else "#DD8452" for r in items]
@@ -75,7 +68,7 @@ def plot_goodput_bars(result: Any, path: str | Path, title: str = "") -> Path:
 
 def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
     """Goodput per device against mean end-to-end latency at the goodput rate; Pareto set joined."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     pts = [(r.e2e_mean_s, r.goodput_per_device, r) for r in result.strategies]
     for lat, thr, r in pts:

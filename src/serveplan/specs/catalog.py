@@ -1,4 +1,4 @@
-"""Bundled models, hardware and efficiency profiles, and loading of user files.
+"""Bundled models, hardware, efficiency profiles and offloading hosts, and loading of user files.
 
 Each bundled entry is one YAML file under ``specs/data/<kind>/<id>.yaml`` with a ``source``. A
 name that is a path to an existing file is loaded from that file instead (``config.json`` for
@@ -16,6 +16,7 @@ import yaml
 
 from serveplan.errors import SpecError, unknown_name
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
+from serveplan.specs.host import HostSpec, parse_host
 from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
 
@@ -112,3 +113,32 @@ def get_profile(name: str | None = None, hardware: str | None = None) -> Efficie
     if name not in entries:
         raise unknown_name("profile", name, entries)
     return profile_from_dict(entries[name], name=name)
+
+
+def list_hosts() -> list[str]:
+    """Ids of the bundled offloading hosts."""
+    return sorted(_entries("hosts"))
+
+
+def host_from_dict(raw: Any, *, name: str | None = None) -> HostSpec:
+    """A :class:`HostSpec` from the YAML schema of ``specs/data/hosts/*.yaml`` (GPU ids resolved
+    in this catalog)."""
+    return parse_host(raw, name=name, hardware=get_hardware)
+
+
+@lru_cache(maxsize=64)
+def get_host(name: str) -> HostSpec:
+    """A bundled host by id (``"flexgen-t4"``) or a path to a host YAML file.
+
+    Raises
+    ------
+    SpecError
+        Unknown id (with a did-you-mean hint) or a malformed file.
+    """
+    if _looks_like_path(name):
+        raw = _read_yaml_file(name, "host")
+        return host_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
+    entries = _entries("hosts")
+    if name not in entries:
+        raise unknown_name("host", name, entries)
+    return host_from_dict(entries[name], name=name)

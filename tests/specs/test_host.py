@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from serveplan.errors import SpecError
-from serveplan.offload.host import get_host, host_from_dict, list_hosts
+from serveplan.specs.catalog import get_host, host_from_dict, list_hosts
 
 
 @pytest.mark.parametrize("name", list_hosts())

@@ -4,7 +4,8 @@ An offloading plan needs more than the GPU datasheet: how much CPU memory and di
 how fast tensors move between the tiers (``ctog``, ``gtoc``, ``dtoc``, ``ctod`` in FlexGen's
 notation, Appendix A.3 Table 7), how fast the CPU computes decode attention, and the effective
 FLOP/s of the offloading runtime's kernels. Bundled hosts live in
-``specs/data/hosts/<id>.yaml``; each value carries a comment citing its source.
+``specs/data/hosts/<id>.yaml`` (each value carries a comment citing its source) and are loaded by
+the catalog (:func:`serveplan.specs.catalog.get_host`), like models and hardware.
 
 To add a host, copy ``flexgen-t4.yaml``, replace the capacities and link rates, and either refit the
 ``runtime`` block or keep the T4 one (it is scaled to another GPU by the ratio of datasheet peaks,
@@ -13,17 +14,11 @@ see :meth:`HostSpec.runtime_for`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from serveplan.errors import SpecError, unknown_name
-from serveplan.specs.catalog import get_hardware
+from serveplan.errors import SpecError
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
 from serveplan.units import DType
 
@@ -150,16 +145,18 @@ class HostSpec:
         )
 
 
-def _gpu(raw: Any, where: str) -> DeviceSpec:
+def _gpu(raw: Any, where: str, hardware: Callable[[str], DeviceSpec]) -> DeviceSpec:
     if isinstance(raw, str):
-        return get_hardware(raw)
+        return hardware(raw)
     if isinstance(raw, Mapping):
         return hardware_from_dict(raw, name=str(raw.get("name", "custom-gpu")))
     raise SpecError(f"{where} must be a hardware id or a mapping of hardware fields, got {raw!r}")
 
 
-def host_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> HostSpec:
-    """Build a :class:`HostSpec` from the YAML schema of ``specs/data/hosts/*.yaml``.
+def parse_host(raw: Mapping[str, Any], *, name: str | None = None,
+               hardware: Callable[[str], DeviceSpec]) -> HostSpec:
+    """Build a :class:`HostSpec` from the YAML schema of ``specs/data/hosts/*.yaml``; ``hardware``
+    resolves a GPU given by id (:func:`serveplan.specs.catalog.host_from_dict` passes the catalog's).
 
     Raises
     ------
@@ -181,7 +178,7 @@ def host_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> HostSp
     where = f"host {name!r}"
     if "gpu" not in raw:
         raise SpecError(f"{where}: field 'gpu' is missing")
-    gpu = _gpu(raw["gpu"], f"{where}: gpu")
+    gpu = _gpu(raw["gpu"], f"{where}: gpu", hardware)
     rt = raw.get("runtime")
     if not isinstance(rt, Mapping):
         raise SpecError(f"{where}: field 'runtime' must be a mapping of runtime speeds")
@@ -190,7 +187,7 @@ def host_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> HostSp
     for k in RuntimeSpeeds.__dataclass_fields__:
         if getattr(runtime, k) <= 0:
             raise SpecError(f"{rwhere}: {k}={getattr(runtime, k)!r} must be positive")
-    ref = _gpu(rt.get("reference_gpu", raw["gpu"]), f"{rwhere}: reference_gpu")
+    ref = _gpu(rt.get("reference_gpu", raw["gpu"]), f"{rwhere}: reference_gpu", hardware)
     return HostSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -204,41 +201,3 @@ def host_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> HostSp
             "gtoc_activation_bandwidth", "disk_read_bandwidth", "disk_write_bandwidth",
             "cpu_attention_flops")},
     )
-
-
-@cache
-def _host_entries() -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for f in resources.files("serveplan.specs").joinpath("data", "hosts").iterdir():
-        if f.name.endswith(".yaml"):
-            out[f.name[: -len(".yaml")]] = yaml.safe_load(f.read_text())
-    return out
-
-
-def list_hosts() -> list[str]:
-    """Ids of the bundled hosts."""
-    return sorted(_host_entries())
-
-
-@lru_cache(maxsize=64)
-def get_host(name: str) -> HostSpec:
-    """A bundled host by id (``"flexgen-t4"``) or a path to a host YAML file.
-
-    Raises
-    ------
-    SpecError
-        Unknown id (with a did-you-mean hint) or a malformed file.
-    """
-    if name.endswith((".yaml", ".yml")) or "/" in name:
-        p = Path(name)
-        if not p.is_file():
-            raise SpecError(f"host file {name!r} does not exist")
-        try:
-            raw = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise SpecError(f"host file {name!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
-        return host_from_dict(raw, name=str((raw or {}).get("name", p.stem)) if isinstance(raw, dict) else p.stem)
-    entries = _host_entries()
-    if name not in entries:
-        raise unknown_name("host", name, entries)
-    return host_from_dict(entries[name], name=name)
