@@ -20,6 +20,10 @@ MS = 1e-3
 US = 1e-6
 
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 class DType(str, Enum):
     """Numeric formats, carrying their byte width (weights and KV use the same format)."""
 

@@ -17,7 +17,6 @@ arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calib
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +41,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase
-from serveplan.units import DType
+from serveplan.units import DType, ceil_div
 
 #: Fraction of device memory the engine may use (vLLM's ``gpu_memory_utilization`` default 0.9).
 DEFAULT_MEMORY_UTILIZATION = 0.9
@@ -346,7 +345,7 @@ class Estimator:
         if m.is_moe:
             moe = (m.num_experts / p.ep) * m.expert_params() / p.expert_tp
             moe += m.num_shared_experts * m.expert_params() / t + h * m.num_experts
-        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
+        layers_stage = ceil_div(m.num_hidden_layers, p.pp)
         frac = layers_stage / m.num_hidden_layers
         params = frac * (m.num_hidden_layers * per_layer_common + m.num_dense_layers * dense
                          + m.num_moe_layers * moe) + m.embedding_params() / t
@@ -354,7 +353,7 @@ class Estimator:
 
     def kv_bytes_per_token_per_device(self) -> float:
         m, p = self.model, self.parallel
-        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
+        layers_stage = ceil_div(m.num_hidden_layers, p.pp)
         if m.attention is AttentionKind.MLA:
             per_layer: float = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
         else:
