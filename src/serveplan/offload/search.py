@@ -482,6 +482,89 @@ def _infeasible_message(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, s: in
     return f"model {model.name!r} does not fit on {gpu.name} + host {host.name!r}: " + "; ".join(parts)
 
 
+# ------------------------------------------------------------------------------------- skeleton
+@dataclass(slots=True)
+class _Search:
+    """What :func:`plan_offload` and :func:`offload_frontier` share: resolved specs, the batch
+    shapes to solve (:func:`_candidates`) and the counts reported under ``search``."""
+
+    model: ModelSpec
+    gpu: DeviceSpec
+    host: HostSpec
+    input_len: int
+    output_len: int
+    modes: list[tuple[bool, bool]]
+    overlap: Overlap
+    candidates: list[_Candidate]
+    t0: float
+    solved: int = 0
+    lps: list[int] = field(default_factory=lambda: [0])
+
+    def solve(self, c: _Candidate, max_latency_s: float | None,
+              beat_latency_s: float | None) -> tuple[np.ndarray, np.ndarray, Any] | None:
+        """:func:`_solve_candidate`, counted; None when nothing runnable beats ``beat_latency_s``."""
+        self.solved += 1
+        try:
+            return _solve_candidate(c, max_latency_s, beat_latency_s, self.lps)
+        except InfeasibleError:
+            return None
+
+    def stats(self) -> dict[str, Any]:
+        return {"candidates": len(self.candidates), "shapes_solved": self.solved, "lps_solved": self.lps[0],
+                "seconds": time.perf_counter() - self.t0}
+
+    def infeasible(self, max_latency_s: float | None) -> InfeasibleError:
+        return InfeasibleError(_infeasible_message(self.model, self.gpu, self.host, self.input_len, self.output_len,
+                                                   self.modes, max_latency_s, self.overlap))
+
+    def plan(self, c: _Candidate, xr: np.ndarray, xa: np.ndarray, **extra: Any) -> OffloadPlan:
+        """The plan of an allocated placement, its policy written with tidy weight percentages."""
+        return _plan_from(c.terms, xa, model=self.model, gpu=self.gpu, host=self.host,
+                          policy=_policy_from(c.terms, _tidy_weights(c.terms, xr)), **extra)
+
+
+def _start_search(model: str | ModelSpec, gpu: str | DeviceSpec | None, host: str | HostSpec, *,
+                  input_len: int, output_len: int, compress: bool | None, cpu_attention: bool | None,
+                  overlap: Overlap, gpu_batch_sizes: tuple[int, ...], num_gpu_batches: tuple[int, ...],
+                  memory_headroom: float | None, max_latency_s: float | None) -> _Search:
+    _check_lengths(input_len, output_len)
+    t0 = time.perf_counter()
+    m, g, h = _resolve(model, gpu, host, memory_headroom)
+    modes = _modes(compress, cpu_attention)
+    cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
+                        gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
+                        max_latency_s=max_latency_s)
+    return _Search(model=m, gpu=g, host=h, input_len=input_len, output_len=output_len, modes=modes,
+                   overlap=overlap, candidates=cands, t0=t0)
+
+
+@dataclass(slots=True)
+class _BestByDisk:
+    """Best plan found with and without disk. A disk plan is chosen only when its throughput beats
+    the best disk-free plan's by :data:`DISK_MARGIN`, so each class has its own bar to beat."""
+
+    plans: dict[bool, tuple[float, _Candidate, np.ndarray, np.ndarray, Any] | None] = field(
+        default_factory=lambda: {False: None, True: None})
+
+    def rate(self, disk: bool) -> float:
+        b = self.plans[disk]
+        return b[0] if b is not None else 0.0
+
+    def disk_wins(self) -> bool:
+        return self.rate(True) > self.rate(False) * (1 + DISK_MARGIN)
+
+    def to_beat(self, disk: bool) -> float:
+        """Throughput a candidate of the class must exceed to change the answer."""
+        if disk:
+            return max(self.rate(True), self.rate(False) * (1 + DISK_MARGIN))
+        return max(self.rate(False), self.rate(True) / (1 + DISK_MARGIN))
+
+    def chosen(self) -> tuple[float, _Candidate, np.ndarray, np.ndarray, Any] | None:
+        if self.plans[False] is not None and (self.plans[True] is None or not self.disk_wins()):
+            return self.plans[False]
+        return self.plans[True]
+
+
 def plan_offload(
     model: str | ModelSpec,
     *,
@@ -515,63 +598,36 @@ def plan_offload(
         No policy fits GPU + CPU + disk (the message gives the bytes needed and available per tier)
         or meets ``max_latency_s``.
     """
-    _check_lengths(input_len, output_len)
-    t0 = time.perf_counter()
-    m, g, h = _resolve(model, gpu, host, memory_headroom)
-    modes = _modes(compress, cpu_attention)
-    cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
-                        gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
+    run = _start_search(model, gpu, host, input_len=input_len, output_len=output_len, compress=compress,
+                        cpu_attention=cpu_attention, overlap=overlap, gpu_batch_sizes=gpu_batch_sizes,
+                        num_gpu_batches=num_gpu_batches, memory_headroom=memory_headroom,
                         max_latency_s=max_latency_s)
-    cands.sort(key=lambda c: -c.throughput_ub)
-    best: dict[bool, tuple[float, _Candidate, np.ndarray, Any] | None] = {False: None, True: None}
-
-    def rate(disk: bool) -> float:
-        b = best[disk]
-        return b[0] if b is not None else 0.0
-
-    solved, lps = 0, [0]
-    for c in cands:
-        # a disk plan must beat the best disk-free plan by DISK_MARGIN to be chosen (see below)
-        if c.allow_disk:
-            threshold = max(rate(True), rate(False) * (1 + DISK_MARGIN))
-        else:
-            threshold = max(rate(False), rate(True) / (1 + DISK_MARGIN))
+    run.candidates.sort(key=lambda c: -c.throughput_ub)
+    best = _BestByDisk()
+    for c in run.candidates:
+        threshold = best.to_beat(c.allow_disk)
         if c.throughput_ub <= threshold:
-            if c.throughput_ub <= min(max(rate(True), rate(False) * (1 + DISK_MARGIN)),
-                                      max(rate(False), rate(True) / (1 + DISK_MARGIN))):
+            if c.throughput_ub <= min(best.to_beat(True), best.to_beat(False)):
                 break  # sorted by bound: nothing left can matter for either class
             continue
-        solved += 1
-        try:
-            got = _solve_candidate(c, max_latency_s, c.terms.block_size * output_len / threshold
-                                   if threshold > 0 else None, lps)
-        except InfeasibleError:
-            continue
+        got = run.solve(c, max_latency_s, c.terms.block_size * output_len / threshold if threshold > 0 else None)
         if got is None:
             continue
         xr, xa, sol = got
         tp = c.terms.block_size * output_len / sum(c.terms.block_latency(xa))
         uses_disk = bool(xa[2] > 0 or xa[5] > 0 or xa[8] > 0)  # classify by the allocated plan
-        if tp > rate(uses_disk):
-            best[uses_disk] = (tp, c, (xr, xa), sol)
-    if best[False] is not None and (best[True] is None or rate(True) <= rate(False) * (1 + DISK_MARGIN)):
-        chosen = best[False]
-    else:
-        chosen = best[True]
+        if tp > best.rate(uses_disk):
+            best.plans[uses_disk] = (tp, c, xr, xa, sol)
+    chosen = best.chosen()
     if chosen is None:
-        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, max_latency_s, overlap))
-    tp, c, (xr, xa), sol = chosen
+        raise run.infeasible(max_latency_s)
+    _, c, xr, xa, sol = chosen
     relaxed = {
-        "placement_percent": {f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, sol.x)},
+        "placement_percent": {f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, sol.x, strict=True)},
         "latency_s": sol.latency_s,
         "throughput_tokens_per_s": c.terms.block_size * output_len / sol.latency_s,
     }
-    search = {"candidates": len(cands), "shapes_solved": solved, "lps_solved": lps[0],
-              "seconds": time.perf_counter() - t0}
-    xr = _tidy_weights(c.terms, xr)
-    search["seconds"] = time.perf_counter() - t0
-    return _plan_from(c.terms, xa, model=m, gpu=g, host=h, policy=_policy_from(c.terms, xr),
-                      relaxed=relaxed, search=search)
+    return run.plan(c, xr, xa, relaxed=relaxed, search=run.stats())
 
 
 def offload_frontier(
@@ -596,38 +652,27 @@ def offload_frontier(
     InfeasibleError
         As :func:`plan_offload`.
     """
-    _check_lengths(input_len, output_len)
-    t0 = time.perf_counter()
-    m, g, h = _resolve(model, gpu, host, memory_headroom)
-    modes = _modes(compress, cpu_attention)
-    cands = _candidates(m, g, h, s=input_len, n=output_len, modes=modes, overlap=overlap,
-                        gpu_batch_sizes=gpu_batch_sizes, num_gpu_batches=num_gpu_batches,
-                        max_latency_s=None)
-    cands.sort(key=lambda c: c.latency_lb)
-    found: list[tuple[float, float, _Candidate, tuple[np.ndarray, np.ndarray]]] = []  # (latency, rate, ...)
-    solved, lps = 0, [0]
-    for c in cands:
+    run = _start_search(model, gpu, host, input_len=input_len, output_len=output_len, compress=compress,
+                        cpu_attention=cpu_attention, overlap=overlap, gpu_batch_sizes=gpu_batch_sizes,
+                        num_gpu_batches=num_gpu_batches, memory_headroom=memory_headroom, max_latency_s=None)
+    run.candidates.sort(key=lambda c: c.latency_lb)
+    found: list[tuple[float, float, _Candidate, np.ndarray, np.ndarray]] = []  # (latency, rate, ...)
+    for c in run.candidates:
         # sound pruning: a found plan at most as slow as c can ever be, with at least c's best rate
-        if any(lat <= c.latency_lb and tp >= c.throughput_ub for lat, tp, _, _ in found):
+        if any(lat <= c.latency_lb and tp >= c.throughput_ub for lat, tp, *_ in found):
             continue
-        solved += 1
-        try:
-            got = _solve_candidate(c, None, None, lps)
-        except InfeasibleError:
+        got = run.solve(c, None, None)
+        if got is None:
             continue
-        assert got is not None
         xr, xa, _ = got
         lat = sum(c.terms.block_latency(xa))
-        found.append((lat, c.terms.block_size * output_len / lat, c, (xr, xa)))
+        found.append((lat, c.terms.block_size * output_len / lat, c, xr, xa))
     if not found:
-        raise InfeasibleError(_infeasible_message(m, g, h, input_len, output_len, modes, None, overlap))
+        raise run.infeasible(None)
     found.sort(key=lambda f: (f[0], -f[1]))
     points, best_tp = [], 0.0
-    for lat, tp, c, (xr, xa) in found:
+    for _, tp, c, xr, xa in found:
         if tp > best_tp * (1 + 1e-9):
             best_tp = tp
-            points.append(_plan_from(c.terms, xa, model=m, gpu=g, host=h,
-                                     policy=_policy_from(c.terms, _tidy_weights(c.terms, xr))))
-    return OffloadFrontier(points=tuple(points), search={
-        "candidates": len(cands), "shapes_solved": solved, "lps_solved": lps[0],
-        "seconds": time.perf_counter() - t0})
+            points.append(run.plan(c, xr, xa))
+    return OffloadFrontier(points=tuple(points), search=run.stats())
