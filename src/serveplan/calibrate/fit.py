@@ -610,7 +610,7 @@ def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, fl
 
 
 # ------------------------------------------------------------------------------ calibration
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     """Everything ``serveplan calibrate`` reports, and the profile it writes."""
 
@@ -688,19 +688,14 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         A fit did not converge.
     """
     dt = DType.parse(dtype or ms.metadata.get("dtype") or "fp32")
+    if matmul not in ("auto", "constant", "curve"):
+        raise SpecError(f"matmul={matmul!r}; expected auto, constant or curve")
+    if form not in ("auto", "tied", "family"):
+        raise SpecError(f"form={form!r}; expected auto, tied or family")
     tied = fit_kernels(ms, hardware, dtype=dt, form="tied", max_nfev=max_nfev, where=where)
     family = fit_kernels(ms, hardware, dtype=dt, form="family", start=tied, max_nfev=max_nfev, where=where)
     cv = cross_validate(ms, hardware, dtype=dt, folds=folds, seed=seed) if folds > 1 else None
-    if matmul not in ("auto", "constant", "curve"):
-        raise SpecError(f"matmul={matmul!r}; expected auto, constant or curve")
-    if form == "auto":
-        # without cross-validation there is no evidence for the richer form: keep the tied one
-        better = cv is not None and cv.median_abs["family"] < CLEARLY_BETTER * cv.median_abs["tied"]
-        chosen = "family" if better else "tied"
-    elif form in ("tied", "family"):
-        chosen = form
-    else:
-        raise SpecError(f"form={form!r}; expected auto, tied or family")
+    chosen = _choose_form(form, cv)
     kfit = family if chosen == "family" else tied
     dispatch = _dispatch_of(kfit, base=base.dispatch_s)
     batches = [StepBatch.prefill(b, s) for b, s in prefill_grid] + [StepBatch.decode(b, c) for b, c in decode_grid]
@@ -712,17 +707,11 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         curve_cv = size_curve_cv(ms, hardware, dtype=dt) if folds > 1 else None
     except SpecError:   # rows without "m=<rows>" shape text (e.g. hand-made files): no curve
         curve, curve_cv = None, None
-    if matmul == "curve":
-        if curve is None:
-            raise SpecError(f"{where}: matmul=curve needs GEMM rows with their row counts (rows column)")
-        use_curve = True
-    elif matmul == "auto":
-        use_curve = (curve is not None and cv is not None and "curve" in cv.median_abs
-                     and cv.median_abs["curve"] < CLEARLY_BETTER * cv.median_abs[chosen])
-    else:
-        use_curve = False
-    unc: dict[str, float] = {}
-    phases = {}
+    if matmul == "curve" and curve is None:
+        raise SpecError(f"{where}: matmul=curve needs GEMM rows with their row counts (rows column)")
+    use_curve = curve is not None and (matmul == "curve" or (
+        matmul == "auto" and cv is not None and "curve" in cv.median_abs
+        and cv.median_abs["curve"] < CLEARLY_BETTER * cv.median_abs[chosen]))
     size_curve: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
     if use_curve:
         # GEMMs: the size curve; attention kernels: the attention family's factors; the phase
@@ -730,33 +719,12 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         assert curve is not None
         dispatch = _dispatch_of(family, base=base.dispatch_s)
         kfit = family
-        for ph in PHASES:
-            base_eff = getattr(base, ph)
-            (sc_, sm_), (ac, am) = family.efficiency(ph, "stream"), family.efficiency(ph, "attention")
-            phases[ph] = PhaseEfficiency(compute=float(np.clip(sc_, *EFF_BOUNDS)), memory=float(np.clip(sm_, *EFF_BOUNDS)),
-                                         comm=base_eff.comm, attention_compute=float(np.clip(ac, *EFF_BOUNDS)),
-                                         attention_memory=float(np.clip(am, *EFF_BOUNDS)))
-            size_curve[ph] = (tuple(float(v) for v in curve.tokens[ph]), tuple(float(v) for v in curve.ratios[ph]))
-            for key, fld in ((f"{ph}.stream.compute", "compute"), (f"{ph}.stream.memory", "memory"),
-                             (f"{ph}.attention.compute", "attention_compute"),
-                             (f"{ph}.attention.memory", "attention_memory")):
-                sd = family.sd.get(key, float("nan"))
-                if not math.isnan(sd):
-                    unc[f"{ph}.{fld}"] = float(min(sd, MAX_REL_SD * family.params[key]))
-            if ph in curve.scale_sd:
-                unc[f"{ph}.matmul_size_curve"] = curve.scale_sd[ph]
+        phases, unc = _curve_phases(base, family, curve)
+        size_curve = {ph: (tuple(float(v) for v in curve.tokens[ph]), tuple(float(v) for v in curve.ratios[ph]))
+                      for ph in PHASES}
     else:
-        for ph in PHASES:
-            base_eff = getattr(base, ph)
-            ec, em = proj.factors.get(ph, (base_eff.compute, base_eff.memory))
-            phases[ph] = PhaseEfficiency(compute=float(np.clip(ec, *EFF_BOUNDS)),
-                                         memory=float(np.clip(em, *EFF_BOUNDS)), comm=base_eff.comm)
-            if ph in proj.sd:
-                unc[f"{ph}.compute"], unc[f"{ph}.memory"] = proj.sd[ph]
-    for m in dispatch:
-        sd = kfit.sd.get(f"dispatch.{m.value}", float("nan"))
-        if not math.isnan(sd):
-            unc[f"dispatch.{m.value}"] = sd
+        phases, unc = _constant_phases(base, proj)
+    unc.update(_dispatch_uncertainty(kfit, dispatch))
     md = ms.metadata
     profile = dataclasses.replace(
         base, name=name,
@@ -766,8 +734,65 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         hardware=hardware.name, prefill=phases["prefill"], decode=phases["decode"],
         dispatch_s=dispatch, uncertainty=unc, matmul_size_curve=size_curve,
     )
-    return Calibration(profile, tied, family, chosen, cv, proj, dict(md), curve, curve_cv,
-                       "curve" if use_curve else "constant")
+    return Calibration(profile=profile, tied=tied, family=family, chosen=chosen, cv=cv, projection=proj,
+                       metadata=dict(md), size_curve=curve, size_curve_cv=curve_cv,
+                       matmul="curve" if use_curve else "constant")
+
+
+def _choose_form(form: str, cv: CrossValidation | None) -> str:
+    """The kernel model the constants are projected from: ``form``, or with ``"auto"`` the
+    per-family one when its held-out error is clearly lower (no cross-validation: tied)."""
+    if form != "auto":
+        return form
+    better = cv is not None and cv.median_abs["family"] < CLEARLY_BETTER * cv.median_abs["tied"]
+    return "family" if better else "tied"
+
+
+def _clip(v: float) -> float:
+    return float(np.clip(v, *EFF_BOUNDS))
+
+
+def _curve_phases(base: EfficiencyProfile, family: KernelFit,
+                  curve: SizeCurve) -> tuple[dict[str, PhaseEfficiency], dict[str, float]]:
+    """Per-phase factors of a size-curve profile (streaming constants, attention factors) and their
+    standard deviations."""
+    phases, unc = {}, {}
+    for ph in PHASES:
+        (sc_, sm_), (ac, am) = family.efficiency(ph, "stream"), family.efficiency(ph, "attention")
+        phases[ph] = PhaseEfficiency(compute=_clip(sc_), memory=_clip(sm_), comm=base.efficiency(ph).comm,
+                                     attention_compute=_clip(ac), attention_memory=_clip(am))
+        for key, fld in ((f"{ph}.stream.compute", "compute"), (f"{ph}.stream.memory", "memory"),
+                         (f"{ph}.attention.compute", "attention_compute"),
+                         (f"{ph}.attention.memory", "attention_memory")):
+            sd = family.sd.get(key, float("nan"))
+            if not math.isnan(sd):
+                unc[f"{ph}.{fld}"] = float(min(sd, MAX_REL_SD * family.params[key]))
+        if ph in curve.scale_sd:
+            unc[f"{ph}.matmul_size_curve"] = curve.scale_sd[ph]
+    return phases, unc
+
+
+def _constant_phases(base: EfficiencyProfile,
+                     proj: Projection) -> tuple[dict[str, PhaseEfficiency], dict[str, float]]:
+    """Per-phase projected constants (the base profile's where a phase has no steps) and their
+    standard deviations."""
+    phases, unc = {}, {}
+    for ph in PHASES:
+        base_eff = base.efficiency(ph)
+        ec, em = proj.factors.get(ph, (base_eff.compute, base_eff.memory))
+        phases[ph] = PhaseEfficiency(compute=_clip(ec), memory=_clip(em), comm=base_eff.comm)
+        if ph in proj.sd:
+            unc[f"{ph}.compute"], unc[f"{ph}.memory"] = proj.sd[ph]
+    return phases, unc
+
+
+def _dispatch_uncertainty(kfit: KernelFit, dispatch: Mapping[Module, float]) -> dict[str, float]:
+    out = {}
+    for m in dispatch:
+        sd = kfit.sd.get(f"dispatch.{m.value}", float("nan"))
+        if not math.isnan(sd):
+            out[f"dispatch.{m.value}"] = sd
+    return out
 
 
 def profile_yaml(cal: Calibration, model_name: str) -> str:
