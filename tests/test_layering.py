@@ -7,9 +7,12 @@ import pathlib
 
 import serveplan
 
-ORDER = ["errors", "units", "specs", "ops", "estimator", "sim", "optimize", "offload", "calibrate", "report", "cli"]
+# calibrate (profiling, fitting, sampling profiles) needs only the estimator; validate runs the
+# simulator and the optimizer (comparison with served runs, bands of simulations and goodput)
+ORDER = ["errors", "units", "specs", "ops", "estimator", "calibrate", "sim", "optimize", "offload", "validate",
+         "report", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
-# optimize and offload are siblings, as are calibrate (which may simulate for `compare`)
+# optimize and offload are siblings
 SIBLINGS = {("optimize", "offload"), ("offload", "optimize")}
 SRC = pathlib.Path(serveplan.__file__).parent
 
@@ -43,6 +46,25 @@ def test_lower_layers_never_import_higher_ones():
                 continue
             if target and RANK[target] > RANK[own] and (own, target) not in SIBLINGS:
                 bad.append(f"{rel}: imports {target}")
+    assert not bad, bad
+
+
+def test_library_layers_import_serveplan_at_module_level():
+    """An import inside a function hides a dependency from the order above; only the CLI defers
+    imports (start-up time), and ``TYPE_CHECKING`` blocks only name types."""
+    bad = []
+    for py in SRC.rglob("*.py"):
+        rel = py.relative_to(SRC)
+        if rel.parts[0] == "cli":
+            continue
+        for fn in ast.walk(ast.parse(py.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and node.module and _layer(node.module):
+                    bad.append(f"{rel}:{node.lineno}: {node.module}")
+                elif isinstance(node, ast.Import) and any(_layer(a.name) for a in node.names):
+                    bad.append(f"{rel}:{node.lineno}: import inside {fn.name}")
     assert not bad, bad
 
 

@@ -1,7 +1,7 @@
 """serveplan: predict TTFT, TPOT, throughput and goodput of LLM serving strategies, and rank them.
 
 The public API is re-exported here; see the subpackages for the layers
-(specs -> ops -> estimator -> sim -> optimize/offload -> report -> cli).
+(specs -> ops -> estimator -> calibrate -> sim -> optimize/offload -> validate -> report -> cli).
 """
 
 from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from serveplan.errors import SpecError
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -40,8 +42,6 @@ class DType(str, Enum):
 
     @classmethod
     def parse(cls, value: str | DType) -> DType:
-        from serveplan.errors import SpecError
-
         if isinstance(value, DType):
             return value
         key = str(value).lower().strip()

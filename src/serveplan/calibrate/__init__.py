@@ -5,14 +5,15 @@
 * :mod:`~serveplan.calibrate.measurements` - the measurement CSV format;
 * :mod:`~serveplan.calibrate.fit` - bounded least squares, cross-validation, covariance
   (``serveplan calibrate``);
-* :mod:`~serveplan.calibrate.bands` - P10/P50/P90 of any prediction from the uncertainty;
-* :mod:`~serveplan.calibrate.compare` - vLLM serving-benchmark results against the simulator
-  (``serveplan compare``).
+* :mod:`~serveplan.calibrate.bands` - P10/P50/P90 of any prediction from the uncertainty.
+
+Calibration sits below the simulator (it needs the estimator only); checking predictions
+against served runs and bands of simulations are in :mod:`serveplan.validate`.
 """
 
-from serveplan.calibrate.bands import Band, band, goodput_bands, sample_profiles, simulation_band
+from serveplan.calibrate.bands import Band, band, sample_profiles
 from serveplan.calibrate.fit import Calibration, calibrate
 from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
 
-__all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "goodput_bands",
-           "read_measurements", "sample_profiles", "simulation_band"]
+__all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "read_measurements",
+           "sample_profiles"]

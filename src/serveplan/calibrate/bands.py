@@ -6,7 +6,8 @@ A calibrated profile stores one standard deviation per fitted value in ``uncerta
 phase's GEMM size curve, drawn as one factor on all its ratios). :func:`band` draws
 profiles with those values perturbed (independent normal draws, truncated to the valid range;
 correlations between factors are not stored), evaluates any prediction on each, and returns
-the percentiles. With a fixed ``seed`` the band is reproducible.
+the percentiles. With a fixed ``seed`` the band is reproducible. Bands of simulations and of
+goodput, which run the simulator, are in :mod:`serveplan.validate.bands`.
 
 Example
 -------
@@ -23,16 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.specs.profile import PHASES, EfficiencyProfile, Module, PhaseEfficiency
-
-if TYPE_CHECKING:
-    from serveplan.optimize.goodput import GoodputResult, GoodputSettings
-    from serveplan.sim import SimulationConfig, SimulationResult
 
 #: Efficiencies are drawn inside (EFF_FLOOR, 1]. assumed: below 0.1% a factor is meaningless.
 EFF_FLOOR = 1e-3
@@ -138,63 +134,3 @@ def require_uncertainty(profile: EfficiencyProfile) -> None:
     if not any(float(v) > 0 for v in profile.uncertainty.values()):
         raise SpecError(f"--band needs a calibrated profile: profile {profile.name!r} has no uncertainty "
                         f"(write one with serveplan calibrate and pass it with --profile)")
-
-
-def simulation_band(cfg: SimulationConfig, nominal: SimulationResult, samples: int, *,
-                    seed: int = 0) -> dict[str, Band]:
-    """Bands of a simulation's P90 TTFT, P90 TPOT (seconds) and throughput (requests/s): the
-    same request stream (same seed) simulated with ``samples`` profiles drawn from the
-    uncertainty of ``cfg.profile``."""
-    import dataclasses
-
-    from serveplan.sim import simulate
-
-    require_uncertainty(cfg.profile)
-    vals: dict[str, list[float]] = {"ttft_p90_s": [], "tpot_p90_s": [], "throughput_rps": []}
-    for p in sample_profiles(cfg.profile, samples, seed=seed):
-        r = simulate(dataclasses.replace(cfg, profile=p))
-        vals["ttft_p90_s"].append(r.ttft_s.p90)
-        vals["tpot_p90_s"].append(r.tpot_s.p90)
-        vals["throughput_rps"].append(r.throughput_rps)
-    nom = {"ttft_p90_s": nominal.ttft_s.p90, "tpot_p90_s": nominal.tpot_s.p90,
-           "throughput_rps": nominal.throughput_rps}
-    return {k: band_of(v, nom[k]) for k, v in vals.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class GoodputBand:
-    """Goodput band of one strategy and whether it can be told apart from the best one."""
-
-    name: str
-    goodput: Band               # requests/s
-    per_device: Band            # requests/s per device (the ranking's measure)
-    indistinguishable: bool     # P10-P90 of per_device overlaps the best strategy's
-
-    def to_dict(self) -> dict[str, object]:
-        return {**self.goodput.to_dict(), "per_device": self.per_device.to_dict(),
-                "cannot_be_told_apart_from_best": self.indistinguishable}
-
-
-def goodput_bands(strategies: list[GoodputResult], settings: GoodputSettings, samples: int, *,
-                  seed: int = 0) -> list[GoodputBand]:
-    """Goodput of each strategy recomputed (:func:`serveplan.optimize.goodput.max_goodput`) with
-    ``samples`` profiles drawn from the uncertainty of ``settings.profile``; the same draws for
-    every strategy, so their bands are comparable. The first strategy is the reference (best):
-    a strategy whose per-device P10-P90 overlaps the best one's cannot be told apart from it."""
-    import dataclasses
-
-    from serveplan.optimize.goodput import max_goodput
-
-    require_uncertainty(settings.profile)
-    profiles = sample_profiles(settings.profile, samples, seed=seed)
-    out: list[GoodputBand] = []
-    for r in strategies:
-        g = [max_goodput(r.candidate, dataclasses.replace(settings, profile=p)) for p in profiles]
-        n = r.candidate.num_devices
-        out.append(GoodputBand(r.name, band_of([x.goodput_rps for x in g], r.goodput_rps),
-                               band_of([x.goodput_rps / n for x in g], r.goodput_per_device), False))
-    if out:
-        best = out[0].per_device
-        out = [dataclasses.replace(b, indistinguishable=i > 0 and b.per_device.overlaps(best))
-               for i, b in enumerate(out)]
-    return out

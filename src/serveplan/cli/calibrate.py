@@ -182,7 +182,7 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99."""
-    from serveplan.calibrate.compare import compare, read_vllm_result
+    from serveplan.validate.compare import compare, read_vllm_result
     from serveplan.estimator.api import resolve_specs
     from serveplan.sim import SimulationConfig
 

@@ -111,7 +111,7 @@ def optimize_cmd(
     multi = len(results) > 1
     bands: list = []  # type: ignore[type-arg]
     if band:
-        from serveplan.calibrate.bands import goodput_bands
+        from serveplan.validate.bands import goodput_bands
 
         bands = [goodput_bands(list(res.strategies[:band_top]), st, band, seed=seed)
                  for res, st in zip(results, settings)]

@@ -113,7 +113,7 @@ def simulate_cmd(
     res = simulate(cfg)
     bands = None
     if band:
-        from serveplan.calibrate.bands import simulation_band
+        from serveplan.validate.bands import simulation_band
 
         bands = simulation_band(cfg, res, band, seed=seed)
     sweep: list[SimulationResult] = []

@@ -13,6 +13,7 @@ none. Failed requests (``output_lens`` of 0) are left out, as vLLM does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError
+from serveplan.sim import SimulationConfig, Workload, simulate
 
 STATS = ("mean", "p50", "p90", "p99")
 
@@ -163,15 +165,13 @@ def _stats(v: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def workload_of(run: ServingRun) -> Any:
+def workload_of(run: ServingRun) -> Workload:
     """The simulator workload of a run: its lengths, with its arrival process.
 
     vLLM draws inter-arrival gaps from a Gamma distribution with shape ``burstiness`` and mean
     ``1/rate`` (Poisson when 1), so the coefficient of variation is ``1/sqrt(burstiness)``; an
     infinite rate sends every request at time 0.
     """
-    from serveplan.sim import Workload
-
     n = len(run.input_lens)
     if math.isinf(run.request_rate):
         return Workload(input_lengths=run.input_lens, output_lengths=run.output_lens, arrival="trace",
@@ -183,13 +183,9 @@ def workload_of(run: ServingRun) -> Any:
                     cv=1.0 / math.sqrt(run.burstiness), name=Path(run.source).name or "vllm")
 
 
-def compare(run: ServingRun, config: Any) -> Comparison:
+def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
     """Simulate ``run``'s workload with ``config`` (a :class:`~serveplan.sim.SimulationConfig`
     whose workload and rate are replaced) and pair the statistics."""
-    import dataclasses
-
-    from serveplan.sim import simulate
-
     rate = None if math.isinf(run.request_rate) else run.request_rate
     cfg = dataclasses.replace(config, workload=workload_of(run), rate=rate)
     res = simulate(cfg)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from serveplan.calibrate.compare import parse_vllm_result, read_vllm_result, workload_of
 from serveplan.cli import app
 from serveplan.errors import SpecError
+from serveplan.validate.compare import parse_vllm_result, read_vllm_result, workload_of
 
-DATA = Path(__file__).parent / "data" / "vllm_result.json"
+DATA = Path(__file__).parent.parent / "calibrate" / "data" / "vllm_result.json"
 runner = CliRunner()
 ARGS = ["--model", "llama-2-7b", "--hardware", "a100-80g", "--tp", "1", "--strategy", "1m"]
 
