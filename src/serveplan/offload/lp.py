@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 from serveplan.errors import InfeasibleError, SolverError
 from serveplan.offload.cost import CostTerms
@@ -132,6 +131,9 @@ def solve(lp: LinearProgram) -> LPSolution:
     SolverError
         HiGHS failed or reported the LP unbounded.
     """
+    # scipy.optimize takes ~1 s to import: only when an LP is solved, not with `import serveplan`
+    from scipy.optimize import linprog
+
     res = linprog(lp.c, A_ub=lp.A_ub, b_ub=lp.b_ub, A_eq=lp.A_eq, b_eq=lp.b_eq,
                   bounds=lp.bounds, method="highs")
     if res.status == 2:
