@@ -103,7 +103,7 @@ def run(out: Path, *, quick: bool, threads: int, reuse: bool) -> dict:
     batches = [StepBatch.prefill(int(r["batch"]), int(r["tokens"])) if r["phase"] == "prefill"
                else StepBatch.decode(int(r["batch"]), int(r["tokens"])) for r in rows]
     results = []
-    for r, batch in zip(rows, batches):
+    for r, batch in zip(rows, batches, strict=True):
         pred, pc = est.time(batch), est_const.time(batch)
         meas = float(r["time_s"])
         results.append({"phase": r["phase"], "batch": int(r["batch"]), "tokens": int(r["tokens"]), "measured_s": meas,

@@ -29,7 +29,7 @@ TRUE_ATTENTION = {"prefill": (0.35, 0.5), "decode": (0.3, 0.45)}
 
 
 def true_profile(curve: bool = False):
-    att = ({f"attention_{k}": v for k, v in zip(("compute", "memory"), TRUE_ATTENTION[ph])} if curve else {}
+    att = ({f"attention_{k}": v for k, v in zip(("compute", "memory"), TRUE_ATTENTION[ph], strict=True)} if curve else {}
            for ph in ("prefill", "decode"))
     pa, da = att
     return get_profile("default-gpu").with_(
@@ -54,7 +54,7 @@ def synthetic(noise: float = 0.05, seed: int = 0, curve: bool = False) -> Measur
         for b in batches:
             e = est.estimate(b)
             x = est.features(b)
-            for op, spec in zip(e.ops, spec_ops):
+            for op, spec in zip(e.ops, spec_ops, strict=True):
                 if op.time_s <= 0:
                     continue
                 fam = op_kind(spec)

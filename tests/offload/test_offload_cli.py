@@ -68,7 +68,7 @@ def test_frontier_writes_table_json_and_plot(tmp_path):
     assert "frontier" in r.output.lower()
     assert (tmp_path / "frontier.png").stat().st_size > 1000
     pts = json.loads((tmp_path / "frontier.json").read_text())["points"]
-    assert pts and all(a["latency_s"] <= b["latency_s"] for a, b in zip(pts, pts[1:]))
+    assert pts and all(a["latency_s"] <= b["latency_s"] for a, b in zip(pts, pts[1:], strict=False))
 
 
 def test_memory_headroom_flag_is_shown_and_bad_values_exit_2():

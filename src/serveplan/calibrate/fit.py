@@ -162,7 +162,7 @@ def _design(ms: MeasurementSet, form: str, peak_flops: float, bandwidth: float) 
     names = _param_names(form, modules)
     idx = {n: i for i, n in enumerate(names)}
     ci, mi, di, L = [], [], [], []
-    for k, ph, mod, la in zip(kinds, phases, a["module"], a["launches"]):
+    for k, ph, mod, la in zip(kinds, phases, a["module"], a["launches"], strict=True):
         p = ph if ph in PHASES else "decode"   # launch/module rows: tiny shapes, decode-like
         fam = KIND_FAMILY[k]
         key = p if form == "tied" else f"{p}.{fam}"
@@ -270,8 +270,8 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
     sd = {n: float("nan") for n in names}
     for k, i in enumerate(np.flatnonzero(ident)):
         sd[names[i]] = float(math.sqrt(max(cov[k, k], 0.0)))
-    return KernelFit(form, {n: float(v) for n, v in zip(names, x)}, sd,
-                     {n: bool(b) for n, b in zip(names, ident)}, cov,
+    return KernelFit(form, {n: float(v) for n, v in zip(names, x, strict=True)}, sd,
+                     {n: bool(b) for n, b in zip(names, ident, strict=True)}, cov,
                      tuple(names[i] for i in np.flatnonzero(ident)), r, int(res.nfev))
 
 
@@ -336,7 +336,7 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
             c = fit_size_curve(tr, hardware, dtype=dtype)
             sel, info = _matmul_rows(te)
             ta = te.arrays()
-            for i, rows in zip(np.flatnonzero(sel), info["rows"]):
+            for i, rows in zip(np.flatnonzero(sel), info["rows"], strict=True):
                 if rows > 0:
                     ideal = max(ta["flops"][i] / sc, ta["bytes"][i] / sm)
                     pred[i] = ideal * float(c.ratio(ta["phase"][i], np.array([rows]))[0])
@@ -472,7 +472,7 @@ def fit_size_curve(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
         tokens[ph] = ts
         ratios[ph] = np.array([np.median(ratio[ok & (m == t)]) for t in ts])
         se = []
-        for t, med in zip(ts, ratios[ph]):
+        for t, med in zip(ts, ratios[ph], strict=True):
             r = ratio[ok & (m == t)] / med - 1.0
             if r.size >= 2:
                 se.append(MEDIAN_SE * float(np.std(r, ddof=1)) / math.sqrt(r.size))
@@ -491,12 +491,12 @@ def size_curve_cv(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | st
     idx = np.flatnonzero(sel)
     # a projection shape is its (k, n): the weight, which W and the weight bytes pin down per row
     shapes = np.array([f"{a['flops'][i] / max(rows_i, 1.0):.6g}"
-                       for i, rows_i in zip(idx, info["rows"])])
+                       for i, rows_i in zip(idx, info["rows"], strict=True)])
     errs = []
     for shp in np.unique(shapes):
         out = idx[shapes == shp]
         curve = fit_size_curve(ms, hardware, dtype=dt, exclude=set(out.tolist()))
-        for i, mm in zip(out, info["rows"][shapes == shp]):
+        for i, mm in zip(out, info["rows"][shapes == shp], strict=True):
             ideal = max(a["flops"][i] / sc, a["bytes"][i] / sm)
             pred = ideal * float(curve.ratio(a["phase"][i], np.array([mm]))[0])
             errs.append(abs(pred / a["time_s"][i] - 1.0))
@@ -598,7 +598,7 @@ def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, fl
             mean = np.array([fit.params[n] for n in fit.cov_names])
             for z in rng.multivariate_normal(mean, fit.cov, size=samples, method="eigh"):
                 p = dict(fit.params)
-                for n, v in zip(fit.cov_names, z):
+                for n, v in zip(fit.cov_names, z, strict=True):
                     p[n] = float(np.clip(v, *EFF_BOUNDS)) if n.endswith(("compute", "memory")) else max(float(v), 0.0)
                 tgt = composer.times(_family_eff(fit, p), _dispatch_of(fit, p, dispatch))
                 xs, _ = solve(tgt, ph, fixed)

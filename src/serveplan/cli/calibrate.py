@@ -13,7 +13,8 @@ from serveplan.specs.profile import Phase
 
 
 def _pairs(batches: str, lengths: str, what: str) -> list[tuple[int, int]]:
-    return [(b, s) for b in parse_int_list(batches, f"{what}-batches") for s in parse_int_list(lengths, f"{what}-lengths")]
+    bs = parse_int_list(batches, f"{what}-batches")
+    return [(b, s) for b in bs for s in parse_int_list(lengths, f"{what}-lengths")]
 
 
 @app.command("profile")
@@ -21,13 +22,18 @@ def _pairs(batches: str, lengths: str, what: str) -> list[tuple[int, int]]:
 def profile_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     out: Path = typer.Option(Path("measurements.csv"), "--out", "-o", help="Measurement CSV to write."),
-    threads: int | None = typer.Option(1, "--threads", help="torch CPU threads (recorded with the data; 0: torch default)."),
+    threads: int | None = typer.Option(
+        1, "--threads", help="torch CPU threads (recorded with the data; 0: torch default)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 (CPU), bf16 or fp16."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
-    quick: bool = typer.Option(False, "--quick", help="Reduced sweep (one shape, few sizes): seconds, for smoke tests."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Sweep this model's layer shapes instead of the generic ones."),
+    quick: bool = typer.Option(
+        False, "--quick", help="Reduced sweep (one shape, few sizes): seconds, for smoke tests."),
     repeats: int | None = typer.Option(None, "--repeats", help="Timed repetitions per shape (median kept)."),
-    clock: str = typer.Option("auto", "--clock", help="cpu (process CPU time, one CPU thread only), wall, or auto (cpu when it applies)."),
-    hardware_out: Path | None = typer.Option(None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
+    clock: str = typer.Option(
+        "auto", "--clock", help="cpu (process CPU time, one CPU thread only), wall, or auto (cpu when it applies)."),
+    hardware_out: Path | None = typer.Option(
+        None, "--hardware-out", help="Also write a hardware YAML with the measured peaks."),
     name: str = typer.Option("cpu-host", "--name", help="Device name used in --hardware-out."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
@@ -64,21 +70,32 @@ def profile_cmd(
 @handle_errors
 def calibrate_cmd(
     measurements: Path = typer.Argument(..., help="CSV written by serveplan profile."),
-    hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML (e.g. from profile --hardware-out)."),
+    hardware: str = typer.Option(
+        ..., "--hardware", "-H", help="Catalog id or hardware YAML (e.g. from profile --hardware-out)."),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="Profile YAML to write."),
-    model: str = typer.Option("llama-3.2-1b", "--model", "-m", help="Reference model whose steps the factors are fitted for."),
-    base_profile: str | None = typer.Option(None, "--base-profile", help="Profile whose modelling choices are kept (default: default-gpu)."),
-    attention_impl: str | None = typer.Option(None, "--attention-impl", help="fused or eager (default: the base profile's)."),
-    dispatch_hidden_in_decode: bool = typer.Option(False, "--dispatch-hidden-in-decode/--dispatch-visible", help="Decode replays captured graphs (no dispatch)."),
+    model: str = typer.Option(
+        "llama-3.2-1b", "--model", "-m", help="Reference model whose steps the factors are fitted for."),
+    base_profile: str | None = typer.Option(
+        None, "--base-profile", help="Profile whose modelling choices are kept (default: default-gpu)."),
+    attention_impl: str | None = typer.Option(
+        None, "--attention-impl", help="fused or eager (default: the base profile's)."),
+    dispatch_hidden_in_decode: bool = typer.Option(
+        False, "--dispatch-hidden-in-decode/--dispatch-visible", help="Decode replays captured graphs (no dispatch)."),
     name: str | None = typer.Option(None, "--name", help="Profile name (default: the output file's stem)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Dtype of the peaks to use (default: the measurements')."),
     form: str = typer.Option("auto", "--form", help="Kernel model: auto, tied (one MFU/MBU per phase) or family."),
-    matmul: str = typer.Option("auto", "--matmul", help="GEMMs in the profile: auto (size curve and attention factors when held-out error is clearly lower), constant, or curve."),
+    matmul: str = typer.Option(
+        "auto", "--matmul",
+        help="GEMMs in the profile: auto (size curve and attention factors when held-out error is clearly "
+             "lower), constant, or curve."),
     folds: int = typer.Option(5, "--folds", help="Cross-validation folds (0 or 1: none)."),
     prefill_batches: str = typer.Option("1,2,4,8", "--prefill-batches", help="Projection grid: prefill batch sizes."),
-    prefill_lengths: str = typer.Option("128,256,512,1024,2048", "--prefill-lengths", help="Projection grid: prompt lengths."),
-    decode_batches: str = typer.Option("1,2,4,8,16,32,64", "--decode-batches", help="Projection grid: decode batch sizes."),
-    decode_lengths: str = typer.Option("128,256,512,1024,2048", "--decode-lengths", help="Projection grid: decode contexts."),
+    prefill_lengths: str = typer.Option(
+        "128,256,512,1024,2048", "--prefill-lengths", help="Projection grid: prompt lengths."),
+    decode_batches: str = typer.Option(
+        "1,2,4,8,16,32,64", "--decode-batches", help="Projection grid: decode batch sizes."),
+    decode_lengths: str = typer.Option(
+        "128,256,512,1024,2048", "--decode-lengths", help="Projection grid: decode contexts."),
     samples: int = typer.Option(20, "--samples", help="Draws of the kernel-fit uncertainty propagated to the profile."),
     seed: int = typer.Option(0, "--seed", help="Seed of cross-validation folds and draws."),
     max_nfev: int | None = typer.Option(None, "--max-nfev", help="Cap on fit evaluations (default: scipy's)."),
@@ -120,8 +137,8 @@ def _print_report(cal: object, out: Path) -> None:
     con = console()
     p, s = cal.profile, cal.summary()
     curve = cal.matmul == "curve"
-    t = Table(title=f"Calibrated profile {p.name} for {p.hardware} ("
-                    + ("GEMMs: size curve; MFU/MBU: streaming kernels" if curve else f"kernel model: {cal.chosen}") + ")")
+    model = "GEMMs: size curve; MFU/MBU: streaming kernels" if curve else f"kernel model: {cal.chosen}"
+    t = Table(title=f"Calibrated profile {p.name} for {p.hardware} ({model})")
     for col in ("parameter", "value", "sd"):
         t.add_column(col, justify="left" if col == "parameter" else "right")
     for ph in Phase:
@@ -182,9 +199,9 @@ def compare_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99."""
-    from serveplan.validate.compare import compare, read_vllm_result
     from serveplan.estimator.api import resolve_specs
     from serveplan.sim import SimulationConfig
+    from serveplan.validate.compare import compare, read_vllm_result
 
     run = read_vllm_result(result)
     m, hw, pr = resolve_specs(model, hardware, profile)

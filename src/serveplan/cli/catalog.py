@@ -78,9 +78,11 @@ def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs
 
     peak = {k: v * 1e12 for k, v in flops.items() if v}
     if not peak:
-        raise SpecError("give at least one peak: --fp32-tflops, --bf16-tflops, --fp16-tflops, --fp8-tflops or --int8-tops")
+        raise SpecError("give at least one peak: --fp32-tflops, --bf16-tflops, --fp16-tflops, --fp8-tflops "
+                        "or --int8-tops")
     raw: dict = {
-        "name": name, "description": description or name, "source": source or "datasheet values given to serveplan hardware --new",
+        "name": name, "description": description or name,
+        "source": source or "datasheet values given to serveplan hardware --new",
         "peak_flops": peak, "memory_bytes": memory_gb * 1e9, "memory_bandwidth": bandwidth_gbs * 1e9,
         "devices_per_node": devices_per_node,
         "intra_node_link": {"name": "intra-node", "bandwidth": link_gbs * 1e9, "latency_s": link_latency_us * 1e-6},
@@ -97,8 +99,10 @@ def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs
 @handle_errors
 def hardware_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    template: bool = typer.Option(False, "--template", help="Print a hardware YAML template with every field explained."),
-    new: str | None = typer.Option(None, "--new", help="Create a device YAML named NEW from datasheet values (with --out)."),
+    template: bool = typer.Option(
+        False, "--template", help="Print a hardware YAML template with every field explained."),
+    new: str | None = typer.Option(
+        None, "--new", help="Create a device YAML named NEW from datasheet values (with --out)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="File for --new (default: NEW.yaml)."),
     fp32_tflops: float = typer.Option(0.0, "--fp32-tflops", help="Datasheet dense FP32 TFLOPS."),
     bf16_tflops: float = typer.Option(0.0, "--bf16-tflops", help="Datasheet dense BF16 TFLOPS (no sparsity)."),
@@ -110,7 +114,8 @@ def hardware_cmd(
     devices_per_node: int = typer.Option(8, "--devices-per-node", help="Devices per server."),
     link_gbs: float = typer.Option(0.0, "--link-gbs", help="Intra-node link, GB/s per direction per device."),
     link_latency_us: float = typer.Option(3.0, "--link-latency-us", help="Intra-node message latency, us."),
-    inter_node_gbs: float | None = typer.Option(None, "--inter-node-gbs", help="Inter-node link, GB/s per direction per device."),
+    inter_node_gbs: float | None = typer.Option(
+        None, "--inter-node-gbs", help="Inter-node link, GB/s per direction per device."),
     tile_size: int = typer.Option(0, "--tile-size", help="GEMM tile along tokens (0: unknown)."),
     source: str = typer.Option("", "--source", help="Datasheet URL."),
     description: str = typer.Option("", "--description", help="Free text."),

@@ -29,11 +29,14 @@ def estimate_cmd(
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
     input_len: int = typer.Option(2048, "--input-len", "-s", help="Prompt tokens per sequence."),
-    output_len: int | None = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
+    output_len: int | None = typer.Option(
+        None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
     phase: str = typer.Option("prefill", "--phase", help="Step to break down: prefill or decode."),
-    context_len: int | None = typer.Option(None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
+    context_len: int | None = typer.Option(
+        None, "--context-len", help="Keys attended by each decode (default input+output-1)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    band: bool = typer.Option(False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
+    band: bool = typer.Option(
+        False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
     band_samples: int = typer.Option(200, "--band-samples", help="Profiles sampled for --band."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --band samples."),
 ) -> None:
@@ -53,7 +56,8 @@ def estimate_cmd(
     con = console()
     what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase is Phase.PREFILL
             else f"decode step, batch {res.batch}, context {res.context_len}")
-    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, profile {res.profile}): {what}")
+    setup = f"{res.parallel.label()}, {res.dtype}, profile {res.profile}"
+    t = Table(title=f"{res.model} on {res.hardware} ({setup}): {what}")
     for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
         t.add_column(col, justify="left" if col == "module" else "right")
     for m in res.step.modules:

@@ -37,7 +37,8 @@ def offload_cmd(
         help="4-bit group-wise compression of weights and KV (default: search both; with --policy: off)."),
     cpu_attention: bool | None = typer.Option(
         None, "--cpu-attention/--no-cpu-attention",
-        help="Decode attention on the CPU for off-GPU cache (default: search both; with --policy: on unless compressed)."),
+        help="Decode attention on the CPU for off-GPU cache (default: search both; with --policy: on unless "
+             "compressed)."),
     policy: str | None = typer.Option(
         None, "--policy", help="Evaluate this FlexGen tuple instead of searching, e.g. 48x3,20,80,0,100,0,100."),
     max_latency: float | None = typer.Option(None, "--max-latency", help="Upper bound on the block latency (s)."),
@@ -106,7 +107,8 @@ def _pct(x: float) -> str:
 def _render_plan(plan: OffloadPlan, mode: str) -> None:
     con = console()
     p = plan.policy
-    flags = ("4-bit compression" if p.compress else "FP16") + (", CPU attention" if p.cpu_attention else ", GPU attention")
+    flags = (("4-bit compression" if p.compress else "FP16")
+             + (", CPU attention" if p.cpu_attention else ", GPU attention"))
     con.print(
         f"[bold]{plan.model}[/bold] on {plan.gpu} + host {plan.host}: {plan.input_len} prompt + "
         f"{plan.output_len} generated tokens ({mode}, overlap {plan.overlap.value})"
@@ -162,7 +164,8 @@ def _render_frontier(fr: OffloadFrontier, max_latency: float | None) -> None:
     p0 = fr.points[0]
     t = Table(title=f"Latency-throughput frontier: {p0.model} on {p0.gpu} + {p0.host}, "
                     f"{p0.input_len}+{p0.output_len} tokens")
-    for col in ("latency (s)", "throughput (token/s)", "block", "policy (gbs x #gb, wg, wc, cg, cc, hg, hc)", "compress", "CPU attn"):
+    for col in ("latency (s)", "throughput (token/s)", "block", "policy (gbs x #gb, wg, wc, cg, cc, hg, hc)",
+                "compress", "CPU attn"):
         t.add_column(col, justify="right" if col in ("latency (s)", "throughput (token/s)", "block") else "left")
     for p in fr.points:
         if max_latency is not None and p.latency_s > max_latency:

@@ -126,12 +126,12 @@ class LayerSizes:
 
 def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
     """Per-layer weight, KV and FLOP sizes of ``model`` (FP16, or 4-bit if ``compress``)."""
-    l = model.num_hidden_layers
+    L = model.num_hidden_layers
     h = model.hidden_size
     store = COMPRESSED_BYTES_PER_VALUE if compress else FP16_BYTES
-    layer_params = (model.num_parameters() - model.embedding_params()) / l
-    active_params = (model.num_active_parameters() - model.embedding_params()) / l
-    routed = model.num_moe_layers * model.num_experts * model.expert_params() / l
+    layer_params = (model.num_parameters() - model.embedding_params()) / L
+    active_params = (model.num_active_parameters() - model.embedding_params()) / L
+    routed = model.num_moe_layers * model.num_experts * model.expert_params() / L
     kv_el = model.kv_elements_per_token_per_layer()
     # Unit the GPU buffers while streaming weights: a whole layer for dense models (A.3's
     # 2*(1-wg)*w); for MoE the non-expert part plus one expert, streamed expert by expert (assumed:
@@ -158,7 +158,7 @@ def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
         ff_act = (model.num_experts_per_tok + model.num_shared_experts) * model.moe_intermediate_size
         ff = max(ff if model.num_dense_layers else 0, ff_act)
     return LayerSizes(
-        num_layers=l,
+        num_layers=L,
         hidden_size=h,
         num_heads=H,
         compress=compress,
@@ -265,8 +265,8 @@ class CostTerms:
 
     def block_latency(self, x: np.ndarray) -> tuple[float, float]:
         """``(prefill_s, decode_s)`` of one block: ``Tpre*l`` and ``Tgen*(n-1)*l`` (A.3)."""
-        l, n = self.num_layers, self.output_len
-        return self.layer_time("prefill", x) * l, self.layer_time("decode", x) * (n - 1) * l
+        L, n = self.num_layers, self.output_len
+        return self.layer_time("prefill", x) * L, self.layer_time("decode", x) * (n - 1) * L
 
 
 def cost_terms(
@@ -290,7 +290,7 @@ def cost_terms(
     """
     z = sizes or layer_sizes(model, compress=compress)
     rt: RuntimeSpeeds = host.runtime_for(gpu)
-    s, n, l = input_len, output_len, z.num_layers
+    s, n, L = input_len, output_len, z.num_layers  # L: layers (FlexGen's l)
     gbs, ngb = gpu_batch_size, num_gpu_batches
     bls = gbs * ngb
     h1, nh = z.hidden_size, z.num_heads
@@ -355,7 +355,7 @@ def cost_terms(
 
     # ---------------- peak memory (A.3 "peak memory constraints"), bytes
     Wt = z.total_weight_bytes  # A.3 uses l*(8h1^2+4h1h2); embeddings are added here
-    kv_all = kv * (s + n) * bls * l  # 4*(s+n)*h1*bls*l
+    kv_all = kv * (s + n) * bls * L  # 4*(s+n)*h1*bls*l
     home_act_p, home_act_g = act * s * bls, act * bls
     qw, kw_, vw, ow = z.q_width, z.k_width, z.v_width, z.q_width
     mo, mi = z.mlp_out_width, z.mlp_in_width
@@ -431,7 +431,7 @@ def cost_terms(
                                  if cpu_attention else lin()),
     }
     return CostTerms(
-        num_layers=l, input_len=s, output_len=n, gpu_batch_size=gbs, num_gpu_batches=ngb,
+        num_layers=L, input_len=s, output_len=n, gpu_batch_size=gbs, num_gpu_batches=ngb,
         compress=compress, cpu_attention=cpu_attention, overlap=overlap, prefill=prefill,
         decode=decode, memory=memory, capacity=capacity, sizes=z, parts=parts,
     )

@@ -72,9 +72,9 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
     activations that FlexGen's runtime can allocate (:func:`runtime_roundings`).
     """
     nv = NUM_PLACEMENT + 2
-    l, n = terms.num_layers, terms.output_len
+    L, n = terms.num_layers, terms.output_len  # L: layers (FlexGen's l)
     c = np.zeros(nv)
-    c[9], c[10] = l, (n - 1) * l  # T = Tpre*l + Tgen*(n-1)*l
+    c[9], c[10] = L, (n - 1) * L  # T = Tpre*l + Tgen*(n-1)*l
     rows, rhs, names = [], [], []
     for phase, col in (("prefill", 9), ("decode", 10)):
         for i, a in enumerate(terms.stage_affines(phase)):
@@ -96,7 +96,7 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
             names.append(f"mem_{tier}_{i}")
     if max_latency_s is not None:
         r = np.zeros(nv)
-        r[9], r[10] = l, (n - 1) * l
+        r[9], r[10] = L, (n - 1) * L
         rows.append(r)
         rhs.append(max_latency_s)
         names.append("max_latency")
@@ -116,7 +116,7 @@ def build_lp(terms: CostTerms, *, max_latency_s: float | None = None,
     lower = [0.0] * NUM_PLACEMENT
     for i, v in (fixed or {}).items():
         lower[i] = upper[i] = float(v)
-    bounds = tuple(list(zip(lower, upper)) + [(0.0, None)] * 2)
+    bounds = tuple(list(zip(lower, upper, strict=True)) + [(0.0, None)] * 2)
     return LinearProgram(c=c, A_ub=np.array(rows), b_ub=np.array(rhs), A_eq=A_eq, b_eq=np.ones(3),
                          bounds=bounds, row_names=tuple(names))
 

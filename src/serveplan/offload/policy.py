@@ -150,7 +150,7 @@ def parse_policy(text: str, *, compress: bool = False, cpu_attention: bool | Non
         raise SpecError(f"policy {text!r} has {len(parts)} percentages after GBSxNGB; {_TUPLE_HELP}")
     names = names6 if len(parts) == 6 else PLACEMENT_FIELDS
     vals: dict[str, float] = {}
-    for name, p in zip(names, parts):
+    for name, p in zip(names, parts, strict=True):
         try:
             vals[name] = float(p)
         except ValueError:

@@ -154,18 +154,18 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
                policy: OffloadPolicy, relaxed: dict[str, Any] | None = None,
                search: dict[str, Any] | None = None) -> OffloadPlan:
     """Price the allocated placement ``x`` of ``policy``."""
-    l, n, s = terms.num_layers, terms.output_len, terms.input_len
+    L, n, s = terms.num_layers, terms.output_len, terms.input_len
     prefill_s, decode_s = terms.block_latency(x)
     latency = prefill_s + decode_s
     pre = {t: terms.prefill[t].at(x) for t in TERMS}
     dec = {t: terms.decode[t].at(x) for t in TERMS}
-    breakdown = {f"prefill_{t}": v * l for t, v in pre.items()}
-    breakdown.update({f"decode_{t}": v * (n - 1) * l for t, v in dec.items()})
-    breakdown.update({k: a.at(x) * (l if k.startswith("prefill") else (n - 1) * l)
+    breakdown = {f"prefill_{t}": v * L for t, v in pre.items()}
+    breakdown.update({f"decode_{t}": v * (n - 1) * L for t, v in dec.items()})
+    breakdown.update({k: a.at(x) * (L if k.startswith("prefill") else (n - 1) * L)
                       for k, a in terms.parts.items()})
     z = terms.sizes
     bls = terms.block_size
-    kv_block = z.kv_bytes_per_token * (s + n) * bls * l
+    kv_block = z.kv_bytes_per_token * (s + n) * bls * L
     act_block = z.act_bytes_per_token * s * bls
     placement = {
         "weights": {t: float(z.total_weight_bytes * x[i]) for i, t in enumerate(_TIERS)},
@@ -180,7 +180,7 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
         "kv_bytes_block": kv_block,
         "activation_bytes_per_token": z.act_bytes_per_token,
         "linear_flops_per_token_per_layer": z.linear_flops_per_token,
-        "num_layers": l,
+        "num_layers": L,
     }
     return OffloadPlan(
         model=model.name, gpu=gpu.name, host=host.name, input_len=s, output_len=n,
@@ -192,12 +192,12 @@ def _plan_from(terms: CostTerms, x: np.ndarray, *, model: ModelSpec, gpu: Device
         capacity_bytes=dict(terms.capacity), violations_bytes=memory_violations(terms, x),
         placement_bytes=placement, sizes=sizes, relaxed=relaxed, search=search,
         memory_headroom=host.memory_headroom,
-        allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x)},
+        allocated_percent={f: float(v * 100) for f, v in zip(PLACEMENT_FIELDS, x, strict=True)},
     )
 
 
 def _policy_from(terms: CostTerms, x: np.ndarray) -> OffloadPolicy:
-    vals = {f: float(round(v, 6)) for f, v in zip(PLACEMENT_FIELDS, x)}
+    vals = {f: float(round(v, 6)) for f, v in zip(PLACEMENT_FIELDS, x, strict=True)}
     return OffloadPolicy(gpu_batch_size=terms.gpu_batch_size, num_gpu_batches=terms.num_gpu_batches,
                          compress=terms.compress, cpu_attention=terms.cpu_attention, **vals)
 
@@ -274,19 +274,19 @@ def _latency_bound(t: CostTerms, allow_disk: bool) -> float | None:
     step; bytes beyond GPU + CPU capacity must be read from disk every step (at least the
     ``ctx/(s+n)`` share of a KV byte). Both bounds only relax the LP, so pruning on them is safe.
     """
-    z, l, n, s = t.sizes, t.num_layers, t.output_len, t.input_len
+    z, L, n, s = t.sizes, t.num_layers, t.output_len, t.input_len
     bls = t.block_size
     cap_g, cap_c = t.capacity["gpu_decode"], t.capacity["cpu_decode"]
     disk_ok = allow_disk and not t.compress
     cap_d = t.capacity["disk"] if disk_ok else 0.0
-    home = (z.total_weight_bytes + z.kv_bytes_per_token * (s + n) * bls * l
+    home = (z.total_weight_bytes + z.kv_bytes_per_token * (s + n) * bls * L
             + z.act_bytes_per_token * s * bls)
     if home > cap_g + cap_c + cap_d:
         return None
     # seconds per layer-step to upload one home byte that is off the GPU: weights W/l per layer,
     # KV (GPU attention only) its ctx/(s+n) share; coefficients read from the affine terms
     up_w = t.decode["ctog"].coef[1] / z.total_weight_bytes  # (W / ctog_bw) per Wt home byte
-    kv_home = z.kv_bytes_per_token * (s + n) * bls * l
+    kv_home = z.kv_bytes_per_token * (s + n) * bls * L
     x_gpu, x_cpu = np.zeros(9), np.zeros(9)
     x_gpu[3], x_cpu[4] = 1.0, 1.0  # attention over a cache on the GPU or on the CPU
     comp_gpu, comp_cpu = t.decode["comp"].at(x_gpu), t.decode["comp"].at(x_cpu)
@@ -304,13 +304,13 @@ def _latency_bound(t: CostTerms, allow_disk: bool) -> float | None:
         ctog_lb = off * min(up_w, up_kv)
     ctx_share = (s + n / 2) / (s + n)
     disk_bytes = max(0.0, home - cap_g - cap_c)
-    dtoc_lb = disk_bytes / l * ctx_share * (t.decode["dtoc"].coef[2] / max(z.weight_bytes, 1.0))
+    dtoc_lb = disk_bytes / L * ctx_share * (t.decode["dtoc"].coef[2] / max(z.weight_bytes, 1.0))
     comp_p = t.prefill["comp"].const
     if t.overlap is Overlap.SERIAL_LOAD:
         pre, dec = max(comp_p, ctog_lb), max(ctog_lb + max(comp_g, dtoc_lb), mixed)
     else:
         pre, dec = max(comp_p, ctog_lb), max(comp_g, ctog_lb, dtoc_lb)
-    return pre * l + dec * (n - 1) * l
+    return pre * L + dec * (n - 1) * L
 
 
 def _candidates(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, *, s: int, n: int,

@@ -123,8 +123,10 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             Op("prefill.qk", M, AP * (2 * dq_t), NP * (ab * dq_t) + KVP * (ab * dq_t) + AP * (ab * hq_t),
                attention=True, source="BestServe Table 8/10 row 5"),
             Op("prefill.div", M, AP * hq_t, AP * (2 * ab * hq_t), attention=True, source="BestServe Table 8/10 row 6"),
-            Op("prefill.mask_add", M, AP * hq_t, AP * (2 * ab * hq_t + ab), attention=True, source="BestServe Table 8/10 row 7"),
-            Op("prefill.softmax", M, AP * (3 * hq_t), AP * (2 * ab * hq_t), attention=True, source="BestServe Table 8/10 row 8"),
+            Op("prefill.mask_add", M, AP * hq_t, AP * (2 * ab * hq_t + ab),
+               attention=True, source="BestServe Table 8/10 row 7"),
+            Op("prefill.softmax", M, AP * (3 * hq_t), AP * (2 * ab * hq_t),
+               attention=True, source="BestServe Table 8/10 row 8"),
             Op("prefill.av", M, AP * (2 * dq_t), AP * (ab * hq_t) + NP * (ab * dq_t) + KVP * (ab * dq_t),
                attention=True, source="BestServe Table 8/10 row 9"),
         ]
@@ -138,9 +140,11 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             Op("decode.qk", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 6"),
             Op("decode.div", M, KVD * hq_t, KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 7"),
-            Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab), attention=True, source="BestServe Table 9/11 row 8"),
+            Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab),
+               attention=True, source="BestServe Table 9/11 row 8"),
             Op("decode.upcast", M, ZERO, KVD * (2 * ab * hq_t), Rate.KAPPA_UPCAST, source="BestServe Table 9/11 row 9"),
-            Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 10"),
+            Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t),
+               attention=True, source="BestServe Table 9/11 row 10"),
             Op("decode.av", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 11"),
         ]
@@ -152,7 +156,8 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             Op("prefill.attention", M, APC * (4 * dq_t + 5 * hq_t),
                NP * (2 * ab * dq_t) + KVP * (2 * kvb * dkv_t), attention=True, source="fused attention, causal"),
             Op("decode.attention", M, KVD * (4 * dq_t + 5 * hq_t),
-               ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True, source="fused attention over the KV cache"),
+               ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True,
+               source="fused attention over the KV cache"),
         ]
     ops.append(Op("o_proj", M, NG * (2 * dq_t * h), N * (ab * (dq_t + h)) + ONE * (wb * dq_t * h),
                   source="BestServe Table 8/10 row 10 (weight h^2/t)", rows=N))

@@ -384,6 +384,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
         cfg = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (OSError, json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SpecError(f"model file {str(p)!r} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {first}") from None
+        fmt = "JSON" if p.suffix == ".json" else "YAML"
+        raise SpecError(f"model file {str(p)!r} is not valid {fmt}: {first}") from None
     name = cfg.get("name") if isinstance(cfg, dict) else None
     return model_from_hf_config(cfg, name=name or p.parent.name or p.stem, source=str(p))
