@@ -40,7 +40,8 @@ def machine() -> str:
     except OSError:
         lscpu = ["lscpu unavailable"]
     return "\n".join([
-        f"host: {platform.node()}", f"python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}",
+        f"host: {platform.node()}",
+        f"python {platform.python_version()}, numpy {np.__version__}, scipy {scipy.__version__}",
         "lscpu | head -20:", *("  " + ln for ln in lscpu),
     ])
 
@@ -49,7 +50,7 @@ def bench_speed() -> list[str]:
     lines = ["full search per setting (plan_offload, compress and CPU attention open), seconds:",
              f"{'model':<14}{'s+n':>9}{'cold':>8}{'warm median':>13}{'LPs':>6}{'shapes':>8}  chosen policy"]
     worst = 0.0
-    for i, (model, s, n) in enumerate(SETTINGS):
+    for model, s, n in SETTINGS:
         t0 = time.perf_counter()
         plan = plan_offload(model, input_len=s, output_len=n)
         cold = time.perf_counter() - t0
@@ -73,11 +74,13 @@ def validation_md() -> list[str]:
     rec = compare_cells()
     s = summarize(rec)
     out = ["### Evaluate mode: FlexGen Tables 14-18 (T4 machine, 30 cells)", "",
-           "| table | s+n | model | 4-bit | FlexGen policy | measured (token/s) | ours (token/s) | error | fits our memory model |",
+           "| table | s+n | model | 4-bit | FlexGen policy | measured (token/s) | ours (token/s) | error "
+           "| fits our memory model |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rec:
-        out.append(f"| {r['table']} | {r['input_len']}+{r['output_len']} | {r['model']} | {'yes' if r['compress'] else 'no'} "
-                   f"| {r['policy']} | {r['measured']:g} | {r['predicted']:.4g} | {r['error']:+.0%} | {'yes' if r['fits'] else 'no'} |")
+        out.append(f"| {r['table']} | {r['input_len']}+{r['output_len']} | {r['model']} "
+                   f"| {'yes' if r['compress'] else 'no'} | {r['policy']} | {r['measured']:g} | {r['predicted']:.4g} "
+                   f"| {r['error']:+.0%} | {'yes' if r['fits'] else 'no'} |")
     out += ["", f"Median absolute error **{s['median_abs_error']:.1%}**, worst factor **{s['max_factor']:.2f}x** "
             f"(target: <= 25%, <= 2x).", ""]
     loso = leave_one_setting_out()
@@ -89,13 +92,15 @@ def validation_md() -> list[str]:
                    f"{v['decompress_bandwidth'] / 1e9:g} GB/s")
     t2 = compare_table2()
     out += ["", "### Search mode: Table 2's settings (FlexGen row = FP16, FlexGen (c) row = 4-bit)", "",
-            "| model | s+n | 4-bit | measured | FlexGen policy | its prediction | our policy | CPU attn | our prediction | error vs measured | disk |",
+            "| model | s+n | 4-bit | measured | FlexGen policy | its prediction | our policy | CPU attn "
+            "| our prediction | error vs measured | disk |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t2:
-        out.append(f"| {r['model']} | {r['input_len']}+{r['output_len']} | {'yes' if r['compress'] else 'no'} | {r['measured']:g} "
-                   f"| {r['paper_policy']} | {r['paper_policy_predicted']:.4g}{'' if r['paper_policy_fits'] else ' (overflows)'} "
-                   f"| {r['chosen_policy']} | {'yes' if r['cpu_attention'] else 'no'} | {r['predicted']:.4g} | {r['error']:+.0%} "
-                   f"| {'yes' if r['uses_disk'] else 'no'} |")
+        overflow = "" if r["paper_policy_fits"] else " (overflows)"
+        out.append(f"| {r['model']} | {r['input_len']}+{r['output_len']} | {'yes' if r['compress'] else 'no'} "
+                   f"| {r['measured']:g} | {r['paper_policy']} | {r['paper_policy_predicted']:.4g}{overflow} "
+                   f"| {r['chosen_policy']} | {'yes' if r['cpu_attention'] else 'no'} | {r['predicted']:.4g} "
+                   f"| {r['error']:+.0%} | {'yes' if r['uses_disk'] else 'no'} |")
     return out
 
 

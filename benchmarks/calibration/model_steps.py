@@ -80,7 +80,7 @@ def measure_steps(model: Any, cfg: Any, prefill: Iterable[tuple[int, int]], deco
             if phase == "prefill":
                 ids = torch.randint(0, cfg.vocab_size, (b, n), generator=gen)
 
-                def fn() -> Any:
+                def fn(ids: Any = ids) -> Any:   # bound now: the loop rebinds ids
                     return model(input_ids=ids, past_key_values=DynamicCache(config=cfg), use_cache=True,
                                  logits_to_keep=1)
 

@@ -29,7 +29,8 @@ TRUE_ATTENTION = {"prefill": (0.35, 0.5), "decode": (0.3, 0.45)}
 
 
 def true_profile(curve: bool = False):
-    att = ({f"attention_{k}": v for k, v in zip(("compute", "memory"), TRUE_ATTENTION[ph], strict=True)} if curve else {}
+    att = ({f"attention_{k}": v for k, v in zip(("compute", "memory"), TRUE_ATTENTION[ph], strict=True)}
+           if curve else {}
            for ph in ("prefill", "decode"))
     pa, da = att
     return get_profile("default-gpu").with_(
@@ -47,8 +48,9 @@ def synthetic(noise: float = 0.05, seed: int = 0, curve: bool = False) -> Measur
     hw = get_hardware("a100-80g")
     prof = true_profile(curve)
     rows = []
-    for model, batches in ((get_model("llama-2-7b"), [StepBatch.prefill(b, s) for b, s in ((1, 128), (1, 512), (2, 1024), (4, 2048), (8, 256))]
-                            + [StepBatch.decode(b, c) for b, c in ((1, 512), (8, 1024), (64, 2048), (256, 512), (512, 256))]),):
+    steps = ([StepBatch.prefill(b, s) for b, s in ((1, 128), (1, 512), (2, 1024), (4, 2048), (8, 256))]
+             + [StepBatch.decode(b, c) for b, c in ((1, 512), (8, 1024), (64, 2048), (256, 512), (512, 256))])
+    for model, batches in ((get_model("llama-2-7b"), steps),):
         est = Estimator(model, hw, prof)
         spec_ops = [op for g in est.groups for blk in g.blocks for op in blk.ops]
         for b in batches:

@@ -88,7 +88,8 @@ def test_sampled_curve_and_attention_factors():
         uncertainty={"decode.matmul_size_curve": 0.1, "decode.attention_memory": 0.05})
     draws = sample_profiles(prof, 30, seed=2)
     scales = [p.matmul_size_curve["decode"][1][0] / 2.0 for p in draws]
-    assert all(p.matmul_size_curve["decode"][1][1] == pytest.approx(1.5 * s) for p, s in zip(draws, scales, strict=True))
+    assert all(p.matmul_size_curve["decode"][1][1] == pytest.approx(1.5 * s)
+               for p, s in zip(draws, scales, strict=True))
     assert len(set(scales)) == 30 and 0.7 < min(scales) and max(scales) < 1.3
     # attention_memory unset: drawn around the phase's memory factor; memory itself stays fixed
     att = [p.decode.attention_memory for p in draws]

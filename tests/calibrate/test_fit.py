@@ -124,7 +124,8 @@ def test_composer_with_a_curve_reproduces_the_estimator(curve_cal):
     batches = [StepBatch.prefill(2, 512), StepBatch.decode(8, 1024), StepBatch.decode(1, 128)]
     comp = StepComposer(m, hw, true_profile(), batches)
     fam = curve_cal.family
-    got = comp.times(_family_eff(fam), _dispatch_of(fam, base=true_profile().dispatch_s), matmul_curve=curve_cal.size_curve)
+    got = comp.times(_family_eff(fam), _dispatch_of(fam, base=true_profile().dispatch_s),
+                     matmul_curve=curve_cal.size_curve)
     est = Estimator(m, hw, curve_cal.profile)
     assert got == pytest.approx([est.time(b) for b in batches], rel=1e-9)
 

@@ -49,7 +49,7 @@ def test_opt67b_at_512_search_beats_flexgen_by_splitting_the_kv_cache(table2):
 def test_search_emits_only_placements_flexgens_runtime_allocates(table2):
     # KV cache in whole sequences of a GPU batch, unsplit when compressed, activations on one tier,
     # weights priced as allocated per tensor (flexgen/pytorch_backend.py, flexgen/flex_opt.py)
-    for (model, s, comp), r in table2.items():
+    for model, s, comp in table2:
         plan = plan_offload(model, input_len=s, output_len=32, compress=comp)
         p, a = plan.policy, plan.allocated_percent
         gbs = p.gpu_batch_size

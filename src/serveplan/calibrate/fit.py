@@ -504,7 +504,8 @@ def size_curve_cv(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | st
     return {"median_abs": float(np.median(e)), "p90_abs": float(np.percentile(e, 90)), "n": int(e.size)}
 
 
-def _family_eff(fit: KernelFit, params: Mapping[str, float] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
+def _family_eff(fit: KernelFit,
+                params: Mapping[str, float] | None = None) -> dict[tuple[str, str], tuple[float, float]]:
     p = fit.params if params is None else params
     out = {}
     for ph in PHASES:

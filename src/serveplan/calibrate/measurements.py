@@ -125,6 +125,24 @@ def parse_measurements(text: str, where: str = "measurements") -> MeasurementSet
     SpecError
         Missing columns, unknown kinds or phases, non-numeric, negative or zero times.
     """
+    meta, body, header_line = _split_metadata(text)
+    if not body:
+        raise SpecError(f"{where}: no header row; expected columns {', '.join(REQUIRED)}")
+    reader = csv.DictReader(io.StringIO("\n".join(body)))
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; "
+                        f"required: {', '.join(REQUIRED)}; found: {', '.join(cols) or 'none'}")
+    rows = [_row({(k or "").strip(): (v or "").strip() for k, v in raw.items()}, header_line + 1 + j, where)
+            for j, raw in enumerate(reader)]
+    if not rows:
+        raise SpecError(f"{where}: no measurement rows after the header")
+    return MeasurementSet(tuple(rows), meta)
+
+
+def _split_metadata(text: str) -> tuple[dict[str, str], list[str], int]:
+    """``# key: value`` metadata lines, the CSV lines, and the line number of the header."""
     meta: dict[str, str] = {}
     body: list[str] = []
     header_line = 0
@@ -139,45 +157,34 @@ def parse_measurements(text: str, where: str = "measurements") -> MeasurementSet
         if not body:
             header_line = i
         body.append(line)
-    if not body:
-        raise SpecError(f"{where}: no header row; expected columns {', '.join(REQUIRED)}")
-    reader = csv.DictReader(io.StringIO("\n".join(body)))
-    cols = [c.strip() for c in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in cols]
-    if missing:
-        raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; "
-                        f"required: {', '.join(REQUIRED)}; found: {', '.join(cols) or 'none'}")
-    rows: list[Measurement] = []
-    for j, raw in enumerate(reader):
-        line = header_line + 1 + j
-        raw = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
-        kind, phase, module = raw["kind"], raw["phase"], raw.get("module", "")
-        if kind not in KINDS:
-            raise SpecError(f"{where} line {line}: kind={kind!r}; expected one of: {', '.join(KINDS)}")
-        if phase not in PHASES:
-            raise SpecError(f"{where} line {line}: phase={phase!r}; expected one of: {', '.join(PHASES)}")
-        if kind == "module" and module not in MODULES:
-            raise SpecError(f"{where} line {line}: module={module!r} for a module row; "
-                            f"expected one of: {', '.join(MODULES)}")
-        flops = _float(raw["flops"], "flops", line, where)
-        nbytes = _float(raw["bytes"], "bytes", line, where)
-        t = _float(raw["time_s"], "time_s", line, where)
-        if t <= 0:
-            raise SpecError(f"{where} line {line}: time_s={raw['time_s']} must be a positive number of seconds")
-        if flops < 0 or nbytes < 0:
-            raise SpecError(f"{where} line {line}: flops={raw['flops']}, bytes={raw['bytes']} must be >= 0")
-        launches = _float(raw["launches"], "launches", line, where) if raw.get("launches") else 1.0
-        if launches < 0:
-            raise SpecError(f"{where} line {line}: launches={raw['launches']} must be >= 0")
-        tmin = _float(raw["time_min_s"], "time_min_s", line, where) if raw.get("time_min_s") else float("nan")
-        reps = int(_float(raw["repeats"], "repeats", line, where)) if raw.get("repeats") else 0
-        m_rows = _float(raw["rows"], "rows", line, where) if raw.get("rows") else float("nan")
-        rows.append(Measurement(kind=kind, phase=phase, flops=flops, bytes=nbytes, time_s=t, module=module,
-                                name=raw.get("name", ""), launches=launches, time_min_s=tmin, repeats=reps,
-                                rows=m_rows))
-    if not rows:
-        raise SpecError(f"{where}: no measurement rows after the header")
-    return MeasurementSet(tuple(rows), meta)
+    return meta, body, header_line
+
+
+def _row(raw: dict[str, str], line: int, where: str) -> Measurement:
+    """One validated measurement row (``line``: its line in the file, for messages)."""
+    kind, phase, module = raw["kind"], raw["phase"], raw.get("module", "")
+    if kind not in KINDS:
+        raise SpecError(f"{where} line {line}: kind={kind!r}; expected one of: {', '.join(KINDS)}")
+    if phase not in PHASES:
+        raise SpecError(f"{where} line {line}: phase={phase!r}; expected one of: {', '.join(PHASES)}")
+    if kind == "module" and module not in MODULES:
+        raise SpecError(f"{where} line {line}: module={module!r} for a module row; "
+                        f"expected one of: {', '.join(MODULES)}")
+    flops = _float(raw["flops"], "flops", line, where)
+    nbytes = _float(raw["bytes"], "bytes", line, where)
+    t = _float(raw["time_s"], "time_s", line, where)
+    if t <= 0:
+        raise SpecError(f"{where} line {line}: time_s={raw['time_s']} must be a positive number of seconds")
+    if flops < 0 or nbytes < 0:
+        raise SpecError(f"{where} line {line}: flops={raw['flops']}, bytes={raw['bytes']} must be >= 0")
+    launches = _float(raw["launches"], "launches", line, where) if raw.get("launches") else 1.0
+    if launches < 0:
+        raise SpecError(f"{where} line {line}: launches={raw['launches']} must be >= 0")
+    tmin = _float(raw["time_min_s"], "time_min_s", line, where) if raw.get("time_min_s") else float("nan")
+    reps = int(_float(raw["repeats"], "repeats", line, where)) if raw.get("repeats") else 0
+    m_rows = _float(raw["rows"], "rows", line, where) if raw.get("rows") else float("nan")
+    return Measurement(kind=kind, phase=phase, flops=flops, bytes=nbytes, time_s=t, module=module,
+                       name=raw.get("name", ""), launches=launches, time_min_s=tmin, repeats=reps, rows=m_rows)
 
 
 def read_measurements(path: str | Path) -> MeasurementSet:

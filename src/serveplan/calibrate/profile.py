@@ -338,16 +338,55 @@ def _attention_cases(r: _Runner, shape: LayerShape) -> list[_Case]:
     return cases
 
 
+#: Tiny Llama layer of the dispatch cases: hidden, intermediate, query heads, KV heads, head dim.
+_TINY = (64, 128, 4, 2, 16)
+
+
 def _dispatch_cases(r: _Runner) -> list[_Case]:
     """A tiny operator, and each module of a Llama layer at a tiny shape (hidden 64, one token):
     the time is the host cost of issuing the module's kernels, BestServe's dispatch time."""
     torch = r.torch
-    nn = torch.nn
-    h, ff, hq, hkv, d = 64, 128, 4, 2, 16
+    h, ff, hq, hkv, d = _TINY
+    modules = _tiny_modules(r)
 
     def launch_setup() -> Callable[[], Any]:
         a = r.tensor(1)
         return lambda: torch.add(a, a)
+
+    def module_setup(kind: str) -> Callable[[], Callable[[], Any]]:
+        def setup() -> Callable[[], Any]:
+            x = r.tensor(1, 1, h)
+            with torch.no_grad():
+                mod = modules[kind]()
+                if kind == "attention":
+                    cos, sin = r.tensor(1, 1, 1, d), r.tensor(1, 1, 1, d)
+                    return lambda: mod(x, cos, sin)
+                return lambda: mod(x)
+        return setup
+
+    ab = r.ab
+    cases = [_Case("launch", "any", "add of one element", 1.0, 3 * ab, 1, launch_setup)]
+    # tiny-shape work and traffic (weights dominate); launches = kernels issued
+    sizes = {
+        "norm": (4 * h, ab * (8 * h), 6),
+        "attention": (2 * h * (2 * hq * d + 2 * hkv * d), ab * h * (2 * hq * d + 2 * hkv * d), 22),
+        "mlp": (6 * h * ff, ab * 3 * h * ff, 6),
+        "lm_head": (2 * h * 256, ab * h * 256, 7),
+    }
+    for kind, (flops, nbytes, launches) in sizes.items():
+        cases.append(_Case("module", "any", f"{kind} module, hidden {h}, one token", float(flops), float(nbytes),
+                           launches, module_setup(kind), module=kind))
+    return cases
+
+
+
+
+def _tiny_modules(r: _Runner) -> dict[str, Any]:
+    """torch module classes of a tiny Llama layer (:data:`_TINY`), by module kind; defined here
+    because torch is imported only when profiling."""
+    torch = r.torch
+    nn = torch.nn
+    h, ff, hq, hkv, d = _TINY
 
     class RMSNorm(nn.Module):
         def __init__(self) -> None:
@@ -405,31 +444,7 @@ def _dispatch_cases(r: _Runner) -> list[_Case]:
         def forward(self, x: Any) -> Any:
             return self.out(self.norm(x))
 
-    def module_setup(kind: str) -> Callable[[], Callable[[], Any]]:
-        def setup() -> Callable[[], Any]:
-            x = r.tensor(1, 1, h)
-            with torch.no_grad():
-                if kind == "attention":
-                    mod = Attention()
-                    cos, sin = r.tensor(1, 1, 1, d), r.tensor(1, 1, 1, d)
-                    return lambda: mod(x, cos, sin)
-                mod = {"norm": RMSNorm, "mlp": MLP, "lm_head": Head}[kind]()
-                return lambda: mod(x)
-        return setup
-
-    ab = r.ab
-    cases = [_Case("launch", "any", "add of one element", 1.0, 3 * ab, 1, launch_setup)]
-    # tiny-shape work and traffic (weights dominate); launches = kernels issued
-    sizes = {
-        "norm": (4 * h, ab * (8 * h), 6),
-        "attention": (2 * h * (2 * hq * d + 2 * hkv * d), ab * h * (2 * hq * d + 2 * hkv * d), 22),
-        "mlp": (6 * h * ff, ab * 3 * h * ff, 6),
-        "lm_head": (2 * h * 256, ab * h * 256, 7),
-    }
-    for kind, (flops, nbytes, launches) in sizes.items():
-        cases.append(_Case("module", "any", f"{kind} module, hidden {h}, one token", float(flops), float(nbytes),
-                           launches, module_setup(kind), module=kind))
-    return cases
+    return {"norm": RMSNorm, "attention": Attention, "mlp": MLP, "lm_head": Head}
 
 
 def _cpu_model() -> str:

@@ -355,11 +355,12 @@ def _weight_options(terms: CostTerms, x: np.ndarray) -> list[np.ndarray]:
     below = above = None  # (share off the GPU, nominal off-GPU percent)
     for t in range(wd, 101):
         off = _share_below(terms.sizes, t)  # tensors with midpoints below wd + wc leave the GPU
+        closer = abs(t / 100 - want)  # ties in allocated share go to the nominal percent nearest the relaxed one
         if off <= want + 1e-9 and (below is None or off > below[0] + 1e-12
-                                   or (abs(off - below[0]) <= 1e-12 and abs(t / 100 - want) < abs(below[1] / 100 - want))):
+                                   or (abs(off - below[0]) <= 1e-12 and closer < abs(below[1] / 100 - want))):
             below = (off, t)
         if off >= want - 1e-9 and (above is None or off < above[0] - 1e-12
-                                   or (abs(off - above[0]) <= 1e-12 and abs(t / 100 - want) < abs(above[1] / 100 - want))):
+                                   or (abs(off - above[0]) <= 1e-12 and closer < abs(above[1] / 100 - want))):
             above = (off, t)
     out = []
     for opt in (below, above):

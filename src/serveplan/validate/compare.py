@@ -51,6 +51,27 @@ def _num_list(raw: Mapping[str, Any], key: str, where: str) -> list[Any]:
     return v
 
 
+def _tpot(raw: Mapping[str, Any], itls: Any, ok: np.ndarray, o_len: np.ndarray, where: str) -> np.ndarray:
+    """TPOT per request (s): its inter-token latencies summed over ``output_len - 1`` (vLLM's
+    definition), or the result's own ``tpots`` when it has no ``itls``; NaN below two tokens."""
+    tpot = np.full(len(o_len), np.nan)
+    if itls is not None:
+        for k, row in enumerate(itls):
+            if not ok[k] or o_len[k] < 2:
+                continue
+            try:
+                gaps = np.array(row, dtype=float)
+            except (TypeError, ValueError):
+                raise SpecError(f"{where}: itls[{k}] must be a list of seconds") from None
+            if np.any(gaps < 0):
+                raise SpecError(f"{where}: itls[{k}] has a negative inter-token latency")
+            tpot[k] = float(gaps.sum()) / (o_len[k] - 1)
+        return tpot
+    if isinstance(raw.get("tpots"), list) and len(raw["tpots"]) == len(o_len):
+        return np.array(raw["tpots"], dtype=float)
+    raise SpecError(f"{where}: field 'itls' is missing (per-request inter-token latencies are needed for TPOT)")
+
+
 def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingRun:
     """Validate a vLLM serving-benchmark result mapping.
 
@@ -81,22 +102,7 @@ def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingR
         raise SpecError(f"{where}: no completed request (every output_lens entry is 0)")
     if np.any(t[ok] < 0) or np.any(i_len < 0) or not np.all(np.isfinite(t[ok])):
         raise SpecError(f"{where}: ttfts and input_lens must be finite and >= 0")
-    tpot = np.full(len(t), np.nan)
-    if itls is not None:
-        for k, row in enumerate(itls):
-            if not ok[k] or o_len[k] < 2:
-                continue
-            try:
-                gaps = np.array(row, dtype=float)
-            except (TypeError, ValueError):
-                raise SpecError(f"{where}: itls[{k}] must be a list of seconds") from None
-            if np.any(gaps < 0):
-                raise SpecError(f"{where}: itls[{k}] has a negative inter-token latency")
-            tpot[k] = float(gaps.sum()) / (o_len[k] - 1)
-    elif isinstance(raw.get("tpots"), list) and len(raw["tpots"]) == len(t):
-        tpot = np.array(raw["tpots"], dtype=float)
-    else:
-        raise SpecError(f"{where}: field 'itls' is missing (per-request inter-token latencies are needed for TPOT)")
+    tpot = _tpot(raw, itls, ok, o_len, where)
     rate = raw.get("request_rate", "inf")
     try:
         rate_f = float(rate)
