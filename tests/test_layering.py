@@ -49,22 +49,23 @@ def test_lower_layers_never_import_higher_ones():
     assert not bad, bad
 
 
-def test_library_layers_import_serveplan_at_module_level():
-    """An import inside a function hides a dependency from the order above; only the CLI defers
-    imports (start-up time), and ``TYPE_CHECKING`` blocks only name types."""
+def test_library_layers_import_other_layers_at_module_level():
+    """An import of another layer inside a function hides a dependency from the order above; only
+    the CLI defers imports (start-up time). Within a layer a function may import a module that
+    pulls in an optional library (calibrate's torch modules)."""
     bad = []
     for py in SRC.rglob("*.py"):
         rel = py.relative_to(SRC)
+        own = _layer("serveplan." + ".".join(rel.with_suffix("").parts))
         if rel.parts[0] == "cli":
             continue
         for fn in ast.walk(ast.parse(py.read_text())):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                if isinstance(node, ast.ImportFrom) and node.module and _layer(node.module):
-                    bad.append(f"{rel}:{node.lineno}: {node.module}")
-                elif isinstance(node, ast.Import) and any(_layer(a.name) for a in node.names):
-                    bad.append(f"{rel}:{node.lineno}: import inside {fn.name}")
+                names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                bad += [f"{rel}:{node.lineno}: {n} inside {fn.name}" for n in names if _layer(n) not in (None, own)]
     assert not bad, bad
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def sample_profiles(profile: EfficiencyProfile, samples: int, *, seed: int = 0) 
                             f"(with a curve) or dispatch.<module>")
     out = []
     for _ in range(samples):
-        phases = {}
+        phases: dict[str, dict[str, Any]] = {}
         for ph in PHASES:
             e = profile.efficiency(ph)
             phases[ph] = dict(compute=e.compute, memory=e.memory, comm=e.comm,

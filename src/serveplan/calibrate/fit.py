@@ -143,10 +143,10 @@ class _Design:
         comp = self.W / (x[self.ci] * self.sc)
         mem = self.Q / (x[self.mi] * self.sm)
         disp = np.where(self.di >= 0, x[np.maximum(self.di, 0)], 0.0)
-        return self.L * x[self.li] + disp + np.maximum(comp, mem)
+        return np.asarray(self.L * x[self.li] + disp + np.maximum(comp, mem))
 
     def residuals(self, x: np.ndarray) -> np.ndarray:
-        return (self.predict(x) - self.t) / self.t
+        return np.asarray((self.predict(x) - self.t) / self.t)
 
 
 def _design(ms: MeasurementSet, form: str, peak_flops: float, bandwidth: float) -> _Design:
@@ -268,8 +268,8 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
     Jid = J[:, ident]
     cov = s2 * np.linalg.pinv(Jid.T @ Jid)
     sd = {n: float("nan") for n in names}
-    for k, i in enumerate(np.flatnonzero(ident)):
-        sd[names[i]] = float(math.sqrt(max(cov[k, k], 0.0)))
+    for k, j in enumerate(np.flatnonzero(ident)):
+        sd[names[j]] = float(math.sqrt(max(cov[k, k], 0.0)))
     return KernelFit(form, {n: float(v) for n, v in zip(names, x, strict=True)}, sd,
                      {n: bool(b) for n, b in zip(names, ident, strict=True)}, cov,
                      tuple(names[i] for i in np.flatnonzero(ident)), r, int(res.nfev))
@@ -396,14 +396,17 @@ class StepComposer:
         out = np.empty(len(self.batches))
         p = self.profile
         for ph, (cols, X) in self._X.items():
-            disp = {} if ph is Phase.DECODE and p.dispatch_hidden_in_decode else dispatch
+            disp: Mapping[Module, float] = {} if ph is Phase.DECODE and p.dispatch_hidden_in_decode else dispatch
+
+            def dispatch_of(kind: Module, d: Mapping[Module, float] = disp) -> float:
+                return float(d.get(kind, 0.0))
             curve = (roofline.SizeCurve.from_points(matmul_curve.tokens[ph], matmul_curve.ratios[ph])
                      if matmul_curve is not None and ph in matmul_curve.tokens else None)
             rates = roofline.phase_rates(
                 self.compiled, efficiency={f: eff[(ph.value, f.value)] for f in roofline.FAMILIES},
                 comm=p.efficiency(ph).comm, peak_flops=self.sc, bandwidth=self.sm,
                 kappas=(p.kappa_update, p.kappa_repeat_kv, p.kappa_upcast), size_curve=curve,
-                dispatch=roofline.dispatch_times(self.compiled, lambda kind, d=disp: d.get(kind, 0.0)),
+                dispatch=roofline.dispatch_times(self.compiled, dispatch_of),
             )
             *_, block, comm = roofline.op_terms(self.compiled, rates, X)
             out[cols] = roofline.layers_time(block, comm, rates.dispatch, self.compiled.counts)
@@ -432,7 +435,7 @@ class SizeCurve:
 
     def ratio(self, phase: str, rows: Any) -> np.ndarray:
         t, r = self.tokens[phase], self.ratios[phase]
-        return np.interp(np.log(np.maximum(rows, 1.0)), np.log(t), r)
+        return np.asarray(np.interp(np.log(np.maximum(rows, 1.0)), np.log(t), r))
 
 
 def _matmul_rows(ms: MeasurementSet) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -564,7 +567,7 @@ def project(fit: KernelFit, composer: StepComposer, dispatch: Mapping[Module, fl
             eff = dict(fam_eff)
             for f in FAMILIES:
                 eff[(ph, f)] = (x[0], x[1])
-            return (composer.times(eff, dispatch)[sel] - target[sel]) / target[sel]
+            return np.asarray((composer.times(eff, dispatch)[sel] - target[sel]) / target[sel])
         z0 = np.clip(np.array(fit.efficiency(ph, "matmul"))[free], *EFF_BOUNDS)
         res = least_squares(resid, z0, bounds=EFF_BOUNDS, method="trf", **kw)
         if res.status <= 0 or not np.all(np.isfinite(res.x)):
@@ -808,7 +811,7 @@ def profile_yaml(cal: Calibration, model_name: str) -> str:
                  if cal.matmul == "curve" else
                  "# prefill/decode: constant factors projected from the kernel fit (see `calibration`);\n")
               + "# uncertainty: one standard deviation of each fitted value.\n")
-    return header + yaml.safe_dump(_plain(d), sort_keys=False)
+    return header + str(yaml.safe_dump(_plain(d), sort_keys=False))
 
 
 def _plain(o: Any) -> Any:

@@ -141,13 +141,13 @@ class ProfileConfig:
     @staticmethod
     def quick(**changes: Any) -> ProfileConfig:
         """A reduced sweep (one small shape, few sizes): seconds instead of minutes, for tests."""
-        base = dict(
+        base: dict[str, Any] = dict(
             shapes=(DEFAULT_SHAPES[0],), decode_tokens=(1, 4, 16, 64), prefill_tokens=(128, 512, 1024),
             prefill_attention=((1, 128), (1, 512), (2, 256)), decode_attention=((1, 128), (4, 512), (16, 256)),
             max_gemm_flops=8e9, repeats=3, min_call_s=1e-3,
         )
         base.update(changes)
-        return ProfileConfig(**base)  # type: ignore[arg-type]
+        return ProfileConfig(**base)
 
 
 def shape_from_model(model: Any) -> LayerShape:
@@ -327,27 +327,24 @@ def _attention_cases(r: _Runner, shape: LayerShape) -> list[_Case]:
         flops = kvd * (4 * dq + 5 * hq)
         nbytes = b * 2 * ab * dq + kvd * 2 * ab * dkv
 
-        def setup(b: int = b, c: int = c, nbytes: float = nbytes) -> Callable[[], Any]:
+        def decode_setup(b: int = b, c: int = c, nbytes: float = nbytes) -> Callable[[], Any]:
             # one query token per sequence; GQA heads folded into the query length as Hugging
             # Face does for decode (transformers integrations/sdpa_attention.py, pack_gqa)
             ops = r.pool(lambda: (r.tensor(b, hkv, rep, d), r.tensor(b, hkv, c, d), r.tensor(b, hkv, c, d)), nbytes)
             return lambda: sdpa(*next(ops))
 
         cases.append(_Case("attention", "decode", f"decode b={b} ctx={c} hq={hq} hkv={hkv} d={d}",
-                           flops, nbytes, 1, setup))
+                           flops, nbytes, 1, decode_setup))
     return cases
-
-
-#: Tiny Llama layer of the dispatch cases: hidden, intermediate, query heads, KV heads, head dim.
-_TINY = (64, 128, 4, 2, 16)
 
 
 def _dispatch_cases(r: _Runner) -> list[_Case]:
     """A tiny operator, and each module of a Llama layer at a tiny shape (hidden 64, one token):
     the time is the host cost of issuing the module's kernels, BestServe's dispatch time."""
+    from serveplan.calibrate import tiny_llama  # imports torch: only when profiling
+
     torch = r.torch
-    h, ff, hq, hkv, d = _TINY
-    modules = _tiny_modules(r)
+    h, ff, hq, hkv, d = tiny_llama.SHAPE
 
     def launch_setup() -> Callable[[], Any]:
         a = r.tensor(1)
@@ -357,7 +354,7 @@ def _dispatch_cases(r: _Runner) -> list[_Case]:
         def setup() -> Callable[[], Any]:
             x = r.tensor(1, 1, h)
             with torch.no_grad():
-                mod = modules[kind]()
+                mod = tiny_llama.MODULES[kind](r.tdtype, r.dev)
                 if kind == "attention":
                     cos, sin = r.tensor(1, 1, 1, d), r.tensor(1, 1, 1, d)
                     return lambda: mod(x, cos, sin)
@@ -371,80 +368,12 @@ def _dispatch_cases(r: _Runner) -> list[_Case]:
         "norm": (4 * h, ab * (8 * h), 6),
         "attention": (2 * h * (2 * hq * d + 2 * hkv * d), ab * h * (2 * hq * d + 2 * hkv * d), 22),
         "mlp": (6 * h * ff, ab * 3 * h * ff, 6),
-        "lm_head": (2 * h * 256, ab * h * 256, 7),
+        "lm_head": (2 * h * tiny_llama.VOCAB, ab * h * tiny_llama.VOCAB, 7),
     }
     for kind, (flops, nbytes, launches) in sizes.items():
         cases.append(_Case("module", "any", f"{kind} module, hidden {h}, one token", float(flops), float(nbytes),
                            launches, module_setup(kind), module=kind))
     return cases
-
-
-
-
-def _tiny_modules(r: _Runner) -> dict[str, Any]:
-    """torch module classes of a tiny Llama layer (:data:`_TINY`), by module kind; defined here
-    because torch is imported only when profiling."""
-    torch = r.torch
-    nn = torch.nn
-    h, ff, hq, hkv, d = _TINY
-
-    class RMSNorm(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(h, dtype=r.tdtype, device=r.dev))
-
-        def forward(self, x: Any) -> Any:  # Hugging Face LlamaRMSNorm.forward
-            var = x.pow(2).mean(-1, keepdim=True)
-            return self.weight * (x * torch.rsqrt(var + 1e-6))
-
-    def lin(i: int, o: int) -> Any:
-        return nn.Linear(i, o, bias=False, dtype=r.tdtype, device=r.dev)
-
-    class Attention(nn.Module):
-        """Hugging Face LlamaAttention.forward with a static cache: projections, RoPE,
-        cache write, SDPA, output projection, residual add."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.q, self.k, self.v, self.o = lin(h, hq * d), lin(h, hkv * d), lin(h, hkv * d), lin(hq * d, h)
-            self.kc = torch.zeros(1, hkv, 16, d, dtype=r.tdtype, device=r.dev)
-            self.vc = torch.zeros(1, hkv, 16, d, dtype=r.tdtype, device=r.dev)
-            self.pos = torch.tensor([15], device=r.dev)
-
-        @staticmethod
-        def rot(x: Any) -> Any:
-            x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-            return torch.cat((-x2, x1), dim=-1)
-
-        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
-            q = self.q(x).view(1, 1, hq, d).transpose(1, 2)
-            k = self.k(x).view(1, 1, hkv, d).transpose(1, 2)
-            v = self.v(x).view(1, 1, hkv, d).transpose(1, 2)
-            q = q * cos + self.rot(q) * sin
-            k = k * cos + self.rot(k) * sin
-            self.kc.index_copy_(2, self.pos, k)
-            self.vc.index_copy_(2, self.pos, v)
-            qg = q.reshape(1, hkv, hq // hkv, d)
-            o = torch.nn.functional.scaled_dot_product_attention(qg, self.kc, self.vc)
-            return x + self.o(o.reshape(1, 1, hq * d))
-
-    class MLP(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.g, self.u, self.dn = lin(h, ff), lin(h, ff), lin(ff, h)
-
-        def forward(self, x: Any) -> Any:
-            return x + self.dn(torch.nn.functional.silu(self.g(x)) * self.u(x))
-
-    class Head(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.norm, self.out = RMSNorm(), lin(h, 256)
-
-        def forward(self, x: Any) -> Any:
-            return self.out(self.norm(x))
-
-    return {"norm": RMSNorm, "attention": Attention, "mlp": MLP, "lm_head": Head}
 
 
 def _cpu_model() -> str:

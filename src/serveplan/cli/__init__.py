@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import typer
 
@@ -54,7 +54,7 @@ def handle_errors(fn: F) -> F:
             where = f" {exc.filename!r}" if exc.filename else ""
             raise fail(f"cannot access{where}: {exc.strerror or exc}", 2) from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 def parse_int_list(value: str, field: str) -> list[int]:
@@ -101,11 +101,12 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:
         # the CLI library's usage errors carry exit code 2 and a formatted message
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `serveplan`: show the help
-            typer.echo(exc.format_message())
+        message = getattr(exc, "format_message", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and message:  # bare `serveplan`: show the help
+            typer.echo(message())
             sys.exit(0)
-        if getattr(exc, "exit_code", None) == 2 and hasattr(exc, "format_message"):
-            typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        if getattr(exc, "exit_code", None) == 2 and message:
+            typer.echo(f"error: {' '.join(message().split())}", err=True)
             sys.exit(2)
         if type(exc).__name__ == "Abort":  # pragma: no cover - Ctrl-C at a prompt
             typer.echo("interrupted", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -47,7 +48,7 @@ def profile_cmd(
         shape_from_model,
     )
 
-    changes: dict = {"device": device, "threads": threads or None, "dtype": dtype, "clock": clock}
+    changes: dict[str, Any] = {"device": device, "threads": threads or None, "dtype": dtype, "clock": clock}
     if repeats is not None:
         changes["repeats"] = repeats
     if model:
@@ -158,14 +159,14 @@ def _print_report(cal: object, out: Path) -> None:
         sd = p.uncertainty.get(f"dispatch.{m.value}")
         t.add_row(f"dispatch {m.value} (us)", f"{v * 1e6:.1f}", f"{sd * 1e6:.1f}" if sd is not None else "-")
     con.print(t)
-    k = Table(title="Kernel fit (per phase and family: MFU/MBU as fractions of the hardware peaks)")
+    kt = Table(title="Kernel fit (per phase and family: MFU/MBU as fractions of the hardware peaks)")
     for col in ("parameter", "value", "sd"):
-        k.add_column(col, justify="left" if col == "parameter" else "right")
+        kt.add_column(col, justify="left" if col == "parameter" else "right")
     for name, v in s["kernel_params"].items():
         sd = s["kernel_sd"].get(name)
         scale, unit = (1e6, " (us)") if name.startswith(("launch", "dispatch")) else (1.0, "")
-        k.add_row(name + unit, f"{v * scale:.3f}", f"{sd * scale:.3f}" if sd is not None else "not identified")
-    con.print(k)
+        kt.add_row(name + unit, f"{v * scale:.3f}", f"{sd * scale:.3f}" if sd is not None else "not identified")
+    con.print(kt)
     r = s["kernel_residuals"]
     con.print(f"kernel residuals: median |rel| {r['median_abs']:.1%}, P90 {r['p90_abs']:.1%}, max {r['max_abs']:.1%} "
               f"over {r['n']} rows (tied model: median {s['tied_residuals']['median_abs']:.1%})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -15,7 +16,7 @@ from serveplan.specs.catalog import get_hardware, get_model, get_profile, list_h
 @handle_errors
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the bundled models (any HF config.json also works with --model PATH)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_models():
         m = get_model(name)
         rows.append({
@@ -66,7 +67,8 @@ tile_size: 128                  # optional: GEMM tile along tokens for tile quan
 """
 
 
-def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs: float, devices_per_node: int,
+def new_hardware_yaml(name: str, *, flops: dict[str, float | None], memory_gb: float, bandwidth_gbs: float,
+                      devices_per_node: int,
                       link_gbs: float, link_latency_us: float, inter_node_gbs: float | None, source: str,
                       description: str, tile_size: int) -> str:
     """A hardware YAML from datasheet values (units as printed on datasheets), validated by
@@ -80,7 +82,7 @@ def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs
     if not peak:
         raise SpecError("give at least one peak: --fp32-tflops, --bf16-tflops, --fp16-tflops, --fp8-tflops "
                         "or --int8-tops")
-    raw: dict = {
+    raw: dict[str, Any] = {
         "name": name, "description": description or name,
         "source": source or "datasheet values given to serveplan hardware --new",
         "peak_flops": peak, "memory_bytes": memory_gb * 1e9, "memory_bandwidth": bandwidth_gbs * 1e9,
@@ -92,7 +94,7 @@ def new_hardware_yaml(name: str, *, flops: dict, memory_gb: float, bandwidth_gbs
     if tile_size:
         raw["tile_size"] = tile_size
     hardware_from_dict(raw, name=name)   # raises SpecError on a bad value
-    return "# created by serveplan hardware --new from datasheet values\n" + yaml.safe_dump(raw, sort_keys=False)
+    return "# created by serveplan hardware --new from datasheet values\n" + str(yaml.safe_dump(raw, sort_keys=False))
 
 
 @app.command("hardware")
@@ -141,7 +143,7 @@ def hardware_cmd(
         path.write_text(text)
         typer.echo(f"wrote {path}; use it with --hardware {path}")
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_hardware():
         hw = get_hardware(name)
         rows.append({

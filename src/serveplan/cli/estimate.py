@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.estimator.api import estimate
+from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
 from serveplan.units import fmt_bytes, fmt_ms
+
+if TYPE_CHECKING:
+    from serveplan.calibrate.bands import Band
 
 MODEL_HELP = "Catalog id (see `serveplan models`) or path to a Hugging Face config.json."
 HW_HELP = "Catalog id (see `serveplan hardware`) or path to a hardware YAML file."
@@ -85,7 +90,8 @@ def estimate_cmd(
                   f"P10 {fmt_ms(step_band.p10)} ms, P50 {fmt_ms(step_band.p50)} ms, P90 {fmt_ms(step_band.p90)} ms")
 
 
-def _step_band(res, model: str, hardware: str, profile: str | None, samples: int, seed: int):  # type: ignore[no-untyped-def]
+def _step_band(res: EstimateResult, model: str, hardware: str, profile: str | None, samples: int,
+               seed: int) -> Band:
     """Band of the step time of ``res`` over profiles sampled from the profile's uncertainty."""
     from serveplan.calibrate.bands import band
     from serveplan.estimator.api import resolve_specs
@@ -94,5 +100,5 @@ def _step_band(res, model: str, hardware: str, profile: str | None, samples: int
 
     m, hw, pr = resolve_specs(model, hardware, profile)
     b = (StepBatch.prefill(res.batch, res.input_len) if res.phase is Phase.PREFILL
-         else StepBatch.decode(res.batch, res.context_len))
+         else StepBatch.decode(res.batch, res.context_len or 1))
     return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype).time(b), pr, samples=samples, seed=seed)

@@ -140,13 +140,13 @@ def _render_plan(plan: OffloadPlan, mode: str) -> None:
         m.add_row(tier, phase or "all", fmt_bytes(peak), fmt_bytes(cap), used,
                   style="red" if key in plan.violations_bytes else None)
     con.print(m)
-    b = Table(title="Time per term (FlexGen A.3): seconds per layer and whole block")
+    bt = Table(title="Time per term (FlexGen A.3): seconds per layer and whole block")
     for col in ("term", "prefill / layer (s)", "decode / layer / step (s)", "prefill total (s)", "decode total (s)"):
-        b.add_column(col, justify="left" if col == "term" else "right")
+        bt.add_column(col, justify="left" if col == "term" else "right")
     for term in ("ctog", "gtoc", "dtoc", "ctod", "comp"):
-        b.add_row(term, f"{plan.prefill_layer_terms_s[term]:.4g}", f"{plan.decode_layer_terms_s[term]:.4g}",
+        bt.add_row(term, f"{plan.prefill_layer_terms_s[term]:.4g}", f"{plan.decode_layer_terms_s[term]:.4g}",
                   f"{plan.time_breakdown_s['prefill_' + term]:.4g}", f"{plan.time_breakdown_s['decode_' + term]:.4g}")
-    con.print(b)
+    con.print(bt)
     parts = ", ".join(f"{k} {v:.4g} s" for k, v in plan.time_breakdown_s.items()
                       if k.split("_", 1)[1] not in ("ctog", "gtoc", "dtoc", "ctod", "comp") and v > 0)
     if parts:

@@ -183,7 +183,8 @@ class Estimator:
             expert_imbalance=profile.expert_imbalance,
         )
         self.compiled = compile_step(self.groups, hardware, profile.comm_model)
-        self._rates = {ph: self._phase_rates(ph) for ph in Phase}
+        # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
+        self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
         self._prefill_rates, self._decode_rates = self._rates[Phase.PREFILL], self._rates[Phase.DECODE]
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
@@ -273,9 +274,9 @@ class Estimator:
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
-        rates = self._rates[phase]  # type: ignore[index]  # a str key finds its Phase (str enum, same hash)
+        rates = self._rates[phase]
         *_, bc, bm = op_terms(self.compiled, rates, X)
-        return self._layers_time(bc, bm, rates) + self._pp_time(X, rates.comm_efficiency)  # type: ignore[no-any-return]
+        return np.asarray(self._layers_time(bc, bm, rates) + self._pp_time(X, rates.comm_efficiency))
 
     def time(self, batch: StepBatch) -> float:
         """Step time (s) of a batch, no breakdown; memoised on the batch (BestServe §3.3.4)."""

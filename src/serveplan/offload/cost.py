@@ -365,7 +365,9 @@ def cost_terms(
     # att1/att2 carry A.3's factor cg (printed for prefill too) when CPU attention is on: only the
     # GPU-resident share of the cache has its attention buffers on the GPU; without CPU attention
     # all of it does (factor 1). See docs/offload.md.
-    att_share = (lambda a: lin(cg=a)) if cpu_attention else (lambda a: lin(a))
+    def att_share(a: float) -> Affine:
+        return lin(cg=a) if cpu_attention else lin(a)
+
     work_p = [
         lin(gbs * B * s * (h1 + qw + 2 * kw_)),  # qkv^p = gbs*8*s*h1 for OPT
         att_share(gbs * B * (s * qw + s * kw_ + nh * s * s)),  # att1^p = cg*gbs*(4*s*h1 + 2*nh*s^2)

@@ -310,7 +310,7 @@ def _latency_bound(t: CostTerms, allow_disk: bool) -> float | None:
         pre, dec = max(comp_p, ctog_lb), max(ctog_lb + max(comp_g, dtoc_lb), mixed)
     else:
         pre, dec = max(comp_p, ctog_lb), max(comp_g, ctog_lb, dtoc_lb)
-    return pre * L + dec * (n - 1) * L
+    return float(pre * L + dec * (n - 1) * L)
 
 
 def _candidates(model: ModelSpec, gpu: DeviceSpec, host: HostSpec, *, s: int, n: int,
@@ -362,7 +362,7 @@ def _weight_options(terms: CostTerms, x: np.ndarray) -> list[np.ndarray]:
         if off >= want - 1e-9 and (above is None or off < above[0] - 1e-12
                                    or (abs(off - above[0]) <= 1e-12 and closer < abs(above[1] / 100 - want))):
             above = (off, t)
-    out = []
+    out: list[np.ndarray] = []
     for opt in (below, above):
         if opt is None:
             continue
@@ -433,7 +433,9 @@ def _solve_candidate(c: _Candidate, max_latency_s: float | None, beat_latency_s:
     if beat_latency_s is not None and sol.latency_s >= beat_latency_s:
         return None
     kv_step = kv_split_step(c.terms)
-    alloc = lambda v: runtime_allocation(c.terms, v)  # noqa: E731
+    def alloc(v: np.ndarray) -> np.ndarray:
+        return runtime_allocation(c.terms, v)
+
     best: tuple[float, np.ndarray, np.ndarray] | None = None
     for fixed in runtime_roundings(c.terms, sol.x):
         try:

@@ -131,9 +131,13 @@ def compare_table2(*, host: str | HostSpec = "flexgen-t4",
     return out
 
 
+#: (De)compression rates searched by :func:`fit_runtime`: 8 to 64 GB/s in steps of 2.
+DECOMPRESS_GRID = tuple(x * 1e9 for x in range(8, 65, 2))
+
+
 def fit_runtime(cells: tuple[FlexGenCell, ...], *, host: str | HostSpec = "flexgen-t4",
                 memory_efficiency: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9),
-                decompress: tuple[float, ...] = tuple(x * 1e9 for x in range(8, 65, 2)),
+                decompress: tuple[float, ...] = DECOMPRESS_GRID,
                 overlap: Overlap = Overlap.SERIAL_LOAD) -> tuple[float, float, float]:
     """Grid least-squares (log ratio) fit of ``memory_efficiency`` and one (de)compression rate
     used for both ``decompress_bandwidth`` and ``kv_decompress_bandwidth`` on ``cells``; the other

@@ -40,7 +40,7 @@ FEATURES: tuple[str, ...] = (
 FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
 
 
-class Lin(dict):
+class Lin(dict[str, float]):
     """A linear form over :data:`FEATURES`: ``{"n": 2.0, "one": 5.0}`` means ``2 n + 5``."""
 
     def __add__(self, other: Lin) -> Lin:
@@ -60,7 +60,7 @@ class Lin(dict):
         return Lin({k: v / c for k, v in self.items()})
 
     def evaluate(self, **features: float) -> float:
-        return sum(v * features.get(k, 0.0) for k, v in self.items())
+        return float(sum(v * features.get(k, 0.0) for k, v in self.items()))
 
 
 def feature(name: str) -> Lin:

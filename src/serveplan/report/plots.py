@@ -69,13 +69,13 @@ def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Pa
     """P90 TTFT and TPOT (ms) against arrival rate (req/s), SLO targets dashed."""
     plt = pyplot()
     rs = sorted(results, key=lambda r: r.config.rate or 0.0)
-    rates = [r.config.rate for r in rs]
+    rates = [r.config.rate or 0.0 for r in rs]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     slo = rs[0].config.slo
     for ax, name, key, target in ((axes[0], "TTFT", "ttft_s", slo.ttft_s), (axes[1], "TPOT", "tpot_s", slo.tpot_s)):
         ax.plot(rates, [getattr(r, key).p90 * 1e3 for r in rs], marker="o", label=f"P{90} {name}")
         ax.axhline(target * 1e3, color="#c44e52", linestyle="--", label=f"SLO {target * 1e3:g} ms")
-        over = [r.config.rate for r in rs if r.overloaded]
+        over = [rate for r, rate in zip(rs, rates, strict=True) if r.overloaded]
         if over:
             ax.axvspan(min(over), max(rates), color="grey", alpha=0.15, label="overloaded")
         ax.set_yscale("log")

@@ -30,7 +30,7 @@ _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _data_dir(kind: str) -> Any:
-    return resources.files("serveplan.specs").joinpath("data", kind)
+    return resources.files("serveplan.specs").joinpath("data").joinpath(kind)
 
 
 @cache

@@ -285,7 +285,7 @@ class ModelSpec:
 
 
 # ------------------------------------------------------------------------------------ loading
-def _get(cfg: dict, *names: str, default: Any = None) -> Any:
+def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     for n in names:
         if n in cfg and cfg[n] is not None:
             return cfg[n]

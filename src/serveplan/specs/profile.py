@@ -203,7 +203,7 @@ def _enum(cls: type[Enum], value: Any, where: str) -> Any:
     try:
         return cls(str(value))
     except ValueError:
-        opts = ", ".join(e.value for e in cls)  # type: ignore[attr-defined]
+        opts = ", ".join(str(e.value) for e in cls)
         raise SpecError(f"{where}={value!r}; expected one of: {opts}") from None
 
 
