@@ -57,12 +57,30 @@ def test_tp_never_increases_per_device_compute(model, profile, b, s, decode):
 
 
 @given(model_st, profile_st, st.integers(1, 32), st.integers(1, 4096), st.booleans())
-def test_roofline_time_is_at_least_each_term(model, profile, b, s, decode):
+def test_every_op_takes_the_longer_of_its_work_and_traffic_at_the_profile_rates(model, profile, b, s, decode):
+    # BestServe eq. (3)/(5) by hand: W / (e_c S_c) and Q / (e_m S_m), attention kernels at their own
+    # factors, the decode copies of eq. (12) at their kappa rates (no compute term)
     batch = StepBatch.decode(b, s) if decode else StepBatch.prefill(b, s)
-    res = est(model, profile).estimate(batch)
+    e = est(model, profile)
+    prof, hw = get_profile(profile), get_hardware("h100-sxm")
+    assert not prof.matmul_size_curve  # GEMMs at constant factors in these profiles
+    eff = prof.decode if decode else prof.prefill
+    kappa = {"kappa_update": prof.kappa_update, "kappa_repeat_kv": prof.kappa_repeat_kv,
+             "kappa_upcast": prof.kappa_upcast}
+    spec = {(g.name, op.name): op for g in e.groups for blk in g.blocks for op in blk.ops}
+    peak, bw = hw.flops(e.dtype), hw.memory_bandwidth
+    res = e.estimate(batch)
     for op in res.ops:
-        assert op.time_s >= op.compute_s and op.time_s >= op.memory_s
-        assert op.time_s == max(op.compute_s, op.memory_s)
+        o = spec[(op.group, op.name)]
+        e_c, e_m = (eff.attn_compute, eff.attn_memory) if o.attention else (eff.compute, eff.memory)
+        if op.bound in kappa:
+            compute, memory = 0.0, op.bytes / (kappa[op.bound] or e_m * bw)
+        else:
+            compute, memory = op.flops / (e_c * peak), op.bytes / (e_m * bw)
+        assert op.compute_s == pytest.approx(compute, rel=1e-12, abs=1e-18)
+        assert op.memory_s == pytest.approx(memory, rel=1e-12, abs=1e-18)
+        assert op.time_s == pytest.approx(max(compute, memory), rel=1e-12, abs=1e-18)
+    # dispatch and communication only add to the layers' compute
     layer_compute = sum(m.compute_s * m.count for m in res.modules)
     assert res.total_s >= layer_compute * (1 - 1e-12)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.cli import app
 from serveplan.optimize import goodput as goodput_mod
-from serveplan.optimize.goodput import GoodputSettings, capacity_bound, max_goodput
+from serveplan.optimize.goodput import GoodputSettings, _Runner, capacity_bound, max_goodput
 from serveplan.optimize.search import CHECKPOINT, search
 from serveplan.optimize.space import Candidate, SearchSpace, enumerate_space
 from serveplan.sim import SLO, Workload
@@ -49,6 +50,15 @@ def test_goodput_meets_slo_at_goodput_and_misses_just_above():
     assert r.binding in ("ttft", "tpot")
     # capacity bound is an upper estimate of what the fleet can sustain
     assert r.goodput_rps <= 1.5 * capacity_bound(cand, s) * 2 ** 6
+    # the search guarantees an infeasible rate within 1.1 x the tolerance above the goodput: the same
+    # request stream (same seed) at that rate misses the relaxed SLO, on the metric named binding
+    runner = _Runner(cand, s, s.seed)
+    at = runner.probe(r.goodput_rps)
+    above = runner.probe(r.goodput_rps + 1.1 * max(s.abs_tol, s.rel_tol * r.goodput_rps))
+    assert at.feasible and not above.feasible
+    lim = 1 + s.relaxation
+    missed = {"ttft": above.ttft > lim * s.slo.ttft_s, "tpot": above.tpot > lim * s.slo.tpot_s}
+    assert missed[r.binding] or not math.isfinite(above.ttft), (above, r.binding)
 
 
 def test_impossible_slo_rejects_with_reason():
