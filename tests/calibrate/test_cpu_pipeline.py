@@ -1,5 +1,6 @@
 """Reduced calibration pipeline on this CPU (the CI version of benchmarks/calibration/acceptance.py):
-micro-benchmarks -> calibrate -> predict steps of a small Hugging Face Llama with random weights."""
+micro-benchmarks -> calibrate -> predict steps of a small Hugging Face Llama with random weights.
+(Its wall time is recorded by the benchmark, under ``timings_s`` in its summary, not asserted here.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0, the CPU build)")
 pytest.importorskip("transformers", reason="needs transformers to run the small Llama model")
 
@@ -49,11 +50,6 @@ def test_size_curve_is_chosen_and_bounds_every_step(summary):
     assert summary["profile"]["matmul_size_curve"]["decode"]["rows"], summary["profile"]
     assert summary["max_abs_error"] <= 0.40, summary
     assert summary["max_abs_error"] < summary["constant_max_abs_error"], summary
-
-
-def test_reduced_pipeline_is_quick(summary):
-    t = summary["timings_s"]
-    assert t["profile_s"] + t["calibrate_s"] + t["model_s"] < 60, t
 
 
 def test_measurements_record_the_environment(summary):

@@ -156,6 +156,7 @@ def test_cli_bad_input(args, code, needle):
     assert len(out) == 1 and needle in out[0], out
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_backend_matches_local():
     pytest.importorskip("ray")
@@ -175,6 +176,7 @@ def test_cli_several_scenarios_share_one_run():
     assert all(s["strategies"] for s in d["scenarios"])
 
 
+@pytest.mark.slow
 def test_search_killed_with_sigkill_resumes(tmp_path):
     """A real kill: SIGKILL the CLI once a few strategies are checkpointed, then rerun."""
     import os

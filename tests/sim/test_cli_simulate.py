@@ -35,6 +35,7 @@ def test_json_has_the_documented_keys():
     assert d["config"]["scheduler"] == "sarathi"
 
 
+@pytest.mark.slow
 def test_out_writes_requests_csv_histograms_and_rate_sweep(tmp_path):
     r = run("--num-requests", "200", "--rate", "2", "--rate-sweep", "1,2,4", "--out", str(tmp_path))
     assert r.exit_code == 0, r.output

@@ -1,8 +1,7 @@
-"""Overload is an answer, not a hang; early stop for certainly infeasible rates."""
+"""Overload is an answer, not a hang; early stop for certainly infeasible rates. (How fast an
+overloaded run ends is measured in benchmarks/bench_overload.py.)"""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -16,13 +15,12 @@ def _capacity(testbed, strategy, scenario):
     return res.throughput_rps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy, scenario", [("2m", "op2"), ("1p1d", "op3"), ("2m", "op4")])
-def test_ten_times_capacity_finishes_quickly_and_reports_overload(testbed, strategy, scenario):
+def test_ten_times_capacity_reports_overload(testbed, strategy, scenario):
     cap = _capacity(testbed, strategy, scenario)
     wl = Workload.scenario(scenario, num_requests=10000)
-    t0 = time.perf_counter()
     res = simulate(SimulationConfig(**testbed, strategy=strategy, rate=10 * cap, workload=wl))
-    assert time.perf_counter() - t0 < 10.0
     assert res.overloaded
     assert res.throughput_rps < 0.2 * 10 * cap
     calm = simulate(SimulationConfig(**testbed, strategy=strategy, rate=0.5 * cap, workload=wl))

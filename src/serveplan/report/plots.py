@@ -36,6 +36,16 @@ def pyplot() -> Any:
     return plt
 
 
+def save(fig: Any, path: str | Path, *, dpi: int = 120) -> Path:
+    """Lay out ``fig``, write it to ``path`` (PNG; missing folders are created) and release it."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    pyplot().close(fig)
+    return out
+
+
 def latency_histograms(res: SimulationResult, path: str | Path) -> Path:
     """Two panels (TTFT, TPOT, in ms) with P90, P99 and SLO vertical lines."""
     plt = pyplot()
@@ -58,11 +68,7 @@ def latency_histograms(res: SimulationResult, path: str | Path) -> Path:
         ax.legend()
     cfg = res.config
     fig.suptitle(f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy}, rate {cfg.rate} req/s")
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return save(fig, path)
 
 
 def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Path:
@@ -84,11 +90,7 @@ def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Pa
         ax.legend()
     cfg = rs[0].config
     fig.suptitle(f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy}: P90 latency against arrival rate")
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return save(fig, path)
 
 
 def plot_frontier(frontier: OffloadFrontier, path: str | Path, *, title: str | None = None) -> Path:
@@ -122,9 +124,4 @@ def plot_frontier(frontier: OffloadFrontier, path: str | Path, *, title: str | N
                      fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, path)

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from serveplan.report.plots import pyplot
+from serveplan.report.plots import pyplot, save
 
 COLUMNS = [
     "rank", "name", "strategy", "num_devices", "tp", "decode_tp", "pp", "dp", "ep", "max_batch", "scheduler",
@@ -60,10 +60,7 @@ def plot_goodput_bars(result: Any, path: str | Path, title: str = "") -> Path:
     ax.legend(handles=[Patch(color="#4C72B0", label="collocated"), Patch(color="#DD8452", label="disaggregated")],
               fontsize=8)
     ax.set_title(title or "Normalized goodput by strategy (best first)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, path, dpi=130)
 
 
 def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
@@ -85,7 +82,4 @@ def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
     ax.set_title(title or "Throughput per device against latency (circles collocated, squares disaggregated)",
                  fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return Path(path)
+    return save(fig, path, dpi=130)

@@ -7,10 +7,11 @@ models, YAML for hardware and profiles).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -19,6 +20,8 @@ from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
 from serveplan.specs.host import HostSpec, parse_host
 from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
+
+T = TypeVar("T")
 
 #: Profile used for hardware without a dedicated one.
 DEFAULT_PROFILE = "default-gpu"
@@ -61,6 +64,18 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
     return raw
 
 
+def _load(kind: str, what: str, name: str, build: Callable[..., T]) -> T:
+    """``build(raw, name=...)`` of a YAML file when ``name`` is a path, else of the bundled entry
+    ``name`` of ``kind`` (a did-you-mean :class:`SpecError` when there is none)."""
+    if _looks_like_path(name):
+        raw = _read_yaml_file(name, what)
+        return build(raw, name=str(raw.get("name", Path(name).stem)))
+    entries = _entries(kind)
+    if name not in entries:
+        raise unknown_name(what, name, entries)
+    return build(entries[name], name=name)
+
+
 def list_models() -> list[str]:
     return sorted(_entries("models"))
 
@@ -88,13 +103,7 @@ def get_model(name: str) -> ModelSpec:
 @lru_cache(maxsize=256)
 def get_hardware(name: str) -> DeviceSpec:
     """A bundled accelerator by id (``"h100-sxm"``) or a path to a hardware YAML file."""
-    if _looks_like_path(name):
-        raw = _read_yaml_file(name, "hardware")
-        return hardware_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
-    entries = _entries("hardware")
-    if name not in entries:
-        raise unknown_name("hardware", name, entries)
-    return hardware_from_dict(entries[name], name=name)
+    return _load("hardware", "hardware", name, hardware_from_dict)
 
 
 @lru_cache(maxsize=256)
@@ -112,12 +121,7 @@ def get_profile(name: str | None = None, hardware: str | None = None) -> Efficie
                 break
         else:
             name = DEFAULT_PROFILE
-    if _looks_like_path(name):
-        raw = _read_yaml_file(name, "profile")
-        return profile_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
-    if name not in entries:
-        raise unknown_name("profile", name, entries)
-    return profile_from_dict(entries[name], name=name)
+    return _load("profiles", "profile", name, profile_from_dict)
 
 
 def list_hosts() -> list[str]:
@@ -140,10 +144,4 @@ def get_host(name: str) -> HostSpec:
     SpecError
         Unknown id (with a did-you-mean hint) or a malformed file.
     """
-    if _looks_like_path(name):
-        raw = _read_yaml_file(name, "host")
-        return host_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
-    entries = _entries("hosts")
-    if name not in entries:
-        raise unknown_name("host", name, entries)
-    return host_from_dict(entries[name], name=name)
+    return _load("hosts", "host", name, host_from_dict)
