@@ -39,6 +39,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,24 @@ DEFAULT_DECODE_GRID = tuple((b, c) for b in (1, 2, 4, 8, 16, 32, 64) for c in (1
 
 
 # ------------------------------------------------------------------------------ kernel model
+class KernelForm(str, Enum):
+    """How the kernel fit shares efficiency factors: TIED, one (e_c, e_m) per phase (the
+    estimator's form); FAMILY, one per phase and kernel family (matmul, attention, stream)."""
+
+    TIED = "tied"
+    FAMILY = "family"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def _form(value: KernelForm | str, where: str = "form") -> KernelForm:
+    try:
+        return KernelForm(value)
+    except ValueError:
+        raise SpecError(f"{where}={value!r}; expected {' or '.join(f.value for f in KernelForm)}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class KernelFit:
     """Result of the kernel fit.
@@ -96,7 +115,7 @@ class KernelFit:
     the parameter is not identified by the data: its roofline term never binds).
     """
 
-    form: str                      # "tied" or "family"
+    form: KernelForm
     params: Mapping[str, float]
     sd: Mapping[str, float]
     identified: Mapping[str, bool]
@@ -107,15 +126,15 @@ class KernelFit:
 
     def efficiency(self, phase: str, family: str) -> tuple[float, float]:
         """(e_c, e_m) of a phase and kernel family."""
-        if self.form == "tied":
+        if self.form is KernelForm.TIED:
             return self.params[f"{phase}.compute"], self.params[f"{phase}.memory"]
         return self.params[f"{phase}.{family}.compute"], self.params[f"{phase}.{family}.memory"]
 
 
-def _param_names(form: str, modules: Sequence[str]) -> list[str]:
+def _param_names(form: KernelForm, modules: Sequence[str]) -> list[str]:
     names = []
     for ph in PHASES:
-        if form == "tied":
+        if form is KernelForm.TIED:
             names += [f"{ph}.compute", f"{ph}.memory"]
         else:
             for fam in FAMILIES:
@@ -149,7 +168,7 @@ class _Design:
         return np.asarray((self.predict(x) - self.t) / self.t)
 
 
-def _design(ms: MeasurementSet, form: str, peak_flops: float, bandwidth: float) -> _Design:
+def _design(ms: MeasurementSet, form: KernelForm, peak_flops: float, bandwidth: float) -> _Design:
     a = ms.arrays()
     kinds, phases = a["kind"], a["phase"]
     if np.any(kinds == "collective"):
@@ -165,7 +184,7 @@ def _design(ms: MeasurementSet, form: str, peak_flops: float, bandwidth: float) 
     for k, ph, mod, la in zip(kinds, phases, a["module"], a["launches"], strict=True):
         p = ph if ph in PHASES else "decode"   # launch/module rows: tiny shapes, decode-like
         fam = KIND_FAMILY[k]
-        key = p if form == "tied" else f"{p}.{fam}"
+        key = p if form is KernelForm.TIED else f"{p}.{fam}"
         ci.append(idx[f"{key}.compute"])
         mi.append(idx[f"{key}.memory"])
         if k == "module":
@@ -195,7 +214,7 @@ def _check_enough(ms: MeasurementSet, d: _Design, where: str) -> None:
 
 
 def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
-                form: str = "family", start: KernelFit | None = None, max_nfev: int | None = None,
+                form: KernelForm | str = KernelForm.FAMILY, start: KernelFit | None = None, max_nfev: int | None = None,
                 where: str = "measurements") -> KernelFit:
     """Fit the kernel model (stage 1) to measurements.
 
@@ -216,8 +235,7 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
     SolverError
         The fit did not converge.
     """
-    if form not in ("tied", "family"):
-        raise SpecError(f"form={form!r}; expected tied or family")
+    form = _form(form)
     dt = DType.parse(dtype)
     sc, sm = hardware.flops(dt), hardware.memory_bandwidth
     d = _design(ms, form, sc, sm)
@@ -323,8 +341,8 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
     for part in parts:
         train = np.concatenate([fixed, np.setdiff1d(kernel, part)])
         tr, te = ms.subset(train), ms.subset(part)
-        tied = fit_kernels(tr, hardware, dtype=dtype, form="tied")
-        fam = fit_kernels(tr, hardware, dtype=dtype, form="family", start=tied)
+        tied = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.TIED)
+        fam = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.FAMILY, start=tied)
         t = te.arrays()["time_s"]
         for name, f in (("tied", tied), ("family", fam)):
             pred = predict_rows(f, te, hardware, dtype)
@@ -513,7 +531,7 @@ def _family_eff(fit: KernelFit,
     out = {}
     for ph in PHASES:
         for fam in FAMILIES:
-            key = ph if fit.form == "tied" else f"{ph}.{fam}"
+            key = ph if fit.form is KernelForm.TIED else f"{ph}.{fam}"
             out[(ph, fam)] = (p[f"{key}.compute"], p[f"{key}.memory"])
     return out
 
@@ -621,7 +639,7 @@ class Calibration:
     profile: EfficiencyProfile
     tied: KernelFit
     family: KernelFit
-    chosen: str
+    chosen: KernelForm
     cv: CrossValidation | None
     projection: Projection
     metadata: Mapping[str, str]
@@ -631,14 +649,14 @@ class Calibration:
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready report (also stored under ``calibration`` in the profile YAML)."""
-        chosen = self.family if self.chosen == "family" else self.tied
+        chosen = self.family if self.chosen is KernelForm.FAMILY else self.tied
         def stats(v: np.ndarray) -> dict[str, float]:
             a = np.abs(v)
             return {"median_abs": float(np.median(a)), "p90_abs": float(np.percentile(a, 90)),
                     "max_abs": float(np.max(a)), "n": int(len(a))}
         out: dict[str, Any] = {
             "matmul_model": self.matmul,
-            "kernel_model": self.chosen,
+            "kernel_model": self.chosen.value,
             "kernel_params": {k: v for k, v in chosen.params.items()},
             "kernel_sd": {k: v for k, v in chosen.sd.items() if not math.isnan(v)},
             "kernel_residuals": stats(chosen.residuals),
@@ -664,7 +682,7 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
               base: EfficiencyProfile, name: str = "calibrated", dtype: DType | str | None = None,
               prefill_grid: Iterable[tuple[int, int]] = DEFAULT_PREFILL_GRID,
               decode_grid: Iterable[tuple[int, int]] = DEFAULT_DECODE_GRID,
-              folds: int = 5, samples: int = 20, seed: int = 0, form: str = "auto", matmul: str = "auto",
+              folds: int = 5, samples: int = 20, seed: int = 0, form: KernelForm | str = "auto", matmul: str = "auto",
               max_nfev: int | None = None, where: str = "measurements") -> Calibration:
     """Fit a profile to measurements (both stages); see the module docstring.
 
@@ -694,13 +712,14 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     dt = DType.parse(dtype or ms.metadata.get("dtype") or "fp32")
     if matmul not in ("auto", "constant", "curve"):
         raise SpecError(f"matmul={matmul!r}; expected auto, constant or curve")
-    if form not in ("auto", "tied", "family"):
-        raise SpecError(f"form={form!r}; expected auto, tied or family")
-    tied = fit_kernels(ms, hardware, dtype=dt, form="tied", max_nfev=max_nfev, where=where)
-    family = fit_kernels(ms, hardware, dtype=dt, form="family", start=tied, max_nfev=max_nfev, where=where)
+    if form != "auto" and form not in {f.value for f in KernelForm}:
+        raise SpecError(f"form={form!r}; expected auto, {' or '.join(f.value for f in KernelForm)}")
+    tied = fit_kernels(ms, hardware, dtype=dt, form=KernelForm.TIED, max_nfev=max_nfev, where=where)
+    family = fit_kernels(ms, hardware, dtype=dt, form=KernelForm.FAMILY, start=tied, max_nfev=max_nfev,
+                         where=where)
     cv = cross_validate(ms, hardware, dtype=dt, folds=folds, seed=seed) if folds > 1 else None
     chosen = _choose_form(form, cv)
-    kfit = family if chosen == "family" else tied
+    kfit = family if chosen is KernelForm.FAMILY else tied
     dispatch = _dispatch_of(kfit, base=base.dispatch_s)
     batches = [StepBatch.prefill(b, s) for b, s in prefill_grid] + [StepBatch.decode(b, c) for b, c in decode_grid]
     composer = StepComposer(model, hardware, base, batches, dtype=dt)
@@ -743,13 +762,13 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
                        matmul="curve" if use_curve else "constant")
 
 
-def _choose_form(form: str, cv: CrossValidation | None) -> str:
+def _choose_form(form: KernelForm | str, cv: CrossValidation | None) -> KernelForm:
     """The kernel model the constants are projected from: ``form``, or with ``"auto"`` the
     per-family one when its held-out error is clearly lower (no cross-validation: tied)."""
     if form != "auto":
-        return form
+        return _form(form)
     better = cv is not None and cv.median_abs["family"] < CLEARLY_BETTER * cv.median_abs["tied"]
-    return "family" if better else "tied"
+    return KernelForm.FAMILY if better else KernelForm.TIED
 
 
 def _clip(v: float) -> float:
