@@ -33,7 +33,7 @@ from serveplan.specs.catalog import (
 from serveplan.specs.hardware import DeviceSpec, LinkSpec
 from serveplan.specs.model import ModelSpec, model_from_hf_config
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile, PhaseEfficiency
+from serveplan.specs.profile import EfficiencyProfile, Phase, PhaseEfficiency
 from serveplan.units import DType
 
 __version__ = "0.1.0"
@@ -48,3 +48,4 @@ __all__ = [
 __all__ += ["LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]
 __all__ += ["HostSpec", "OffloadFrontier", "OffloadPlan", "OffloadPolicy", "evaluate_policy", "get_host",
             "list_hosts", "offload_frontier", "parse_policy", "plan_offload"]
+__all__ += ["Phase"]
