@@ -308,7 +308,8 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
     """
     W = step.F @ x
     Q = step.B @ x
-    if np.ndim(x) == 1:
+    single = x.ndim == 1
+    if single:
         comp, mem = W * rates.inv_compute, Q * rates.inv_memory
         active: Any = 1.0 if x[_N] > 0 else 0.0
         comm = (step.C @ x) * rates.inv_comm + step.C_lat * active
@@ -319,7 +320,7 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
     curve = rates.size_curve
     if curve is not None:
         ratio = curve.ratio(step.R @ x)
-        g = step.is_gemm if np.ndim(x) == 1 else step.is_gemm[:, None]
+        g = step.is_gemm if single else step.is_gemm[:, None]
         comp = np.where(g, W * rates.peak_inv[0] * ratio, comp)
         mem = np.where(g, Q * rates.peak_inv[1] * ratio, mem)
     t_op = np.maximum(comp, mem)

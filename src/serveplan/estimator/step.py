@@ -268,8 +268,9 @@ class Estimator:
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
         rates = self._prefill_rates if x[_NP] > 0 else self._decode_rates
-        *_, bc, bm = op_terms(self.compiled, rates, x)
-        total = self._layers_time(bc.tolist(), bm.tolist(), rates)
+        cs = self.compiled
+        *_, bc, bm = op_terms(cs, rates, x)
+        total = layers_time(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
         return float(total + self._pp_time(x, rates.comm_efficiency))
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
