@@ -10,6 +10,9 @@ to a temporary directory, never into the source tree):
   system; on a loaded machine the wall time waits for a core, the CPU time does not), the minimum
   over ``--runs`` runs.
 
+With ``--baseline SRC`` (the ``src`` folder of another checkout, e.g. the previous release) the
+same numbers are measured for it in the same run, so the two compare on the same load.
+
 Results are written to benchmarks/results/startup.txt with the machine description.
 """
 
@@ -33,10 +36,12 @@ HEAVY = ("scipy", "matplotlib", "ray", "torch", "transformers")
 TARGET_S = 0.5
 
 
-def _env(cache: str) -> dict[str, str]:
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+
+def _env(cache: str, src: str = SRC) -> dict[str, str]:
     env = dict(os.environ, PYTHONPYCACHEPREFIX=cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -69,31 +74,38 @@ def import_profile(env: dict[str, str]) -> tuple[list[tuple[int, str]], list[str
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--baseline", help="src folder of another checkout, measured in the same run")
     args = ap.parse_args()
     lines = [f"machine: {describe()}"]
+    cli = [sys.executable, "-m", "serveplan", *README_ESTIMATE]
     with tempfile.TemporaryDirectory() as cache:
         env = _env(cache)
-        cli = [sys.executable, "-m", "serveplan", *README_ESTIMATE]
         _timed(cli, env)  # compile the bytecode once
         top, heavy = import_profile(env)
         lines.append("python -X importtime -c 'import serveplan': slowest imports (cumulative ms)")
         lines += [f"  {us / 1e3:7.1f}  {name}" for us, name in top]
         lines.append(f"heavy modules loaded by import serveplan: {', '.join(heavy) or 'none'} "
                      f"(checked: {', '.join(HEAVY)})")
+        trees = [("this tree", env)]
+        if args.baseline:
+            base = _env(cache + "-baseline", str(Path(args.baseline).resolve()))
+            _timed(cli, base)
+            trees.append((f"baseline {args.baseline}", base))
         bare = min(_timed([sys.executable, "-c", "pass"], env) for _ in range(args.runs))
-        imp = min(_timed([sys.executable, "-c", "import serveplan"], env) for _ in range(args.runs))
-        runs = [_timed(cli, env) for _ in range(args.runs)]
-    wall, cpu = min(w for w, _ in runs), min(c for _, c in runs)
-    lines += [
-        f"minimum over {args.runs} runs (wall s / CPU s):",
-        f"  python -c pass                 {bare[0]:.3f} / {bare[1]:.3f}",
-        f"  python -c 'import serveplan'   {imp[0]:.3f} / {imp[1]:.3f}",
-        f"  serveplan {' '.join(README_ESTIMATE)}",
-        f"                                 {wall:.3f} / {cpu:.3f}",
-        f"whole-process estimate: CPU {cpu:.3f} s, wall {wall:.3f} s (target <= {TARGET_S} s on an idle 2-core "
-        f"machine, where wall ~ CPU): {'PASS' if cpu <= TARGET_S else 'FAIL'} on CPU time, "
-        f"{'PASS' if wall <= TARGET_S else 'FAIL'} on wall time here",
-    ]
+        lines += [f"minimum over {args.runs} runs (wall s / CPU s):",
+                  f"  python -c pass                   {bare[0]:.3f} / {bare[1]:.3f}"]
+        for label, e in trees:
+            imp = min(_timed([sys.executable, "-c", "import serveplan"], e) for _ in range(args.runs))
+            runs = [_timed(cli, e) for _ in range(args.runs)]
+            wall, cpu = min(w for w, _ in runs), min(c for _, c in runs)
+            lines += [f"  {label}:",
+                      f"    python -c 'import serveplan'   {imp[0]:.3f} / {imp[1]:.3f}",
+                      f"    serveplan {' '.join(README_ESTIMATE)}: {wall:.3f} / {cpu:.3f}"]
+            if label == "this tree":
+                verdict = (f"whole-process estimate: CPU {cpu:.3f} s, wall {wall:.3f} s (target <= {TARGET_S} s on an "
+                           f"idle 2-core machine, where wall ~ CPU): {'PASS' if cpu <= TARGET_S else 'FAIL'} on CPU "
+                           f"time, {'PASS' if wall <= TARGET_S else 'FAIL'} on wall time here")
+    lines.append(verdict)
     text = "\n".join(lines)
     print(text)
     out = Path(__file__).parent / "results" / "startup.txt"

@@ -13,7 +13,6 @@ one line without a traceback. Messages name the field, the value, what was expec
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -36,6 +35,8 @@ class SolverError(PlannerError):
 def unknown_name(kind: str, value: str, known: Iterable[str]) -> SpecError:
     """Build the 'unknown X; known: ... (did you mean ...?)' error."""
     known = sorted(known)
+    import difflib  # only when a name is wrong: keeps it out of every start-up
+
     close = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return SpecError(f"unknown {kind} {value!r}; known: {', '.join(known)}{hint}")
