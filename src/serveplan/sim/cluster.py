@@ -294,8 +294,10 @@ class RouteAll:
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
         st, src = self.stage, self.source
-        for t, q in zip(src.times, src.ids):
-            st.route(t, q)
+        insts, assign = st.instances, st.assign
+        for i, t, q in zip(st.router.picks(insts, len(src.ids)), src.times, src.ids):
+            insts[i].deliver(t, q)
+            assign(q, i)
         t_last = src.times[-1] if len(src.times) else 0.0
         return (_checks_from(st, 0.0, t_last, at_least_one=True),)
 

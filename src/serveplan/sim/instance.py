@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from serveplan.estimator import columns
-from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.batch import StepBatch, step_sums
 from serveplan.estimator.step import Estimator
 from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache
@@ -96,6 +96,8 @@ class StepClock:
         self.est = est
         self.pp = est.parallel.pp
         self._cache: dict[StepBatch, float] = {}
+        #: step times by their aggregates (a tuple hashes faster than a StepBatch)
+        self.by_sums: dict[tuple[float, ...], float] = {}
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
         self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
@@ -104,6 +106,15 @@ class StepClock:
         self.prefill_times: dict[int, float] = {}
         #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
         self.lone_decode: dict[tuple[int, int], float] = {}
+
+    def time_of(self, sums: tuple[float, ...]) -> float:
+        """Time of the step with aggregates ``sums`` (:func:`~serveplan.estimator.batch.step_sums`)."""
+        t = self.by_sums.get(sums)
+        if t is None:
+            if len(self.by_sums) >= _MAX_STEPS:
+                self.by_sums.clear()
+            t = self.by_sums[sums] = self.time(StepBatch.from_sums(sums))
+        return t
 
     def time(self, batch: StepBatch) -> float:
         t = self._cache.get(batch)
@@ -269,6 +280,7 @@ class Instance:
         sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
+        rel = kv.releases
         fast = self.fast_decode
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
@@ -284,11 +296,12 @@ class Instance:
                 self.waiting.append(ir[p])
                 p += 1
             self.ptr = p
-            kv.release_due(now)
+            if rel and rel[0][0] <= now:
+                kv.release_due(now)
             if lone and not self.running:
                 w = self.waiting
                 if not w:  # nothing to plan: the policies return no plan
-                    nxt = min(it[p] if p < n_in else INF, kv.next_release)
+                    nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
                     if nxt >= until:
                         if until < INF:
                             self.now = until
@@ -319,7 +332,7 @@ class Instance:
             if plan is None or plan.is_empty:
                 if plan is not None and (plan.admit or plan.preempt):
                     continue
-                nxt = min(it[p] if p < n_in else INF, kv.next_release, self._next_ready())
+                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF, self._next_ready())
                 if nxt >= until:
                     if until < INF:
                         self.now = until
@@ -351,20 +364,18 @@ class Instance:
         if R.kv_ready[q]:
             if not self._lone_transfer or R.ready_at[q] > now or R.prefilled[q] < R.prompt_len[q]:
                 return False
-            if not kv.fits(R.kv_len[q]):
+            if not kv.try_allocate(q, R.kv_len[q]):
                 return False
             self.waiting.popleft()
-            kv.allocate(q, R.kv_len[q])
             self.running.append(q)
             R.decode_start[q] = now
         else:
             if not self._lone_prompt or R.prefilled[q]:
                 return False
             c = R.prompt_len[q]
-            if not kv.fits(c):
+            if not kv.try_allocate(q, c):
                 return False
             self.waiting.popleft()
-            kv.allocate(q, c)
             self.running.append(q)
             t = self._prefill_t.get(c)
             if t is None:
@@ -390,7 +401,7 @@ class Instance:
             p = self.ptr
             if p < len(self.inbox_t) and self.inbox_t[p] <= now:
                 return True
-            if kv.next_release <= now:
+            if kv.releases and kv.releases[0][0] <= now:
                 return True
         if R.kv_len[q] % self.block_size == 0 and kv.free < 1:
             return True  # the decode needs a block: the planned path decides
@@ -469,7 +480,10 @@ class Instance:
         for q, _ in plan.prefill:
             if R.start[q] != R.start[q]:  # NaN: first computation for the request
                 R.start[q] = now
-        t = self.clock.time(StepBatch.of([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode]))
+        key = step_sums([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode])
+        t = self.clock.by_sums.get(key)
+        if t is None:
+            t = self.clock.time_of(key)
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
@@ -499,7 +513,8 @@ class Instance:
                     done.append(q)
                 elif self.role is Role.PREFILL:
                     self._hand_off(q, exit_t)
-        self.kv.append_tokens(plan.decode, kv)
+        if plan.decode:
+            self.kv.append_tokens(plan.decode, kv)  # before the lengths grow: a block where the last is full
         for q in plan.decode:
             kv[q] += 1
             R.gen[q] += 1
@@ -520,8 +535,8 @@ class Instance:
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
-        if self.waiting:
-            wake = min(wake, self.kv.next_release)
+        if self.waiting and self.kv.releases:
+            wake = min(wake, self.kv.releases[0][0])
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -533,14 +548,13 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
+        self.kv.grow(run, k, kv)
         done = []
         for r in run:
-            kv[r] += k
             g = gen[r] + k
             gen[r] = g
             if g == out[r]:
                 done.append(r)
-        self.kv.grow_to(run, kv)
         self.num_steps += k
         self.now = end
         for r in done:
@@ -589,14 +603,13 @@ class Instance:
         R.prefilled[q] += k * c
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
+        self.kv.grow(run, k, kv)
         done = []
         for r in run:
-            kv[r] += k
             gen[r] += k
             R.ready_at[r] = end
             if gen[r] >= out[r]:
                 done.append(r)
-        self.kv.grow_to(run, kv)
         self.num_steps += k
         self.now = end
         for r in done:
