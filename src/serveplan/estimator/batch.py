@@ -87,7 +87,7 @@ class StepBatch:
     @staticmethod
     def from_sums(sums: tuple[float, ...]) -> StepBatch:
         """From the aggregates in field order (:func:`step_sums`)."""
-        return StepBatch(**dict(zip(SUM_FIELDS, sums)))
+        return StepBatch(**dict(zip(SUM_FIELDS, sums, strict=True)))
 
     def __add__(self, other: StepBatch) -> StepBatch:
         return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))

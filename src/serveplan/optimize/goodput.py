@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from serveplan.units import DType
 LOWER_RATE = 0.1
 
 
-class GoodputStatus(StrEnum):
+class GoodputStatus(str, Enum):
     """Outcome of a goodput search."""
 
     OK = "ok"                # a positive rate meets the SLO
@@ -110,7 +110,7 @@ class GoodputResult:
                 v = _num(v)
             elif isinstance(v, tuple):
                 v = list(v)
-            elif isinstance(v, StrEnum):
+            elif isinstance(v, Enum):
                 v = v.value
             d[_KEYS.get(f.name, f.name)] = v
         return d
@@ -191,7 +191,8 @@ class _Runner:
         pct = s.slo.percentile
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
         lim = 1.0 + s.relaxation
-        ok = (not res.stopped_early and not res.overloaded and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
+        ok = (not res.stopped_early and not res.overloaded
+              and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
         margin = None
         if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
             margin = max(ttft / s.slo.ttft_s, tpot / s.slo.tpot_s) / lim
@@ -333,7 +334,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     """
     s = runner.settings
     wl = s.workload
-    n = int(wl.num_requests)
+    n = len(wl.input_lengths)
     guess = max(LOWER_RATE, 0.8 * bound)  # goodput sits a little below the optimistic capacity
     n_small = max(1000, n // 5)
     step = 1.5
@@ -362,8 +363,8 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
                     if p_hi.feasible:
                         guess, known = hi_s.rate * step, (p_hi, None)
                     else:
-                        lo, hi = _narrow(runner, p_lo, p_hi, tol, None)
-                        return lo.rate, lo, hi
+                        ok, bad = _narrow(runner, p_lo, p_hi, tol, None)
+                        return ok.rate, ok, bad
             else:
                 guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
     lo, hi = _bracket(runner, guess, step, None, known)

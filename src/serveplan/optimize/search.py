@@ -123,8 +123,11 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
             on_done(key, max_goodput(c, st))
         return
     # slowest first (most requests to simulate, largest fleets), so the pool drains evenly
-    order = sorted(todo, key=lambda t: (-t[2].workload.num_requests * float(sum(t[2].workload.output_lengths[:64])),
-                                        -t[1].num_devices))
+    def cost(t: Task) -> tuple[float, int]:
+        wl = t[2].workload
+        return -len(wl.input_lengths) * float(sum(wl.output_lengths[:64])), -t[1].num_devices
+
+    order = sorted(todo, key=cost)
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
         pending = {pool.submit(_evaluate, t) for t in order}
         while pending:
@@ -297,7 +300,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "workload": wl.name, "devices": space.devices,
         "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s, "percentile": settings.slo.percentile},
         "relaxation": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
-        "num_requests": int(wl.num_requests), "fidelity": settings.fidelity,
+        "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
     }
     result = SearchResult(
