@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +103,8 @@ def _check_ray_address(address: str) -> None:
     """Fail fast with a one-line error when a Ray head is not reachable (``host:port``)."""
     if address in ("auto", "local"):
         return
+    import socket  # only for a remote Ray head (keeps `import serveplan` light)
+
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
@@ -122,6 +122,8 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         for key, c, st in todo:
             on_done(key, max_goodput(c, st))
         return
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # multiprocessing: only when used
+
     # slowest first (most requests to simulate, largest fleets), so the pool drains evenly
     def cost(t: Task) -> tuple[float, int]:
         wl = t[2].workload
