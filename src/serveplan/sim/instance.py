@@ -298,35 +298,29 @@ class Instance:
             self.ptr = p
             if rel and rel[0][0] <= now:
                 kv.release_due(now)
-            if lone and not self.running:
-                w = self.waiting
-                if not w:  # nothing to plan: the policies return no plan
-                    nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
-                    if nxt >= until:
-                        if until < INF:
-                            self.now = until
-                        return
-                    self.now = nxt
-                    continue
-                if len(w) == 1 and self._lone(until):
-                    continue
-            elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
-                # the policy's plan for a view with nothing waiting: every running request
-                # decodes when each is ready and their new blocks fit (no preemption)
-                R = self.req
-                pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
-                bs = self.block_size
-                need = 0
-                for q in self.running:
-                    if pf[q] < pl[q] or ra[q] > now:
-                        need = -1
-                        break
-                    if kvl[q] % bs == 0:
-                        need += 1
-                if 0 <= need <= kv.free:
-                    self._decode_stretch(list(self.running), until)
-                    continue
-            plan = sched.plan_batch(self)
+            if lone and not self.running and not self.waiting:
+                plan = None  # nothing to plan: the policies return no plan
+            else:
+                if lone and not self.running:
+                    if len(self.waiting) == 1 and self._lone(until):
+                        continue
+                elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
+                    # the policy's plan for a view with nothing waiting: every running request
+                    # decodes when each is ready and their new blocks fit (no preemption)
+                    R = self.req
+                    pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
+                    bs = self.block_size
+                    need = 0
+                    for q in self.running:
+                        if pf[q] < pl[q] or ra[q] > now:
+                            need = -1
+                            break
+                        if kvl[q] % bs == 0:
+                            need += 1
+                    if 0 <= need <= kv.free:
+                        self._decode_stretch(list(self.running), until)
+                        continue
+                plan = sched.plan_batch(self)
             if plan is not None and (plan.admit or plan.preempt):
                 self._apply_admission(plan)
             if plan is None or plan.is_empty:
