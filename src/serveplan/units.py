@@ -22,10 +22,6 @@ MS = 1e-3
 US = 1e-6
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 class DType(str, Enum):
     """Numeric formats, carrying their byte width (weights and KV use the same format)."""
 
@@ -84,3 +80,8 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers, exact (no float rounding): ``-(-a // b)``."""
+    return -(-a // b)
