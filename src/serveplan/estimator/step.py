@@ -26,6 +26,7 @@ from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Rate
 from serveplan.ops.graph import build_layer_groups
+from serveplan.ops.window import window_features
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -214,7 +215,7 @@ class Estimator:
         if kv_dtype is not None:
             self.kv_dtype = DType.parse_kv(kv_dtype)
         else:
-            self.kv_dtype = self.dtype if self.dtype in (DType.FP32, DType.FP16, DType.BF16) else DType.BF16
+            self.kv_dtype = model.default_kv_dtype(self.dtype)
         if not 0 < memory_utilization <= 1:
             raise SpecError(f"memory_utilization={memory_utilization} must be in (0, 1]")
         self.memory_utilization = memory_utilization
@@ -288,6 +289,7 @@ class Estimator:
         x[_I["nout"]] = batch.num_seqs / dp
         x[_I["nall"]] = n_all
         m = self.model
+        self._window_rows(x)
         if m.is_moe:
             # expected experts with >= 1 routed token under uniform routing: E(1 - (1 - k/E)^n)
             frac = 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** n_all
@@ -364,8 +366,19 @@ class Estimator:
         gi, bi = self._blocks[i]
         return self._dispatch[phase][gi][bi]
 
+    def _window_rows(self, x: np.ndarray) -> None:
+        """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
+        vector or of the columns of a matrix from its ``sp``, ``np``, ``kvp``, ``nd``, ``kvd``
+        rows (:mod:`serveplan.ops.window`), so callers that vary those rows stay consistent."""
+        m = self.model
+        if not m.local_window:
+            return
+        x[_I["kvpw"]], x[_I["kvdw"]], x[_I["apw"]], x[_I["apcw"]] = window_features(
+            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], x[_I["nd"]], x[_I["kvd"]], m.local_window, m.is_chunked)
+
     def _block_terms(self, x: np.ndarray, phase: str) -> tuple[Any, Any, Any, Any, Any]:
         """Per-op work, traffic, compute and memory terms, and per-block compute and comm times."""
+        self._window_rows(x)
         inv_comp, inv_mem, inv_e = self._inv[phase]
         W = self._F @ x
         Q = self._B @ x
@@ -490,39 +503,32 @@ class Estimator:
     # ------------------------------------------------------------------ memory
     def weights_per_device(self) -> float:
         """Weight bytes on the most loaded device (largest pipeline stage)."""
-        m, p = self.model, self.parallel
-        t = p.tp
-        wb = self.dtype.bytes
-        h = m.hidden_size
-        if m.attention is AttentionKind.MLA:
-            replicated = (h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0)
-            replicated += h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-            attn = replicated + (m.attention_params() - replicated) / t
-        else:
-            hkv_t = max(m.num_key_value_heads / t, 1.0)
-            attn = (2 * h * m.q_dim) / t + 2 * h * hkv_t * m.head_dim
-            if m.bias:
-                attn += (m.q_dim + 2 * m.kv_dim) / t + h
-        per_layer_common = attn + m.norm_params()
-        dense = m.dense_mlp_params() / t
-        moe = 0.0
-        if m.is_moe:
-            moe = (m.num_experts / p.ep) * m.expert_params() / p.expert_tp
-            moe += m.num_shared_experts * m.expert_params() / t + h * m.num_experts
-        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
-        frac = layers_stage / m.num_hidden_layers
-        params = frac * (m.num_hidden_layers * per_layer_common + m.num_dense_layers * dense
-                         + m.num_moe_layers * moe) + m.embedding_params() / t
-        return params * wb
+        p = self.parallel
+        return self.model.weight_bytes_per_device(self.dtype, tp=p.tp, ep=p.ep, expert_tp=p.expert_tp, pp=p.pp)
 
     def kv_bytes_per_token_per_device(self) -> float:
+        """KV bytes per token on one device of the largest stage (every attention layer, for a
+        sequence within its windows)."""
         m, p = self.model, self.parallel
-        layers_stage = math.ceil(m.num_hidden_layers / p.pp)
+        return m.kv_bytes_per_token(self.kv_dtype) * self._kv_device_fraction()
+
+    def _kv_device_fraction(self) -> float:
+        """Share of the model's KV cache one device holds: its stage's layers, and its KV heads
+        (replicated when tp exceeds them; the MLA latent is whole on every TP rank, notes A.5)."""
+        m, p = self.model, self.parallel
+        frac = math.ceil(m.num_hidden_layers / p.pp) / m.num_hidden_layers
         if m.attention is AttentionKind.MLA:
-            per_layer = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
-        else:
-            per_layer = 2 * max(m.num_key_value_heads / p.tp, 1.0) * m.head_dim
-        return per_layer * layers_stage * self.kv_dtype.bytes
+            return frac
+        return frac * max(m.num_key_value_heads / p.tp, 1.0) / m.num_key_value_heads
+
+    def kv_bytes_per_sequence(self, length: int) -> float:
+        """Cache bytes one sequence of ``length`` tokens holds on one device: full layers grow
+        with it, local layers stop at their window, linear-attention layers hold a fixed state
+        (:meth:`ModelSpec.kv_bytes_per_sequence`), divided as the layout stores them."""
+        m = self.model
+        state_frac = math.ceil(m.num_hidden_layers / self.parallel.pp) / m.num_hidden_layers / self.parallel.tp
+        kv = m.kv_bytes_per_sequence(length, self.kv_dtype) - m.kv_bytes_per_sequence(0, self.kv_dtype)
+        return kv * self._kv_device_fraction() + m.kv_bytes_per_sequence(0, self.kv_dtype) * state_frac
 
     def activation_bytes(self, max_tokens: int = 2048) -> float:
         """Peak transient activations of a step of ``max_tokens`` new tokens (per device):
