@@ -234,14 +234,14 @@ def concurrency_of(row: dict[str, str]) -> int:
 
 def _layout(row: dict[str, str], model: ModelSpec, prefix: str) -> Layout:
     tp = _int(row, prefix + "tp_size")
-    pp = _int(row, prefix + "pp_size", 1)
-    dp = _int(row, prefix + "attention_dp_size", 1)
+    pp = _int(row, prefix + "pp_size", 1) or 1  # 0 marks a field the run did not set
+    dp = _int(row, prefix + "attention_dp_size", 1) or 1
     if min(tp, pp, dp) < 1:
         raise NotStatable("layout", f"{prefix}tp/pp/attention_dp = {tp}/{pp}/{dp} (0 is not a size)")
     ep = 1
     if model.is_moe:
-        moe_tp = _int(row, prefix + "moe_tp_size", 1)
-        moe_ep = _int(row, prefix + "moe_ep_size", 1)
+        moe_ep = _int(row, prefix + "moe_ep_size", 1) or 1
+        moe_tp = _int(row, prefix + "moe_tp_size", 0) or (tp * dp) // moe_ep
         if min(moe_tp, moe_ep) < 1 or moe_tp * moe_ep != tp * dp:
             raise NotStatable(
                 "layout", f"{prefix}moe_tp x moe_ep = {moe_tp} x {moe_ep} differs from tp x attention_dp = {tp} x {dp}"
