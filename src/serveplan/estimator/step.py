@@ -37,6 +37,7 @@ from serveplan.estimator.roofline import (
 )
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
+from serveplan.ops.window import window_features
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -150,7 +151,9 @@ class Estimator:
     dtype:
         Weight format (default: the model's ``torch_dtype``).
     kv_dtype:
-        KV-cache format (default: ``dtype`` for 16/32-bit weights, else bf16).
+        KV-cache format, separate from the weights (default: ``dtype`` for 16/32-bit weights,
+        else bf16, as vLLM's ``kv_cache_dtype="auto"`` keeps the activations' format). It sets the
+        cache's bytes per token (capacity) and the bytes attention reads from the cache.
 
     Examples
     --------
@@ -169,9 +172,9 @@ class Estimator:
         self.model, self.hardware, self.profile, self.parallel = model, hardware, profile, parallel
         self.dtype = DType.parse(dtype) if dtype is not None else model.dtype
         if kv_dtype is not None:
-            self.kv_dtype = DType.parse(kv_dtype)
+            self.kv_dtype = DType.parse_kv(kv_dtype)
         else:
-            self.kv_dtype = self.dtype if self.dtype in (DType.FP32, DType.FP16, DType.BF16) else DType.BF16
+            self.kv_dtype = model.default_kv_dtype(self.dtype)
         if not 0 < memory_utilization <= 1:
             raise SpecError(f"memory_utilization={memory_utilization} must be in (0, 1]")
         self.memory_utilization = memory_utilization
@@ -230,6 +233,7 @@ class Estimator:
         x[_I["nout"]] = batch.num_seqs / dp
         x[_I["nall"]] = n_all
         m = self.model
+        self._window_rows(x)
         if m.is_moe:
             # expected experts with >= 1 routed token under uniform routing: E(1 - (1 - k/E)^n)
             frac = 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** n_all
@@ -239,6 +243,16 @@ class Estimator:
     # ------------------------------------------------------------------ timing
     def _layers_time(self, block_compute: Any, block_comm: Any, rates: PhaseRates) -> Any:
         return layers_time(block_compute, block_comm, rates.dispatch, self.compiled.counts)
+
+    def _window_rows(self, x: np.ndarray) -> None:
+        """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
+        vector or of the columns of a matrix from its ``sp``, ``np``, ``kvp``, ``nd``, ``kvd``
+        rows (:mod:`serveplan.ops.window`), so callers that vary those rows stay consistent."""
+        m = self.model
+        if not m.local_window:
+            return
+        x[_I["kvpw"]], x[_I["kvdw"]], x[_I["apw"]], x[_I["apcw"]] = window_features(
+            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], x[_I["nd"]], x[_I["kvd"]], m.local_window, m.is_chunked)
 
     def _stage_boundary_links(self) -> list[Any]:
         """Link used at each of the ``pp - 1`` stage boundaries.
@@ -267,6 +281,7 @@ class Estimator:
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
+        self._window_rows(x)
         rates = self._prefill_rates if x[_NP] > 0 else self._decode_rates
         cs = self.compiled
         *_, bc, bm = op_terms(cs, rates, x)
@@ -275,6 +290,7 @@ class Estimator:
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
+        self._window_rows(X)
         rates = self._rates[phase]
         *_, bc, bm = op_terms(self.compiled, rates, X)
         return np.asarray(self._layers_time(bc, bm, rates) + self._pp_time(X, rates.comm_efficiency))
@@ -328,39 +344,32 @@ class Estimator:
     # ------------------------------------------------------------------ memory
     def weights_per_device(self) -> float:
         """Weight bytes on the most loaded device (largest pipeline stage)."""
-        m, p = self.model, self.parallel
-        t = p.tp
-        wb = self.dtype.bytes
-        h = m.hidden_size
-        if m.attention is AttentionKind.MLA:
-            replicated = (h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank else 0)
-            replicated += h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-            attn = replicated + (m.attention_params() - replicated) / t
-        else:
-            hkv_t = max(m.num_key_value_heads / t, 1.0)
-            attn = (2 * h * m.q_dim) / t + 2 * h * hkv_t * m.head_dim
-            if m.bias:
-                attn += (m.q_dim + 2 * m.kv_dim) / t + h
-        per_layer_common = attn + m.norm_params()
-        dense = m.dense_mlp_params() / t
-        moe = 0.0
-        if m.is_moe:
-            moe = (m.num_experts / p.ep) * m.expert_params() / p.expert_tp
-            moe += m.num_shared_experts * m.expert_params() / t + h * m.num_experts
-        layers_stage = ceil_div(m.num_hidden_layers, p.pp)
-        frac = layers_stage / m.num_hidden_layers
-        params = frac * (m.num_hidden_layers * per_layer_common + m.num_dense_layers * dense
-                         + m.num_moe_layers * moe) + m.embedding_params() / t
-        return params * wb
+        p = self.parallel
+        return self.model.weight_bytes_per_device(self.dtype, tp=p.tp, ep=p.ep, expert_tp=p.expert_tp, pp=p.pp)
 
     def kv_bytes_per_token_per_device(self) -> float:
+        """KV bytes per token on one device of the largest stage (every attention layer, for a
+        sequence within its windows)."""
+        m = self.model
+        return m.kv_bytes_per_token(self.kv_dtype) * self._kv_device_fraction()
+
+    def _kv_device_fraction(self) -> float:
+        """Share of the model's KV cache one device holds: its stage's layers, and its KV heads
+        (replicated when tp exceeds them; the MLA latent is whole on every TP rank, notes A.5)."""
         m, p = self.model, self.parallel
-        layers_stage = ceil_div(m.num_hidden_layers, p.pp)
+        frac = ceil_div(m.num_hidden_layers, p.pp) / m.num_hidden_layers
         if m.attention is AttentionKind.MLA:
-            per_layer: float = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
-        else:
-            per_layer = 2 * max(m.num_key_value_heads / p.tp, 1.0) * m.head_dim
-        return per_layer * layers_stage * self.kv_dtype.bytes
+            return frac
+        return frac * max(m.num_key_value_heads / p.tp, 1.0) / m.num_key_value_heads
+
+    def kv_bytes_per_sequence(self, length: int) -> float:
+        """Cache bytes one sequence of ``length`` tokens holds on one device: full layers grow
+        with it, local layers stop at their window, linear-attention layers hold a fixed state
+        (:meth:`ModelSpec.kv_bytes_per_sequence`), divided as the layout stores them."""
+        m = self.model
+        state_frac = ceil_div(m.num_hidden_layers, self.parallel.pp) / m.num_hidden_layers / self.parallel.tp
+        kv = m.kv_bytes_per_sequence(length, self.kv_dtype) - m.kv_bytes_per_sequence(0, self.kv_dtype)
+        return kv * self._kv_device_fraction() + m.kv_bytes_per_sequence(0, self.kv_dtype) * state_frac
 
     def activation_bytes(self, max_tokens: int = 2048) -> float:
         """Peak transient activations of a step of ``max_tokens`` new tokens (per device):

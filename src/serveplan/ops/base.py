@@ -24,6 +24,10 @@ Features (all per data-parallel attention rank unless noted):
 ``nout``     sequences whose last token produces logits (``sp + nd``)
 ``nall``     new tokens over all data-parallel ranks of the instance (MoE expert input)
 ``eact``     expected routed experts holding at least one token, per expert-parallel device
+``kvpw``     as ``kvp`` on local (sliding-window or chunked) layers: keys within each window
+``kvdw``     as ``kvd`` on local layers
+``apw``      as ``ap`` on local layers
+``apcw``     as ``apc`` on local layers (see :mod:`serveplan.ops.window`)
 ===========  ================================================================================
 """
 
@@ -36,6 +40,7 @@ from serveplan.specs.profile import Module
 
 FEATURES: tuple[str, ...] = (
     "one", "n", "ng", "np", "nd", "sp", "kvp", "kvd", "ap", "apc", "nout", "nall", "eact",
+    "kvpw", "kvdw", "apw", "apcw",
 )
 FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
 
@@ -69,7 +74,8 @@ def feature(name: str) -> Lin:
     return Lin({name: 1.0})
 
 
-ONE, N, NG, NP, ND, SP, KVP, KVD, AP, APC, NOUT, NALL, EACT = (feature(f) for f in FEATURES)
+ONE, N, NG, NP, ND, SP, KVP, KVD, AP, APC, NOUT, NALL, EACT = (feature(f) for f in FEATURES[:13])
+KVPW, KVDW, APW, APCW = (feature(f) for f in FEATURES[13:])
 ZERO = Lin()
 
 

@@ -26,8 +26,19 @@ Sources and the choices made where they are inconsistent:
   holds whole.
 * MoE: router, top-k routed experts and shared experts (notes B.2), expert parallelism with two
   all-to-alls (notes A.7), expected number of experts touched under uniform routing.
+* Local attention (sliding window, chunked): the attention kernel's keys and score elements are
+  the windowed features ``kvpw``/``kvdw``/``apw``/``apcw`` (:mod:`serveplan.ops.window`);
+  projections, norms and MLP are as on full layers.
+* Linear attention (Gated DeltaNet, Qwen3-Next/3.5): projections, causal conv1d, the delta-rule
+  recurrence over a ``dk x dv`` state per value head (Yang et al., "Gated Delta Networks",
+  arXiv:2412.06464, eq. 10: about ``8 dk dv`` FLOP per head and token), chunked in prefill
+  (chunk 64, flash-linear-attention's ``chunk_gated_delta_rule``), and a read and a write of
+  every sequence's state per step.
+* Layers group by (token mixer, MoE or dense): a model with sliding and full layers, or
+  interleaved MoE and dense layers, gets one group per kind with its layer count.
 
-Byte counts use ``ab`` bytes per activation value, ``wb`` per weight and ``kvb`` per cached value;
+Byte counts use ``ab`` bytes per activation value, ``wb`` per weight (the layer, expert and
+embedding formats of :meth:`ModelSpec.weight_formats`) and ``kvb`` per cached value;
 BestServe's tables assume 2 bytes for all three, so its ``4*b*s*h`` is ``2*ab*n*h`` here.
 """
 
@@ -36,15 +47,20 @@ from __future__ import annotations
 from serveplan.ops.base import (
     AP,
     APC,
+    APCW,
+    APW,
     EACT,
     KVD,
+    KVDW,
     KVP,
+    KVPW,
     NALL,
     ND,
     NG,
     NOUT,
     NP,
     ONE,
+    SP,
     ZERO,
     Collective,
     Comm,
@@ -55,7 +71,7 @@ from serveplan.ops.base import (
     Op,
     Rate,
 )
-from serveplan.specs.model import AttentionKind, MLPKind, ModelSpec, NormKind
+from serveplan.specs.model import AttentionKind, LayerType, MLPKind, ModelSpec, NormKind
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import AttentionImpl, Module
 from serveplan.units import DType
@@ -99,22 +115,26 @@ def _norm_ops(prefix: str, tokens: Lin, h: int, kind: NormKind, ab: float, wb: f
 
 
 def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
-                       ab: float, wb: float, kvb: float) -> list[Op]:
+                       ab: float, wb: float, kvb: float, local: bool = False) -> list[Op]:
+    # local layers see only their window: swap in the windowed key and score features
+    KVP, KVD, AP, APC = (KVPW, KVDW, APW, APCW) if local else (_KVP, _KVD, _AP, _APC)
     h, t = model.hidden_size, par.tp
     hq, hkv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     hq_t = hq / t
     hkv_t = max(hkv / t, 1.0)  # KV heads are replicated when tp exceeds their number
     dq_t, dkv_t = hq_t * d, hkv_t * d
     M = Module.ATTENTION
+    gate = 2 if model.attn_output_gate else 1  # Qwen3-Next: q_proj also emits the output gate
     ops = [
-        _gemm("q_proj", M, N, NG, h, dq_t, ab, wb, "BestServe Table 8/10 row 1"),
+        _gemm("q_proj", M, N, NG, h, gate * dq_t, ab, wb, "BestServe Table 8/10 row 1"),
         _gemm("k_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 2"),
         _gemm("v_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 3"),
     ]
     if model.model_type != "opt":  # OPT uses learned absolute positions, no RoPE
         # RoPE is not divided by t in Tables 10/11; Table 3(a) confirms it (the attention row
         # matches 2.122 ms only with the undivided term), so it is kept as printed.
-        dq, dkv = hq * d, hkv * d
+        # partial rotary (GPT-J, GPT-NeoX, GLM, Qwen3-Next) rotates that share of each head
+        dq, dkv = hq * d * model.partial_rotary_factor, hkv * d * model.partial_rotary_factor
         ops.append(Op("rope", M, N * (3.5 * (dq + dkv)),
                       N * (ab * (8.5 * dq + 8.5 * dkv + 2 * d)), source="BestServe Table 8/10 row 4"))
     if impl is AttentionImpl.EAGER:
@@ -131,8 +151,8 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
                attention=True, source="BestServe Table 8/10 row 9"),
         ]
         # decode core, Table 9/11 rows 5-11 (kvd = b*s, nd = b); eq. (12) kappa rates
-        ops.append(Op("decode.kv_update", M, ZERO, KVD * (2 * ab * dkv_t), Rate.KAPPA_UPDATE,
-                      source="BestServe Table 9 row 5 (/t)"))
+        ops.append(Op("decode.kv_update", M, ZERO, KVD * (2 * kvb * dkv_t), Rate.KAPPA_UPDATE,
+                      source="BestServe Table 9 row 5 (/t), cache values in the KV format"))
         if hkv < hq:  # Is_GQA of eq. (12)
             ops.append(Op("decode.repeat_kv", M, ZERO, KVD * (2 * ab * (dq_t + dkv_t)), Rate.KAPPA_REPEAT_KV,
                           source="BestServe Table 9 row ⋆ (/t)"))
@@ -159,9 +179,43 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
                ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True,
                source="fused attention over the KV cache"),
         ]
+    if model.attn_output_gate:
+        ops.append(Op("output_gate", M, N * (5 * dq_t), N * (3 * ab * dq_t),
+                      source="sigmoid(gate) * attention output, elementwise"))
     ops.append(Op("o_proj", M, NG * (2 * dq_t * h), N * (ab * (dq_t + h)) + ONE * (wb * dq_t * h),
                   source="BestServe Table 8/10 row 10 (weight h^2/t)", rows=N))
     return ops
+
+
+_KVP, _KVD, _AP, _APC = KVP, KVD, AP, APC
+
+
+def _linear_attention_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float,
+                          sb: float) -> list[Op]:
+    """Gated DeltaNet layer per device (heads split over TP): ``sb`` bytes per state value."""
+    h, t = model.hidden_size, par.tp
+    nv_t = model.linear_num_value_heads / t
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    kd_t = model.linear_num_key_heads * dk / t
+    vd_t = nv_t * dv
+    conv_ch = 2 * kd_t + vd_t
+    K = model.linear_conv_kernel_dim
+    state = nv_t * dk * dv + conv_ch * max(K - 1, 0)  # per sequence, this device's heads
+    M = Module.ATTENTION
+    src = "Gated DeltaNet (arXiv:2412.06464)"
+    return [
+        _gemm("linear.in_proj_qkvz", M, N, NG, h, 2 * kd_t + 2 * vd_t, ab, wb, src + ": q, k, v, z projections"),
+        _gemm("linear.in_proj_ba", M, N, NG, h, 2 * nv_t, ab, wb, src + ": beta and decay gates"),
+        Op("linear.conv1d", M, N * (2 * K * conv_ch), N * (2 * ab * conv_ch),
+           source=src + ": depthwise causal conv1d, 2*kernel FLOP per channel"),
+        # recurrence: decay, k^T S, rank-1 update, q S: ~8 dk dv FLOP per head per token; prefill
+        # runs it chunkwise (64 tokens) with an intra-chunk attention of 2*64*(dk + dv) per token
+        Op("linear.delta_rule", M, N * (8 * nv_t * dk * dv) + NP * (2 * 64 * nv_t * (dk + dv)),
+           N * (ab * (2 * kd_t + 2 * vd_t)) + (SP + ND) * (2 * sb * state), attention=True,
+           source=src + " eq. 10; state read and written once per sequence per step"),
+        Op("linear.gated_norm", M, N * (5 * vd_t), N * (3 * ab * vd_t), source=src + ": RMSNorm(o) * silu(z)"),
+        _gemm("linear.out_proj", M, N, NG, vd_t, h, ab, wb, src + ": output projection"),
+    ]
 
 
 def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
@@ -236,7 +290,10 @@ def _mlp_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float) -> lis
     ]
 
 
-def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbalance: float) -> list[Op]:
+def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbalance: float,
+             swb: float | None = None) -> list[Op]:
+    """Routed experts read ``wb`` bytes per weight; router and shared experts ``swb``."""
+    swb = wb if swb is None else swb
     h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
     mff = model.moe_intermediate_size
     etp = par.expert_tp
@@ -246,7 +303,7 @@ def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbala
     # times the busiest-device factor (an expert load-imbalance assumption, profile)
     t_dev = NALL * (k * imbalance / par.ep)
     ops = [
-        _gemm("router", M, N, N, h, E, ab, wb, "notes B.2: softmax(X W_gating), W_gating d_model x E"),
+        _gemm("router", M, N, N, h, E, ab, swb, "notes B.2: softmax(X W_gating), W_gating d_model x E"),
         Op("topk", M, N * (3.0 * E), N * (2 * ab * E), source="softmax and top-k over E logits"),
         Op("experts.gate_up", M, t_dev * (2 * 2 * h * mff_e),
            t_dev * (ab * (h + 2 * mff_e)) + EACT * (wb * 2 * h * mff_e),
@@ -258,8 +315,8 @@ def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbala
            source="BestServe Table 1 row 5"),
     ]
     if model.num_shared_experts:
-        sff_t = model.num_shared_experts * mff / par.tp
-        ops += _gated_mlp_ops("shared.", M, N, NG, h, sff_t, ab, wb, par.tp)
+        sff_t = model.shared_intermediate / par.tp
+        ops += _gated_mlp_ops("shared.", M, N, NG, h, sff_t, ab, swb, par.tp)
     return ops
 
 
@@ -303,35 +360,58 @@ def build_layer_groups(
 ) -> tuple[LayerGroup, ...]:
     """Operator lists of the model's distinct layer kinds, per device of one pipeline stage.
 
-    Returns the dense-MLP layers, the MoE layers (if any) and, when ``include_lm_head``, a
-    one-off group with the final norm and the logits projection. Layer counts are for the whole
-    model; the estimator divides them over pipeline stages.
+    Returns one group per (token mixer, dense or MoE MLP) kind present, named ``dense``/``moe``
+    for full attention and ``<mixer>-dense``/``<mixer>-moe`` otherwise (``sliding-moe``,
+    ``linear-moe``, ...), and, when ``include_lm_head``, a one-off group with the final norm and
+    the logits projection. Layer counts are for the whole model; the estimator divides them over
+    pipeline stages.
     """
-    wb = dtype.bytes
+    layer_dt, expert_dt, embed_dt = model.weight_formats(dtype)
+    wb, ewb, hwb = layer_dt.bytes, expert_dt.bytes, embed_dt.bytes
     ab = 4.0 if dtype is DType.FP32 else 2.0  # activations in fp16/bf16 unless the model runs in fp32
     kvb = kv_dtype.bytes
+    sb = 2.0  # linear-attention state in 16 bits (vLLM mamba_cache_dtype "auto" = model dtype)
     h = model.hidden_size
-    attn = (_mla_attention_ops if model.attention is AttentionKind.MLA else _gqa_attention_ops)(
-        model, parallel, attention_impl, ab, wb, kvb
-    )
-    norm1 = _norm_ops("input_norm", N, h, model.norm, ab, wb)
-    norm2 = _norm_ops("post_attention_norm", N, h, model.norm, ab, wb)
+    norm = ModuleBlock(Module.NORM, tuple(_norm_ops("input_norm", N, h, model.norm, ab, wb)))
+    norm2 = ModuleBlock(Module.NORM, tuple(_norm_ops("post_attention_norm", N, h, model.norm, ab, wb)))
+    extra_norm = ModuleBlock(Module.NORM, tuple(_norm_ops("sandwich_norm", N, h, model.norm, ab, wb)))
+    mixers: dict[LayerType, ModuleBlock] = {}
+    attn_comms = tuple(_comms(model, parallel, Module.ATTENTION, ab))
+    for kind in dict.fromkeys(model.layer_kinds):
+        if kind is LayerType.LINEAR:
+            ops = _linear_attention_ops(model, parallel, ab, wb, sb)
+        elif model.attention is AttentionKind.MLA:
+            ops = _mla_attention_ops(model, parallel, attention_impl, ab, wb, kvb)
+        else:
+            ops = _gqa_attention_ops(model, parallel, attention_impl, ab, wb, kvb, local=kind.is_local)
+        mixers[kind] = ModuleBlock(Module.ATTENTION, tuple(ops), attn_comms)
+    mlp = ModuleBlock(Module.MLP, tuple(_mlp_ops(model, parallel, ab, wb)),
+                      tuple(_comms(model, parallel, Module.MLP, ab)))
+    moe = (ModuleBlock(Module.MOE, tuple(_moe_ops(model, parallel, ab, ewb, expert_imbalance, wb)),
+                       tuple(_comms(model, parallel, Module.MOE, ab))) if model.is_moe else None)
     groups: list[LayerGroup] = []
-    attn_block = ModuleBlock(Module.ATTENTION, tuple(attn), tuple(_comms(model, parallel, Module.ATTENTION, ab)))
-    norm1_block = ModuleBlock(Module.NORM, tuple(norm1))
-    norm2_block = ModuleBlock(Module.NORM, tuple(norm2))
-    if model.num_dense_layers:
-        mlp = ModuleBlock(Module.MLP, tuple(_mlp_ops(model, parallel, ab, wb)),
-                          tuple(_comms(model, parallel, Module.MLP, ab)))
-        groups.append(LayerGroup("dense", model.num_dense_layers, (norm1_block, attn_block, norm2_block, mlp)))
-    if model.num_moe_layers:
-        moe = ModuleBlock(Module.MOE, tuple(_moe_ops(model, parallel, ab, wb, expert_imbalance)),
-                          tuple(_comms(model, parallel, Module.MOE, ab)))
-        groups.append(LayerGroup("moe", model.num_moe_layers, (norm1_block, attn_block, norm2_block, moe)))
+    # one group per kind, dense before MoE as before for the single-mixer models
+    order = sorted(model.layer_signature().items(), key=lambda kv: kv[0][1])
+    for (kind, is_moe), count in order:
+        ffn = moe if is_moe else mlp
+        assert ffn is not None
+        base = "moe" if is_moe else "dense"
+        name = base if kind is LayerType.FULL else f"{kind.value.split('_')[0]}-{base}"
+        # pre-norm block: norm, mixer, norm, MLP; a parallel block (GPT-J, Falcon-7B) shares one
+        # norm; Gemma adds post-attention and post-feedforward norms
+        blocks: list[ModuleBlock] = [norm, mixers[kind]]
+        if model.norms_per_layer >= 4:
+            blocks.append(extra_norm)
+        if model.norms_per_layer >= 2:
+            blocks.append(norm2)
+        blocks.append(ffn)
+        if model.norms_per_layer >= 4:
+            blocks.append(extra_norm)
+        groups.append(LayerGroup(name, count, tuple(blocks)))
     if include_lm_head:
         V = model.vocab_size
         head_ops = _norm_ops("final_norm", NOUT, h, model.norm, ab, wb, Module.LM_HEAD) + [
-            _gemm("lm_head", Module.LM_HEAD, NOUT, NOUT, h, V / parallel.tp, ab, wb,
+            _gemm("lm_head", Module.LM_HEAD, NOUT, NOUT, h, V / parallel.tp, ab, hwb,
                   "logits of the last token of each sequence, vocabulary split over TP"),
         ]
         groups.append(LayerGroup("lm_head", 1, (ModuleBlock(Module.LM_HEAD, tuple(head_ops)),)))

@@ -52,6 +52,12 @@ class DeviceSpec:
         Links used by parallel groups that fit in one node, and by larger groups.
     tile_size:
         GEMM tile along the token dimension for tile quantization (Sarathi §4.4); 0 = unknown/off.
+    scale_up_domain:
+        Devices that reach each other over ``intra_node_link`` (an NVLink/Infinity Fabric
+        domain); 0 = ``devices_per_node``. A GB200/GB300 NVL72 rack is one 72-GPU NVLink domain
+        built of 4-GPU compute trays, so groups of up to 72 use NVLink, not the network.
+    host_memory_bytes, host_link:
+        CPU memory attached to the device and its link (GH200: LPDDR5X over NVLink-C2C).
     """
 
     name: str
@@ -64,6 +70,9 @@ class DeviceSpec:
     intra_node_link: LinkSpec
     inter_node_link: LinkSpec | None = None
     tile_size: int = 0
+    scale_up_domain: int = 0
+    host_memory_bytes: float = 0.0
+    host_link: LinkSpec | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -78,20 +87,44 @@ class DeviceSpec:
                 raise SpecError(f"hardware {self.name!r}: {fname}={v!r} must be a positive number")
         if self.devices_per_node < 1:
             raise SpecError(f"hardware {self.name!r}: devices_per_node={self.devices_per_node} must be >= 1")
+        if self.scale_up_domain < 0:
+            raise SpecError(f"hardware {self.name!r}: scale_up_domain={self.scale_up_domain} must be >= 0")
 
-    def flops(self, dtype: DType) -> float:
-        """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other, int4 uses int8/fp16."""
-        for cand in _FLOPS_FALLBACK.get(dtype, (dtype,)):
+    @property
+    def domain_size(self) -> int:
+        """Devices sharing the scale-up link (``scale_up_domain``, else ``devices_per_node``)."""
+        return self.scale_up_domain or self.devices_per_node
+
+    def compute_format(self, dtype: DType | str) -> DType:
+        """The peak-FLOP/s format a matrix product with ``dtype`` weights runs at on this device.
+
+        The format's own arithmetic (``dtype.compute``) when the device lists it, else the closest
+        it has: fp16 and bf16 stand in for each other; FP8 falls back to 16-bit; FP4 (NVFP4,
+        MXFP4) runs weight-only at 16 bits on devices without FP4 tensor cores (as vLLM's Marlin
+        FP4 kernels do on Hopper); weight-only formats always compute at 16 bits.
+        """
+        dtype = DType.parse(dtype)
+        for cand in _FLOPS_FALLBACK.get(dtype.compute, (dtype.compute,)):
             if cand in self.peak_flops:
-                return self.peak_flops[cand]
+                return cand
         raise SpecError(
-            f"hardware {self.name!r} has no peak_flops for dtype {dtype.value!r}; "
+            f"hardware {self.name!r} has no peak_flops for dtype {dtype.value!r} or a substitute; "
             f"available: {', '.join(d.value for d in self.peak_flops)}"
         )
 
+    def is_native(self, dtype: DType | str) -> bool:
+        """Whether the device computes ``dtype``'s matrix products in their own format."""
+        dtype = DType.parse(dtype)
+        return self.compute_format(dtype) in (dtype.compute, *_SAME_ARITHMETIC.get(dtype.compute, ()))
+
+    def flops(self, dtype: DType | str) -> float:
+        """Dense peak FLOP/s for matrix products with ``dtype`` weights (see :meth:`compute_format`)."""
+        return self.peak_flops[self.compute_format(dtype)]
+
     def link_for(self, group_size: int) -> LinkSpec:
-        """Intra-node link for groups that fit in a node, else the inter-node link."""
-        if group_size <= self.devices_per_node or self.inter_node_link is None:
+        """Scale-up link for groups that fit in its domain (a node, or an NVL72 rack), else the
+        inter-node link."""
+        if group_size <= self.domain_size or self.inter_node_link is None:
             return self.intra_node_link
         return self.inter_node_link
 
@@ -102,12 +135,15 @@ class DeviceSpec:
 _FLOPS_FALLBACK = {
     DType.BF16: (DType.BF16, DType.FP16),
     DType.FP16: (DType.FP16, DType.BF16),
-    # weights stored in 8/4 bits are commonly dequantised to fp16 for the matmul
+    # weights stored in 8/4 bits are dequantised to 16 bits for the matmul where the device lacks
+    # the format's arithmetic
     DType.FP8: (DType.FP8, DType.FP16, DType.BF16),
     DType.INT8: (DType.INT8, DType.FP16, DType.BF16),
     DType.INT4: (DType.FP16, DType.BF16),
+    DType.FP4: (DType.FP4, DType.BF16, DType.FP16),
     DType.FP32: (DType.FP32,),
 }
+_SAME_ARITHMETIC = {DType.FP16: (DType.BF16,), DType.BF16: (DType.FP16,)}
 
 
 def _link(raw: Any, where: str) -> LinkSpec:
@@ -138,7 +174,7 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
         raise SpecError(f"hardware {name!r}: peak_flops must map dtype to FLOP/s, got {pf!r}")
     peak: dict[DType, float] = {}
     for k, v in pf.items():
-        if k == "tf32":
+        if k in ("tf32", "fp6"):  # not a weight format serveplan models (listed for reference)
             continue
         try:
             peak[DType.parse(k)] = float(v)
@@ -159,6 +195,9 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
                 if raw.get("inter_node_link") else None
             ),
             tile_size=int(raw.get("tile_size", 0) or 0),
+            scale_up_domain=int(raw.get("scale_up_domain", 0) or 0),
+            host_memory_bytes=float(raw.get("host_memory_bytes", 0.0) or 0.0),
+            host_link=_link(raw["host_link"], f"hardware {name!r}: host_link") if raw.get("host_link") else None,
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SpecError):

@@ -1,21 +1,44 @@
 """Model specification built from Hugging Face ``config.json`` fields.
 
 Field names follow the HF configs one-to-one (``hidden_size``, ``num_hidden_layers``, ...) so a
-bundled YAML file or a user's ``config.json`` loads without renaming. Architecture families:
+bundled YAML file or a user's ``config.json`` loads without renaming. What is modelled per
+``model_type`` (docs/adding-model.md has the table):
 
-* ``llama``, ``mistral``, ``qwen2``, ``qwen3``: RMSNorm, GQA attention, SiLU-gated MLP.
-* ``mixtral``: as llama, with a top-k mixture-of-experts MLP in every layer.
-* ``opt``: LayerNorm with bias, MHA with bias, ReLU/GELU two-matrix MLP, learned positions.
-* ``deepseek_v3``: RMSNorm, multi-head latent attention (MLA), MoE with shared experts after the
-  first ``first_k_dense_replace`` dense layers.
+* ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``: RMSNorm, GQA attention, SiLU-gated MLP
+  (``mistral``/``phi3`` with a ``sliding_window`` attend only to the last ``sliding_window``
+  keys in every layer; ``qwen2`` has q/k/v biases, ``qwen3`` per-head q/k norms).
+* ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``minimax_m2``: GQA with a top-k mixture of experts
+  (``qwen2_moe``: a gated shared expert of its own width; ``minimax_m2``: full-width q/k norms).
+* ``llama4`` (``llama4_text``): MoE (one routed plus one shared expert) on every
+  ``interleave_moe_layer_step``-th layer, dense MLPs of ``intermediate_size_mlp`` elsewhere;
+  chunked local attention (``attention_chunk_size``) on RoPE layers, global attention on the
+  NoPE layers (every fourth).
+* ``gpt_oss``: alternating sliding-window (``sliding_window``) and full attention per
+  ``layer_types``, attention sinks (one logit per head), biases, MoE with biased experts.
+* ``gemma2``, ``gemma3`` (``gemma3_text``): local sliding-window and global layers (gemma2
+  alternates; gemma3 five local to one global), four RMSNorms per layer, tied embeddings, their
+  ``head_dim``; gemma3 has q/k norms.
+* ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``, ``glm4_moe``: MoE with shared experts after
+  ``first_k_dense_replace`` dense layers; DeepSeek/Kimi with multi-head latent attention (MLA),
+  GLM-4.5 with GQA and partial rotary.
+* ``qwen3_next``, ``qwen3_5_moe`` (``qwen3_5_moe_text``): hybrid layers per ``layer_types``:
+  Gated DeltaNet linear attention (a fixed-size recurrent and convolution state per sequence,
+  no KV cache) and gated full attention (the query projection also produces an output gate).
+* ``gptj``, ``gpt_neox``, ``falcon``: LayerNorm, attention and MLP in parallel from one input
+  (``gpt_neox`` with ``use_parallel_residual``), two-matrix GELU MLP, partial rotary; ``falcon``
+  multi-query (``multi_query``) or grouped (``new_decoder_architecture``) attention.
+* ``opt``: LayerNorm with bias, MHA with bias, ReLU two-matrix MLP, learned positions.
 
-Parameter and KV sizes are derived here once (``__post_init__``); every other layer reads them.
+Multimodal wrappers (``llama4``, ``gemma3``, ``qwen3_5_moe``, ``kimi_k25``) are read from their
+``text_config``: serveplan plans the language model. Parameter and KV sizes are derived here once
+(``__post_init__``); every other layer reads them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -26,7 +49,20 @@ import yaml
 from serveplan.errors import SpecError
 from serveplan.units import DType
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "opt", "deepseek_v3")
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "opt", "deepseek_v3",
+    "qwen2_moe", "qwen3_moe", "llama4", "gpt_oss", "gemma2", "gemma3", "phi3", "glm4_moe",
+    "deepseek_v2", "gptj", "gpt_neox", "falcon", "kimi_k2", "minimax_m2", "qwen3_next",
+    "qwen3_5_moe",
+)
+#: Wrapper or alias types and the type they are read as (multimodal wrappers via ``text_config``).
+MODEL_TYPE_ALIASES = {
+    "llama4_text": "llama4", "gemma3_text": "gemma3", "qwen3_5_moe_text": "qwen3_5_moe",
+    "kimi_k25": "kimi_k2", "phi4": "phi3", "RefinedWeb": "falcon", "RefinedWebModel": "falcon",
+}
+_LAYERNORM_TYPES = ("opt", "gptj", "gpt_neox", "falcon")
+_PLAIN_MLP_TYPES = ("opt", "gptj", "gpt_neox", "falcon")
+_PARALLEL_BLOCK_TYPES = ("gptj", "gpt_neox", "falcon")
 
 
 class AttentionKind(str, Enum):
@@ -36,8 +72,26 @@ class AttentionKind(str, Enum):
     MLA = "mla"
 
 
+class LayerType(str, Enum):
+    """What the token mixer of one layer attends to (HF ``layer_types`` values).
+
+    ``FULL`` attends to every earlier key; ``SLIDING`` to the last ``sliding_window`` keys;
+    ``CHUNKED`` to the earlier keys of its own ``attention_chunk_size`` chunk (Llama 4);
+    ``LINEAR`` is a linear-attention (Gated DeltaNet) layer with a fixed-size state.
+    """
+
+    FULL = "full_attention"
+    SLIDING = "sliding_attention"
+    CHUNKED = "chunked_attention"
+    LINEAR = "linear_attention"
+
+    @property
+    def is_local(self) -> bool:
+        return self in (LayerType.SLIDING, LayerType.CHUNKED)
+
+
 class MLPKind(str, Enum):
-    """Feed-forward shape: SiLU-gated three-matrix MLP, or two-matrix MLP (OPT)."""
+    """Feed-forward shape: SiLU-gated three-matrix MLP, or two-matrix MLP (OPT, GPT-J, ...)."""
 
     GATED = "gated"
     PLAIN = "plain"
@@ -60,14 +114,38 @@ class ModelSpec:
         HF ``model_type``; one of :data:`SUPPORTED_MODEL_TYPES`.
     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
     head_dim, vocab_size, max_position_embeddings, tie_word_embeddings:
-        As in HF configs (``intermediate_size`` is OPT's ``ffn_dim``).
+        As in HF configs (``intermediate_size`` is the dense MLP width: OPT's ``ffn_dim``,
+        Llama 4's ``intermediate_size_mlp``, GPT-J's ``n_inner``).
     num_experts, num_experts_per_tok, num_shared_experts, moe_intermediate_size,
     first_k_dense_replace, moe_layer_freq:
         Mixture of experts (``num_local_experts`` / ``n_routed_experts`` in HF); 0 experts = dense.
+    shared_expert_intermediate_size:
+        Width of all shared experts together when it differs from
+        ``num_shared_experts * moe_intermediate_size`` (Qwen2-MoE, Qwen3-Next); 0 = that product.
+    moe_layers:
+        Indices of the MoE layers when they do not follow ``first_k_dense_replace`` /
+        ``moe_layer_freq`` (Llama 4 interleaving, Qwen ``mlp_only_layers``); empty = derived.
+    layer_types:
+        Token mixer per layer (:class:`LayerType` values); empty = full attention everywhere.
+    sliding_window, attention_chunk_size:
+        Keys a ``sliding_attention`` layer sees; chunk of a ``chunked_attention`` layer.
     q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim:
         Multi-head latent attention (DeepSeek-V2/V3); ``kv_lora_rank > 0`` selects MLA.
+    linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+    linear_conv_kernel_dim:
+        Gated DeltaNet layers (Qwen3-Next, Qwen3.5).
+    attn_output_gate:
+        The query projection also emits a sigmoid output gate (Qwen3-Next/3.5 full attention).
+    qk_norm_params, attention_sinks, expert_bias, partial_rotary_factor, parallel_block,
+    norms_per_layer, lm_head_bias:
+        Structural details that change parameter counts or operators (see docstring of the module).
     dtype:
-        Default weight/KV format (HF ``torch_dtype``); commands may override it.
+        Default weight format (HF ``torch_dtype``, or ``quantization_config`` when present).
+    quantized_experts_only:
+        ``quantization_config`` leaves attention, router and embeddings in 16 bits (gpt-oss MXFP4).
+    kv_dtype:
+        KV-cache format the checkpoint declares (``kv_cache_scheme`` / ``kv_cache_quant_algo``);
+        None = the engine's default.
     """
 
     name: str
@@ -88,20 +166,49 @@ class ModelSpec:
     num_experts_per_tok: int = 0
     num_shared_experts: int = 0
     moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = False
     first_k_dense_replace: int = 0
     moe_layer_freq: int = 1
+    moe_layers: tuple[int, ...] = ()
+    expert_bias: bool = False
+    router_bias: bool = False
+    # attention variants
+    layer_types: tuple[str, ...] = ()
+    sliding_window: int = 0
+    attention_chunk_size: int = 0
+    attention_sinks: bool = False
+    attn_output_gate: bool = False
+    qk_norm_params: int = 0  # per layer
+    partial_rotary_factor: float = 1.0
     # multi-head latent attention
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # linear attention (Gated DeltaNet)
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    # block structure
+    mlp_bias: bool = False  # biases on a two-matrix MLP (OPT, GPT-J, GPT-NeoX)
+    parallel_block: bool = False
+    norms_per_layer: int = 2
+    lm_head_bias: bool = False
     dtype: DType = DType.BF16
+    quantized_experts_only: bool = False
+    kv_dtype: DType | None = None
     source: str = ""
     # derived in __post_init__
     attention: AttentionKind = field(init=False)
     mlp: MLPKind = field(init=False)
     norm: NormKind = field(init=False)
+    layer_kinds: tuple[LayerType, ...] = field(init=False)
+    moe_layer_set: frozenset[int] = field(init=False)
+    total_params: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -132,10 +239,49 @@ class ModelSpec:
             raise SpecError(
                 f"model {self.name!r}: MLA needs positive qk_nope_head_dim, qk_rope_head_dim, v_head_dim"
             )
+        L = self.num_hidden_layers
+        kinds: tuple[LayerType, ...]
+        if self.layer_types:
+            if len(self.layer_types) != L:
+                raise SpecError(
+                    f"model {self.name!r}: layer_types has {len(self.layer_types)} entries; "
+                    f"expected num_hidden_layers={L}"
+                )
+            try:
+                kinds = tuple(LayerType(t) for t in self.layer_types)
+            except ValueError:
+                raise SpecError(
+                    f"model {self.name!r}: layer_types={sorted(set(self.layer_types))}; expected values "
+                    f"in: {', '.join(t.value for t in LayerType)}"
+                ) from None
+        else:
+            kinds = (LayerType.FULL,) * L
+        if LayerType.SLIDING in kinds and self.sliding_window <= 0:
+            raise SpecError(f"model {self.name!r}: sliding_attention layers need a positive sliding_window")
+        if LayerType.CHUNKED in kinds and self.attention_chunk_size <= 0:
+            raise SpecError(f"model {self.name!r}: chunked_attention layers need a positive attention_chunk_size")
+        if LayerType.LINEAR in kinds and min(self.linear_num_key_heads, self.linear_num_value_heads,
+                                             self.linear_key_head_dim, self.linear_value_head_dim) <= 0:
+            raise SpecError(f"model {self.name!r}: linear_attention layers need the linear_* head fields")
+        if self.moe_layers:
+            bad = [i for i in self.moe_layers if not 0 <= i < L]
+            if bad:
+                raise SpecError(f"model {self.name!r}: moe_layers {bad} outside 0..{L - 1}")
+            moe_set = frozenset(self.moe_layers) if self.num_experts else frozenset()
+        elif self.num_experts:
+            moe_set = frozenset(
+                i for i in range(self.first_k_dense_replace, L)
+                if (i - self.first_k_dense_replace) % max(self.moe_layer_freq, 1) == 0
+            )
+        else:
+            moe_set = frozenset()
         set_ = object.__setattr__
         set_(self, "attention", AttentionKind.MLA if is_mla else AttentionKind.GQA)
-        set_(self, "norm", NormKind.LAYER if self.model_type == "opt" else NormKind.RMS)
-        set_(self, "mlp", MLPKind.PLAIN if self.model_type == "opt" else MLPKind.GATED)
+        set_(self, "norm", NormKind.LAYER if self.model_type in _LAYERNORM_TYPES else NormKind.RMS)
+        set_(self, "mlp", MLPKind.PLAIN if self.model_type in _PLAIN_MLP_TYPES else MLPKind.GATED)
+        set_(self, "layer_kinds", kinds)
+        set_(self, "moe_layer_set", moe_set)
+        set_(self, "total_params", sum(self.layer_params(i) for i in range(L)) + self.embedding_params())
 
     # ----------------------------------------------------------------------------- geometry
     @property
@@ -163,22 +309,45 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        """Layers whose MLP is a mixture of experts (DeepSeek: after ``first_k_dense_replace``)."""
-        if not self.is_moe:
-            return 0
-        return sum(
-            1
-            for i in range(self.first_k_dense_replace, self.num_hidden_layers)
-            if (i - self.first_k_dense_replace) % max(self.moe_layer_freq, 1) == 0
-        )
+        """Layers whose MLP is a mixture of experts."""
+        return len(self.moe_layer_set)
 
     @property
     def num_dense_layers(self) -> int:
         return self.num_hidden_layers - self.num_moe_layers
 
+    @property
+    def local_window(self) -> int:
+        """Keys a local layer attends to at most: the sliding window or the attention chunk."""
+        if LayerType.CHUNKED in self.layer_kinds:
+            return self.attention_chunk_size
+        if LayerType.SLIDING in self.layer_kinds:
+            return self.sliding_window
+        return 0
+
+    @property
+    def is_chunked(self) -> bool:
+        return LayerType.CHUNKED in self.layer_kinds
+
+    def count_layers(self, kind: LayerType) -> int:
+        return sum(1 for k in self.layer_kinds if k is kind)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention (and hence a KV cache)."""
+        return self.num_hidden_layers - self.count_layers(LayerType.LINEAR)
+
+    def layer_signature(self) -> dict[tuple[LayerType, bool], int]:
+        """Number of layers per (token mixer, MoE?) kind, in first-appearance order."""
+        out: dict[tuple[LayerType, bool], int] = {}
+        for i, k in enumerate(self.layer_kinds):
+            key = (k, i in self.moe_layer_set)
+            out[key] = out.get(key, 0) + 1
+        return out
+
     # ----------------------------------------------------------------------------- parameters
     def attention_params(self) -> int:
-        """Parameters of one attention block (projections and biases, MLA norms included)."""
+        """Parameters of one softmax-attention block (projections, biases, norms, sinks)."""
         h = self.hidden_size
         if self.attention is AttentionKind.MLA:
             # DeepSeek-V3 MLA (modeling notes A.5): W^DQ (h x q_lora) + q norm, W^UQ and W^QR
@@ -194,74 +363,184 @@ class ModelSpec:
             n += self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
             n += H * self.v_head_dim * h
             return n
-        # Q (h x q_dim), K and V (h x kv_dim each), O (q_dim x h): modeling notes B.1
-        n = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+        # Q (h x q_dim, twice with an output gate), K and V (h x kv_dim each), O (q_dim x h):
+        # modeling notes B.1
+        q_out = self.q_dim * (2 if self.attn_output_gate else 1)
+        n = h * q_out + 2 * h * self.kv_dim + self.q_dim * h
         if self.bias:
-            n += self.q_dim + 2 * self.kv_dim + h
+            n += q_out + 2 * self.kv_dim + h
+        n += self.qk_norm_params
+        if self.attention_sinks:
+            n += self.num_attention_heads  # one learned sink logit per head (gpt-oss)
         return n
+
+    def linear_attention_params(self) -> int:
+        """Parameters of one Gated DeltaNet layer (Qwen3-Next ``Qwen3NextGatedDeltaNet``):
+        ``in_proj_qkvz`` h x (2*nk*dk + 2*nv*dv), ``in_proj_ba`` h x 2*nv, a depthwise causal
+        conv1d of ``conv_kernel`` taps over the q, k and v channels, ``dt_bias`` and ``A_log``
+        (nv each), the gated RMSNorm (dv) and ``out_proj`` nv*dv x h."""
+        h = self.hidden_size
+        kd = self.linear_num_key_heads * self.linear_key_head_dim
+        vd = self.linear_num_value_heads * self.linear_value_head_dim
+        nv = self.linear_num_value_heads
+        return (h * (2 * kd + 2 * vd) + h * 2 * nv + (2 * kd + vd) * self.linear_conv_kernel_dim
+                + 2 * nv + self.linear_value_head_dim + vd * h)
+
+    def mixer_params(self, kind: LayerType) -> int:
+        return self.linear_attention_params() if kind is LayerType.LINEAR else self.attention_params()
 
     def dense_mlp_params(self) -> int:
         h, ff = self.hidden_size, self.intermediate_size
         if self.mlp is MLPKind.GATED:
             return 3 * h * ff  # gate, up, down (BestServe eq. 6)
-        n = 2 * h * ff  # fc1, fc2 (OPT)
-        if self.bias:
+        n = 2 * h * ff  # fc1, fc2 (OPT, GPT-J, GPT-NeoX, Falcon)
+        if self.mlp_bias:
             n += ff + h
         return n
 
     def expert_params(self) -> int:
-        """Parameters of one routed (or shared) expert: a gated MLP of ``moe_intermediate_size``."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
+        """Parameters of one routed expert: a gated MLP of ``moe_intermediate_size`` (plus its
+        biases in gpt-oss: ``2*ff`` on gate_up and ``h`` on down)."""
+        n = 3 * self.hidden_size * self.moe_intermediate_size
+        if self.expert_bias:
+            n += 2 * self.moe_intermediate_size + self.hidden_size
+        return n
+
+    @property
+    def shared_intermediate(self) -> int:
+        """Width of the shared expert(s) taken together."""
+        return self.shared_expert_intermediate_size or self.num_shared_experts * self.moe_intermediate_size
+
+    def shared_expert_params(self) -> int:
+        """All shared experts of one MoE layer (a gated MLP of their total width) and the
+        sigmoid gate of Qwen2-MoE/Qwen3-Next (h x 1)."""
+        n = 3 * self.hidden_size * self.shared_intermediate
+        if self.shared_expert_gate:
+            n += self.hidden_size
+        return n
+
+    def router_params(self) -> int:
+        """Router W_gating (d_model x E), notes B.1, plus its bias (gpt-oss)."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
 
     def moe_mlp_params(self) -> int:
         """All experts plus router of one MoE layer."""
-        return (
-            (self.num_experts + self.num_shared_experts) * self.expert_params()
-            + self.hidden_size * self.num_experts  # router W_gating (d_model x E), notes B.1
-        )
+        return self.num_experts * self.expert_params() + self.shared_expert_params() + self.router_params()
 
     def norm_params(self) -> int:
-        """Two norms per layer (RMSNorm: weight; LayerNorm: weight and bias)."""
+        """Norms of one layer (RMSNorm: weight; LayerNorm: weight and bias): two for pre-norm
+        blocks, one for GPT-J/Falcon-7B parallel blocks, four for Gemma's sandwich norms."""
         per = self.hidden_size * (2 if self.norm is NormKind.LAYER else 1)
-        return 2 * per
+        return self.norms_per_layer * per
 
     def embedding_params(self) -> int:
-        """Token embedding, untied LM head, final norm and (OPT) learned positions."""
+        """Token embedding, untied LM head (and its bias), final norm and (OPT) learned positions."""
         h = self.hidden_size
         n = self.vocab_size * h
         if not self.tie_word_embeddings:
             n += self.vocab_size * h
+        if self.lm_head_bias:
+            n += self.vocab_size
         n += h * (2 if self.norm is NormKind.LAYER else 1)
         if self.model_type == "opt":
             n += (self.max_position_embeddings + 2) * h  # OPT offsets positions by 2
         return n
 
+    def layer_params(self, index: int) -> int:
+        """Parameters of layer ``index`` (mixer, norms and MLP or MoE)."""
+        kind = self.layer_kinds[index]
+        mlp = self.moe_mlp_params() if index in self.moe_layer_set else self.dense_mlp_params()
+        return self.mixer_params(kind) + self.norm_params() + mlp
+
     def num_parameters(self) -> int:
-        """Total parameter count (all experts)."""
-        per_layer_common = self.attention_params() + self.norm_params()
-        return (
-            self.num_hidden_layers * per_layer_common
-            + self.num_dense_layers * self.dense_mlp_params()
-            + self.num_moe_layers * self.moe_mlp_params()
-            + self.embedding_params()
-        )
+        """Total parameter count (all experts; multi-token-prediction heads not included)."""
+        return self.total_params
 
     def num_active_parameters(self) -> int:
         """Parameters touched per token: top-k plus shared experts in MoE layers."""
         if not self.is_moe:
             return self.num_parameters()
-        active_moe = (
-            (self.num_experts_per_tok + self.num_shared_experts) * self.expert_params()
-            + self.hidden_size * self.num_experts
-        )
+        active_moe = (self.num_experts_per_tok * self.expert_params() + self.shared_expert_params()
+                      + self.router_params())
         return self.num_parameters() - self.num_moe_layers * (self.moe_mlp_params() - active_moe)
 
+    def routed_expert_params(self) -> int:
+        """Parameters of all routed experts of the model."""
+        return self.num_moe_layers * self.num_experts * self.expert_params()
+
+    # ----------------------------------------------------------------------------- bytes
+    def weight_formats(self, dtype: DType | None = None) -> tuple[DType, DType, DType]:
+        """Formats of (layer weights, routed experts, embeddings and LM head) under ``dtype``.
+
+        Checkpoints in block-scaled or weight-only formats keep the token embedding and LM head
+        in 16 bits (ModelOpt's NVFP4 and FP8-block exports exclude ``lm_head``; AWQ/GPTQ quantise
+        linear layers only); a ``quantization_config`` whose ``modules_to_not_convert`` names the
+        attention and router (gpt-oss MXFP4) quantises the routed experts only. Plain ``fp8``,
+        ``int8`` and ``int4`` store every weight in the format.
+        """
+        dt = dtype or self.dtype
+        wide = DType.BF16
+        if self.quantized_experts_only and dt.bytes < 2:
+            return wide, dt, wide
+        if dt in (DType.NVFP4, DType.MXFP4, DType.FP8_BLOCK, DType.W4A16, DType.W8A16):
+            return dt, dt, wide
+        return dt, dt, dt
+
     def weight_bytes(self, dtype: DType | None = None) -> float:
-        return self.num_parameters() * (dtype or self.dtype).bytes
+        """Bytes of all weights, block scales included (see :meth:`weight_formats`)."""
+        layer_dt, expert_dt, embed_dt = self.weight_formats(dtype)
+        experts = self.routed_expert_params()
+        embed = self.embedding_params()
+        rest = self.num_parameters() - experts - embed
+        return rest * layer_dt.bytes + experts * expert_dt.bytes + embed * embed_dt.bytes
+
+    def weight_bytes_per_device(self, dtype: DType | None = None, *, tp: int = 1, ep: int = 1,
+                                expert_tp: int = 1, pp: int = 1) -> float:
+        """Weight bytes on one device of the largest pipeline stage.
+
+        Attention heads, dense MLP columns, shared experts and the vocabulary split over ``tp``
+        (K/V projections are replicated when ``tp`` exceeds the KV heads; MLA's latent down-
+        projections and every norm and router are replicated); routed experts spread over
+        ``ep`` devices, each split over ``expert_tp``; layers over ``pp`` stages (the largest
+        stage holds ``ceil(L/pp)`` layers, charged as that share of the whole).
+        """
+        layer_dt, expert_dt, embed_dt = self.weight_formats(dtype)
+        h, t = self.hidden_size, tp
+        if self.attention is AttentionKind.MLA:
+            replicated = (h * self.q_lora_rank + self.q_lora_rank if self.q_lora_rank else 0)
+            replicated += h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            attn = replicated + (self.attention_params() - replicated) / t
+        else:
+            hkv_t = max(self.num_key_value_heads / t, 1.0)
+            q_out = self.q_dim * (2 if self.attn_output_gate else 1)
+            attn = (h * q_out + self.q_dim * h) / t + 2 * h * hkv_t * self.head_dim
+            if self.bias:
+                attn += (q_out + 2 * self.kv_dim) / t + h
+            attn += self.qk_norm_params + (self.num_attention_heads / t if self.attention_sinks else 0)
+        layer = experts = 0.0
+        for i, kind in enumerate(self.layer_kinds):
+            layer += (self.linear_attention_params() / t if kind is LayerType.LINEAR else attn) + self.norm_params()
+            if i in self.moe_layer_set:
+                experts += (self.num_experts / ep) * self.expert_params() / expert_tp
+                layer += self.shared_expert_params() / t + self.router_params()
+            else:
+                layer += self.dense_mlp_params() / t
+        frac = math.ceil(self.num_hidden_layers / pp) / self.num_hidden_layers
+        return (frac * (layer * layer_dt.bytes + experts * expert_dt.bytes)
+                + self.embedding_params() / t * embed_dt.bytes)
 
     # ----------------------------------------------------------------------------- KV cache
+    def default_kv_dtype(self, weights: DType | None = None) -> DType:
+        """KV format when none is asked for: the checkpoint's declared KV format, else the
+        weights' 16/32-bit format, else bf16 (vLLM ``kv_cache_dtype="auto"`` keeps the
+        activations' format under quantised weights)."""
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        w = weights or self.dtype
+        return w if w in (DType.FP32, DType.FP16, DType.BF16) else DType.BF16
+
     def kv_elements_per_token_per_layer(self) -> int:
-        """Cached values per token per layer.
+        """Cached values per token per softmax-attention layer.
 
         GQA/MHA: K and V, ``2 * num_kv_heads * head_dim`` (modeling notes B.3 with the layer
         factor restored). MLA: the latent ``c^KV`` plus the decoupled RoPE key ``k^R``,
@@ -273,12 +552,49 @@ class ModelSpec:
         return 2 * self.kv_dim
 
     def kv_bytes_per_token(self, dtype: DType | None = None) -> float:
-        """KV-cache bytes per token over all layers (whole model, no parallelism)."""
+        """KV-cache bytes per token over all attention layers (whole model, no parallelism), for
+        a sequence within every window: local layers stop growing past theirs (see
+        :meth:`kv_bytes_per_sequence`); linear-attention layers hold no KV cache."""
         return (
             self.kv_elements_per_token_per_layer()
-            * self.num_hidden_layers
-            * (dtype or self.dtype).bytes
+            * self.num_attention_layers
+            * (dtype or self.default_kv_dtype()).bytes
         )
+
+    def linear_state_elements(self) -> int:
+        """Values of one Gated DeltaNet layer's state per sequence: the recurrent state
+        ``nv * dk * dv`` plus the convolution state ``(2*nk*dk + nv*dv) * (conv_kernel - 1)``."""
+        kd = self.linear_num_key_heads * self.linear_key_head_dim
+        vd = self.linear_num_value_heads * self.linear_value_head_dim
+        rec = self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
+        return rec + (2 * kd + vd) * max(self.linear_conv_kernel_dim - 1, 0)
+
+    def cached_tokens(self, kind: LayerType, length: int) -> int:
+        """Tokens of a ``length``-token sequence whose K/V a layer of ``kind`` keeps."""
+        if kind is LayerType.SLIDING:
+            return min(length, self.sliding_window)
+        if kind is LayerType.CHUNKED:
+            return min(length, self.attention_chunk_size)
+        if kind is LayerType.LINEAR:
+            return 0
+        return length
+
+    def kv_bytes_per_sequence(self, length: int, dtype: DType | None = None,
+                              state_dtype: DType = DType.BF16) -> float:
+        """Cache bytes of one sequence of ``length`` tokens (whole model, no parallelism).
+
+        Full-attention layers keep every token; sliding-window layers keep the last
+        ``sliding_window`` (vLLM V1's hybrid allocator frees blocks that left the window);
+        chunked layers at most one ``attention_chunk_size`` chunk; linear-attention layers a
+        fixed-size state in ``state_dtype`` whatever the length.
+        """
+        kvb = (dtype or self.default_kv_dtype()).bytes
+        per_tok = self.kv_elements_per_token_per_layer() * kvb
+        total = 0.0
+        state = self.linear_state_elements() * state_dtype.bytes if LayerType.LINEAR in self.layer_kinds else 0.0
+        for kind in self.layer_kinds:
+            total += state if kind is LayerType.LINEAR else per_tok * self.cached_tokens(kind, length)
+        return total
 
     def with_(self, **changes: Any) -> ModelSpec:
         return dataclasses.replace(self, **changes)
@@ -292,6 +608,107 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields: a multimodal wrapper's ``text_config`` (keeping the
+    wrapper's quantization and dtype when the text part does not restate them)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        return cfg
+    out = dict(text)
+    for key in ("quantization_config", "torch_dtype", "dtype", "name", "source", "tie_word_embeddings"):
+        if key in cfg and key not in out:
+            out[key] = cfg[key]
+    wrapper = MODEL_TYPE_ALIASES.get(str(cfg.get("model_type")), cfg.get("model_type"))
+    inner = MODEL_TYPE_ALIASES.get(str(out.get("model_type")), out.get("model_type"))
+    if inner not in SUPPORTED_MODEL_TYPES or wrapper in SUPPORTED_MODEL_TYPES:
+        out["model_type"] = wrapper  # e.g. kimi_k25 wraps a deepseek_v3 text model: read as kimi_k2
+    return out
+
+
+#: ``quantization_config`` methods serveplan reads, for error messages.
+QUANT_METHODS = ("fp8", "mxfp4", "awq", "gptq", "compressed-tensors", "modelopt", "bitsandbytes")
+
+
+def quantization_from_config(qc: dict[str, Any], name: str) -> tuple[DType, bool, DType | None]:
+    """``(weight format, experts only, KV format or None)`` of a HF ``quantization_config``.
+
+    Read fields: ``quant_method`` with ``weight_block_size`` (fp8: block scales), ``bits``
+    (AWQ/GPTQ), ``config_groups.*.weights`` and ``kv_cache_scheme`` (compressed-tensors),
+    ``quant_algo``/``kv_cache_quant_algo`` (ModelOpt), ``modules_to_not_convert``/``ignore``
+    (attention and router left in 16 bits -> experts only).
+    """
+    method = str(qc.get("quant_method", qc.get("quant_algo", ""))).lower()
+    skip = [str(x) for x in (qc.get("modules_to_not_convert") or qc.get("ignore") or [])]
+    experts_only = any("self_attn" in x for x in skip)
+    kv: DType | None = None
+    if method == "fp8":
+        dt = DType.FP8_BLOCK if qc.get("weight_block_size") else DType.FP8
+    elif method == "mxfp4":
+        dt = DType.MXFP4
+    elif method in ("awq", "gptq"):
+        bits = int(qc.get("bits", qc.get("w_bit", 4)))
+        dt = DType.W4A16 if bits == 4 else DType.W8A16
+    elif method == "bitsandbytes":
+        dt = DType.W4A16 if qc.get("load_in_4bit") else DType.W8A16
+    elif method in ("modelopt", "nvfp4"):
+        algo = str(qc.get("quant_algo", "")).upper()
+        dt = DType.NVFP4 if "FP4" in algo else DType.FP8
+        kv = DType.FP8 if str(qc.get("kv_cache_quant_algo", "")).upper() == "FP8" else None
+    elif method == "compressed-tensors":
+        groups = qc.get("config_groups") or {}
+        w = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        a = next(iter(groups.values()), {}).get("input_activations") if groups else None
+        bits, kind = int(w.get("num_bits", 8)), str(w.get("type", "int"))
+        if kind == "float" and bits == 4:
+            dt = DType.NVFP4
+        elif kind == "float":
+            dt = DType.FP8_BLOCK if w.get("block_structure") else DType.FP8
+        elif a is None:
+            dt = DType.W4A16 if bits == 4 else DType.W8A16
+        else:
+            dt = DType.INT8 if bits == 8 else DType.INT4
+        kvs = qc.get("kv_cache_scheme")
+        if isinstance(kvs, dict) and int(kvs.get("num_bits", 16)) == 8:
+            kv = DType.FP8
+    else:
+        raise SpecError(
+            f"model {name!r}: quantization_config quant_method={method!r} is not supported; "
+            f"expected one of: {', '.join(QUANT_METHODS)}"
+        )
+    return dt, experts_only, kv
+
+
+def _layer_types(cfg: dict[str, Any], mt: str, n_layers: int) -> tuple[str, ...]:
+    """Per-layer token mixer: the config's ``layer_types`` or the type's documented pattern."""
+    given = cfg.get("layer_types")
+    if isinstance(given, list) and given:
+        return tuple(str(t) for t in given)
+    sw = _get(cfg, "sliding_window", default=0) or 0
+    if mt == "gemma2":
+        # HF Gemma2DecoderLayer: even layers slide, odd layers are global
+        return tuple("sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers))
+    if mt == "gemma3":
+        pattern = int(_get(cfg, "sliding_window_pattern", default=6))
+        return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers))
+    if mt == "llama4":
+        # HF Llama4TextConfig: no_rope_layers[i] = 1 on RoPE layers, which use chunked attention;
+        # the NoPE layers (every no_rope_layer_interval-th, default 4) attend globally
+        interval = int(_get(cfg, "no_rope_layer_interval", default=4))
+        nope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n_layers)]
+        if not _get(cfg, "attention_chunk_size", default=0):
+            return ()
+        return tuple("chunked_attention" if r else "full_attention" for r in nope)
+    if mt in ("qwen3_next", "qwen3_5_moe"):
+        interval = int(_get(cfg, "full_attention_interval", default=4))
+        return tuple("full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers))
+    if mt in ("mistral", "phi3", "mixtral") and sw:
+        return ("sliding_attention",) * n_layers
+    if mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe") and sw and cfg.get("use_sliding_window"):
+        first = int(_get(cfg, "max_window_layers", default=n_layers))  # HF Qwen2: layers >= it slide
+        return tuple("sliding_attention" if i >= first else "full_attention" for i in range(n_layers))
+    return ()
+
+
 def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source: str = "") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary.
 
@@ -302,13 +719,16 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
     """
     if not isinstance(cfg, dict):
         raise SpecError(f"model config must be a mapping of config.json fields, got {type(cfg).__name__}")
-    mt = cfg.get("model_type")
-    name = name or cfg.get("name") or cfg.get("_name_or_path") or str(mt)
+    name = name or cfg.get("name") or cfg.get("_name_or_path") or str(cfg.get("model_type"))
+    cfg = _text_config(cfg)
+    raw_mt = cfg.get("model_type")
+    mt = MODEL_TYPE_ALIASES.get(str(raw_mt), raw_mt)
     if mt not in SUPPORTED_MODEL_TYPES:
         raise SpecError(
-            f"model {name!r}: model_type={mt!r} is not supported; expected one of: "
+            f"model {name!r}: model_type={raw_mt!r} is not supported; expected one of: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+    assert isinstance(mt, str)
 
     def need(*keys: str) -> int:
         v = _get(cfg, *keys)
@@ -318,45 +738,146 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
             raise SpecError(f"model {name!r}: config.json field {keys[0]!r}={v!r} must be an integer")
         return int(v)
 
-    hidden = need("hidden_size", "d_model")
-    heads = need("num_attention_heads")
+    hidden = need("hidden_size", "d_model", "n_embd")
+    heads = need("num_attention_heads", "n_head")
     kv_heads = int(_get(cfg, "num_key_value_heads", default=heads) or heads)
+    if mt == "falcon":
+        if cfg.get("new_decoder_architecture"):
+            kv_heads = int(_get(cfg, "num_kv_heads", default=heads))
+        elif cfg.get("multi_query", True):
+            kv_heads = 1
+        else:
+            kv_heads = heads
     head_dim = int(_get(cfg, "head_dim", default=0) or (hidden // heads if heads else 0))
-    inter = need("ffn_dim", "intermediate_size") if mt == "opt" else need("intermediate_size")
+    if mt == "opt":
+        inter = need("ffn_dim", "intermediate_size")
+    elif mt == "gptj":
+        inter = int(_get(cfg, "n_inner", default=0) or 4 * hidden)
+    elif mt == "falcon":
+        inter = int(_get(cfg, "ffn_hidden_size", default=0) or 4 * hidden)
+    elif mt == "llama4":
+        inter = need("intermediate_size_mlp")
+    elif mt == "gpt_oss":
+        inter = need("intermediate_size")  # no dense layers; kept for layout checks
+    elif mt == "qwen3_5_moe" and _get(cfg, "intermediate_size") is None:
+        inter = need("moe_intermediate_size")  # every layer is MoE: no dense width given
+    else:
+        inter = need("intermediate_size")
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
     dtype_raw = _get(cfg, "torch_dtype", "dtype", default="bfloat16")
     try:
         dtype = DType.parse(dtype_raw)
     except SpecError:
         dtype = DType.BF16
+    experts_only, kv_dtype = False, None
+    qc = cfg.get("quantization_config")
+    if isinstance(qc, dict) and qc:
+        dtype, experts_only, kv_dtype = quantization_from_config(qc, name)
+    tied_default = mt in ("opt", "gemma2", "gemma3", "falcon")
     kw: dict[str, Any] = dict(
         name=name,
         model_type=mt,
         hidden_size=hidden,
         intermediate_size=inter,
-        num_hidden_layers=need("num_hidden_layers"),
+        num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=need("vocab_size"),
-        max_position_embeddings=int(_get(cfg, "max_position_embeddings", default=4096)),
-        tie_word_embeddings=bool(_get(cfg, "tie_word_embeddings", default=mt == "opt")),
-        hidden_act=str(_get(cfg, "hidden_act", "activation_function", default="silu")),
+        max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions", default=4096)),
+        tie_word_embeddings=bool(_get(cfg, "tie_word_embeddings", default=tied_default)),
+        hidden_act=str(_get(cfg, "hidden_act", "hidden_activation", "activation_function", default="silu")),
         dtype=dtype,
+        quantized_experts_only=experts_only,
+        kv_dtype=kv_dtype,
         source=source or str(cfg.get("source", "")),
+        layer_types=_layer_types(cfg, mt, layers),
+        sliding_window=int(_get(cfg, "sliding_window", default=0) or 0),
+        attention_chunk_size=int(_get(cfg, "attention_chunk_size", default=0) or 0),
     )
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    prf = _get(cfg, "partial_rotary_factor", default=None) or rope.get("partial_rotary_factor")
+    if prf:
+        kw["partial_rotary_factor"] = float(prf)
+    if mt in ("gemma2", "gemma3"):
+        kw["tie_word_embeddings"] = True  # Gemma ties the LM head to the embedding
+        kw["norms_per_layer"] = 4  # input, post-attention, pre- and post-feedforward RMSNorms
+    if mt in ("qwen3", "qwen3_moe", "gemma3", "qwen3_next", "qwen3_5_moe"):
+        kw["qk_norm_params"] = 2 * head_dim  # per-head RMSNorm on q and k
+    if mt == "minimax_m2" and cfg.get("use_qk_norm", True):
+        kw["qk_norm_params"] = heads * head_dim + kv_heads * head_dim  # full-width q/k norms
+        rd = _get(cfg, "rotary_dim", default=0)
+        if rd:
+            kw["partial_rotary_factor"] = float(rd) / head_dim
     if mt == "opt":
         kw["bias"] = bool(_get(cfg, "enable_bias", default=True))
-    elif mt == "qwen2":
-        kw["bias"] = True  # qwen2 has q/k/v biases
-    elif mt == "qwen3":
+    elif mt in ("qwen2", "qwen2_moe"):
+        kw["bias"] = True  # q/k/v biases
+    elif mt in ("qwen3", "qwen3_moe", "llama", "mistral", "glm4_moe", "gpt_oss", "gemma2", "gemma3"):
         kw["bias"] = bool(_get(cfg, "attention_bias", default=False))
+    elif mt == "gpt_neox":
+        kw["bias"] = bool(_get(cfg, "attention_bias", default=True))
+    elif mt == "falcon":
+        kw["bias"] = bool(_get(cfg, "bias", default=False))
+    if mt in ("opt", "gptj", "gpt_neox"):
+        kw["mlp_bias"] = bool(kw.get("bias", True)) if mt == "opt" else True
+    if mt == "gptj":
+        kw.update(parallel_block=True, norms_per_layer=1, lm_head_bias=True,
+                  partial_rotary_factor=float(_get(cfg, "rotary_dim", default=head_dim)) / head_dim)
+    elif mt == "gpt_neox":
+        kw.update(parallel_block=bool(_get(cfg, "use_parallel_residual", default=True)),
+                  partial_rotary_factor=float(_get(cfg, "rotary_pct", default=1.0)))
+    elif mt == "falcon":
+        new_arch = bool(cfg.get("new_decoder_architecture"))
+        kw.update(parallel_block=bool(_get(cfg, "parallel_attn", default=True)) or new_arch,
+                  norms_per_layer=2 if new_arch or not _get(cfg, "parallel_attn", default=True) else 1)
     if mt == "mixtral":
         kw.update(
             num_experts=need("num_local_experts"),
             num_experts_per_tok=need("num_experts_per_tok"),
             moe_intermediate_size=inter,
         )
-    if mt == "deepseek_v3":
+    elif mt in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
+        step = int(_get(cfg, "decoder_sparse_step", default=1))
+        only = set(cfg.get("mlp_only_layers") or [])
+        shared = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+        kw.update(
+            num_experts=need("num_experts"),
+            num_experts_per_tok=need("num_experts_per_tok"),
+            moe_intermediate_size=need("moe_intermediate_size"),
+            num_shared_experts=1 if shared else 0,
+            shared_expert_intermediate_size=shared,
+            shared_expert_gate=bool(shared),
+            # HF Qwen2MoeDecoderLayer: MoE where layer not in mlp_only_layers and (i+1) % step == 0
+            moe_layers=tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0),
+        )
+    elif mt == "llama4":
+        step = int(_get(cfg, "interleave_moe_layer_step", default=1))
+        moe = cfg.get("moe_layers") or list(range(step - 1, layers, step))
+        kw.update(
+            num_experts=need("num_local_experts"),
+            num_experts_per_tok=need("num_experts_per_tok"),
+            moe_intermediate_size=need("intermediate_size"),
+            num_shared_experts=1,  # Llama4TextMoe: one shared expert of the expert width
+            moe_layers=tuple(int(i) for i in moe),
+        )
+    elif mt == "gpt_oss":
+        kw.update(
+            num_experts=need("num_local_experts"),
+            num_experts_per_tok=need("num_experts_per_tok", "experts_per_token"),
+            moe_intermediate_size=need("intermediate_size"),
+            expert_bias=True, router_bias=True, attention_sinks=True,
+        )
+    elif mt == "minimax_m2":
+        kw.update(
+            num_experts=need("num_local_experts"),
+            num_experts_per_tok=need("num_experts_per_tok"),
+            moe_intermediate_size=need("intermediate_size"),
+        )
+        shared = int(_get(cfg, "shared_intermediate_size", default=0) or 0)
+        if shared:
+            kw.update(num_shared_experts=1, shared_expert_intermediate_size=shared)
+    elif mt in ("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"):
         kw.update(
             num_experts=need("n_routed_experts"),
             num_experts_per_tok=need("num_experts_per_tok"),
@@ -364,13 +885,25 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
             moe_intermediate_size=need("moe_intermediate_size"),
             first_k_dense_replace=int(_get(cfg, "first_k_dense_replace", default=0)),
             moe_layer_freq=int(_get(cfg, "moe_layer_freq", default=1)),
-            q_lora_rank=int(_get(cfg, "q_lora_rank", default=0) or 0),
-            kv_lora_rank=need("kv_lora_rank"),
-            qk_nope_head_dim=need("qk_nope_head_dim"),
-            qk_rope_head_dim=need("qk_rope_head_dim"),
-            v_head_dim=need("v_head_dim"),
         )
-        kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+        if mt != "glm4_moe":
+            kw.update(
+                q_lora_rank=int(_get(cfg, "q_lora_rank", default=0) or 0),
+                kv_lora_rank=need("kv_lora_rank"),
+                qk_nope_head_dim=need("qk_nope_head_dim"),
+                qk_rope_head_dim=need("qk_rope_head_dim"),
+                v_head_dim=need("v_head_dim"),
+            )
+            kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+    if mt in ("qwen3_next", "qwen3_5_moe"):
+        kw.update(
+            attn_output_gate=bool(_get(cfg, "attn_output_gate", default=True)),
+            linear_num_key_heads=need("linear_num_key_heads"),
+            linear_num_value_heads=need("linear_num_value_heads"),
+            linear_key_head_dim=need("linear_key_head_dim"),
+            linear_value_head_dim=need("linear_value_head_dim"),
+            linear_conv_kernel_dim=need("linear_conv_kernel_dim"),
+        )
     return ModelSpec(**kw)
 
 
