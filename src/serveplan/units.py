@@ -96,8 +96,6 @@ class DType(str, Enum):
     @classmethod
     def parse_kv(cls, value: str | DType) -> DType:
         """Parse a KV-cache format; weight-only and weight block formats are refused."""
-        from serveplan.errors import SpecError
-
         dt = cls.parse(value)
         if not dt.is_kv_format:
             raise SpecError(
