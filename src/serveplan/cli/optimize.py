@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -14,6 +15,7 @@ from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
+from serveplan.report.deploy import deploy_plan
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Workload
 from serveplan.units import DType
@@ -75,6 +77,8 @@ def optimize_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     band: int = typer.Option(0, "--band", help="Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed) and say which cannot be told apart from the best."),
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
+    deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
+                                       "commands (Dynamo YAML if disaggregated) and write them to this directory."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -127,6 +131,7 @@ def optimize_cmd(
         for d, bs in zip(dicts, bands):
             for row, b in zip(d["strategies"], bs):
                 row["goodput_band"] = b.to_dict()
+        dicts[0].update(_deploy(results[0], settings[0], deploy, echo=False))
         if multi:
             emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts)]})
         else:
@@ -136,6 +141,18 @@ def optimize_cmd(
         _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
         if bands:
             _print_bands(bands[i], band)
+    _deploy(results[0], settings[0], deploy, echo=True)
+
+
+def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, echo: bool) -> dict[str, Any]:
+    """--deploy: write the best plan's launch files to ``out``, print them (``echo``), return the JSON part."""
+    if out is None:
+        return {}
+    deployment = deploy_plan(res.best.candidate, settings)
+    deployment.write(out)
+    if echo:
+        typer.echo(deployment.render())
+    return {"deploy": deployment.to_dict()}
 
 
 def _print_bands(bands: list, samples: int) -> None:  # type: ignore[type-arg]
