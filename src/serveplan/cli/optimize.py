@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.table import Table
@@ -15,7 +14,8 @@ from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
-from serveplan.report.deploy import deploy_plan
+from serveplan.report.deploy import Deployment, deploy_plan
+from serveplan.report.documents import optimize_document
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Workload
 from serveplan.units import DType
@@ -127,15 +127,8 @@ def optimize_cmd(
             plot_pareto(res, out / f"pareto{tag}.png")
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
-        dicts = [res.to_dict() for res in results]
-        for d, bs in zip(dicts, bands):
-            for row, b in zip(d["strategies"], bs):
-                row["goodput_band"] = b.to_dict()
-        dicts[0].update(_deploy(results[0], settings[0], deploy, echo=False))
-        if multi:
-            emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts)]})
-        else:
-            emit_json(dicts[0])
+        emit_json(optimize_document(results, [wl.name for wl in workloads], bands,
+                                    _deploy(results[0], settings[0], deploy, echo=False)))
         return
     for i, (wl, res) in enumerate(zip(workloads, results)):
         _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
@@ -144,15 +137,15 @@ def optimize_cmd(
     _deploy(results[0], settings[0], deploy, echo=True)
 
 
-def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, echo: bool) -> dict[str, Any]:
-    """--deploy: write the best plan's launch files to ``out``, print them (``echo``), return the JSON part."""
+def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, echo: bool) -> Deployment | None:
+    """--deploy: write the best plan's launch files to ``out`` and print them (``echo``)."""
     if out is None:
-        return {}
+        return None
     deployment = deploy_plan(res.best.candidate, settings)
     deployment.write(out)
     if echo:
         typer.echo(deployment.render())
-    return {"deploy": deployment.to_dict()}
+    return deployment
 
 
 def _print_bands(bands: list, samples: int) -> None:  # type: ignore[type-arg]
