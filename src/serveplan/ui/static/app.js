@@ -192,7 +192,7 @@ function renderPlan(main) {
     const card = el("div", { class: "card" },
       el("h2", { text: `${st.model} on up to ${st.devices} x ${st.hardware}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
       el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. * = Pareto-optimal.` }));
-    const head = ["rank", "strategy", "devices", "goodput (req/s)", "per device", `P${pct} TTFT (s)`, `P${pct} TPOT (ms)`, "output tok/s/device", "binds", "bottleneck"];
+    const head = ["#", "strategy", "devices", "goodput req/s", "per device", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
     const table = el("table", { id: i === 0 ? "ranking" : null }, el("thead", {}, el("tr", {}, ...head.map((h, j) => el("th", { class: [1, 8, 9].includes(j) ? "l" : "", text: h })))));
     const body = el("tbody");
     doc.strategies.forEach((r, k) => {
@@ -277,7 +277,7 @@ function renderSimulate(main) {
     el("tbody", {}, ...rows.map(([n, s, t]) => el("tr", {}, el("td", { class: "l", text: n }), ...["mean", "p50", "p90", "p99"].map((k) => el("td", { text: ms(s[k]) })), el("td", { text: t ? ms(t, 0) : "" })))));
   res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.hardware}, ${cfg.strategy}, rate ${cfg.rate} req/s, ${d.num_requests} requests` }), table,
     el("p", { class: "note", text: `throughput ${fmt(d.throughput_rps)} req/s, ${d.output_tokens_per_s.toFixed(0)} output tok/s; SLO met by ${(100 * d.slo_attainment).toFixed(1)}% of requests (TTFT ${(100 * d.ttft_attainment).toFixed(1)}%, TPOT ${(100 * d.tpot_attainment).toFixed(1)}%)${d.overloaded ? "; OVERLOADED" : ""}` })));
-  const h1 = el("div", { class: "plot", id: "hist-ttft" }), h2 = el("div", { class: "plot", id: "hist-tpot" });
+  const h1 = el("div", { class: "plot short", id: "hist-ttft" }), h2 = el("div", { class: "plot short", id: "hist-tpot" });
   res.append(el("div", { class: "card" }, el("h2", { text: "Latency distributions" }), el("div", { class: "grid2" }, h1, h2)));
   hist(h1, main.extra.requests.ttft_s, "TTFT (ms)", cfg.slo.ttft_s);
   hist(h2, main.extra.requests.tpot_s, "TPOT (ms)", cfg.slo.tpot_s);
@@ -307,18 +307,18 @@ function renderStep(main) {
   const d = main.doc, res = $("#results"), roof = main.extra.roofline;
   res.replaceChildren();
   const what = d.phase === "prefill" ? `prefill step, batch ${d.batch}, input ${d.input_len}` : `decode step, batch ${d.batch}, context ${d.context_len}`;
-  const mods = el("div", { class: "plot", id: "modules" });
+  const mods = el("div", { class: "plot short", id: "modules" });
   res.append(el("div", { class: "card" }, el("h2", { text: `${d.model} on ${d.hardware} (tp ${d.tp}, pp ${d.pp}, dp ${d.dp}, ep ${d.ep}, ${d.dtype}): ${what}: ${ms(d.total_s, 2)} ms` }), mods));
   const names = d.modules.map((m) => `${m.name}${m.group !== "dense" ? ` [${m.group}]` : ""} (${m.count}x)`);
   Plotly.newPlot(mods, ["dispatch_s", "compute_s", "comm_s"].map((k, i) => ({
     y: names, x: d.modules.map((m) => m[k] * m.count * 1e3), type: "bar", orientation: "h", name: ["dispatch", "compute", "communicate"][i],
-  })), { barmode: "stack", margin: { l: 190, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time per step, all layers (ms)" } }, yaxis: { autorange: "reversed" }, legend: { orientation: "h", y: 1.12 } }, PLOT_CFG);
+  })), { barmode: "stack", height: 250, margin: { l: 190, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time per step, all layers (ms)" } }, yaxis: { autorange: "reversed" }, legend: { orientation: "h", y: 1.12 } }, PLOT_CFG);
   const ops = el("div", { class: "plot", id: "operators" }), rl = el("div", { class: "plot", id: "roofline" });
   res.append(el("div", { class: "card" }, el("h2", { text: "Operators (one layer): time and roofline point" }), el("div", { class: "grid2" }, ops, rl)));
   const sorted = [...d.ops].sort((a, b) => b.time_s - a.time_s).slice(0, 24);
   Plotly.newPlot(ops, [{ y: sorted.map((o) => o.name), x: sorted.map((o) => o.time_s * 1e3), type: "bar", orientation: "h",
     marker: { color: sorted.map((o) => o.bound === "compute" ? COLORS.collocated : COLORS.disaggregated) }, hovertemplate: "%{y}: %{x:.4f} ms<extra></extra>" }],
-    { margin: { l: 170, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time (ms), blue compute-bound, orange memory-bound" } }, yaxis: { autorange: "reversed", tickfont: { size: 10 } } }, PLOT_CFG);
+    { margin: { l: 170, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time (ms), blue compute-bound, orange memory-bound" } }, yaxis: { autorange: "reversed", tickfont: { size: 9 }, dtick: 1 } }, PLOT_CFG);
   const pts = d.ops.filter((o) => o.flops > 0 && o.bytes > 0 && o.time_s > 0);
   const xs = pts.map((o) => o.flops / o.bytes), ridge = roof.peak_flops / roof.memory_bandwidth;
   const lo = Math.min(...xs, ridge) / 4, hi = Math.max(...xs, ridge) * 4;
