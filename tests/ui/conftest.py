@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the ui extra is not installed: pip install 'serveplan[ui]'")
-pytest.importorskip("uvicorn", reason="the ui extra is not installed: pip install 'serveplan[ui]'")
-pytest.importorskip("plotly", reason="the ui extra is not installed: pip install 'serveplan[ui]'")
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
@@ -62,6 +58,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
+    for module in ("fastapi", "uvicorn", "plotly"):
+        pytest.importorskip(module, reason="the ui extra is not installed: pip install 'serveplan[ui]'")
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "serveplan", "ui", "--port", str(port)], env=env,

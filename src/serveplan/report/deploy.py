@@ -121,7 +121,8 @@ class Deployment:
         """``(command, instance index, node, first device, port)`` of every instance of ``engine``:
         instances are packed onto nodes in order, none split across two nodes unless it is larger
         than a node; ports count up from the engine's default so no two instances share one."""
-        out, node, used = [], 0, 0
+        out: list[tuple[EngineCommand, int, int, int, int]] = []
+        node, used = 0, 0
         for cmd in self.for_engine(engine):
             for i in range(cmd.instances):
                 need = cmd.devices_per_instance

@@ -34,6 +34,7 @@ from serveplan.ui import service
 from serveplan.ui.jobs import BusyError, JobManager
 
 STATIC = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 65_536  # a form's fields are a few hundred bytes
 
 
 def plotly_js() -> Path | None:
@@ -98,6 +99,8 @@ def create_app(*, host: str = "127.0.0.1", max_running: int = 2, time_limit_s: f
 
     @app.post("/api/run/{panel}")
     async def run(panel: str, request: Request) -> Any:
+        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
+            return JSONResponse({"error": f"request body over {MAX_BODY_BYTES} bytes"}, status_code=413)
         try:
             body = await request.json()
         except ValueError:

@@ -203,7 +203,8 @@ class JobManager:
         finally:
             conn.close()
             proc.join(timeout=5)
-            self._kill(job) if proc.is_alive() else None
+            if proc.is_alive():
+                self._kill(job)
 
     def _evict(self) -> None:
         finished = [j for j in self._jobs.values() if j.state != "running"]

@@ -309,6 +309,10 @@ function renderStep(main) {
   const what = d.phase === "prefill" ? `prefill step, batch ${d.batch}, input ${d.input_len}` : `decode step, batch ${d.batch}, context ${d.context_len}`;
   const mods = el("div", { class: "plot short", id: "modules" });
   res.append(el("div", { class: "card" }, el("h2", { text: `${d.model} on ${d.hardware} (tp ${d.tp}, pp ${d.pp}, dp ${d.dp}, ep ${d.ep}, ${d.dtype}): ${what}: ${ms(d.total_s, 2)} ms` }), mods));
+  if (d.static) {
+    const st = d.static;
+    res.lastChild.append(el("p", { class: "note", id: "static", text: `static batch ${st.batch} x (${st.input_len} in, ${st.output_len} out): TTFT ${ms(st.ttft_s)} ms, ITL ${ms(st.itl_s, 2)} ms, E2E ${ms(st.e2e_s)} ms, ${Math.round(st.output_tokens_per_s).toLocaleString()} output tok/s` }));
+  }
   const names = d.modules.map((m) => `${m.name}${m.group !== "dense" ? ` [${m.group}]` : ""} (${m.count}x)`);
   Plotly.newPlot(mods, ["dispatch_s", "compute_s", "comm_s"].map((k, i) => ({
     y: names, x: d.modules.map((m) => m[k] * m.count * 1e3), type: "bar", orientation: "h", name: ["dispatch", "compute", "communicate"][i],
