@@ -20,9 +20,8 @@ import yaml
 
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.space import Candidate
 from serveplan.report.deploy import DYNAMO_VERSION, SGLANG_VERSION, VLLM_VERSION, deploy_plan
-from serveplan.sim import SLO, Workload
+from serveplan.sim import SLO, Fleet, Workload
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "engine_flags.json").read_text())
 REPO = Path(__file__).resolve().parents[2]
@@ -35,16 +34,20 @@ def _settings(model: str = "codellama-34b", hardware: str = "ascend-910b3", dtyp
 
 
 CASES = {
-    "collocated-vllm": (Candidate(num_collocated=2, tp=4, decode_tp=4, max_batch=16, prefill_max_batch=4),
-                        _settings()),
-    "collocated-sarathi": (Candidate(num_collocated=1, tp=8, decode_tp=8, max_batch=32, scheduler="sarathi",
-                                     chunk_size=1024), _settings()),
-    "disaggregated-mixed-tp": (Candidate(num_prefill=2, num_decode=1, tp=2, decode_tp=4, max_batch=16,
-                                         prefill_max_batch=4), _settings()),
-    "moe-fp8-pp-dp-ep": (Candidate(num_prefill=1, num_decode=1, tp=4, decode_tp=4, pp=2, dp=2, ep=8,
-                                   max_batch=64, prefill_max_batch=2),
+    "collocated-prefill-first": (Fleet.build("2m", tp=4, max_batch=16, prefill_max_batch=4), _settings()),
+    "collocated-chunked": (Fleet.build("1m", tp=8, max_batch=32, scheduler="chunked-prefill", chunk_size=1024),
+                           _settings()),
+    "disaggregated-mixed-tp": (Fleet.build("2p1d", tp=2, decode_tp=4, max_batch=16, prefill_max_batch=4),
+                               _settings()),
+    "moe-fp8-pp-dp-ep": (Fleet.build("1p1d", tp=4, pp=2, dp=2, ep=8, max_batch=64, prefill_max_batch=2),
                          _settings("deepseek-v3", "h200", dtype="fp8")),
 }
+
+
+def _fields(fleet: Fleet, role: str) -> tuple[int, int, int, int, int, int]:
+    inst = fleet.instance(role)
+    p, b = inst.parallel, inst.batching
+    return p.tp, p.pp, p.dp, p.ep, b.max_batch, b.max_prompts
 
 
 def _parser(engine: str, extra: str | None = None) -> argparse.ArgumentParser:
@@ -96,15 +99,15 @@ def test_every_emitted_flag_parses_for_the_targeted_version(case):
         assert cmd.version == FLAGS[cmd.engine]["version"]
         assert cmd.flags(), cmd
         ns = _parse(cmd.engine, list(cmd.argv))
+        tp, pp, dp, ep, max_batch, _ = _fields(cand, cmd.role)
         if cmd.engine == "vllm":
             assert ns.words == ["vllm", "serve", dep.model_ref]
-            tp = cand.tp if cmd.role != "decode" else cand.decode_tp
             assert int(ns.tensor_parallel_size) == tp
-            assert int(ns.pipeline_parallel_size or 1) == cand.pp
-            assert int(ns.data_parallel_size or 1) == cand.dp
-            assert ns.enable_expert_parallel == (cand.ep > 1)
-            assert int(ns.max_num_seqs) == (cand.prefill_max_batch if cmd.role == "prefill" else cand.max_batch)
-            assert ns.enable_chunked_prefill == (cand.scheduler == "sarathi" and not cand.is_disaggregated)
+            assert int(ns.pipeline_parallel_size or 1) == pp
+            assert int(ns.data_parallel_size or 1) == dp
+            assert ns.enable_expert_parallel == (ep > 1)
+            assert int(ns.max_num_seqs) == max_batch
+            assert ns.enable_chunked_prefill == (cand.scheduler == "chunked-prefill")
             assert int(ns.max_num_batched_tokens) >= (1 if ns.enable_chunked_prefill else int(ns.max_model_len))
             assert 0 < float(ns.gpu_memory_utilization) <= 1
             if cmd.role != "collocated":
@@ -113,8 +116,8 @@ def test_every_emitted_flag_parses_for_the_targeted_version(case):
         else:
             assert ns.words == ["python", "-m", "sglang.launch_server"]
             assert ns.model_path == dep.model_ref
-            tp = cand.tp if cmd.role != "decode" else cand.decode_tp
-            assert int(ns.tp_size) == tp * cand.dp
+            assert int(ns.tp_size) == tp * dp
+            assert int(ns.max_running_requests) == max_batch
             assert (ns.disaggregation_mode or "null") == {"collocated": "null"}.get(cmd.role, cmd.role)
         assert cmd.devices_per_instance * cmd.instances <= cand.num_devices
 
@@ -137,18 +140,19 @@ def test_disaggregated_plan_gets_a_dynamo_graph_with_its_pools():
     assert doc["kind"] == "DynamoGraphDeployment"
     workers = {k: v for k, v in doc["spec"]["services"].items() if v["componentType"] == "worker"}
     by_role = {v["subComponentType"]: v for v in workers.values()}
-    assert by_role["prefill"]["replicas"] == cand.num_prefill and by_role["decode"]["replicas"] == cand.num_decode
+    assert by_role["prefill"]["replicas"] == cand.strategy.num_prefill
+    assert by_role["decode"]["replicas"] == cand.strategy.num_decode
     assert sum(int(w["resources"]["limits"]["gpu"]) * w["replicas"] for w in workers.values()) == cand.num_devices
     for role, w in by_role.items():
         c = w["extraPodSpec"]["mainContainer"]
         assert c["command"] == ["python3", "-m", "dynamo.vllm"]
         ns = _parse("dynamo", c["args"], extra="vllm")  # the worker takes vLLM's engine options too
         assert ns.disaggregation_mode == role
-    assert "dynamo-disagg.yaml" not in deploy_plan(*CASES["collocated-vllm"]).files
+    assert "dynamo-disagg.yaml" not in deploy_plan(*CASES["collocated-prefill-first"]).files
 
 
 def test_instances_are_packed_onto_nodes_without_sharing_devices():
-    cand, st = CASES["collocated-vllm"]  # 2 x TP4 on 8-device nodes: devices 0-3 and 4-7 of node 0
+    cand, st = CASES["collocated-prefill-first"]  # 2 x TP4 on 8-device nodes: devices 0-3 and 4-7 of node 0
     dep = deploy_plan(cand, st)
     places = [(node, first, port) for _, _, node, first, port in dep.placements("vllm")]
     assert places == [(0, 0, 8000), (0, 4, 8001)]

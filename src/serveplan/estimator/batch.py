@@ -66,23 +66,54 @@ class StepBatch:
     @staticmethod
     def from_sequences(seqs: Iterable[tuple[int, int]]) -> StepBatch:
         """From ``(new_tokens, cached_context)`` pairs; ``(1, c>0)`` is a decode."""
-        np_ = nd = sp = kvp = kvd = ap = apc = 0.0
+        prefill: list[tuple[int, int]] = []
+        decode: list[int] = []
         for new, ctx in seqs:
             if new < 1 or ctx < 0:
                 raise SpecError(f"sequence (new={new}, context={ctx}) needs new >= 1 and context >= 0")
             if new == 1 and ctx > 0:
-                nd += 1
-                kvd += ctx + 1
+                decode.append(ctx)
             else:
-                np_ += new
-                sp += 1
-                kvp += ctx + new
-                ap += new * (ctx + new)
-                apc += new * (ctx + (new + 1) / 2)
-        return StepBatch(np_, nd, sp, kvp, kvd, ap, apc)
+                prefill.append((new, ctx))
+        return StepBatch.of(prefill, decode)
+
+    @staticmethod
+    def of(prefill: Iterable[tuple[int, int]], decode_contexts: Iterable[int]) -> StepBatch:
+        """From prefill chunks ``(new_tokens, cached_context)`` and the cached contexts of the
+        decodes (each computes one token attending ``context + 1`` keys); no validation (the
+        simulator's per-step path)."""
+        return StepBatch.from_sums(step_sums(prefill, decode_contexts))
+
+    @staticmethod
+    def from_sums(sums: tuple[float, ...]) -> StepBatch:
+        """From the aggregates in field order (:func:`step_sums`)."""
+        return StepBatch(**dict(zip(SUM_FIELDS, sums, strict=True)))
 
     def __add__(self, other: StepBatch) -> StepBatch:
         return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))
+
+
+#: StepBatch fields in the order of :func:`step_sums`
+SUM_FIELDS = ("prefill_tokens", "decode_tokens", "prefill_seqs", "prefill_keys", "decode_keys", "prefill_scores",
+              "prefill_causal_scores")
+
+
+def step_sums(prefill: Iterable[tuple[int, int]], decode_contexts: Iterable[int]) -> tuple[float, ...]:
+    """The aggregates of a step (:data:`SUM_FIELDS` order) from its prefill chunks ``(new_tokens,
+    cached_context)`` and its decodes' cached contexts: the one place they are written. A tuple
+    hashes faster than a :class:`StepBatch`, so per-step memos key on it."""
+    np_ = sp = kvp = ap = apc = 0.0
+    for c, ctx in prefill:
+        np_ += c
+        sp += 1
+        kvp += ctx + c
+        ap += c * (ctx + c)
+        apc += c * (ctx + (c + 1) / 2)
+    nd = kvd = 0.0
+    for ctx in decode_contexts:
+        nd += 1
+        kvd += ctx + 1
+    return (np_, nd, sp, kvp, kvd, ap, apc)
 
 
 def _astuple(b: StepBatch) -> tuple[float, ...]:

@@ -3,7 +3,7 @@ plans an NVIDIA Dynamo ``DynamoGraphDeployment`` with prefill and decode workers
 
 Every command names the engine version whose flags it uses; ``tests/report/test_deploy.py`` checks
 each emitted flag (and the values of flags with a closed set of choices) against the argument lists
-read from those releases' source (``benchmarks/engine_flags.py``). How a serveplan candidate maps
+read from those releases' source (``benchmarks/engine_flags.py``). How a serveplan fleet maps
 onto engine flags:
 
 ============================  ===============================  ====================================
@@ -21,9 +21,9 @@ KV cache format               ``--kv-cache-dtype``             ``--kv-cache-dtyp
 prefill / decode role         ``--kv-transfer-config`` (NIXL)  ``--disaggregation-mode``
 ============================  ===============================  ====================================
 
-The ``vllm`` scheduler (whole prompts, prefill first) is served with chunked prefill off and a
-token budget of ``prefill_max_batch`` prompts; ``sarathi`` with chunked prefill on and the chunk
-size as the budget, which is what the simulator assumed for each.
+The ``prefill-first`` scheduler (whole prompts, prefill first; vLLM's without chunking) is served with
+chunked prefill off and a token budget of ``max_prompts`` whole prompts; ``chunked-prefill``
+(Sarathi) with chunked prefill on and the fleet's token budget, which is what the simulator assumed.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ import yaml
 
 from serveplan.estimator.step import Estimator
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.space import Candidate
+from serveplan.sim import Fleet, Role
+from serveplan.sim.schedulers import get_scheduler
 from serveplan.units import DType
 
 #: Engine releases whose flags the commands use (argument lists in tests/report/data/engine_flags.json).
@@ -230,12 +231,12 @@ def _sglang_dtype_args(dtype: DType, kv: DType) -> list[str]:
     return args
 
 
-def deploy_plan(candidate: Candidate, settings: GoodputSettings, *, model_ref: str | None = None) -> Deployment:
-    """Launch commands for ``candidate`` under ``settings`` (the search's specs, workload and dtype).
+def deploy_plan(fleet: Fleet, settings: GoodputSettings, *, model_ref: str | None = None) -> Deployment:
+    """Launch commands for ``fleet`` under ``settings`` (the search's specs, workload and dtype).
 
     Parameters
     ----------
-    candidate:
+    fleet:
         The chosen strategy (e.g. ``search(...).best.candidate``).
     settings:
         The settings it was evaluated with: model, hardware, profile, workload and weight dtype.
@@ -254,37 +255,36 @@ def deploy_plan(candidate: Candidate, settings: GoodputSettings, *, model_ref: s
     wl = settings.workload
     max_input = int(wl.input_lengths.max())
     max_model_len = int(wl.max_tokens)
-    roles = ([("prefill", candidate.num_prefill, candidate.tp), ("decode", candidate.num_decode, candidate.decode_tp)]
-             if candidate.is_disaggregated else [("collocated", candidate.num_collocated, candidate.tp)])
-    est = Estimator(m, hw, settings.profile, candidate.layout(roles[0][2]), dtype=settings.dtype)
+    est = Estimator(m, hw, settings.profile, fleet.first.parallel, dtype=settings.dtype)
     dtype, kv, util = est.dtype, est.kv_dtype, est.memory_utilization
-    if candidate.ep > 1 and candidate.ep != candidate.tp * candidate.dp:
-        notes.append(f"vLLM spreads experts over all tp*dp={candidate.tp * candidate.dp} devices when expert "
-                     f"parallelism is on; the plan assumed ep={candidate.ep}")
+    par = fleet.first.parallel
+    if par.ep > 1 and par.ep != par.tp * par.dp:
+        notes.append(f"vLLM spreads experts over all tp*dp={par.tp * par.dp} devices when expert "
+                     f"parallelism is on; the plan assumed ep={par.ep}")
     commands: list[EngineCommand] = []
-    for role, count, tp in roles:
-        shape = _Shape.of(candidate, role, tp, max_input, max_model_len, util)
-        devices = tp * candidate.dp * candidate.pp
-        commands.append(EngineCommand(engine="vllm", version=VLLM_VERSION, role=role, instances=count,
+    for role in fleet.roles:
+        shape = _Shape.of(fleet, role, max_input, max_model_len, util)
+        count, devices = fleet.strategy.count(role), fleet.instance(role).num_devices
+        commands.append(EngineCommand(engine="vllm", version=VLLM_VERSION, role=role.value, instances=count,
                                       devices_per_instance=devices, argv=_vllm_argv(ref, shape, dtype, kv),
                                       port=VLLM_PORT))
-        commands.append(EngineCommand(engine="sglang", version=SGLANG_VERSION, role=role, instances=count,
+        commands.append(EngineCommand(engine="sglang", version=SGLANG_VERSION, role=role.value, instances=count,
                                       devices_per_instance=devices, argv=_sglang_argv(ref, shape, dtype, kv),
                                       port=SGLANG_PORT))
     files: dict[str, str] = {}
-    if candidate.is_disaggregated:
-        files["dynamo-disagg.yaml"] = _dynamo_yaml(candidate, [c for c in commands if c.engine == "vllm"])
+    if fleet.is_disaggregated:
+        files["dynamo-disagg.yaml"] = _dynamo_yaml(fleet.name, [c for c in commands if c.engine == "vllm"])
         notes.append("vLLM prefill and decode instances need a KV-aware router in front (NVIDIA Dynamo: "
                      "dynamo-disagg.yaml; or llm-d); SGLang's pair needs its router in PD mode")
-    elif candidate.num_collocated > 1:
-        notes.append(f"put a round-robin load balancer in front of the {candidate.num_collocated} instances "
+    elif fleet.strategy.num_collocated > 1:
+        notes.append(f"put a round-robin load balancer in front of the {fleet.strategy.num_collocated} instances "
                      "(the router serveplan simulated)")
     visible = "ASCEND_RT_VISIBLE_DEVICES" if hw.name.startswith("ascend") else "CUDA_VISIBLE_DEVICES"
-    if candidate.tp * candidate.dp * candidate.pp > hw.devices_per_node:
-        notes.append(f"an instance spans {candidate.tp * candidate.dp * candidate.pp} devices, more than one "
-                     f"{hw.devices_per_node}-device node: start it on each node with vLLM's --nnodes/--node-rank "
-                     "(SGLang: --nnodes/--node-rank/--dist-init-addr)")
-    return Deployment(strategy=candidate.name, model_ref=ref, visible_env=visible, devices_per_node=hw.devices_per_node,
+    widest = max(fleet.instance(r).num_devices for r in fleet.roles)
+    if widest > hw.devices_per_node:
+        notes.append(f"an instance spans {widest} devices, more than one {hw.devices_per_node}-device node: start "
+                     "it on each node with vLLM's --nnodes/--node-rank (SGLang: --nnodes/--node-rank/--dist-init-addr)")
+    return Deployment(strategy=fleet.name, model_ref=ref, visible_env=visible, devices_per_node=hw.devices_per_node,
                       commands=tuple(commands), files=files, notes=tuple(notes))
 
 
@@ -304,17 +304,17 @@ class _Shape:
     util: float
 
     @staticmethod
-    def of(c: Candidate, role: str, tp: int, max_input: int, max_model_len: int, util: float) -> _Shape:
-        chunked = role == "collocated" and c.scheduler == "sarathi"
-        prompts = c.prefill_max_batch or c.max_batch
+    def of(fleet: Fleet, role: Role, max_input: int, max_model_len: int, util: float) -> _Shape:
+        inst = fleet.instance(role)
+        b, par = inst.batching, inst.parallel
+        chunked = role is Role.COLLOCATED and get_scheduler(b.scheduler).chunked
         if chunked:
-            budget = c.chunk_size
-        elif role == "decode":
-            budget = max(c.max_batch, max_model_len)
-        else:
-            budget = max(prompts * max_input, max_model_len)  # whole prompts: vLLM needs >= max-model-len
-        return _Shape(role, tp, c.pp, c.dp, c.ep, prompts if role == "prefill" else c.max_batch, budget, chunked,
-                      max_model_len, util)
+            budget = b.token_budget or b.chunk_size
+        elif role is Role.DECODE:
+            budget = max(b.max_batch, max_model_len)
+        else:  # whole prompts: vLLM needs a budget of at least max-model-len without chunking
+            budget = max(b.token_budget or b.max_prompts * max_input, max_model_len)
+        return _Shape(role.value, par.tp, par.pp, par.dp, par.ep, b.max_batch, budget, chunked, max_model_len, util)
 
 
 def _vllm_argv(ref: str, s: _Shape, dtype: DType, kv: DType) -> tuple[str, ...]:
@@ -359,9 +359,9 @@ def _sglang_argv(ref: str, s: _Shape, dtype: DType, kv: DType) -> tuple[str, ...
     return tuple(argv)
 
 
-def _dynamo_yaml(candidate: Candidate, vllm_cmds: list[EngineCommand]) -> str:
+def _dynamo_yaml(name: str, vllm_cmds: list[EngineCommand]) -> str:
     """A ``DynamoGraphDeployment`` (NVIDIA Dynamo's Kubernetes resource) with one frontend and the
-    prefill and decode workers of ``candidate``; the worker runs ``python3 -m dynamo.vllm`` with the
+    prefill and decode workers of fleet ``name``; the worker runs ``python3 -m dynamo.vllm`` with the
     vLLM engine flags and ``--disaggregation-mode``."""
     services: dict[str, Any] = {
         "Frontend": {"componentType": "frontend", "replicas": 1,
@@ -382,8 +382,8 @@ def _dynamo_yaml(candidate: Candidate, vllm_cmds: list[EngineCommand]) -> str:
                                                "args": args + rest}},
         }
     doc = {"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
-           "metadata": {"name": re.sub(r"[^a-z0-9-]", "-", f"serveplan-{candidate.name}".lower())},
+           "metadata": {"name": re.sub(r"[^a-z0-9-]", "-", f"serveplan-{name}".lower())},
            "spec": {"services": services}}
-    header = (f"# {candidate.name}: NVIDIA Dynamo {DYNAMO_VERSION} disaggregated deployment (vLLM {VLLM_VERSION} "
+    header = (f"# {name}: NVIDIA Dynamo {DYNAMO_VERSION} disaggregated deployment (vLLM {VLLM_VERSION} "
               f"workers), written by serveplan\n# kubectl apply -f dynamo-disagg.yaml\n")
     return header + str(yaml.safe_dump(doc, sort_keys=False, width=1000))

@@ -21,7 +21,27 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from serveplan.errors import SpecError
+import numpy as np
+import typer.main
+
+from serveplan.cli import app as cli_app
+from serveplan.cli import parse_int_list
+from serveplan.cli.simulate import _rates
+from serveplan.errors import InfeasibleError, SolverError, SpecError
+from serveplan.estimator.api import estimate, resolve_specs
+from serveplan.offload import get_host, list_hosts
+from serveplan.offload.search import offload_frontier, plan_offload
+from serveplan.optimize.goodput import GoodputResult, GoodputSettings
+from serveplan.optimize.search import search_many
+from serveplan.optimize.space import SearchSpace
+from serveplan.report.deploy import deploy_plan
+from serveplan.report.documents import optimize_document, simulate_document
+from serveplan.sim import SCENARIOS, SLO, Fidelity, Fleet, SimulationConfig, simulate
+from serveplan.sim.schedulers import collocated_schedulers
+from serveplan.sim.workload import build_workload, build_workloads
+from serveplan.specs.catalog import get_hardware, get_model, list_hardware, list_models, list_profiles
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.units import DType
 
 #: Most work one request may start (the CLI is unbounded).
 LIMITS = {"devices": 64, "plan_requests": 20_000, "simulate_requests": 50_000, "sweep_rates": 12,
@@ -33,7 +53,6 @@ Progress = Callable[[int, int], None]
 @dataclass(frozen=True, slots=True)
 class Panel:
     """One page panel: the CLI command behind it and the options it exposes (in form order)."""
-
     kind: str
     command: str
     title: str
@@ -66,11 +85,9 @@ PANELS: dict[str, Panel] = {p.kind: p for p in (
 @cache
 def _command(name: str) -> Any:
     """The CLI's own command object (its options, defaults, types and parser)."""
-    import typer.main
 
-    from serveplan.cli import app
 
-    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    return typer.main.get_command(cli_app).commands[name]  # type: ignore[attr-defined]
 
 
 def _option(panel: Panel, name: str) -> Any:
@@ -89,10 +106,6 @@ def _default_text(p: Any) -> str:
 
 def schema() -> dict[str, Any]:
     """Panels and their fields (the CLI's option names, defaults and help), with the catalogs and limits."""
-    from serveplan.offload import list_hosts
-    from serveplan.sim.workload import SCENARIOS
-    from serveplan.specs.catalog import get_hardware, list_hardware, list_models, list_profiles
-
     panels = {}
     for panel in PANELS.values():
         fields = []
@@ -110,7 +123,7 @@ def schema() -> dict[str, Any]:
     return {"panels": panels, "limits": LIMITS,
             "choices": {"model": list_models(), "hardware": sorted(hardware), "gpu": sorted(hardware),
                         "host": list_hosts(), "scenario": list(SCENARIOS), "profile": list_profiles(),
-                        "phase": ["prefill", "decode"], "scheduler": ["vllm", "sarathi"],
+                        "phase": ["prefill", "decode"], "scheduler": list(collocated_schedulers()),
                         "dtype": ["bf16", "fp16", "fp8", "int8", "int4", "fp32"]},
             "hardware": hardware}
 
@@ -118,7 +131,6 @@ def schema() -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Request:
     """A validated request: the panel, the argument list the CLI would get, and the parsed options."""
-
     kind: str
     argv: tuple[str, ...]
     options: dict[str, Any]
@@ -203,8 +215,6 @@ def _check_limits(req: Request) -> None:
 
 def error_text(exc: BaseException) -> tuple[str, int]:
     """What the CLI prints after ``error:`` for a planner error, and its exit code (cli.handle_errors)."""
-    from serveplan.errors import InfeasibleError, SolverError
-
     if isinstance(exc, InfeasibleError):
         return f"infeasible: {exc}", 3
     if isinstance(exc, SolverError):
@@ -216,7 +226,6 @@ def error_text(exc: BaseException) -> tuple[str, int]:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Everything a run needs, built (and so validated) before any work starts."""
-
     request: Request
     args: tuple[Any, ...]
 
@@ -240,14 +249,6 @@ def run(prep: Prepared, progress: Progress | None = None) -> tuple[dict[str, Any
 
 def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
     # the body of `serveplan optimize` up to the search (cli/optimize.py), for the options the page has
-    from serveplan.cli import parse_int_list
-    from serveplan.cli.optimize import build_workloads
-    from serveplan.estimator.api import resolve_specs
-    from serveplan.optimize.goodput import GoodputSettings
-    from serveplan.optimize.space import SearchSpace
-    from serveplan.sim import SLO
-    from serveplan.units import DType
-
     m, hw, pr = resolve_specs(o["model"], o["hardware"], o["profile"])
     space = SearchSpace(
         devices=o["devices"], tp_sizes=tuple(parse_int_list(o["tp"], "tp")),
@@ -264,20 +265,17 @@ def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
                         f"slo-tpot={o['slo_tpot']}")
     if not 0 < o["percentile"] < 100:
         raise SpecError(f"percentile={o['percentile']} must be in (0, 100)")
-    workloads = build_workloads(o["scenario"], o["input_len"], o["output_len"], o["num_requests"])
+    workloads = build_workloads(scenarios=o["scenario"], input_len=o["input_len"], output_len=o["output_len"],
+                                num_requests=o["num_requests"])
     slo = SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"])
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(o["dtype"]) if o["dtype"] else None,
                                 relaxation=o["relaxation"], seeds=o["seeds"], seed=o["seed"],
-                                fidelity=o["fidelity"], rel_tol=o["tolerance"]) for wl in workloads]
+                                fidelity=Fidelity.parse(o["fidelity"]), rel_tol=o["tolerance"]) for wl in workloads]
     return space, settings, [wl.name for wl in workloads]
 
 
 def _run_plan(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from serveplan.optimize.search import search_many
-    from serveplan.report.deploy import deploy_plan
-    from serveplan.report.documents import optimize_document
-
     space, settings, names = args
     results = search_many(space, settings, progress=False, on_progress=progress)
     deployment = deploy_plan(results[0].best.candidate, settings[0])
@@ -286,38 +284,29 @@ def _run_plan(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[st
 
 def deploy_for(prep: Prepared, row: Mapping[str, Any]) -> dict[str, Any]:
     """Launch commands of another strategy of a plan (a row of its ``strategies``)."""
-    from serveplan.optimize.goodput import GoodputResult
-    from serveplan.report.deploy import deploy_plan
-
     cand = GoodputResult.from_dict(dict(row)).candidate
     return deploy_plan(cand, prep.args[1][0]).to_dict()
 
 
 def _prepare_simulate(o: dict[str, Any]) -> tuple[Any, ...]:
     # the body of `serveplan simulate` up to the simulation (cli/simulate.py)
-    from serveplan.cli.simulate import _rates, build_workload
-    from serveplan.estimator.api import resolve_specs
-    from serveplan.sim import SLO, SimulationConfig
-
     m, hw, pr = resolve_specs(o["model"], o["hardware"], o["profile"])
-    wl = build_workload(o["scenario"], o["input_len"], o["output_len"], o["trace"], o["length_dist"],
-                        o["num_requests"], o["arrival"], o["cv"], o["seed"])
+    wl = build_workload(scenario=o["scenario"], input_len=o["input_len"], output_len=o["output_len"],
+                        trace=o["trace"], length_dist=o["length_dist"], num_requests=o["num_requests"],
+                        arrival=o["arrival"], cv=o["cv"], seed=o["seed"])
+    fleet = Fleet.build(o["strategy"], tp=o["tp"], prefill_tp=o["prefill_tp"], decode_tp=o["decode_tp"], pp=o["pp"],
+                        dp=o["dp"], ep=o["ep"], max_batch=o["max_batch"], prefill_max_batch=o["prefill_max_batch"],
+                        scheduler=o["scheduler"], chunk_size=o["chunk_size"], token_budget=o["token_budget"])
     cfg = SimulationConfig(
-        model=m, hardware=hw, profile=pr, strategy=o["strategy"], tp=o["tp"], prefill_tp=o["prefill_tp"],
-        decode_tp=o["decode_tp"], pp=o["pp"], dp=o["dp"], ep=o["ep"], max_batch=o["max_batch"],
-        prefill_max_batch=o["prefill_max_batch"], scheduler=o["scheduler"], chunk_size=o["chunk_size"],
-        token_budget=o["token_budget"], router=o["router"], fidelity=o["fidelity"], rate=o["rate"], workload=wl,
-        slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]), seed=o["seed"],
-        dtype=o["dtype"], early_stop=o["early_stop"],
+        model=m, hardware=hw, profile=pr, fleet=fleet, router=o["router"], fidelity=o["fidelity"], rate=o["rate"],
+        workload=wl, slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]),
+        seed=o["seed"], dtype=o["dtype"], early_stop=o["early_stop"],
     )
     rates = _rates(o["rate_sweep"]) if o["rate_sweep"] else []
     return cfg, rates
 
 
 def _run_simulate(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from serveplan.report.documents import simulate_document
-    from serveplan.sim import simulate
-
     cfg, rates = args
     total = 1 + sum(1 for r in rates if r != cfg.rate)
     res = simulate(cfg)
@@ -339,15 +328,10 @@ def _run_simulate(args: tuple[Any, ...], progress: Progress | None) -> tuple[dic
 
 
 def _finite(a: Any) -> list[float]:
-    import numpy as np
-
     return [float(v) for v in a[np.isfinite(a)]]
 
 
 def _prepare_step(o: dict[str, Any]) -> tuple[Any, ...]:
-    from serveplan.estimator.api import resolve_specs
-    from serveplan.specs.parallel import ParallelConfig
-
     m, _, _ = resolve_specs(o["model"], o["hardware"], o["profile"])  # unknown names fail before the run
     par = ParallelConfig(tp=o["tp"], pp=o["pp"], dp=o["dp"], ep=o["ep"])
     par.validate_for(m)
@@ -356,9 +340,6 @@ def _prepare_step(o: dict[str, Any]) -> tuple[Any, ...]:
 
 def _run_step(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
     # `serveplan estimate` (cli/estimate.py) without --band
-    from serveplan.estimator.api import estimate, resolve_specs
-    from serveplan.units import DType
-
     o, par = args
     res = estimate(o["model"], o["hardware"], profile=o["profile"], parallel=par, dtype=o["dtype"],
                    batch=o["batch"], input_len=o["input_len"], output_len=o["output_len"], phase=o["phase"],
@@ -370,9 +351,6 @@ def _run_step(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[st
 
 
 def _prepare_offload(o: dict[str, Any]) -> tuple[Any, ...]:
-    from serveplan.offload import get_host
-    from serveplan.specs.catalog import get_model
-
     if o["max_latency"] is not None and not o["max_latency"] > 0:
         raise SpecError(f"--max-latency={o['max_latency']!r} must be a positive number of seconds")
     get_model(o["model"])
@@ -382,8 +360,6 @@ def _prepare_offload(o: dict[str, Any]) -> tuple[Any, ...]:
 
 def _run_offload(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
     # `serveplan offload` (cli/offload.py), the search or the frontier
-    from serveplan.offload.search import offload_frontier, plan_offload
-
     (o,) = args
     common = {"gpu": o["gpu"], "host": o["host"], "input_len": o["input_len"], "output_len": o["output_len"],
               "compress": o["compress"], "cpu_attention": o["cpu_attention"], "overlap": o["overlap"],

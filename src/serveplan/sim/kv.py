@@ -1,0 +1,144 @@
+"""KV-cache blocks of one instance: the single owner of their accounting.
+
+vLLM PagedAttention accounting (vLLM ``KVCacheManager``: allocate slots, free, usage): the
+instance's ``kv_capacity_tokens // block_size`` blocks; a prompt reserves ``ceil(prompt /
+block)`` blocks at admission (a transferred cache ``ceil(kv_len / block)``), a decode appends a
+block every ``block_size`` tokens, a finished or preempted request frees its blocks at once, and
+a request whose cache is still being sent (disaggregated prefill) frees them when the transfer
+ends. Memory is never overcommitted (asserted).
+
+Per-request block counts live in one list indexed by request id (a request holds blocks on one
+instance at a time), shared with the schedulers, which read it to price preemptions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+from serveplan.units import ceil_div
+
+
+class KVCache:
+    """Blocks of one instance: admit, grow, free, peak.
+
+    Parameters
+    ----------
+    capacity_tokens:
+        KV tokens the instance holds (:attr:`MemoryEstimate.kv_capacity_tokens`).
+    block_size:
+        Tokens per block.
+    blocks:
+        Per-request block counts (shared list, indexed by request id).
+    """
+
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases")
+
+    def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int]) -> None:
+        self.block_size = block_size
+        self.total = capacity_tokens // block_size
+        self.free = self.total
+        self.peak = 0
+        self.blocks = blocks
+        #: (time, blocks) of caches still being sent, earliest first (a heap)
+        self.releases: list[tuple[float, int]] = []
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks holding ``tokens`` tokens."""
+        return ceil_div(tokens, self.block_size)
+
+    # ---------------------------------------------------------------- admit
+    def allocate(self, q: int, tokens: int) -> None:
+        """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
+        b = ceil_div(tokens, self.block_size)
+        self.free -= b
+        self.blocks[q] = b
+        assert self.free >= 0, "KV blocks overcommitted"
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
+
+    def try_allocate(self, q: int, tokens: int) -> bool:
+        """:meth:`allocate` when the blocks fit now; whether they did."""
+        b = -(-tokens // self.block_size)  # ceil_div, inlined: once per request on the lone-request path
+        if b > self.free:
+            return False
+        self.free -= b
+        self.blocks[q] = b
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
+        return True
+
+    # ---------------------------------------------------------------- grow
+    def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
+        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens:
+        a new block where the last one is full."""
+        bs, blocks = self.block_size, self.blocks
+        for q in decodes:
+            if kv_len[q] % bs == 0:
+                blocks[q] += 1
+                self.free -= 1
+        assert self.free >= 0, "KV blocks overcommitted"
+
+    def grow(self, run: Sequence[int], k: int, kv_len: list[int]) -> None:
+        """Each request of ``run`` writes ``k`` more KV entries (a stretch of ``k`` steps):
+        ``kv_len`` grows by ``k`` and the blocks follow."""
+        bs, blocks = self.block_size, self.blocks
+        free = self.free
+        for r in run:
+            k1 = kv_len[r] + k
+            kv_len[r] = k1
+            nb = (k1 + bs - 1) // bs
+            free -= nb - blocks[r]
+            blocks[r] = nb
+        assert free >= 0, "KV blocks overcommitted"
+        self.free = free
+
+    def steps_that_fit(self, run: Sequence[int], kv_len: Sequence[int], k_max: int) -> int:
+        """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``
+        whose new blocks fit (one step is known to fit)."""
+        bs, blocks, free = self.block_size, self.blocks, self.free
+        if not run or len(run) * -(-k_max // bs) <= free:  # ceil_div, inlined: once per stretch
+            return k_max
+
+        def need(k: int) -> int:
+            return sum(ceil_div(kv_len[q] + k, bs) - blocks[q] for q in run)
+
+        lo, hi = 1, k_max
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # ---------------------------------------------------------------- free
+    def free_request(self, q: int) -> None:
+        """Request ``q`` gives back its blocks now (finished or preempted)."""
+        self.free += self.blocks[q]
+        self.blocks[q] = 0
+
+    def free_at(self, q: int, t: float, now: float) -> None:
+        """Request ``q``'s blocks are freed at ``t`` (its cache is being sent until then)."""
+        if t <= now:
+            self.free += self.blocks[q]
+        else:
+            heapq.heappush(self.releases, (t, self.blocks[q]))
+        self.blocks[q] = 0
+
+    def release_due(self, now: float) -> None:
+        """Free the blocks of transfers finished by ``now``."""
+        rel = self.releases
+        while rel and rel[0][0] <= now:
+            self.free += heapq.heappop(rel)[1]
+
+    @property
+    def next_release(self) -> float:
+        """When the next pending transfer frees its blocks (``inf``: none)."""
+        return self.releases[0][0] if self.releases else math.inf
+
+    # ---------------------------------------------------------------- usage
+    @property
+    def used(self) -> int:
+        return self.total - self.free
