@@ -322,7 +322,7 @@ function renderStep(main) {
   const sorted = [...d.ops].sort((a, b) => b.time_s - a.time_s).slice(0, 24);
   Plotly.newPlot(ops, [{ y: sorted.map((o) => o.name), x: sorted.map((o) => o.time_s * 1e3), type: "bar", orientation: "h",
     marker: { color: sorted.map((o) => o.bound === "compute" ? COLORS.collocated : COLORS.disaggregated) }, hovertemplate: "%{y}: %{x:.4f} ms<extra></extra>" }],
-    { margin: { l: 170, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time (ms), blue compute-bound, orange memory-bound" } }, yaxis: { autorange: "reversed", tickfont: { size: 9 }, dtick: 1 } }, PLOT_CFG);
+    { margin: { l: 170, r: 10, t: 10, b: 45 }, xaxis: { title: { text: "time (ms); blue compute-, orange memory-bound" } }, yaxis: { autorange: "reversed", tickfont: { size: 9 }, dtick: 1 } }, PLOT_CFG);
   const pts = d.ops.filter((o) => o.flops > 0 && o.bytes > 0 && o.time_s > 0);
   const xs = pts.map((o) => o.flops / o.bytes), ridge = roof.peak_flops / roof.memory_bandwidth;
   const lo = Math.min(...xs, ridge) / 4, hi = Math.max(...xs, ridge) * 4;
