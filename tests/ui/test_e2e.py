@@ -70,6 +70,15 @@ def test_default_plan_shows_ranking_frontier_and_deploy(page):
     page.wait_for_function("n => document.querySelector('#deploy-card h2').textContent.includes(n)", arg=second)
 
 
+def test_a_switch_limits_the_plan_to_collocated_strategies(page):
+    fill(page, SMALL)
+    page.check("#form [name='no-disaggregated']")
+    run_and_wait(page, "#ranking tbody tr")
+    names = page.locator("#ranking tbody tr").evaluate_all("rows => rows.map(r => r.dataset.strategy)")
+    assert names and all("m-" in n for n in names), names
+    assert "--no-disaggregated" in page.inner_text("#command")
+
+
 def test_changing_the_model_and_an_slo_changes_the_plan(page):
     fill(page, {**SMALL, "model": "llama-2-13b", "slo-ttft": "0.8"})
     run_and_wait(page, "#ranking tbody tr")

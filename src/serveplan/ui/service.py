@@ -64,7 +64,8 @@ class Panel:
 PANELS: dict[str, Panel] = {p.kind: p for p in (
     Panel("plan", "optimize", "Plan",
           ("model", "hardware", "devices", "tp", "pp", "dp", "ep", "max-batch", "schedulers", "scenario",
-           "input-len", "output-len", "num-requests", "slo-ttft", "slo-tpot", "percentile", "dtype", "seed"),
+           "input-len", "output-len", "num-requests", "slo-ttft", "slo-tpot", "percentile", "dtype", "seed",
+           "no-collocated", "no-disaggregated"),
           fixed=("--deploy", "deploy/")),
     Panel("simulate", "simulate", "Simulate",
           ("model", "hardware", "strategy", "tp", "prefill-tp", "decode-tp", "pp", "max-batch", "scheduler",

@@ -49,7 +49,8 @@ function buildForm(values) {
     input.addEventListener("change", onInput);
     input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); run(); } });
     const wide = ["model", "hardware", "rate-sweep", "scenario", "strategy"].includes(f.name);
-    form.append(el("label", { class: wide ? "wide" : "", title: f.help }, f.name, input));
+    if (f.kind === "switch") form.append(el("label", { class: "switch", title: f.help }, input, f.name));
+    else form.append(el("label", { class: wide ? "wide" : "", title: f.help }, f.name, input));
   }
   for (const [key, list] of Object.entries(state.schema.choices)) {
     if (document.getElementById(`list-${key}`)) continue;
