@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import typer
 
 from serveplan.cli import app, fail
@@ -27,9 +29,13 @@ def ui_cmd(
         raise fail(f"port={port} must be in 1..65535")
     if max_jobs < 1:
         raise fail(f"max-jobs={max_jobs} must be a positive integer")
-    shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"serveplan ui: http://{shown}:{port}/ (Ctrl-C to stop)", err=True)
-    try:
-        uvicorn.run(create_app(host=host, max_running=max_jobs), host=host, port=port, log_level="warning")
+    try:  # a busy port or an address not on this machine: one line, before the server starts
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"serveplan ui: http://{shown}:{port}/ (Ctrl-C to stop)", err=True)
+    uvicorn.run(create_app(host=host, max_running=max_jobs), host=host, port=port, log_level="warning")
