@@ -122,3 +122,4 @@ from serveplan.cli import estimate as _estimate  # noqa: E402,F401
 from serveplan.cli import offload as _offload  # noqa: E402,F401
 from serveplan.cli import optimize as _optimize  # noqa: E402,F401
 from serveplan.cli import simulate as _simulate  # noqa: E402,F401
+from serveplan.cli import ui as _ui  # noqa: E402,F401

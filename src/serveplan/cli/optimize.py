@@ -15,6 +15,8 @@ from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
+from serveplan.report.deploy import Deployment, deploy_plan
+from serveplan.report.documents import optimize_document
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.workload import build_workloads
@@ -70,6 +72,8 @@ def optimize_cmd(
         "Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's "
         "uncertainty (seeded by --seed) and say which cannot be told apart from the best.")),
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
+    deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
+                                       "commands (Dynamo YAML if disaggregated) and write them to this directory."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -117,19 +121,25 @@ def optimize_cmd(
             plot_pareto(res, out / f"pareto{tag}.png")
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
-        dicts = [res.to_dict() for res in results]
-        for d, bs in zip(dicts, bands, strict=False):  # bands: empty without --band
-            for row, b in zip(d["strategies"], bs, strict=False):  # the top --band-top rows
-                row["goodput_band"] = b.to_dict()
-        if multi:
-            emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts, strict=True)]})
-        else:
-            emit_json(dicts[0])
+        emit_json(optimize_document(results, [wl.name for wl in workloads], bands,
+                                    _deploy(results[0], settings[0], deploy, echo=False)))
         return
     for i, (wl, res) in enumerate(zip(workloads, results, strict=True)):
         _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
         if bands:
             _print_bands(bands[i], band)
+    _deploy(results[0], settings[0], deploy, echo=True)
+
+
+def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, echo: bool) -> Deployment | None:
+    """--deploy: write the best plan's launch files to ``out`` and print them (``echo``)."""
+    if out is None:
+        return None
+    deployment = deploy_plan(res.best.candidate, settings)
+    deployment.write(out)
+    if echo:
+        typer.echo(deployment.render())
+    return deployment
 
 
 def _print_bands(bands: list[GoodputBand], samples: int) -> None:

@@ -116,14 +116,9 @@ def simulate_cmd(
     if out is not None:
         _write_out(out, res, sweep)
     if json_out:
-        d = res.to_dict()
-        if sweep:
-            from serveplan.report.tables import sweep_records
+        from serveplan.report.documents import simulate_document
 
-            d["rate_sweep"] = sweep_records(sweep)
-        if bands is not None:
-            d["band"] = {k: b.to_dict() for k, b in bands.items()}
-        emit_json(d)
+        emit_json(simulate_document(res, sweep, bands))
         return
     _print(res, sweep, out)
     if bands is not None:

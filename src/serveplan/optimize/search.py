@@ -223,7 +223,8 @@ class _Plan:
 
 def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwargs: Any) -> list[SearchResult]:
     """:func:`search` for several workloads (e.g. BestServe's op1-op4) sharing one pool of workers,
-    so no core idles while another scenario finishes. Returns one result per settings, in order."""
+    so no core idles while another scenario finishes. Returns one result per settings, in order.
+    ``on_progress(done, total)``, if given, is called after every finished evaluation."""
     jobs = kwargs.get("jobs")
     backend = kwargs.get("backend", "local")
     out_dir = kwargs.get("out_dir")
@@ -260,6 +261,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     if max_new is not None:
         todo = todo[:max_new]
 
+    on_progress = kwargs.get("on_progress")
+    total_candidates = sum(len(p.listing.candidates) for p in plans)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -277,6 +280,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if bar is not None:
             bar.set_postfix_str(f"{res.name}: {res.goodput_rps:.2f} req/s", refresh=False)
             bar.update(1)
+        if on_progress is not None:
+            on_progress(sum(p.evaluated + p.resumed for p in plans), total_candidates)
 
     try:
         if backend == "ray":
