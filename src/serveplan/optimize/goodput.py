@@ -423,7 +423,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
         candidate=cand, goodput_rps=goodput, goodput_per_device=goodput / cand.num_devices, status=GoodputStatus.OK,
         ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
         output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
-        miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci, goodput_samples=tuple(rates),
+        miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci,
+        goodput_samples=tuple(rates),
     )
 
 
