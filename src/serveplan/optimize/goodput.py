@@ -149,7 +149,7 @@ def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Probe:
     rate: float
     feasible: bool
@@ -162,7 +162,7 @@ class _Probe:
     margin: float | None = None   # max(P TTFT / target, P TPOT / target) / (1 + tau); <= 1 meets the SLO
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Runner:
     cand: Fleet
     settings: GoodputSettings
@@ -197,8 +197,9 @@ class _Runner:
         margin = None
         if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
             margin = max(ttft / s.slo.ttft_s, tpot / s.slo.tpot_s) / lim
-        p = _Probe(rate, ok, ttft, tpot, res.e2e_s.mean, res.throughput_rps, res.output_tokens_per_s,
-                   bool(res.num_preemptions) or bool(res.kv_limited), margin)
+        p = _Probe(rate=rate, feasible=ok, ttft=ttft, tpot=tpot, e2e=res.e2e_s.mean, throughput=res.throughput_rps,
+                   out_tps=res.output_tokens_per_s, kv_limited=bool(res.num_preemptions) or bool(res.kv_limited),
+                   margin=margin)
         self.probes.append(p)
         return p
 
@@ -391,7 +392,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
     rates, runs = [], 0
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
     for k in range(settings.seeds):
-        runner = _Runner(cand, settings, settings.seed + k)
+        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k)
         got = _search_rate(runner, bound, risky=margin0 > 0.85)
         runs += runner.runs
         rates.append(got[0])
@@ -422,7 +423,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
         candidate=cand, goodput_rps=goodput, goodput_per_device=goodput / cand.num_devices, status=GoodputStatus.OK,
         ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
         output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
-        miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci, goodput_samples=tuple(rates),
+        miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci,
+        goodput_samples=tuple(rates),
     )
 
 

@@ -90,7 +90,7 @@ class SearchSpace:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pruned:
     """A candidate layout removed before simulation, and why."""
 
@@ -167,13 +167,13 @@ def _layouts(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile
         try:
             par = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep)
         except SpecError as exc:  # pragma: no cover - guarded above
-            out.pruned.append(Pruned(f"tp{tp}-pp{pp}-dp{dp}-ep{ep}", tp * pp * dp, str(exc)))
+            out.pruned.append(Pruned(name=f"tp{tp}-pp{pp}-dp{dp}-ep{ep}", num_devices=tp * pp * dp, reason=str(exc)))
             continue
         if par.num_devices > space.devices:
             continue
         c = _check_layout(model, hardware, profile, par, dtype, request_tokens, max_b)
         if not c.ok:
-            out.pruned.append(Pruned(par.label(), par.num_devices, c.reason, c.kind))
+            out.pruned.append(Pruned(name=par.label(), num_devices=par.num_devices, reason=c.reason, kind=c.kind))
             continue
         layouts.append(par)
     return layouts

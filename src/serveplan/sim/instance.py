@@ -46,6 +46,7 @@ from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 
 INF = math.inf
+INF_INT = 1 << 62  # larger than any token count
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
@@ -525,7 +526,7 @@ class Instance:
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         now = self.now
-        kvd0, k_max = self._stretch_bound(run, out[run[0]] - gen[run[0]])
+        kvd0, k_max, d_min = self._stretch_bound(run, out[run[0]] - gen[run[0]])
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
@@ -542,17 +543,12 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        self.kv.grow(run, k, kv)
-        done = []
-        for r in run:
-            g = gen[r] + k
-            gen[r] = g
-            if g == out[r]:
-                done.append(r)
+        self.kv.decode(run, k, kv, gen)
         self.num_steps += k
         self.now = end
-        for r in done:
-            self._finish(r, end)
+        if k == d_min:  # the stretch ends with the first completions
+            for r in [r for r in run if gen[r] == out[r]]:
+                self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
@@ -571,7 +567,7 @@ class Instance:
         run = plan.decode
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
-        kvd0, k_max = self._stretch_bound(run, k_chunks)
+        kvd0, k_max, _ = self._stretch_bound(run, k_chunks)
         if k_max < 2:
             return False
         now = self.now
@@ -597,10 +593,9 @@ class Instance:
         R.prefilled[q] += k * c
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
-        self.kv.grow(run, k, kv)
+        self.kv.decode(run, k, kv, gen)
         done = []
         for r in run:
-            gen[r] += k
             R.ready_at[r] = end
             if gen[r] >= out[r]:
                 done.append(r)
@@ -610,16 +605,23 @@ class Instance:
             self._finish(r, end)
         return True
 
-    def _stretch_bound(self, run: list[int], k_max: int) -> tuple[int, int]:
+    def _stretch_bound(self, run: list[int], k_max: int) -> tuple[int, int, int]:
         """Keys attended by the decodes of ``run`` in the first step (each context plus its new
-        token), and how many steps they can take together: at most ``k_max``, no request past its
-        last token, and no more than the free KV blocks allow."""
+        token), how many steps they can take together (at most ``k_max``, no request past its
+        last token, no more than the free KV blocks allow), and the fewest tokens any of them has
+        left (the stretch that runs that many steps ends with completions)."""
         R = self.req
         kv, gen, out = R.kv_len, R.gen, R.out
         kvd0 = len(run)
+        d_min = INF_INT
         for r in run:
             kvd0 += kv[r]
             d = out[r] - gen[r]
-            if d < k_max:
-                k_max = d
-        return kvd0, self.kv.steps_that_fit(run, kv, k_max)
+            if d < d_min:
+                d_min = d
+        if d_min < k_max:
+            k_max = d_min
+        kvc = self.kv
+        if len(run) * -(-k_max // kvc.block_size) > kvc.free:  # even a block per request per 16 steps may not fit
+            k_max = kvc.steps_that_fit(run, kv, k_max)
+        return kvd0, k_max, d_min

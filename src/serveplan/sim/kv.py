@@ -51,7 +51,7 @@ class KVCache:
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = ceil_div(tokens, self.block_size)
+        b = -(-tokens // self.block_size)  # ceil_div written out: once per admission
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -60,7 +60,7 @@ class KVCache:
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
-        b = -(-tokens // self.block_size)  # ceil_div, inlined: once per request on the lone-request path
+        b = -(-tokens // self.block_size)  # ceil_div written out: once per lone request, a call costs ~3%
         if b > self.free:
             return False
         self.free -= b
@@ -80,15 +80,17 @@ class KVCache:
                 self.free -= 1
         assert self.free >= 0, "KV blocks overcommitted"
 
-    def grow(self, run: Sequence[int], k: int, kv_len: list[int]) -> None:
-        """Each request of ``run`` writes ``k`` more KV entries (a stretch of ``k`` steps):
-        ``kv_len`` grows by ``k`` and the blocks follow."""
+    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
+        """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
+        generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
+        and request, the simulator's innermost loop)."""
         bs, blocks = self.block_size, self.blocks
         free = self.free
         for r in run:
+            generated[r] += k
             k1 = kv_len[r] + k
             kv_len[r] = k1
-            nb = (k1 + bs - 1) // bs
+            nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: this loop runs per request and step stretch
             free -= nb - blocks[r]
             blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
@@ -98,7 +100,7 @@ class KVCache:
         """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``
         whose new blocks fit (one step is known to fit)."""
         bs, blocks, free = self.block_size, self.blocks, self.free
-        if not run or len(run) * -(-k_max // bs) <= free:  # ceil_div, inlined: once per stretch
+        if not run or len(run) * -(-k_max // bs) <= free:  # ceil_div written out: once per stretch
             return k_max
 
         def need(k: int) -> int:
