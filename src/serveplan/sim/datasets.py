@@ -63,7 +63,8 @@ def length_table(name: str) -> LengthTable:
         qi = np.asarray(raw["input_quantiles"], dtype=float)
         qo = np.asarray(raw["output_quantiles_by_input_fifth"], dtype=float)
     except (KeyError, ValueError):
-        raise SpecError(f"dataset {name!r}: malformed quantile tables; rebuild with benchmarks/build_datasets.py") from None
+        raise SpecError(f"dataset {name!r}: malformed quantile tables; "
+                        "rebuild with benchmarks/build_datasets.py") from None
     if qi.ndim != 1 or qo.ndim != 2 or np.any(np.diff(qi) < 0) or np.any(np.diff(qo, axis=1) < 0):
         raise SpecError(f"dataset {name!r}: quantiles must be non-decreasing lists")
     return LengthTable(name=name, description=str(raw.get("description", "")), source=str(raw.get("source", "")),

@@ -29,7 +29,7 @@ from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.specs.hardware import DeviceSpec
-from serveplan.units import GiB, MiB, DType
+from serveplan.units import DType, GiB, MiB
 
 
 class Mechanism(StrEnum):
@@ -343,7 +343,8 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         max_num_seqs_kv_fraction=raw.get("max_num_seqs_kv_fraction"),
         max_num_seqs_cap=_opt_int(raw, "max_num_seqs_cap", where),
         kv_block_size=int(raw.get("kv_block_size", 16)), memory_basis=basis,
-        memory_fraction=mem.get("fraction"), reserve_mib={k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()},
+        memory_fraction=mem.get("fraction"),
+        reserve_mib={k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()},
         admission=admission, new_token_ratio=float(adm.get("new_token_ratio", 0.0)),
         min_ratio_factor=float(adm.get("min_ratio_factor", 1.0)),
         ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
