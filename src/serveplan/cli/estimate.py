@@ -26,6 +26,10 @@ def estimate_cmd(
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str | None = typer.Option(
+        None, "--kv-dtype",
+        help="KV-cache format: fp32, bf16, fp16, fp8, int8, nvfp4 "
+             "(default: the weights' 16/32-bit format; bf16 under 8/4-bit weights)."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
     input_len: int = typer.Option(2048, "--input-len", "-s", help="Prompt tokens per sequence."),
     output_len: int | None = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
@@ -40,7 +44,7 @@ def estimate_cmd(
     --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
     910B3, TP 4, batch 1, input 2048)."""
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
-                   dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
+                   dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
                    context_len=context_len)
     step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
     if json_out:
@@ -52,7 +56,8 @@ def estimate_cmd(
     con = console()
     what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase == "prefill"
             else f"decode step, batch {res.batch}, context {res.context_len}")
-    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, profile {res.profile}): {what}")
+    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, KV {res.kv_dtype}, "
+                    f"profile {res.profile}): {what}")
     for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
         t.add_column(col, justify="left" if col == "module" else "right")
     for m in res.step.modules:
@@ -90,4 +95,5 @@ def _step_band(res, model: str, hardware: str, profile: str | None, samples: int
     m, hw, pr = resolve_specs(model, hardware, profile)
     b = (StepBatch.prefill(res.batch, res.input_len) if res.phase == "prefill"
          else StepBatch.decode(res.batch, res.context_len))
-    return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype).time(b), pr, samples=samples, seed=seed)
+    return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype, kv_dtype=res.kv_dtype).time(b),
+                pr, samples=samples, seed=seed)
