@@ -166,3 +166,8 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers, exact (no float rounding): ``-(-a // b)``."""
+    return -(-a // b)

@@ -32,7 +32,7 @@ def test_json_has_the_documented_keys():
     for k in ("ttft_s", "tpot_s", "e2e_s"):
         assert set(d[k]) >= {"mean", "p50", "p90", "p99"}
     assert d["throughput_rps"] > 0 and d["output_tokens_per_s"] > 0
-    assert d["config"]["scheduler"] == "sarathi"
+    assert d["config"]["scheduler"] == "chunked-prefill"  # the mechanism behind the alias
 
 
 def test_out_writes_requests_csv_histograms_and_rate_sweep(tmp_path):

@@ -93,8 +93,6 @@ def optimize_cmd(
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
     if not 0 < percentile < 100:
         raise SpecError(f"percentile={percentile} must be in (0, 100)")
-    if fidelity not in ("iteration", "bestserve"):
-        raise SpecError(f"fidelity={fidelity!r}; expected one of: iteration, bestserve")
     if band < 0 or band_top < 1:
         raise SpecError(f"band={band} must be >= 0 and band-top={band_top} >= 1")
     if band:

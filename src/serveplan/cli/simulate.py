@@ -12,7 +12,7 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
-from serveplan.sim import SLO, LengthDist, SimulationConfig, SimulationResult, Workload, simulate
+from serveplan.sim import SLO, Fleet, LengthDist, SimulationConfig, SimulationResult, Workload, simulate
 from serveplan.sim.workload import SCENARIOS
 
 
@@ -96,10 +96,11 @@ def simulate_cmd(
     on Ascend 910B3, TP 4, prefill batch 4, decode batch 16, op2, 3.5 req/s, 10000 requests)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
     wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed)
+    fleet = Fleet.build(strategy, tp=tp, prefill_tp=prefill_tp, decode_tp=decode_tp, pp=pp, dp=dp, ep=ep,
+                        max_batch=max_batch, prefill_max_batch=prefill_max_batch, scheduler=scheduler,
+                        chunk_size=chunk_size, token_budget=token_budget)
     cfg = SimulationConfig(
-        model=m, hardware=hw, profile=pr, strategy=strategy, tp=tp, prefill_tp=prefill_tp, decode_tp=decode_tp,
-        pp=pp, dp=dp, ep=ep, max_batch=max_batch, prefill_max_batch=prefill_max_batch, scheduler=scheduler,
-        chunk_size=chunk_size, token_budget=token_budget, router=router, fidelity=fidelity, rate=rate, workload=wl,
+        model=m, hardware=hw, profile=pr, fleet=fleet, router=router, fidelity=fidelity, rate=rate, workload=wl,
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
         early_stop=early_stop,
     )
@@ -155,13 +156,13 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
 
     con = console()
     cfg = res.config
-    pmb = cfg.prefill_max_batch or cfg.max_batch
-    disagg = cfg.strategy.is_disaggregated  # type: ignore[union-attr]
-    layout = (f"prefill {cfg.parallel('prefill').label()}, decode {cfg.parallel('decode').label()}" if disagg
-              else cfg.parallel("collocated").label())
-    sched = "prefill-only/decode-only" if disagg else cfg.scheduler
-    title = (f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy} ({layout}, max batch {cfg.max_batch}, "
-             f"prefill batch {pmb}, {sched}, {cfg.fidelity}), {cfg.workload.describe()}, rate {cfg.rate} req/s")
+    fleet = cfg.fleet
+    layout = ", ".join(f"{r.value} {fleet.instance(r).parallel.label()}" for r in fleet.roles) if \
+        fleet.is_disaggregated else fleet.first.parallel.label()
+    sched = "/".join(fleet.instance(r).batching.scheduler for r in fleet.roles)
+    title = (f"{cfg.model.name} on {cfg.hardware.name}, {fleet.strategy} ({layout}, max batch {fleet.max_batch}, "
+             f"prefill batch {fleet.max_prompts}, {sched}, {cfg.fidelity.value}), {cfg.workload.describe()}, "
+             f"rate {cfg.rate} req/s")
     t = Table(title=title)
     for col in ("latency (ms)", "mean", "P50", "P90", "P99", "SLO"):
         t.add_column(col, justify="left" if col.startswith("latency") else "right")
