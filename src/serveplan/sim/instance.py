@@ -297,7 +297,7 @@ class Instance:
                     continue
                 if len(w) == 1 and self._lone(until):
                     continue
-            elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
+            elif all_decode and self.running and not self.waiting and len(self.running) <= self.max_batch:
                 # the policy's plan for a view with nothing waiting: every running request
                 # decodes when each is ready and their new blocks fit (no preemption)
                 R = self.req

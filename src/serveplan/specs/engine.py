@@ -55,10 +55,10 @@ class Mechanism(StrEnum):
 
 
 _SCHEDULER_OF = {
-    Mechanism.CHUNKED_PREFILL: "sarathi",
+    Mechanism.CHUNKED_PREFILL: "chunked-prefill",
     Mechanism.PREFILL_PRIORITY: "prefill-priority",
     Mechanism.INFLIGHT_NO_EVICT: "inflight-no-evict",
-    Mechanism.PREFILL_FIRST: "vllm",
+    Mechanism.PREFILL_FIRST: "prefill-first",
 }
 
 
