@@ -91,10 +91,6 @@ def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
     par = case.parallel
     hw = get_hardware(case.hardware)
     profile = get_profile(None, case.hardware)
-    if step_overhead_s:
-        import dataclasses
-
-        profile = dataclasses.replace(profile, step_overhead_s=step_overhead_s)
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=case.engine, strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
@@ -105,7 +101,7 @@ def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
     cl = res.closed_loop
     assert cl is not None
     return {"ttft_s": cl.ttft_s.mean, "tpot_s": cl.tpot_s.mean, "seconds": time.perf_counter() - t0,
-            "preemptions": res.num_preemptions, "max_batch": res.config.max_batch,
+            "preemptions": res.num_preemptions, "max_batch": res.config.fleet.max_batch,
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 

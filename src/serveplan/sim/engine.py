@@ -445,13 +445,17 @@ def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfil
 
 
 # ---------------------------------------------------------------------- simulate
-def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0) -> SimulationResult:
+def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
+             ramp_s: float | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
     each sending its next request (the workload's requests in order) ``think_s`` seconds after
     its previous one finished, all starting at t=0; the run goes until every request finished or
     ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
+    ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
+    evenly over that many seconds (default: all at t=0, as ``vllm bench serve
+    --max-concurrency`` and aiconfigurator's measurements start).
 
     Raises
     ------
@@ -483,7 +487,9 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
-        closed = ClosedLoop(range(wl.num_requests), clients, think_s)
+        if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
+            raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
+        closed = ClosedLoop(range(wl.num_requests), clients, think_s, ramp_s=ramp_s or 0.0)
         arrival = np.zeros(wl.num_requests)  # set as the clients send
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
@@ -536,7 +542,7 @@ def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload
     for role, clock in clocks.items():
         cap = clock.est.memory.kv_capacity_tokens // bs_ * bs_
         need = ceil_div(int(wl.input_lengths.max()) if role is Role.PREFILL else longest, bs_) * bs_
-        if cap < need and (cfg.offline or cfg.concurrency or cfg.engine is not None):
+        if cap < need and (cfg.offline or cfg.concurrency):
             mem = clock.est.memory
             raise InfeasibleError(
                 f"the longest request ({need:,} tokens) needs {need * mem.kv_bytes_per_token / 1e9:.2f} GB of KV "
