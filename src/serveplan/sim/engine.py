@@ -612,6 +612,9 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
                           batching=cfg_r.batching, block_size=cfg.block_size,
                           handoff=handoff if role is Role.PREFILL else None)
                  for i in range(strat.count(role))]
+        if cfg.engine is not None and cfg.engine.prefix_caching:
+            for inst in insts:
+                inst.keep_prefix_on_preempt = True
         stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
         first_index += len(insts)
     source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))

@@ -216,6 +216,9 @@ class Instance:
         self.chunk_size = batching.chunk_size
         self.handoff = handoff
         self.on_finish = on_finish
+        #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
+        #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
+        self.keep_prefix_on_preempt = False
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
@@ -412,10 +415,11 @@ class Instance:
             for q in plan.preempt:
                 self.running.remove(q)
                 kv.free_request(q)
+                cached = R.kv_len[q] if self.keep_prefix_on_preempt else 0
                 R.kv_len[q] = 0
-                R.prefilled[q] = 0
                 R.kv_ready[q] = False
                 R.prompt_len[q] = R.inp[q] + R.gen[q]
+                R.prefilled[q] = min(cached, R.prompt_len[q] - 1)
                 R.preemptions[q] += 1
             self.num_preemptions += len(plan.preempt)
             # back to the front of the queue, earliest arrival first (vLLM recompute preemption)

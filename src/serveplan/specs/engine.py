@@ -162,6 +162,10 @@ class EngineSpec:
     kv_dtype_with_fp8_weights:
         KV format the engine picks for FP8 checkpoints when none is asked for (``None``: the
         estimator's default, the activations' 16-bit format).
+    prefix_caching:
+        Whether the engine keeps computed KV in a prefix cache by default: a preempted request's
+        computed tokens are then found there on its return instead of being recomputed (eviction
+        in between is not modelled).
     default_tp:
         TP used when none is given (``None``: the smallest that fits, :func:`default_tp`).
     cites:
@@ -193,6 +197,7 @@ class EngineSpec:
     ratio_decay_steps: int = 1
     clip_tokens: int = 0
     preemption: str = "recompute"
+    prefix_caching: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
     cites: dict[str, str] = field(default_factory=dict)
@@ -348,7 +353,7 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         admission=admission, new_token_ratio=float(adm.get("new_token_ratio", 0.0)),
         min_ratio_factor=float(adm.get("min_ratio_factor", 1.0)),
         ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
-        preemption=str(raw.get("preemption", "recompute")),
+        preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
