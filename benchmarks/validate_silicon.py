@@ -144,6 +144,18 @@ def diagnose(case: SiliconCase, p: dict[str, Any]) -> str:
         else:
             bits.append("TPOT over-predicted: the default efficiencies are too pessimistic for this "
                         "kernel set (e.g. FP8/FP4 attention and GEMMs)")
+    from serveplan import get_hardware
+
+    par = case.parallel
+    per_node = get_hardware(case.hardware).devices_per_node
+    if par.tp * par.dp > per_node:
+        bits.append(f"TP {par.tp} x DP {par.dp} spans {par.tp * par.dp // per_node} nodes: the model sends every "
+                    "layer's all-reduce over the inter-node links")
+    fits = p.get("kv_capacity_tokens", 0) // max(case.isl + case.osl, 1)
+    if fits < case.concurrency:
+        bits.append(f"the simulated KV cache holds only {fits} requests of {case.isl + case.osl} tokens for "
+                    f"{case.concurrency} clients, so requests queue for memory: the memory model of this layout "
+                    "(weights, MLA cache on every TP rank, engine reserve) leaves less room than the engine had")
     if p.get("preemptions"):
         bits.append(f"{p['preemptions']} preemptions in the simulated run (KV cache full)")
     return "; ".join(bits)
@@ -153,9 +165,9 @@ def table(rows: list[dict[str, Any]], keys: tuple[str, ...], *, aisim: dict[str,
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[tuple(r[k] for k in keys)].append(r)
-    head = [*keys, "rows", "TTFT median |err|", "TTFT within 25%", "TPOT median |err|", "TPOT within 25%"]
+    head = [*keys, "rows", "TTFT median abs err", "TTFT within 25%", "TPOT median abs err", "TPOT within 25%"]
     if aisim is not None:
-        head += ["AISimulate rows", "AISimulate TTFT median |err|", "AISimulate TPOT median |err|"]
+        head += ["AISimulate rows", "AISimulate TTFT median abs err", "AISimulate TPOT median abs err"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in sorted(groups):
         g = groups[k]
@@ -304,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
              "ttft_err": rel_err(p["ttft_s"], c.ttft_s), "tpot_err": rel_err(p["tpot_s"], c.tpot_s),
              "seconds": p["seconds"], "preemptions": p["preemptions"]}
         r["diagnosis"] = diagnose(c, p)
+        r["kv_capacity_tokens"] = p["kv_capacity_tokens"]
         rows.append(r)
     aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
