@@ -200,6 +200,7 @@ def engines_cmd(
     for r in rows:
         mem = f"{r['memory_basis']} {r['memory_fraction']}" if r["memory_fraction"] else r["memory_basis"]
         t.add_row(r["name"], r["version"], r["mechanism"], str(r["max_num_seqs"] or "from KV"),
-                  f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}", str(r["chunk_size"] or "-"),
+                  f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}",
+                  str(r["chunk_size"] or "-"),
                   str(r["kv_block_size"]), mem, r["admission"])
     console().print(t)

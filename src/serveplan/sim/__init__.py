@@ -16,7 +16,8 @@ from serveplan.sim.serving import EngineSetup, resolve_engine
 from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
 
 __all__ = [
-    "SCENARIOS", "SLO", "Batching", "ClosedLoopStats", "EngineSetup", "Fidelity", "Fleet", "InstanceConfig", "LatencyStats", "LengthDist",
+    "SCENARIOS", "SLO", "Batching", "ClosedLoopStats", "EngineSetup", "Fidelity", "Fleet", "InstanceConfig",
+    "LatencyStats", "LengthDist",
     "RequestRecords", "Role", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "arrival_times",
     "resolve_engine", "simulate",
 ]
