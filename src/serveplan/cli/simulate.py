@@ -239,13 +239,13 @@ def simulate_cmd(
 
         bands = simulation_band(cfg, res, band, seed=seed)
     sweep: list[SimulationResult] = []
-    if sweep_rates or out is not None:
+    if sweep_rates and (offline or levels):
+        raise SpecError("--rate-sweep is for open loops; drop --offline/--concurrency or the sweep")
+    if (sweep_rates or out is not None) and rate is not None:
         if sweep_rates is None and wl.arrival != "trace":
             sweep_rates = [round(rate * f, 6) for f in (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)]
         for r in sweep_rates or []:
             sweep.append(res if r == rate else simulate(dataclasses.replace(cfg, rate=r)))
-    if (sweep_rates or out is not None) and (offline or levels):
-        sweep = []
     if out is not None:
         _write_out(out, res, sweep)
     if json_out:
