@@ -24,9 +24,11 @@ from serveplan.offload import (
 from serveplan.optimize import GoodputResult, GoodputSettings, SearchResult, SearchSpace, plan_serving
 from serveplan.sim import SLO, Fleet, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
 from serveplan.specs.catalog import (
+    get_engine,
     get_hardware,
     get_model,
     get_profile,
+    list_engines,
     list_hardware,
     list_models,
     list_profiles,
@@ -43,7 +45,8 @@ __all__ = [
     "DType", "DeviceSpec", "EfficiencyProfile", "EstimateResult", "Estimator", "InfeasibleError",
     "LinkSpec", "MemoryEstimate", "ModelSpec", "ParallelConfig", "PhaseEfficiency", "PlannerError",
     "SolverError", "SpecError", "StaticMetrics", "StepBatch", "StepEstimate", "estimate",
-    "get_hardware", "get_model", "get_profile", "list_hardware", "list_models", "list_profiles",
+    "get_engine", "get_hardware", "get_model", "get_profile", "list_engines", "list_hardware", "list_models",
+    "list_profiles",
     "model_from_hf_config", "static_batch",
 ]
 __all__ += ["Fleet", "LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]

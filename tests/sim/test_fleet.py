@@ -58,7 +58,8 @@ def test_config_takes_a_fleet_or_the_flat_settings_not_both(testbed):
 
 def test_engine_names_are_aliases_of_mechanisms():
     assert canonical_scheduler("vllm") == "prefill-first" and canonical_scheduler("sarathi") == "chunked-prefill"
-    assert set(SCHEDULERS) == {"prefill-first", "chunked-prefill", "prefill-only", "decode-only"}
+    assert set(SCHEDULERS) == {"prefill-first", "chunked-prefill", "prefill-only", "decode-only", "prefill-priority",
+                               "inflight-no-evict"}
     with pytest.raises(SpecError, match="expected one of: chunked-prefill"):
         canonical_scheduler("fifo")
 

@@ -63,6 +63,8 @@ class GoodputSettings:
     seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
     seed: int = 0
     fidelity: Fidelity = Fidelity.ITERATION
+    engine: str | None = None     # serving engine (memory rule, KV format and block, scheduler options)
+    kv_dtype: DType | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fidelity", Fidelity.parse(self.fidelity))
@@ -183,6 +185,7 @@ class _Runner:
         return SimulationConfig(
             model=s.model, hardware=s.hardware, profile=s.profile, fleet=self.cand, fidelity=s.fidelity, rate=rate,
             workload=workload or s.workload, slo=self.relaxed_slo, seed=self.seed, dtype=s.dtype, early_stop=True,
+            engine=s.engine, kv_dtype=s.kv_dtype,
         )
 
     def probe(self, rate: float, workload: Workload | None = None) -> _Probe:

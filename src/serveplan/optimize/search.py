@@ -69,6 +69,8 @@ def _fingerprint(settings: GoodputSettings) -> str:
         repr(s.rel_tol), repr(s.abs_tol), str(s.seeds), str(s.seed), s.fidelity,
         wl._digest,  # content hash of lengths, arrival process and trace
     ]
+    if s.engine is not None or s.kv_dtype is not None:  # absent before engines: old checkpoints stay valid
+        parts += [str(s.engine), str(s.kv_dtype)]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 

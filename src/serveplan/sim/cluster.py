@@ -340,16 +340,18 @@ class ClosedLoop:
     clients: int
     think_s: float = 0.0
     t0: float = 0.0
+    #: first sends spread evenly over ``[t0, t0 + ramp_s)`` (client ``k`` at ``t0 + k ramp_s / C``)
+    ramp_s: float = 0.0
     _next: int = 0
     _loop: EventLoop | None = None
     _stage: Stage | None = None
 
     def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
-        """The first request of every client, at ``t0``."""
+        """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""
         self._loop, self._stage = loop, stage
         first: list[Scheduled] = []
-        for _ in range(min(self.clients, len(self.ids))):
-            first.append((self.t0, Priority.ARRIVAL, self._take()))
+        for k in range(min(self.clients, len(self.ids))):
+            first.append((self.t0 + k * self.ramp_s / self.clients, Priority.ARRIVAL, self._take()))
         return first
 
     def _take(self) -> ClientArrival:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from serveplan.errors import SpecError
+from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.estimator.step import Estimator
@@ -36,7 +36,10 @@ from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
+from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
 from serveplan.sim.workload import Workload, arrival_times
+from serveplan.specs.catalog import get_engine
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -104,6 +107,27 @@ class SimulationConfig:
         reported as such and the run as overloaded.
     tau:
         Balancing scalar of the pseudo batch size (``bestserve`` fidelity, eq. 9).
+    engine:
+        A serving engine (``"vllm"``, ``"sglang"``, ``"trtllm"``, ``"bestserve"``, a versioned id
+        such as ``"vllm-0.11"``, or an :class:`~serveplan.specs.engine.EngineSpec`): its scheduler,
+        limits, KV block size, memory rule and KV format fill every fleet setting not given (the
+        strategy defaults to ``"1m"``, the TP to the smallest that fits,
+        :func:`~serveplan.sim.serving.default_tp`). ``None`` (default): the fleet as given or
+        built from the flat settings' defaults (BestServe's testbed), vLLM's memory rule.
+    kv_dtype:
+        KV-cache format (default: the engine's choice, else the estimator's: the weights' format
+        for 16/32-bit weights, bf16 otherwise).
+    offline:
+        Every request is queued at t=0 and the run goes to completion (``rate`` must be None).
+    concurrency:
+        Closed loop with that many clients (``rate`` must be None); statistics over the steady
+        window (:func:`~serveplan.sim.serving.steady_window`) are in
+        :attr:`SimulationResult.closed_loop`.
+    prefix_hit:
+        Share of each prompt found in the prefix cache, in [0, 1): those tokens are not prefilled
+        (they still occupy KV blocks and are attended to).
+    engine_setup:
+        The resolved engine (set by the constructor; pass only when copying a config).
     """
 
     model: ModelSpec
@@ -120,25 +144,48 @@ class SimulationConfig:
     early_stop: bool = False
     max_time_s: float | None = None
     tau: float = bs.TAU
+    engine: EngineSpec | None = None
+    kv_dtype: DType | None = None
+    offline: bool = False
+    concurrency: int | None = None
+    prefix_hit: float = 0.0
+    engine_setup: EngineSetup | None = None
 
     def __init__(self, *, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                  fleet: Fleet | None = None, router: str = "round_robin", fidelity: Fidelity | str = Fidelity.ITERATION,
                  rate: float | None = 3.5, workload: Workload | None = None, slo: SLO | None = None, seed: int = 0,
                  dtype: DType | str | None = None, early_stop: bool = False, max_time_s: float | None = None,
-                 tau: float = bs.TAU, **fleet_settings: Any) -> None:
+                 tau: float = bs.TAU, engine: str | EngineSpec | None = None, kv_dtype: DType | str | None = None,
+                 offline: bool = False, concurrency: int | None = None, prefix_hit: float = 0.0,
+                 engine_setup: EngineSetup | None = None, **fleet_settings: Any) -> None:
         unknown = sorted(set(fleet_settings) - set(FLEET_KEYWORDS))
         if unknown:
             raise TypeError(f"SimulationConfig got unexpected keyword arguments: {', '.join(unknown)}")
         if fleet is not None and fleet_settings:
             raise SpecError(f"give fleet= or the flat fleet settings ({', '.join(sorted(fleet_settings))}), not both")
-        if fleet is None:
+        check_loads(offline=offline, concurrency=concurrency, rate=rate if (offline or concurrency) else None)
+        if concurrency is not None and rate is not None:
+            raise SpecError(f"concurrency={concurrency} with rate={rate}: a closed loop sets its own arrivals; "
+                            "drop the rate (rate=None)")
+        if not (isinstance(prefix_hit, (int, float)) and 0 <= prefix_hit < 1):
+            raise SpecError(f"prefix_hit={prefix_hit!r} must be a share of prompt tokens in [0, 1)")
+        kv = None if kv_dtype is None else DType.parse(kv_dtype)
+        if kv is not None:
+            _check_kv_format(hardware, kv)
+        spec = get_engine(engine) if isinstance(engine, str) else engine
+        if spec is not None and engine_setup is None:
+            fleet, engine_setup = _engine_fleet(spec, model, hardware, profile, fleet, fleet_settings,
+                                                workload if workload is not None else _default_workload(),
+                                                offline=offline, dtype=dtype, kv_dtype=kv)
+        elif fleet is None:
             fleet = Fleet.build(**fleet_settings)
         values = dict(model=model, hardware=hardware, profile=profile, fleet=fleet, router=router,
                       fidelity=Fidelity.parse(fidelity), rate=rate,
                       workload=workload if workload is not None else _default_workload(),
                       slo=slo if slo is not None else SLO(), seed=seed,
                       dtype=None if dtype is None else DType.parse(dtype), early_stop=early_stop,
-                      max_time_s=max_time_s, tau=tau)
+                      max_time_s=max_time_s, tau=tau, engine=spec, kv_dtype=kv, offline=bool(offline),
+                      concurrency=concurrency, prefix_hit=float(prefix_hit), engine_setup=engine_setup)
         for k, v in values.items():
             object.__setattr__(self, k, v)
         self.__post_init__()
@@ -149,7 +196,7 @@ class SimulationConfig:
         check_router(self.router)
         if not isinstance(self.workload, Workload):
             raise SpecError(f"workload must be a Workload, got {type(self.workload).__name__}")
-        if self.workload.arrival != "trace":
+        if self.workload.arrival != "trace" and not (self.offline or self.concurrency):
             r = self.rate
             if r is None or isinstance(r, bool) or not isinstance(r, (int, float)) or not (math.isfinite(r) and r > 0):
                 raise SpecError(f"rate={r!r} must be a positive number of requests per second")
@@ -178,7 +225,118 @@ class SimulationConfig:
             "workload": self.workload.describe(), "num_requests": self.workload.num_requests,
             "slo": self.slo.to_dict(), "seed": self.seed,
             "dtype": None if self.dtype is None else self.dtype.value, "early_stop": self.early_stop,
+            "engine": None if self.engine is None else self.engine.name,
+            "kv_dtype": None if self.kv_dtype is None else self.kv_dtype.value, "offline": self.offline,
+            "concurrency": self.concurrency, "prefix_hit": self.prefix_hit,
+            "engine_setup": None if self.engine_setup is None else self.engine_setup.to_dict(),
         }
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (the engine's; vLLM's 16 without one)."""
+        return self.engine_setup.block_size if self.engine_setup is not None else BLOCK_SIZE
+
+    @property
+    def effective_kv_dtype(self) -> DType | None:
+        """KV format the estimator uses: as given, else the engine's choice (None: its default)."""
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        return self.engine_setup.kv_dtype if self.engine_setup is not None else None
+
+
+def _check_kv_format(hardware: DeviceSpec, kv: DType) -> None:
+    """A KV format the device has no arithmetic for is bad input (one line, exit 2): attention
+    reads the cache in its own format, so the device must list it among its peak FLOP/s."""
+    if kv not in hardware.peak_flops:
+        raise SpecError(f"kv_dtype={kv.value!r}: {hardware.name} cannot hold a {kv.value} KV cache; expected one of: "
+                        f"{', '.join(sorted(d.value for d in hardware.peak_flops))}")
+
+
+def _engine_fleet(spec: EngineSpec, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                  fleet: Fleet | None, settings: dict[str, Any], workload: Workload, *, offline: bool,
+                  dtype: DType | str | None, kv_dtype: DType | None) -> tuple[Fleet, EngineSetup]:
+    """The fleet an engine runs: every flat setting given overrides the engine's default."""
+    if fleet is not None:
+        par = fleet.last.parallel
+        b = fleet.last.batching
+        setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
+                               offline=offline, dtype=dtype, kv_dtype=kv_dtype, max_batch=b.max_batch,
+                               token_budget=b.token_budget, chunk_size=b.chunk_size, prefill_max_batch=b.max_prompts,
+                               scheduler=b.scheduler)
+        return fleet, setup
+    tp = settings.get("tp")
+    par = None
+    if tp is not None:
+        par = ParallelConfig(tp=tp, pp=settings.get("pp", 1), dp=settings.get("dp", 1), ep=settings.get("ep", 1))
+    setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
+                           offline=offline, dtype=dtype, kv_dtype=kv_dtype, max_batch=settings.get("max_batch"),
+                           token_budget=settings.get("token_budget"), chunk_size=settings.get("chunk_size"),
+                           prefill_max_batch=settings.get("prefill_max_batch"), scheduler=settings.get("scheduler"))
+    p = setup.parallel
+    budget = None if math.isinf(setup.token_budget) else int(setup.token_budget)
+    built = Fleet.build(settings.get("strategy", "1m"), tp=p.tp, prefill_tp=settings.get("prefill_tp"),
+                        decode_tp=settings.get("decode_tp"), pp=p.pp, dp=p.dp, ep=p.ep, max_batch=setup.max_batch,
+                        prefill_max_batch=setup.prefill_max_batch, scheduler=setup.scheduler,
+                        chunk_size=setup.chunk_size, token_budget=budget)
+    return built, setup
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopStats:
+    """What a closed loop at ``concurrency`` clients measures over its steady window.
+
+    ``window_s`` is ``(start, end)``: from the first client's second send to the last send (see
+    :func:`~serveplan.sim.serving.steady_window`); latencies are over the ``num_measured``
+    requests sent and finished inside it; rates count the completions inside it per second.
+    ``tokens_per_s_per_user`` is ``1 / mean TPOT``; ``output_tokens_per_s_per_device`` divides the
+    output rate by the fleet's devices. ``littles_law`` is ``throughput x mean E2E``, which must
+    equal the concurrency in a closed loop (zero think time).
+    """
+
+    concurrency: int
+    window_s: tuple[float, float]
+    num_measured: int
+    ttft_s: LatencyStats
+    tpot_s: LatencyStats
+    e2e_s: LatencyStats
+    throughput_rps: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    littles_law: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "window_s": list(self.window_s), "num_measured": self.num_measured,
+                "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
+                "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
+                "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
+                "tokens_per_s_per_user": self.tokens_per_s_per_user, "littles_law": self.littles_law}
+
+
+def closed_loop_stats(rec: RequestRecords, concurrency: int, num_devices: int) -> ClosedLoopStats:
+    """:class:`ClosedLoopStats` of a closed-loop run's records."""
+    w = steady_window(rec.arrival, rec.finish, concurrency)
+    m = w.measured
+    span = w.end_s - w.start_s
+    with np.errstate(invalid="ignore"):
+        in_window = (rec.finish > w.start_s) & (rec.finish <= w.end_s)
+    if span > 0 and w.completions:
+        rps = w.completions / span
+        out_rate = float(rec.output_len[in_window].sum()) / span
+    else:  # too short for a steady part: the whole run
+        done = np.isfinite(rec.finish)
+        whole = float(np.nanmax(rec.finish) - np.min(rec.arrival)) if done.any() else 0.0
+        rps = float(done.sum()) / whole if whole > 0 else 0.0
+        out_rate = float(rec.output_len[done].sum()) / whole if whole > 0 else 0.0
+    tpot = LatencyStats.of(rec.tpot[m])
+    e2e = LatencyStats.of(rec.e2e[m])
+    return ClosedLoopStats(
+        concurrency=concurrency, window_s=(w.start_s, w.end_s), num_measured=int(m.sum()),
+        ttft_s=LatencyStats.of(rec.ttft[m]), tpot_s=tpot, e2e_s=e2e, throughput_rps=rps,
+        output_tokens_per_s=out_rate, output_tokens_per_s_per_device=out_rate / max(num_devices, 1),
+        tokens_per_s_per_user=1.0 / tpot.mean if tpot.mean and tpot.mean > 0 else math.nan,
+        littles_law=rps * e2e.mean if math.isfinite(e2e.mean) else math.nan,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -214,6 +372,8 @@ class SimulationResult:
     kv_capacity_tokens: dict[str, int]
     num_steps: int
     requests: RequestRecords
+    closed_loop: ClosedLoopStats | None = None
+    prefill_tokens_saved: int = 0
 
     @property
     def bubble_s(self) -> np.ndarray:
@@ -238,6 +398,8 @@ class SimulationResult:
             "num_preemptions": self.num_preemptions, "kv_limited": self.kv_limited,
             "kv_capacity_tokens": dict(self.kv_capacity_tokens), "num_steps": self.num_steps,
             "bubble_s": LatencyStats.of(self.requests.bubble).to_dict(),
+            "closed_loop": None if self.closed_loop is None else self.closed_loop.to_dict(),
+            "prefill_tokens_saved": self.prefill_tokens_saved,
         }
         if include_requests:
             d["requests"] = self.requests.to_dict()
@@ -261,16 +423,20 @@ def _spec_key(spec: Any) -> Any:
 
 
 def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
-               dtype: DType | str | None) -> StepClock:
+               dtype: DType | str | None, *, kv_dtype: DType | str | None = None,
+               memory_utilization: float | None = None) -> StepClock:
     """The memoised :class:`StepClock` of one estimator, keyed by the specs' values (an equal spec
-    built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used)."""
+    built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
+    ``kv_dtype`` and ``memory_utilization`` default to the estimator's."""
     key = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
-           None if dtype is None else DType.parse(dtype))
+           None if dtype is None else DType.parse(dtype), None if kv_dtype is None else DType.parse(kv_dtype),
+           memory_utilization)
     clock = _CLOCKS.get(key)
     if clock is not None:
         _CLOCKS.move_to_end(key)
         return clock
-    est = Estimator(model, hardware, profile, parallel, dtype=dtype)
+    kw: dict[str, Any] = {} if memory_utilization is None else {"memory_utilization": memory_utilization}
+    est = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype, **kw)
     est.check_fits()
     clock = _CLOCKS[key] = StepClock(est)
     if len(_CLOCKS) > _MAX_CLOCKS:
@@ -279,13 +445,17 @@ def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfil
 
 
 # ---------------------------------------------------------------------- simulate
-def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0) -> SimulationResult:
+def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
+             ramp_s: float | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
     each sending its next request (the workload's requests in order) ``think_s`` seconds after
     its previous one finished, all starting at t=0; the run goes until every request finished or
     ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
+    ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
+    evenly over that many seconds (default: all at t=0, as ``vllm bench serve
+    --max-concurrency`` and aiconfigurator's measurements start).
 
     Raises
     ------
@@ -308,6 +478,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     cfg = config
     wl = cfg.workload
     closed = None
+    if clients is None and cfg.concurrency is not None:
+        clients = cfg.concurrency
     if clients is not None:
         if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
             raise SpecError(f"clients={clients!r} must be a positive integer")
@@ -315,34 +487,70 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
+        if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
+            raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
         n = len(wl.input_lengths)
-        closed = ClosedLoop(range(n), clients, think_s)
+        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0)
         arrival = np.zeros(n)  # set as the clients send
+    elif cfg.offline:
+        if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
+            raise SpecError("an offline run needs fidelity='iteration' and early_stop=False")
+        arrival = np.zeros(len(wl.input_lengths))  # everything queued at t=0
     else:
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
-    clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype)
+    util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
+    clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype,
+                               kv_dtype=cfg.effective_kv_dtype, memory_utilization=util)
               for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)
     if cfg.max_time_s is not None:
         cap = cfg.max_time_s
     else:
-        cap = math.inf if closed is not None else _default_cap(cfg, clocks, arrival, wl)
+        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
     req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
+    saved = _apply_prefix_hit(req, cfg.prefix_hit)
     if cfg.fidelity is Fidelity.BESTSERVE:
+        if cfg.prefix_hit:
+            raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
         insts: list[Instance] = []
         stopped = _run_bestserve(cfg, clocks, req)
     else:
         insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
-    return _result(cfg, req, insts, clocks, stopped)
+    res = _result(cfg, req, insts, clocks, stopped)
+    if clients is not None or saved:
+        cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
+        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
+    return res
+
+
+def _apply_prefix_hit(req: RequestState, share: float) -> int:
+    """Mark ``share`` of every prompt (at least one token left to compute) as found in the prefix
+    cache: those tokens count as prefilled. Returns the prompt tokens saved."""
+    if not share:
+        return 0
+    saved = 0
+    for q in range(req.n):
+        hit = min(int(share * req.inp[q]), req.inp[q] - 1)
+        req.prefilled[q] = hit
+        saved += hit
+    return saved
 
 
 def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload) -> None:
     if cfg.fidelity is Fidelity.BESTSERVE:
         return  # the paper's simulator is memory-insensitive (§12)
     longest = int(np.max(wl.input_lengths + wl.output_lengths - 1))
+    bs_ = cfg.block_size
     for role, clock in clocks.items():
-        cap = clock.est.memory.kv_capacity_tokens // BLOCK_SIZE * BLOCK_SIZE
-        need = ceil_div(int(wl.input_lengths.max()) if role is Role.PREFILL else longest, BLOCK_SIZE) * BLOCK_SIZE
+        cap = clock.est.memory.kv_capacity_tokens // bs_ * bs_
+        need = ceil_div(int(wl.input_lengths.max()) if role is Role.PREFILL else longest, bs_) * bs_
+        if cap < need and (cfg.offline or cfg.concurrency):
+            mem = clock.est.memory
+            raise InfeasibleError(
+                f"the longest request ({need:,} tokens) needs {need * mem.kv_bytes_per_token / 1e9:.2f} GB of KV "
+                f"cache per device but a {role.value} instance ({cfg.fleet.instance(role).parallel.label()}) has "
+                f"{mem.kv_capacity_tokens * mem.kv_bytes_per_token / 1e9:.2f} GB ({mem.kv_capacity_tokens:,} tokens) "
+                "after weights and activations: it can never be admitted; use a larger tp/pp or shorter requests")
         if cap < need:
             inst = cfg.fleet.instance(role)
             field_name = "prefill_max_batch" if role is Role.PREFILL else "max_batch"
@@ -400,10 +608,15 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
     first_index = 0
     for role in fleet.roles:
         cfg_r = fleet.instance(role)
-        insts = [Instance(first_index + i, role, clocks[role], get_scheduler(cfg_r.batching.scheduler)(), req,
-                          batching=cfg_r.batching, block_size=BLOCK_SIZE,
+        opts = (cfg.engine_setup.scheduler_options if cfg.engine_setup is not None
+                and cfg_r.batching.scheduler == cfg.engine_setup.scheduler else {})
+        insts = [Instance(first_index + i, role, clocks[role], get_scheduler(cfg_r.batching.scheduler)(**opts), req,
+                          batching=cfg_r.batching, block_size=cfg.block_size,
                           handoff=handoff if role is Role.PREFILL else None)
                  for i in range(strat.count(role))]
+        if cfg.engine is not None and cfg.engine.prefix_caching:
+            for inst in insts:
+                inst.keep_prefix_on_preempt = True
         stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
         first_index += len(insts)
     source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))

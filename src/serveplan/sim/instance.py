@@ -228,6 +228,9 @@ class Instance:
         self.chunk_size = batching.chunk_size
         self.handoff = handoff
         self.on_finish = on_finish
+        #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
+        #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
+        self.keep_prefix_on_preempt = False
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
@@ -305,7 +308,7 @@ class Instance:
                 if lone and not self.running:
                     if len(self.waiting) == 1 and self._lone(until):
                         continue
-                elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
+                elif all_decode and self.running and not self.waiting and len(self.running) <= self.max_batch:
                     # the policy's plan for a view with nothing waiting: every running request
                     # decodes when each is ready and their new blocks fit (no preemption)
                     R = self.req
@@ -418,10 +421,11 @@ class Instance:
             for q in plan.preempt:
                 self.running.remove(q)
                 kv.free_request(q)
+                cached = R.kv_len[q] if self.keep_prefix_on_preempt else 0
                 R.kv_len[q] = 0
-                R.prefilled[q] = 0
                 R.kv_ready[q] = False
                 R.prompt_len[q] = R.inp[q] + R.gen[q]
+                R.prefilled[q] = min(cached, R.prompt_len[q] - 1)
                 R.preemptions[q] += 1
             self.num_preemptions += len(plan.preempt)
             # back to the front of the queue, earliest arrival first (vLLM recompute preemption)

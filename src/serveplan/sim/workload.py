@@ -247,6 +247,21 @@ class Workload:
                         name=name or f"{dists[0].kind}/{dists[1].kind}")
 
     @staticmethod
+    def from_dataset(name: str, num_requests: int, *, seed: int = 0, arrival: str = "poisson",
+                     cv: float = 1.0) -> Workload:
+        """``num_requests`` lengths drawn from a bundled dataset (``azure-conv``, ``azure-code``,
+        ``arxiv-sum``; :mod:`serveplan.sim.datasets`), from the same seeded length stream as
+        :meth:`from_distributions`."""
+        from serveplan.sim.datasets import length_table
+
+        if not isinstance(num_requests, int) or num_requests < 1:
+            raise SpecError(f"num_requests={num_requests!r} must be a positive integer")
+        table = length_table(name)
+        inp, out = table.sample(np.random.default_rng([int(seed), _LENGTH_STREAM]), num_requests)
+        return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
+                        name=name)
+
+    @staticmethod
     def from_trace(path: str | Path, num_requests: int | None = None) -> Workload:
         """Read a CSV (header row) or JSONL trace with an arrival time (s), input and output
         lengths per request. Accepted column names: ``arrival_s``/``arrival``/``timestamp``/``time``,
@@ -315,10 +330,11 @@ class Workload:
 
 def build_workload(*, scenario: str | None = None, input_len: int | None = None, output_len: int | None = None,
                    trace: str | Path | None = None, length_dist: str | None = None, num_requests: int = 10000,
-                   arrival: str = "poisson", cv: float = 1.0, seed: int = 0) -> Workload:
+                   arrival: str = "poisson", cv: float = 1.0, seed: int = 0, dataset: str | None = None) -> Workload:
     """A request stream from one source: a BestServe ``scenario`` (the default, ``op2``), fixed
-    ``input_len`` / ``output_len``, a ``trace`` file, or ``length_dist`` (``'INPUT;OUTPUT'``
-    distributions, e.g. ``'normal:2048,512;uniform:16,128'``, drawn with ``seed``).
+    ``input_len`` / ``output_len``, a ``trace`` file, ``length_dist`` (``'INPUT;OUTPUT'``
+    distributions, e.g. ``'normal:2048,512;uniform:16,128'``, drawn with ``seed``) or a bundled
+    ``dataset`` (``azure-conv``, ``azure-code``, ``arxiv-sum``, drawn with ``seed``).
 
     Raises
     ------
@@ -328,9 +344,11 @@ def build_workload(*, scenario: str | None = None, input_len: int | None = None,
     if isinstance(num_requests, bool) or not isinstance(num_requests, (int, np.integer)) or num_requests < 1:
         raise SpecError(f"num-requests={num_requests} must be a positive integer")
     given = [n for n, v in (("scenario", scenario), ("input-len/output-len", input_len or output_len),
-                            ("trace", trace), ("length-dist", length_dist)) if v]
+                            ("trace", trace), ("length-dist", length_dist), ("dataset", dataset)) if v]
     if len(given) > 1:
         raise SpecError(f"give one request source; got {', '.join(given)}")
+    if dataset:
+        return Workload.from_dataset(dataset, num_requests, seed=seed, arrival=arrival, cv=cv)
     if trace:
         return Workload.from_trace(trace, num_requests=num_requests)
     if length_dist:

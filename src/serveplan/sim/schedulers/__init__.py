@@ -2,7 +2,8 @@
 
 ``prefill-first`` (:class:`PrefillFirstScheduler`, alias ``vllm``), ``chunked-prefill``
 (:class:`ChunkedPrefillScheduler`, alias ``sarathi``), ``prefill-only`` and ``decode-only``
-(disaggregated roles).
+(disaggregated roles), ``prefill-priority`` (:class:`PrefillPriorityScheduler`, SGLang) and
+``inflight-no-evict`` (:class:`InflightNoEvictScheduler`, TensorRT-LLM).
 """
 
 from serveplan.sim.schedulers.base import (
@@ -23,9 +24,12 @@ from serveplan.sim.schedulers.base import (
 from serveplan.sim.schedulers.chunked_prefill import ChunkedPrefillScheduler
 from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
 from serveplan.sim.schedulers.disaggregated import DecodeOnlyScheduler, PrefillOnlyScheduler
+from serveplan.sim.schedulers.inflight import InflightNoEvictScheduler
+from serveplan.sim.schedulers.prefill_priority import PrefillPriorityScheduler
 
 __all__ = [
     "ALIASES", "SCHEDULERS", "BatchPlan", "ChunkedPrefillScheduler", "DecodeOnlyScheduler", "FastPaths",
+    "InflightNoEvictScheduler", "PrefillPriorityScheduler",
     "InstanceView", "PrefillFirstScheduler", "PrefillOnlyScheduler", "RequestView", "Scheduler", "blocks_for",
     "canonical_scheduler", "collocated_schedulers", "get_scheduler", "register_scheduler", "scheduler_names",
 ]

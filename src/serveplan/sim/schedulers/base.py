@@ -92,6 +92,7 @@ def collocated_schedulers() -> tuple[str, ...]:
 class RequestView(Protocol):
     """Per-request lists a policy reads (:class:`serveplan.sim.request.RequestState`)."""
 
+    inp: list[int]
     prompt_len: list[int]
     prefilled: list[int]
     kv_len: list[int]
