@@ -70,16 +70,6 @@ class KVCache:
         return True
 
     # ---------------------------------------------------------------- grow
-    def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
-        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens:
-        a new block where the last one is full."""
-        bs, blocks = self.block_size, self.blocks
-        for q in decodes:
-            if kv_len[q] % bs == 0:
-                blocks[q] += 1
-                self.free -= 1
-        assert self.free >= 0, "KV blocks overcommitted"
-
     def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
         """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
         generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
