@@ -59,3 +59,15 @@ def test_overcommitting_is_an_invariant_violation():
     kv = KVCache(capacity_tokens=32, block_size=16, blocks=[0])
     with pytest.raises(AssertionError, match="overcommitted"):
         kv.allocate(0, 48)
+
+
+def test_one_token_append_matches_decode_by_one():
+    a = KVCache(capacity_tokens=160, block_size=16, blocks=[0, 0, 0])
+    b = KVCache(capacity_tokens=160, block_size=16, blocks=[0, 0, 0])
+    for kv in (a, b):
+        for q, n in enumerate((16, 17, 31)):
+            kv.allocate(q, n)
+    lens_a, lens_b, gen = [16, 17, 31], [16, 17, 31], [1, 1, 1]
+    a.append_tokens([0, 1, 2], lens_a)
+    b.decode([0, 1, 2], 1, lens_b, gen)
+    assert a.blocks == b.blocks and a.free == b.free

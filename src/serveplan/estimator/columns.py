@@ -19,12 +19,16 @@ from serveplan.ops.base import FEATURE_INDEX
 _KVP, _KVD, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["kvd"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 
 
-def step_times(est: Estimator, base: StepBatch, phase: str, *, length: int,
+def step_times(est: Estimator, base: StepBatch, phase: str, *, length: int | None = None,
                prefill_keys: np.ndarray | None = None, decode_keys: np.ndarray | None = None,
                prefill_scores: np.ndarray | None = None,
                prefill_causal_scores: np.ndarray | None = None) -> np.ndarray:
-    """Times (s) of ``length`` steps of phase ``phase`` equal to ``base`` but for the
-    :class:`StepBatch` fields given as arrays of that length (each step's value of the field)."""
+    """Times (s) of the steps of phase ``phase`` equal to ``base`` but for the :class:`StepBatch`
+    fields given as arrays (each step's value of the field; ``length``: their common length,
+    read from them when omitted)."""
+    if length is None:
+        given = [c for c in (prefill_keys, decode_keys, prefill_scores, prefill_causal_scores) if c is not None]
+        length = len(given[0])
     X = np.repeat(est.features(base)[:, None], length, axis=1)
     dp = est.parallel.dp
     if prefill_keys is not None:

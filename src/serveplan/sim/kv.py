@@ -70,6 +70,17 @@ class KVCache:
         return True
 
     # ---------------------------------------------------------------- grow
+    def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
+        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens (the
+        lengths before the step): a new block where the last one is full. (:meth:`decode` does the
+        same and advances the lengths.)"""
+        bs, blocks = self.block_size, self.blocks
+        for q in decodes:
+            if kv_len[q] % bs == 0:
+                blocks[q] += 1
+                self.free -= 1
+        assert self.free >= 0, "KV blocks overcommitted"
+
     def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
         """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
         generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
