@@ -476,10 +476,13 @@ class Instance:
         now = self.now
         pf = R.prefilled
         kv = R.kv_len
-        for q, _ in plan.prefill:
-            if R.start[q] != R.start[q]:  # NaN: first computation for the request
-                R.start[q] = now
-        key = step_sums([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode])
+        chunks = []
+        st = R.start
+        for q, c in plan.prefill:
+            chunks.append((c, pf[q]))
+            if st[q] != st[q]:  # NaN: first computation for the request
+                st[q] = now
+        key = step_sums(chunks, [kv[q] for q in plan.decode] if plan.decode else ())
         t = self.clock.by_sums.get(key)
         if t is None:
             t = self.clock.time_of(key)
@@ -544,8 +547,9 @@ class Instance:
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
-        if self.waiting and self.kv.releases:
-            wake = min(wake, self.kv.releases[0][0])
+        kvc = self.kv
+        if self.waiting and kvc.releases:
+            wake = min(wake, kvc.releases[0][0])
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -557,7 +561,7 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        self.kv.decode(run, k, kv, gen)
+        kvc.decode(run, k, kv, gen)
         self.num_steps += k
         self.now = end
         if k == d_min:  # the stretch ends with the first completions
@@ -635,7 +639,4 @@ class Instance:
                 d_min = d
         if d_min < k_max:
             k_max = d_min
-        kvc = self.kv
-        if len(run) * -(-k_max // kvc.block_size) > kvc.free:  # even a block per request per 16 steps may not fit
-            k_max = kvc.steps_that_fit(run, kv, k_max)
-        return kvd0, k_max, d_min
+        return kvd0, self.kv.steps_that_fit(run, kv, k_max), d_min
