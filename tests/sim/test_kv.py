@@ -14,15 +14,15 @@ def test_blocks_follow_tokens_and_come_back():
     assert kv.total == 6 and kv.free == 6
     kv.allocate(0, 17)                      # 2 blocks
     assert kv.blocks[0] == 2 and kv.free == 4 and kv.peak == 2
-    lens = [17, 0, 0]
-    kv.append_tokens([0], lens)             # 17 % 16 != 0: the second block has room
-    assert kv.free == 4
-    lens[0] = 32
-    kv.append_tokens([0], lens)             # 32 tokens fill two blocks: the 33rd needs a third
+    lens, gen = [17, 0, 0], [1, 0, 0]
+    kv.decode([0], 1, lens, gen)            # the 18th token fits the second block
+    assert lens[0] == 18 and gen[0] == 2 and kv.free == 4
+    kv.decode([0], 14, lens, gen)           # 32 tokens fill two blocks
+    assert kv.blocks[0] == 2 and kv.free == 4
+    kv.decode([0], 1, lens, gen)            # the 33rd needs a third
     assert kv.blocks[0] == 3 and kv.free == 3
-    gen = [1, 0, 0]
-    kv.decode([0], 30, lens, gen)           # 30 more tokens: 62 in the cache, 4 blocks
-    assert lens[0] == 62 and gen[0] == 31 and kv.blocks[0] == 4 and kv.free == 2
+    kv.decode([0], 29, lens, gen)           # 62 tokens: 4 blocks
+    assert lens[0] == 62 and gen[0] == 46 and kv.blocks[0] == 4 and kv.free == 2
     assert kv.try_allocate(1, 33) is False and kv.blocks[1] == 0   # 3 blocks do not fit
     assert kv.try_allocate(1, 32) is True and kv.free == 0 and kv.peak == 6
     kv.free_request(0)
@@ -59,3 +59,15 @@ def test_overcommitting_is_an_invariant_violation():
     kv = KVCache(capacity_tokens=32, block_size=16, blocks=[0])
     with pytest.raises(AssertionError, match="overcommitted"):
         kv.allocate(0, 48)
+
+
+def test_one_token_append_matches_decode_by_one():
+    a = KVCache(capacity_tokens=160, block_size=16, blocks=[0, 0, 0])
+    b = KVCache(capacity_tokens=160, block_size=16, blocks=[0, 0, 0])
+    for kv in (a, b):
+        for q, n in enumerate((16, 17, 31)):
+            kv.allocate(q, n)
+    lens_a, lens_b, gen = [16, 17, 31], [16, 17, 31], [1, 1, 1]
+    a.append_tokens([0, 1, 2], lens_a)
+    b.decode([0, 1, 2], 1, lens_b, gen)
+    assert a.blocks == b.blocks and a.free == b.free

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -342,9 +342,9 @@ class ClosedLoop:
     t0: float = 0.0
     #: first sends spread evenly over ``[t0, t0 + ramp_s)`` (client ``k`` at ``t0 + k ramp_s / C``)
     ramp_s: float = 0.0
-    _next: int = 0
-    _loop: EventLoop | None = None
-    _stage: Stage | None = None
+    _next: int = field(default=0, init=False)
+    _loop: EventLoop | None = field(default=None, init=False)
+    _stage: Stage | None = field(default=None, init=False)
 
     def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
         """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""

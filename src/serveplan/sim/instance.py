@@ -32,6 +32,7 @@ after its previous one left the last stage.
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable
 
@@ -130,7 +131,7 @@ class StepClock:
         """Step times of context sums ``[b*1024, (b+1)*1024)`` for ``nd`` decodes into ``out``."""
         size = 1 << _BLK_BITS
         base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
-        out[:] = columns.step_times(self.est, base, "decode",
+        out[:] = columns.step_times(self.est, base, "decode", length=size,
                                     decode_keys=np.arange(size, dtype=float) + (b << _BLK_BITS))
 
     def _block(self, nd: int, b: int) -> np.ndarray:
@@ -227,6 +228,7 @@ class Instance:
         self.token_budget = batching.step_token_budget
         self.chunk_size = batching.chunk_size
         self.handoff = handoff
+        self._hands_off = role is Role.PREFILL  # prompts leave after their prefill
         self.on_finish = on_finish
         #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
         #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
@@ -252,10 +254,9 @@ class Instance:
         self._repeat_chunk = fp is not None and fp.repeat_chunk
         self._prefill_t = clock.prefill_times
 
-    @property
-    def free_blocks(self) -> int:
-        """Free KV blocks (what a policy reads)."""
-        return self.kv.free
+    #: Free KV blocks (what a policy reads; ``KVCache.free``, read through a C-level getter: policies
+    #: read it at every step boundary)
+    free_blocks = property(operator.attrgetter("kv.free"))
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:
@@ -325,18 +326,21 @@ class Instance:
                         self._decode_stretch(list(self.running), until)
                         continue
                 plan = sched.plan_batch(self)
-            if plan is not None and (plan.admit or plan.preempt):
-                self._apply_admission(plan)
-            if plan is None or plan.is_empty:
+            if plan is None or not (plan.prefill or plan.decode):
                 if plan is not None and (plan.admit or plan.preempt):
-                    continue
-                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF, self._next_ready())
+                    self._apply_admission(plan)
+                    continue  # admitted without compute (transferred caches): plan again
+                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
+                if self.pp > 1:
+                    nxt = min(nxt, self._next_ready())
                 if nxt >= until:
                     if until < INF:
                         self.now = until
                     return
                 self.now = nxt
                 continue
+            if plan.admit or plan.preempt:
+                self._apply_admission(plan)
             if fast and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
                 if not plan.prefill:
                     self._decode_stretch(plan.decode, until)
@@ -390,7 +394,7 @@ class Instance:
             if self._emit_token(q, exit_t):
                 self._finish(q, exit_t)
                 return True
-            if self.role is Role.PREFILL:
+            if self._hands_off:
                 self._hand_off(q, exit_t)
                 return True
             now = exit_t
@@ -476,10 +480,13 @@ class Instance:
         now = self.now
         pf = R.prefilled
         kv = R.kv_len
-        for q, _ in plan.prefill:
-            if R.start[q] != R.start[q]:  # NaN: first computation for the request
-                R.start[q] = now
-        key = step_sums([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode])
+        chunks = []
+        st = R.start
+        for q, c in plan.prefill:
+            chunks.append((c, pf[q]))
+            if st[q] != st[q]:  # NaN: first computation for the request
+                st[q] = now
+        key = step_sums(chunks, [kv[q] for q in plan.decode] if plan.decode else ())
         t = self.clock.by_sums.get(key)
         if t is None:
             t = self.clock.time_of(key)
@@ -488,18 +495,7 @@ class Instance:
             self.now = exit_t
             bubble = 0.0
         else:
-            sf = self.stage_free
-            end = now + t
-            sf[0] = end
-            bubble = 0.0
-            for s in range(1, self.pp):
-                idle_from = sf[s] if sf[s] > now else now
-                if end > idle_from:
-                    bubble += end - idle_from
-                end = (end if end > sf[s] else sf[s]) + t
-                sf[s] = end
-            exit_t = end
-            self.now = sf[0]
+            exit_t, bubble = self._through_pipeline(now, t)
         self.num_steps += 1
         done: list[int] = []
         for q, c in plan.prefill:
@@ -510,19 +506,40 @@ class Instance:
             if pf[q] >= R.prompt_len[q]:
                 if self._emit_token(q, exit_t):
                     done.append(q)
-                elif self.role is Role.PREFILL:
+                elif self._hands_off:
                     self._hand_off(q, exit_t)
-        if plan.decode:
-            self.kv.append_tokens(plan.decode, kv)  # before the lengths grow: a block where the last is full
-        for q in plan.decode:
-            kv[q] += 1
-            R.gen[q] += 1
-            R.ready_at[q] = exit_t
-            R.bubble[q] += bubble
-            if R.gen[q] >= R.out[q]:
-                done.append(q)
+        dec = plan.decode
+        if dec:
+            gen, out = R.gen, R.out
+            self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
+            if self.pp == 1:  # a decode is ready again when its step ends, which is now
+                done += [q for q in dec if gen[q] >= out[q]]
+            else:
+                ra, bub = R.ready_at, R.bubble
+                for q in dec:
+                    ra[q] = exit_t
+                    bub[q] += bubble
+                    if gen[q] >= out[q]:
+                        done.append(q)
         for q in done:
             self._finish(q, exit_t)
+
+    def _through_pipeline(self, now: float, t: float) -> tuple[float, float]:
+        """A micro-batch of stage time ``t`` enters the pipeline at ``now``: when it leaves the
+        last stage, and the time stages idled waiting for it (its bubble). The instance may start
+        its next micro-batch when the first stage is free."""
+        sf = self.stage_free
+        end = now + t
+        sf[0] = end
+        bubble = 0.0
+        for s in range(1, self.pp):
+            idle_from = sf[s] if sf[s] > now else now
+            if end > idle_from:
+                bubble += end - idle_from
+            end = (end if end > sf[s] else sf[s]) + t
+            sf[s] = end
+        self.now = sf[0]
+        return end, bubble
 
     # ---------------------------------------------------------------- decode-only stretch (pp == 1)
     def _decode_stretch(self, run: list[int], until: float) -> None:
@@ -534,8 +551,9 @@ class Instance:
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
-        if self.waiting and self.kv.releases:
-            wake = min(wake, self.kv.releases[0][0])
+        kvc = self.kv
+        if self.waiting and kvc.releases:
+            wake = min(wake, kvc.releases[0][0])
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -547,11 +565,11 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        self.kv.decode(run, k, kv, gen)
+        kvc.decode(run, k, kv, gen)
         self.num_steps += k
         self.now = end
         if k == d_min:  # the stretch ends with the first completions
-            for r in [r for r in run if gen[r] == out[r]]:
+            for r in (run if nd == 1 else [r for r in run if gen[r] == out[r]]):
                 self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
@@ -579,7 +597,7 @@ class Instance:
         j = np.arange(k_max, dtype=float)
         ctx = ctx0 + c * j
         base = StepBatch(prefill_tokens=float(c), decode_tokens=float(nd), prefill_seqs=1.0)
-        times = columns.step_times(self.clock.est, base, "prefill", prefill_keys=ctx + c,
+        times = columns.step_times(self.clock.est, base, "prefill", length=k_max, prefill_keys=ctx + c,
                                    prefill_scores=c * (ctx + c), prefill_causal_scores=c * (ctx + (c + 1) / 2),
                                    decode_keys=kvd0 + nd * j)
         wake = until
@@ -625,7 +643,4 @@ class Instance:
                 d_min = d
         if d_min < k_max:
             k_max = d_min
-        kvc = self.kv
-        if len(run) * -(-k_max // kvc.block_size) > kvc.free:  # even a block per request per 16 steps may not fit
-            k_max = kvc.steps_that_fit(run, kv, k_max)
-        return kvd0, k_max, d_min
+        return kvd0, self.kv.steps_that_fit(run, kv, k_max), d_min

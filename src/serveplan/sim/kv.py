@@ -51,7 +51,7 @@ class KVCache:
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = -(-tokens // self.block_size)  # ceil_div written out: once per admission
+        b = ceil_div(tokens, self.block_size)
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -60,7 +60,7 @@ class KVCache:
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
-        b = -(-tokens // self.block_size)  # ceil_div written out: once per lone request, a call costs ~3%
+        b = ceil_div(tokens, self.block_size)
         if b > self.free:
             return False
         self.free -= b
@@ -71,8 +71,9 @@ class KVCache:
 
     # ---------------------------------------------------------------- grow
     def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
-        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens:
-        a new block where the last one is full."""
+        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens (the
+        lengths before the step): a new block where the last one is full. (:meth:`decode` does the
+        same and advances the lengths.)"""
         bs, blocks = self.block_size, self.blocks
         for q in decodes:
             if kv_len[q] % bs == 0:
@@ -100,7 +101,7 @@ class KVCache:
         """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``
         whose new blocks fit (one step is known to fit)."""
         bs, blocks, free = self.block_size, self.blocks, self.free
-        if not run or len(run) * -(-k_max // bs) <= free:  # ceil_div written out: once per stretch
+        if not run or len(run) * ceil_div(k_max, bs) <= free:
             return k_max
 
         def need(k: int) -> int:
