@@ -14,33 +14,16 @@ from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
-from serveplan.optimize.space import SearchSpace
+from serveplan.optimize.space import SearchSpace, search_defaults
 from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.workload import build_workloads
-from serveplan.specs.hardware import DeviceSpec
 from serveplan.units import DType
 
 if TYPE_CHECKING:
     from serveplan.validate.bands import GoodputBand
-
-
-def _engine_defaults(engine: str | None, hw: DeviceSpec, max_batch: str | None, prefill_max_batch: int | None,
-                     schedulers: str | None, chunk_sizes: str | None) -> tuple[str, int, str, str]:
-    """Search-list defaults: BestServe's testbed, or the engine's scheduler and limits on ``hw``."""
-    if engine is None:
-        return (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch, schedulers or "prefill-first",
-                chunk_sizes or "512")
-    from serveplan.specs.catalog import get_engine
-
-    spec = get_engine(engine)
-    lim = spec.limits(hw)
-    seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
-    budget = lim.token_budget or lim.chunk_size or 512
-    return (max_batch or str(seqs), (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
-            schedulers or spec.mechanism.scheduler, chunk_sizes or str(budget))
 
 
 @app.command("optimize")
@@ -106,8 +89,9 @@ def optimize_cmd(
 
     Default: BestServe's testbed (CodeLlama-34B on 8 Ascend 910B3, TP 1-8, op2, SLO 1.5 s / 70 ms)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
-    max_batch, prefill_max_batch, schedulers, chunk_sizes = _engine_defaults(
-        engine, hw, max_batch, prefill_max_batch, schedulers, chunk_sizes)
+    max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
+        engine, hw, max_batch=max_batch, prefill_max_batch=prefill_max_batch, schedulers=schedulers,
+        chunk_sizes=chunk_sizes)
     space = SearchSpace(
         devices=devices, tp_sizes=tuple(parse_int_list(tp, "tp")), pp_sizes=tuple(parse_int_list(pp, "pp")),
         dp_sizes=tuple(parse_int_list(dp, "dp")), ep_sizes=tuple(parse_int_list(ep, "ep")),

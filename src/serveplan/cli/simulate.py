@@ -13,7 +13,7 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
-from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate
+from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
 from serveplan.sim.workload import SCENARIOS, build_workload
 
 if TYPE_CHECKING:
@@ -208,19 +208,15 @@ def simulate_cmd(
                         dataset=dataset)
     levels = _concurrency(concurrency) if concurrency is not None else None
     rate = _load_rate(rate, offline, levels)
-    from serveplan.specs.catalog import get_engine
-
-    spec = get_engine(engine)
-    settings = {k: v for k, v in (("strategy", strategy or ("1p1d" if spec.engine == "bestserve" else "1m")),
-                                  ("tp", tp), ("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("pp", pp),
-                                  ("dp", dp), ("ep", ep), ("max_batch", max_batch),
-                                  ("prefill_max_batch", prefill_max_batch or None), ("scheduler", scheduler),
-                                  ("chunk_size", chunk_size), ("token_budget", token_budget)) if v is not None}
-    cfg = SimulationConfig(
+    cfg = simulation_config(
+        engine=engine, strategy=strategy,
+        fleet_options={"tp": tp, "prefill_tp": prefill_tp, "decode_tp": decode_tp, "pp": pp, "dp": dp, "ep": ep,
+                       "max_batch": max_batch, "prefill_max_batch": prefill_max_batch, "scheduler": scheduler,
+                       "chunk_size": chunk_size, "token_budget": token_budget},
         model=m, hardware=hw, profile=pr, router=router, fidelity=fidelity, rate=rate, workload=wl,
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
-        early_stop=early_stop, engine=spec, kv_dtype=kv_dtype, offline=offline,
-        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit, **settings,
+        early_stop=early_stop, kv_dtype=kv_dtype, offline=offline,
+        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit,
     )
     if levels and len(levels) > 1:
         _concurrency_sweep(cfg, levels, json_out, out)

@@ -19,6 +19,7 @@ from serveplan.errors import SpecError
 from serveplan.estimator.step import Estimator
 from serveplan.sim.fleet import Fleet, Strategy
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
+from serveplan.specs.catalog import get_engine
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -206,3 +207,21 @@ def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[Parall
                 yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp, pp=par.pp,
                                   dp=par.dp, ep=par.ep, max_batch=max_batch,
                                   prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0])
+
+
+def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str | None = None,
+                    prefill_max_batch: int | None = None, schedulers: str | None = None,
+                    chunk_sizes: str | None = None) -> tuple[str, int, str, str]:
+    """The search lists ``(max batches, prompts per prefill step, schedulers, chunk sizes)`` of
+    ``serveplan optimize`` (and the web planner) where the user gave none: BestServe's testbed
+    (16, 4, prefill-first, 512) without an engine, else the engine's scheduler and limits on
+    ``hardware`` (:meth:`~serveplan.specs.engine.EngineSpec.limits`)."""
+    if engine is None:
+        return (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch,
+                schedulers or "prefill-first", chunk_sizes or "512")
+    spec = get_engine(engine)
+    lim = spec.limits(hardware)
+    seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
+    budget = lim.token_budget or lim.chunk_size or 512
+    return (max_batch or str(seqs), (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
+            schedulers or spec.mechanism.scheduler, chunk_sizes or str(budget))

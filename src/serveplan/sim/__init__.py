@@ -8,7 +8,14 @@ Engines (``SimulationConfig(engine="vllm", ...)``), offline runs (``rate=None, o
 closed loops (``rate=None, concurrency=C``, statistics in ``SimulationResult.closed_loop``).
 """
 
-from serveplan.sim.engine import ClosedLoopStats, Fidelity, SimulationConfig, SimulationResult, simulate
+from serveplan.sim.engine import (
+    ClosedLoopStats,
+    Fidelity,
+    SimulationConfig,
+    SimulationResult,
+    simulate,
+    simulation_config,
+)
 from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords
@@ -19,5 +26,5 @@ __all__ = [
     "SCENARIOS", "SLO", "Batching", "ClosedLoopStats", "EngineSetup", "Fidelity", "Fleet", "InstanceConfig",
     "LatencyStats", "LengthDist",
     "RequestRecords", "Role", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "arrival_times",
-    "resolve_engine", "simulate",
+    "resolve_engine", "simulate", "simulation_config",
 ]

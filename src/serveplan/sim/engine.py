@@ -445,6 +445,31 @@ def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfil
 
 
 # ---------------------------------------------------------------------- simulate
+
+#: fleet options a user may leave to the engine (``None``: the engine's default)
+FLEET_OPTIONS = ("tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch", "prefill_max_batch", "scheduler",
+                 "chunk_size", "token_budget")
+
+
+def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None = None,
+                      fleet_options: dict[str, Any] | None = None, **config: Any) -> SimulationConfig:
+    """A :class:`SimulationConfig` from user-level options, as ``serveplan simulate`` and the web
+    planner take them: the engine (a family, a versioned id or a spec; ``None``: the default,
+    vLLM), its default strategy when none is given (``1p1d`` for BestServe's testbed, else ``1m``),
+    and only the fleet options that were given (``None`` or a ``prefill_max_batch`` of 0 leave
+    the engine's default). ``config`` holds the other :class:`SimulationConfig` fields."""
+    spec = engine if isinstance(engine, EngineSpec) else get_engine(engine or "vllm")
+    opts = dict(fleet_options or {})
+    unknown = sorted(set(opts) - set(FLEET_OPTIONS))
+    if unknown:
+        raise SpecError(f"unknown fleet option(s) {', '.join(unknown)}; expected: {', '.join(FLEET_OPTIONS)}")
+    if not opts.get("prefill_max_batch"):
+        opts.pop("prefill_max_batch", None)
+    given = {k: v for k, v in opts.items() if v is not None}
+    return SimulationConfig(engine=spec, strategy=strategy or ("1p1d" if spec.engine == "bestserve" else "1m"),
+                            **given, **config)
+
+
 def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
              ramp_s: float | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.

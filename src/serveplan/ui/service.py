@@ -26,17 +26,17 @@ import typer.main
 
 from serveplan.cli import app as cli_app
 from serveplan.cli import parse_int_list
-from serveplan.cli.simulate import _rates
+from serveplan.cli.simulate import _load_rate, _rates
 from serveplan.errors import InfeasibleError, SolverError, SpecError
 from serveplan.estimator.api import estimate, resolve_specs
 from serveplan.offload import get_host, list_hosts
 from serveplan.offload.search import offload_frontier, plan_offload
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings
 from serveplan.optimize.search import search_many
-from serveplan.optimize.space import SearchSpace
+from serveplan.optimize.space import SearchSpace, search_defaults
 from serveplan.report.deploy import deploy_plan
 from serveplan.report.documents import optimize_document, simulate_document
-from serveplan.sim import SCENARIOS, SLO, Fidelity, Fleet, SimulationConfig, simulate
+from serveplan.sim import SCENARIOS, SLO, Fidelity, simulate, simulation_config
 from serveplan.sim.schedulers import collocated_schedulers
 from serveplan.sim.workload import build_workload, build_workloads
 from serveplan.specs.catalog import get_hardware, get_model, list_hardware, list_models, list_profiles
@@ -251,14 +251,17 @@ def run(prep: Prepared, progress: Progress | None = None) -> tuple[dict[str, Any
 def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
     # the body of `serveplan optimize` up to the search (cli/optimize.py), for the options the page has
     m, hw, pr = resolve_specs(o["model"], o["hardware"], o["profile"])
+    max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
+        o.get("engine"), hw, max_batch=o["max_batch"], prefill_max_batch=o["prefill_max_batch"],
+        schedulers=o["schedulers"], chunk_sizes=o["chunk_sizes"])
     space = SearchSpace(
         devices=o["devices"], tp_sizes=tuple(parse_int_list(o["tp"], "tp")),
         pp_sizes=tuple(parse_int_list(o["pp"], "pp")), dp_sizes=tuple(parse_int_list(o["dp"], "dp")),
         ep_sizes=tuple(parse_int_list(o["ep"], "ep")),
-        max_batches=tuple(parse_int_list(o["max_batch"], "max-batch")),
-        prefill_max_batch=o["prefill_max_batch"] or None,
-        schedulers=tuple(s.strip() for s in o["schedulers"].split(",") if s.strip()),
-        chunk_sizes=tuple(parse_int_list(o["chunk_sizes"], "chunk-sizes")),
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")),
+        prefill_max_batch=prefill_max_batch or None,
+        schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
         collocated=not o["no_collocated"], disaggregated=not o["no_disaggregated"], mixed_tp=not o["same_tp"],
     )
     if o["slo_ttft"] <= 0 or o["slo_tpot"] <= 0:
@@ -272,7 +275,10 @@ def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(o["dtype"]) if o["dtype"] else None,
                                 relaxation=o["relaxation"], seeds=o["seeds"], seed=o["seed"],
-                                fidelity=Fidelity.parse(o["fidelity"]), rel_tol=o["tolerance"]) for wl in workloads]
+                                fidelity=Fidelity.parse(o["fidelity"]), rel_tol=o["tolerance"],
+                                engine=o.get("engine"),
+                                kv_dtype=DType.parse(o["kv_dtype"]) if o.get("kv_dtype") else None)
+                for wl in workloads]
     return space, settings, [wl.name for wl in workloads]
 
 
@@ -294,14 +300,19 @@ def _prepare_simulate(o: dict[str, Any]) -> tuple[Any, ...]:
     m, hw, pr = resolve_specs(o["model"], o["hardware"], o["profile"])
     wl = build_workload(scenario=o["scenario"], input_len=o["input_len"], output_len=o["output_len"],
                         trace=o["trace"], length_dist=o["length_dist"], num_requests=o["num_requests"],
-                        arrival=o["arrival"], cv=o["cv"], seed=o["seed"])
-    fleet = Fleet.build(o["strategy"], tp=o["tp"], prefill_tp=o["prefill_tp"], decode_tp=o["decode_tp"], pp=o["pp"],
-                        dp=o["dp"], ep=o["ep"], max_batch=o["max_batch"], prefill_max_batch=o["prefill_max_batch"],
-                        scheduler=o["scheduler"], chunk_size=o["chunk_size"], token_budget=o["token_budget"])
-    cfg = SimulationConfig(
-        model=m, hardware=hw, profile=pr, fleet=fleet, router=o["router"], fidelity=o["fidelity"], rate=o["rate"],
-        workload=wl, slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]),
-        seed=o["seed"], dtype=o["dtype"], early_stop=o["early_stop"],
+                        arrival=o["arrival"], cv=o["cv"], seed=o["seed"], dataset=o.get("dataset"))
+    if o.get("offline") or o.get("concurrency"):
+        raise SpecError("the Simulate panel runs open-loop rates; use `serveplan simulate --offline` or "
+                        "`--concurrency` for offline and closed-loop runs")
+    fleet_keys = ("tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch", "prefill_max_batch", "scheduler",
+                  "chunk_size", "token_budget")
+    cfg = simulation_config(
+        engine=o.get("engine"), strategy=o["strategy"], fleet_options={k: o[k] for k in fleet_keys},
+        model=m, hardware=hw, profile=pr, router=o["router"], fidelity=o["fidelity"],
+        rate=_load_rate(o["rate"], False, None), workload=wl,
+        slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]),
+        seed=o["seed"], dtype=o["dtype"], early_stop=o["early_stop"], kv_dtype=o.get("kv_dtype"),
+        prefix_hit=o.get("prefix_hit") or 0.0,
     )
     rates = _rates(o["rate_sweep"]) if o["rate_sweep"] else []
     return cfg, rates
