@@ -81,6 +81,35 @@ def num_requests(concurrency: int) -> int:
     return max(4 * concurrency, 32)
 
 
+def _version_key(text: str) -> tuple[int, ...]:
+    """``"0.8.1.post2"`` -> ``(0, 8, 1)``: the numeric release, suffixes dropped."""
+    out: list[int] = []
+    for part in text.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def engine_for(engine: str, version: str) -> str:
+    """The bundled engine file a row measured with ``engine`` at ``version`` is simulated with: the
+    newest bundled version not newer than the row's, else the oldest bundled one (also for rows that
+    name no version: the sample's unversioned rows were measured from 2025-10 to 2026-04, per their
+    ``silicon_data_source``, before the newest bundled releases). The user-facing default (the newest release)
+    may postdate the measurement, and its defaults may differ (vLLM 0.33 adds a >= 160 GiB tier and
+    a 0.92 memory share), so rows are not simulated with defaults their engine did not have."""
+    from serveplan.specs.catalog import get_engine, list_engines
+
+    want = _version_key(version or "")
+    specs = [get_engine(key) for key in list_engines() if key.startswith(f"{engine}-")]
+    bundled = sorted((_version_key(spec.version), spec.name) for spec in specs if spec.version)
+    if not bundled:
+        return engine
+    older = [key for v, key in bundled if v <= want]
+    return older[-1] if older else bundled[0][1]
+
+
 def predict(case: SiliconCase) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
     from serveplan import get_hardware, get_model, get_profile
@@ -91,7 +120,8 @@ def predict(case: SiliconCase) -> dict[str, Any]:
     hw = get_hardware(case.hardware)
     profile = get_profile(None, case.hardware)
     cfg = SimulationConfig(
-        model=get_model(case.model), hardware=hw, profile=profile, engine=case.engine, strategy="1m",
+        model=get_model(case.model), hardware=hw, profile=profile, engine=engine_for(case.engine, case.engine_version),
+        strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=case.concurrency, rate=None,
         workload=Workload.fixed(case.isl, case.osl, num_requests=num_requests(case.concurrency)),

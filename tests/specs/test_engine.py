@@ -23,7 +23,7 @@ def test_every_engine_loads_with_a_source_and_cites_its_limits(name: str) -> Non
 
 
 def test_family_name_picks_the_default_version() -> None:
-    assert get_engine("vllm").name == "vllm-0.11"
+    assert get_engine("vllm").name == "vllm-0.33"
     assert get_engine("sglang").name == "sglang-0.5"
     assert get_engine("trtllm").name == "trtllm-1.2"
 
@@ -34,8 +34,11 @@ def test_unknown_engine_names_the_options() -> None:
 
 
 def test_vllm_v1_limits_depend_on_device_memory_and_a100() -> None:
-    # vllm/engine/arg_utils.py EngineArgs._set_default_args (v0.11.0): >= 70 GiB and not A100
+    # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (v0.33.0): >= 160 GiB the largest,
+    # >= 70 GiB and not A100 the large ones, else the small ones
     e = get_engine("vllm")
+    b200 = e.limits(get_hardware("b200"))  # 180 GB = 167.6 GiB
+    assert (b200.max_num_seqs, b200.token_budget) == (1024, 16384)
     h100 = e.limits(get_hardware("h100-sxm"))
     assert (h100.max_num_seqs, h100.token_budget) == (1024, 8192)
     assert e.limits(get_hardware("h100-sxm"), offline=True).token_budget == 16384
@@ -43,7 +46,14 @@ def test_vllm_v1_limits_depend_on_device_memory_and_a100() -> None:
     assert (a100.max_num_seqs, a100.token_budget) == (256, 2048)
     assert e.limits(get_hardware("a100-80g"), offline=True).token_budget == 8192
     assert e.mechanism is Mechanism.CHUNKED_PREFILL and e.kv_block_size == 16
-    assert e.memory_basis is MemoryBasis.TOTAL and e.memory_fraction == 0.9
+    assert e.memory_basis is MemoryBasis.TOTAL and e.memory_fraction == 0.92  # CacheConfig, v0.33.0
+
+
+def test_vllm_0_11_is_kept_with_its_own_defaults() -> None:
+    # v0.11.0: no >= 160 GiB tier (B200 gets the H100 defaults) and gpu_memory_utilization 0.9
+    e = get_engine("vllm-0.11")
+    assert e.limits(get_hardware("b200")).token_budget == 8192
+    assert e.memory_fraction == 0.9
 
 
 def test_sglang_chunk_by_memory_and_static_fraction() -> None:
