@@ -3,7 +3,7 @@
 Paper (Fig. 7, one iteration of a prefill): 128 tokens 55 ms, 256 tokens 69.8 ms (+27%),
 257 tokens 92.33 ms (+32% over 256, for one extra token). Tile size 128.
 
-Model (``serveplan.estimator.step.tile_quantized_rows``): a GEMM of ``n`` rows costs
+Model (``serveplan.estimator.roofline.tile_quantized_rows``): a GEMM of ``n`` rows costs
 ``c * (ceil(n/128)*128 + n0)`` with ``n0 = 85.3`` rows (from Sarathi §4.2's 12.5% throughput
 loss of 256- versus 512-token chunks), so the compute term of every token-dimension GEMM is
 scaled by ``(ceil(n/128)*128 + n0) / (n + n0)``: 1 at multiples of 128, 1.371 at 257.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
-from serveplan.estimator.step import TILE_FIXED_ROWS_FRACTION, tile_quantized_rows
+from serveplan.estimator.roofline import TILE_FIXED_ROWS_FRACTION, tile_quantized_rows
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.profile import PhaseEfficiency
 

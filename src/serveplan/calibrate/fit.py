@@ -46,17 +46,18 @@ from scipy.optimize import least_squares
 
 from serveplan.calibrate.measurements import MODULES, MeasurementSet
 from serveplan.errors import SolverError, SpecError
+from serveplan.estimator import roofline
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.step import Estimator
-from serveplan.ops.base import FEATURE_INDEX, Rate
+from serveplan.ops.base import Op
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile, Module, PhaseEfficiency
+from serveplan.specs.profile import EfficiencyProfile, Module, Phase, PhaseEfficiency
 from serveplan.units import DType
 
-PHASES = ("prefill", "decode")
-FAMILIES = ("matmul", "attention", "stream")
+PHASES = tuple(ph.value for ph in Phase)
+FAMILIES = tuple(f.value for f in roofline.FAMILIES)
 #: kernel kind -> family
 KIND_FAMILY = {"gemm": "matmul", "gemv": "matmul", "attention": "attention", "copy": "stream",
                "elementwise": "stream", "norm": "stream", "launch": "stream", "module": "stream"}
@@ -347,12 +348,9 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
 
 
 # ------------------------------------------------------------------------------ projection
-def op_kind(op: Any) -> str:
-    """Kernel family of an estimator operator, from the flags the estimator itself reads
-    (``Op.attention``: attention kernel; ``Op.rows``: matrix multiplication)."""
-    if op.attention:
-        return "attention"
-    return "matmul" if op.rows is not None else "stream"
+def op_kind(op: Op) -> str:
+    """Kernel family of an estimator operator (:func:`serveplan.estimator.roofline.kernel_family`)."""
+    return roofline.kernel_family(op).value
 
 
 def op_family(flops: Mapping[str, float], nbytes: Mapping[str, float]) -> str:
@@ -373,76 +371,43 @@ def op_family(flops: Mapping[str, float], nbytes: Mapping[str, float]) -> str:
 class StepComposer:
     """Step times of a model composed from per-family efficiencies.
 
-    Uses the estimator's own operator tables (work and traffic per op, via
-    :meth:`Estimator.estimate`) and repeats its Algorithm 1 overlap; with every family given the
-    same factors it reproduces :meth:`Estimator.time` exactly (tested).
+    Times the estimator's own compiled operator tables with the shared roofline kernel
+    (:mod:`serveplan.estimator.roofline`: per-op rates, size curve, Algorithm 1 overlap), giving
+    each kernel family its own factors; with every family given the phase's factors it reproduces
+    :meth:`Estimator.time` (tested).
     """
 
     def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                  batches: Sequence[StepBatch], *, dtype: DType | str | None = None) -> None:
         est = Estimator(model, hardware, profile, ParallelConfig(), dtype=dtype)
+        self.compiled = est.compiled
+        self.profile = profile
         self.sc, self.sm = est.peak_flops, hardware.memory_bandwidth
-        self.kappa = [profile.kappa_update, profile.kappa_repeat_kv, profile.kappa_upcast]
-        fam, rate, blk, tok = [], [], [], []
-        self.groups: list[tuple[float, list[Module]]] = []
-        b0 = 0
-        for g in est.groups:
-            kinds = []
-            for bi, block in enumerate(g.blocks):
-                kinds.append(block.kind)
-                for op in block.ops:
-                    fam.append(FAMILIES.index(op_kind(op)))
-                    rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV,
-                                 Rate.KAPPA_UPCAST].index(op.rate))
-                    blk.append(b0 + bi)
-                    # rows of the op's GEMM (a linear form of the batch features, as the estimator reads it)
-                    tok.append(dict(op.rows) if op.rows is not None else {})
-            self.groups.append((float(g.count), kinds))
-            b0 += len(g.blocks)
-        self.fam, self.rate, self.blk = np.array(fam), np.array(rate), np.array(blk)
-        self.nblocks = b0
         self.batches = list(batches)
-        self.phase = ["prefill" if b.is_prefill else "decode" for b in self.batches]
-        W, Q, comm, rows = [], [], [], []
-        for b in self.batches:
-            e = est.estimate(b)
-            x = est.features(b)
-            rows.append([sum(c * x[FEATURE_INDEX[k]] for k, c in t.items()) for t in tok])
-            W.append([o.flops for o in e.ops])
-            Q.append([o.bytes for o in e.ops])
-            comm.append([m.comm_s for m in e.modules])
-        self.W, self.Q, self.comm, self.rows = np.array(W), np.array(Q), np.array(comm), np.array(rows)
-        self.hidden_in_decode = profile.dispatch_hidden_in_decode
+        self.phase = [Phase.PREFILL if b.is_prefill else Phase.DECODE for b in self.batches]
+        X = np.column_stack([est.features(b) for b in self.batches]) if self.batches else np.zeros((0, 0))
+        # one feature matrix per phase, and where its columns go
+        self._X = {ph: (np.flatnonzero([p == ph for p in self.phase]), X[:, [p == ph for p in self.phase]])
+                   for ph in Phase if any(p == ph for p in self.phase)}
 
     def times(self, eff: Mapping[tuple[str, str], tuple[float, float]], dispatch: Mapping[Module, float],
               matmul_curve: SizeCurve | None = None) -> np.ndarray:
         """Step time of every batch; ``eff[(phase, family)] = (e_c, e_m)``. With ``matmul_curve``
         the matrix multiplies take the measured time ratio of :class:`SizeCurve` instead."""
         out = np.empty(len(self.batches))
-        is_mm = self.fam == FAMILIES.index("matmul")
-        for i, ph in enumerate(self.phase):
-            ec = np.array([eff[(ph, f)][0] for f in FAMILIES])[self.fam]
-            em = np.array([eff[(ph, f)][1] for f in FAMILIES])[self.fam]
-            comp = np.where(self.rate == 0, self.W[i] / (ec * self.sc), 0.0)
-            mem_rate = em * self.sm
-            for r, kap in enumerate(self.kappa, start=1):
-                if kap:
-                    mem_rate = np.where(self.rate == r, kap, mem_rate)
-            t_op = np.maximum(comp, self.Q[i] / mem_rate)
-            if matmul_curve is not None and ph in matmul_curve.tokens:
-                ideal = np.maximum(self.W[i] / self.sc, self.Q[i] / self.sm)
-                t_op = np.where(is_mm, ideal * matmul_curve.ratio(ph, self.rows[i]), t_op)
-            block = np.bincount(self.blk, weights=t_op, minlength=self.nblocks)
-            total, j = 0.0, 0
-            for count, kinds in self.groups:   # BestServe Algorithm 1, as in Estimator
-                t_d = t_c = 0.0
-                for kind in kinds:
-                    d = 0.0 if (ph == "decode" and self.hidden_in_decode) else dispatch.get(kind, 0.0)
-                    t_d += d
-                    t_c = max(t_d, t_c) + block[j] + self.comm[i, j]
-                    j += 1
-                total += count * t_c
-            out[i] = total
+        p = self.profile
+        for ph, (cols, X) in self._X.items():
+            disp = {} if ph is Phase.DECODE and p.dispatch_hidden_in_decode else dispatch
+            curve = (roofline.SizeCurve.from_points(matmul_curve.tokens[ph], matmul_curve.ratios[ph])
+                     if matmul_curve is not None and ph in matmul_curve.tokens else None)
+            rates = roofline.phase_rates(
+                self.compiled, efficiency={f: eff[(ph.value, f.value)] for f in roofline.FAMILIES},
+                comm=p.efficiency(ph).comm, peak_flops=self.sc, bandwidth=self.sm,
+                kappas=(p.kappa_update, p.kappa_repeat_kv, p.kappa_upcast), size_curve=curve,
+                dispatch=roofline.dispatch_times(self.compiled, lambda kind, d=disp: d.get(kind, 0.0)),
+            )
+            *_, block, comm = roofline.op_terms(self.compiled, rates, X)
+            out[cols] = roofline.layers_time(block, comm, rates.dispatch, self.compiled.counts)
         return out
 
 

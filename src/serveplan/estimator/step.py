@@ -2,7 +2,8 @@
 
 :class:`Estimator` compiles the model's operator lists (:mod:`serveplan.ops.graph`) once into
 coefficient matrices, so one step estimate is a few small matrix products; the same code runs on
-a matrix of many batches (``step_times``) for the simulator's decode stretches.
+a matrix of many batches (``step_times``) for the simulator's decode stretches. The timing
+arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calibration):
 
 * Per operator (BestServe eq. 3/5): ``time = max(W / (e_c S_c), Q / (e_m S_m))``; the decode
   data movements of eq. (12) use their ``kappa`` rates instead (``Q / kappa``).
@@ -17,19 +18,30 @@ a matrix of many batches (``step_times``) for the simulator's decode stretches.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
-from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Rate
+from serveplan.estimator.roofline import (
+    OpFamily,
+    PhaseRates,
+    SizeCurve,
+    compile_step,
+    dispatch_times,
+    layers_time,
+    op_terms,
+    phase_rates,
+    tile_quantized_rows,
+)
+from serveplan.ops.base import FEATURE_INDEX, FEATURES, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import CommModel, EfficiencyProfile, Module, PhaseEfficiency
+from serveplan.specs.profile import EfficiencyProfile, Phase
 from serveplan.units import DType
 
 #: Fraction of device memory the engine may use (vLLM's ``gpu_memory_utilization`` default 0.9).
@@ -39,44 +51,6 @@ _NF = len(FEATURES)
 _CACHE_SIZE = 1 << 16  # memoised step times per estimator
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
-
-
-#: Fixed cost of one GEMM in token rows, as a fraction of the tile (tile quantization model).
-#: Derived from Sarathi §4.2 (Insight 1): on LLaMA-13B/A6000, 256-token chunks run at 12.5% below
-#: the throughput of 512-token ones. With a GEMM time affine in its rows, ``T(M) = c (M + n0)``,
-#: ``[256/(256 + n0)] / [512/(512 + n0)] = 0.875`` gives ``n0 = 85.3 = (2/3) * 128``. Cross-check:
-#: the expected idle tail of the last wave (half a wave, NVIDIA "Matrix Multiplication Background"
-#: User's Guide §3.2) of LLaMA-13B's GEMMs with 128x128 tiles on the A6000's 84 SMs is ~97 rows.
-#: Other devices: assumed to scale with their tile.
-TILE_FIXED_ROWS_FRACTION = 2.0 / 3.0
-
-
-def tile_quantized_rows(n: float, tile: int) -> float:
-    """Token rows a GEMM of ``n`` tokens costs under tile quantization (feature ``ng``).
-
-    A GEMM's row dimension is processed in tiles of ``tile`` rows, so its time follows the padded
-    count ``ceil(n / tile) * tile`` (Sarathi §4.4; NVIDIA "Matrix Multiplication Background" §3.1),
-    plus a fixed cost of ``n0`` rows per GEMM (:data:`TILE_FIXED_ROWS_FRACTION`):
-    ``T(n) = c * (ceil(n/tile)*tile + n0)``. The profile's compute efficiency is taken to hold for
-    tile-aligned work, so the penalty relative to unquantized work is
-    ``(ceil(n/tile)*tile + n0) / (n + n0)``, and the rows charged are ``n`` times that. A multiple
-    of the tile costs exactly ``n``; ``tile = 0`` (unknown or switched off) returns ``n``.
-
-    >>> round(tile_quantized_rows(257, 128) / 257, 3)   # (384 + 85.3) / (257 + 85.3)
-    1.371
-    """
-    if not tile or n <= 0:
-        return n
-    n0 = TILE_FIXED_ROWS_FRACTION * tile
-    padded = math.ceil(n / tile) * tile
-    return n * (padded + n0) / (n + n0)
-
-
-def _vec(lin: Lin) -> np.ndarray:
-    v = np.zeros(_NF)
-    for k, c in lin.items():
-        v[_I[k]] = c
-    return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +116,7 @@ class StepEstimate:
     """Time of one step of one instance, with its breakdown."""
 
     total_s: float
-    phase: str
+    phase: Phase
     modules: tuple[ModuleTiming, ...]
     ops: tuple[OpTiming, ...]
     memory: MemoryEstimate
@@ -151,7 +125,7 @@ class StepEstimate:
     def to_dict(self) -> dict[str, Any]:
         return {
             "total_s": self.total_s,
-            "phase": self.phase,
+            "phase": self.phase.value,
             "pp_comm_s": self.pp_comm_s,
             "modules": [
                 {"group": m.group, "name": m.name, "count": m.count, "dispatch_s": m.dispatch_s,
@@ -165,20 +139,6 @@ class StepEstimate:
             ],
             "memory": self.memory.to_dict(),
         }
-
-
-@dataclass
-class _Compiled:
-    name: str
-    count: float
-    F: np.ndarray              # (ops, features) FLOP
-    B: np.ndarray              # (ops, features) bytes
-    rate: np.ndarray           # (ops,) index into [roofline, update, repeat_kv, upcast]
-    op_block: np.ndarray       # (ops,) block index
-    block_kinds: list[Module]
-    comm_coef: list[list[tuple[np.ndarray, np.ndarray, float, float, Collective, int]]]
-    # per block: list of (bytes vector, values vector, link bandwidth, link latency, kind, group)
-    ops: list[Any] = field(default_factory=list)
 
 
 class Estimator:
@@ -223,16 +183,10 @@ class Estimator:
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
             expert_imbalance=profile.expert_imbalance,
         )
-        self._compiled = [self._compile(g) for g in self.groups]
-        self._rates = {
-            "prefill": self._phase_rates(profile.prefill),
-            "decode": self._phase_rates(profile.decode),
-        }
-        self._dispatch = {
-            ph: [[0.0 if (ph == "decode" and profile.dispatch_hidden_in_decode) else profile.dispatch(k)
-                  for k in c.block_kinds] for c in self._compiled]
-            for ph in ("prefill", "decode")
-        }
+        self.compiled = compile_step(self.groups, hardware, profile.comm_model)
+        self._rates = {ph: self._phase_rates(ph) for ph in Phase}
+        # the hot paths pick a phase by a comparison, not by hashing the enum
+        self._prefill_rates, self._decode_rates = self._rates[Phase.PREFILL], self._rates[Phase.DECODE]
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
         self._pp_links = self._stage_boundary_links()
@@ -240,31 +194,21 @@ class Estimator:
         self._pp_link = min(self._pp_links, key=lambda lk: (lk.bandwidth, -lk.latency_s)) if self._pp_links else None
         self.memory = self._memory()
         self._cache: dict[StepBatch, float] = {}
-        self._fuse()
 
-    # ------------------------------------------------------------------ compilation
-    def _compile(self, g: LayerGroup) -> _Compiled:
-        ops, rate, op_block, kinds, comm = [], [], [], [], []
-        for bi, block in enumerate(g.blocks):
-            kinds.append(block.kind)
-            for op in block.ops:
-                ops.append(op)
-                rate.append([Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST].index(op.rate))
-                op_block.append(bi)
-            cl = []
-            for c in block.comms:
-                link = self.hardware.link_for(c.group_size if c.kind is Collective.ALL_TO_ALL else c.group_size)
-                cl.append((_vec(c.volume), _vec(c.values), link.bandwidth, link.latency_s, c.kind, c.group_size))
-            comm.append(cl)
-        F = np.array([_vec(o.flops) for o in ops]) if ops else np.zeros((0, _NF))
-        B = np.array([_vec(o.bytes) for o in ops]) if ops else np.zeros((0, _NF))
-        return _Compiled(g.name, float(g.count), F, B, np.array(rate), np.array(op_block), kinds, comm, ops)
-
-    def _phase_rates(self, eff: PhaseEfficiency) -> tuple[float, np.ndarray, float]:
-        mem = eff.memory * self.hardware.memory_bandwidth
+    def _phase_rates(self, phase: Phase) -> PhaseRates:
         p = self.profile
-        kappas = np.array([mem, p.kappa_update or mem, p.kappa_repeat_kv or mem, p.kappa_upcast or mem])
-        return eff.compute * self.peak_flops, kappas, eff.comm
+        eff = p.efficiency(phase)
+        hidden = phase is Phase.DECODE and p.dispatch_hidden_in_decode
+        curve = p.matmul_size_curve.get(phase.value)
+        return phase_rates(
+            self.compiled,
+            efficiency={OpFamily.MATMUL: (eff.compute, eff.memory), OpFamily.STREAM: (eff.compute, eff.memory),
+                        OpFamily.ATTENTION: (eff.attn_compute, eff.attn_memory)},
+            comm=eff.comm, peak_flops=self.peak_flops, bandwidth=self.hardware.memory_bandwidth,
+            kappas=(p.kappa_update, p.kappa_repeat_kv, p.kappa_upcast),
+            size_curve=SizeCurve.from_points(*curve) if curve is not None else None,
+            dispatch=dispatch_times(self.compiled, lambda kind: 0.0 if hidden else p.dispatch(kind)),
+        )
 
     # ------------------------------------------------------------------ features
     def features(self, batch: StepBatch) -> np.ndarray:
@@ -293,112 +237,8 @@ class Estimator:
         return x
 
     # ------------------------------------------------------------------ timing
-    def _comm_coefficients(self, entry: tuple) -> tuple[np.ndarray, float]:
-        """Seconds per feature unit at efficiency 1, and the latency term, of one collective."""
-        vol_v, val_v, bw, lat, kind, g = entry
-        if self.profile.comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
-            # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values, no latency term
-            return val_v / g / bw, 0.0
-        if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
-            return (2 * (g - 1) / g) * vol_v / bw, 2 * (g - 1) * lat
-        if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
-            return ((g - 1) / g) * vol_v / bw, (g - 1) * lat
-        return vol_v / bw, lat              # send/recv
-
-    def _fuse(self) -> None:
-        """Stack every group's ops and collectives into single matrices for the fast path."""
-        F, B, rate, op_block, comm_rows, comm_lat, comm_block = [], [], [], [], [], [], []
-        self._blocks: list[tuple[int, int]] = []  # (group index, block index within group)
-        for gi, c in enumerate(self._compiled):
-            base = len(self._blocks)
-            self._blocks += [(gi, bi) for bi in range(len(c.block_kinds))]
-            F.append(c.F)
-            B.append(c.B)
-            rate.append(c.rate)
-            op_block.append(c.op_block + base)
-            for bi, entries in enumerate(c.comm_coef):
-                for entry in entries:
-                    row, lat = self._comm_coefficients(entry)
-                    comm_rows.append(row)
-                    comm_lat.append(lat)
-                    comm_block.append(base + bi)
-        nb = len(self._blocks)
-        self._F = np.vstack(F)
-        self._B = np.vstack(B)
-        rate_all = np.concatenate(rate).astype(int)
-        blocks_all = np.concatenate(op_block).astype(int)
-        self._S = np.zeros((nb, len(rate_all)))
-        self._S[blocks_all, np.arange(len(rate_all))] = 1.0
-        self._C = np.array(comm_rows) if comm_rows else np.zeros((0, _NF))
-        self._C_lat = np.array(comm_lat)
-        self._SC = np.zeros((nb, len(comm_rows)))
-        if comm_rows:
-            self._SC[np.array(comm_block), np.arange(len(comm_rows))] = 1.0
-        self._inv = {}
-        all_ops = [op for c in self._compiled for op in c.ops]
-        is_attn = np.array([op.attention for op in all_ops])
-        for ph, (flops_rate, mem_rates, e_comm) in self._rates.items():
-            eff = self.profile.prefill if ph == "prefill" else self.profile.decode
-            inv_comp = np.where(rate_all == 0, 1.0 / flops_rate, 0.0)
-            inv_mem = 1.0 / mem_rates[rate_all]
-            # attention kernels may have their own factors (PhaseEfficiency.attention_*)
-            inv_comp = np.where(is_attn, 1.0 / (eff.attn_compute * self.peak_flops), inv_comp)
-            inv_mem = np.where(is_attn, 1.0 / (eff.attn_memory * self.hardware.memory_bandwidth), inv_mem)
-            self._inv[ph] = (inv_comp, inv_mem, 1.0 / e_comm)
-        # size-dependent GEMM efficiency (profile.matmul_size_curve): time = ratio(rows) x peak roofline
-        self._gemm = np.array([op.rows is not None for op in all_ops])
-        self._R = np.array([_vec(op.rows) if op.rows is not None else np.zeros(_NF) for op in all_ops])
-        self._curves = {}
-        for ph, (rows, ratio) in self.profile.matmul_size_curve.items():
-            self._curves[ph] = (np.log(np.asarray(rows)), np.asarray(ratio))
-        self._peak_inv = (1.0 / self.peak_flops, 1.0 / self.hardware.memory_bandwidth)
-        self._group_blocks = [
-            [(self._dispatch_flat(ph, i), i) for i, (g, _) in enumerate(self._blocks)]
-            for ph in ("prefill", "decode")
-        ]
-        self._counts = [c.count for c in self._compiled]
-
-    def _dispatch_flat(self, phase: str, i: int) -> float:
-        gi, bi = self._blocks[i]
-        return self._dispatch[phase][gi][bi]
-
-    def _block_terms(self, x: np.ndarray, phase: str) -> tuple[Any, Any, Any, Any, Any]:
-        """Per-op work, traffic, compute and memory terms, and per-block compute and comm times."""
-        inv_comp, inv_mem, inv_e = self._inv[phase]
-        W = self._F @ x
-        Q = self._B @ x
-        if np.ndim(x) == 1:
-            comp, mem = W * inv_comp, Q * inv_mem
-            active = 1.0 if x[_N] > 0 else 0.0
-            comm = (self._C @ x) * inv_e + self._C_lat * active
-        else:
-            comp, mem = W * inv_comp[:, None], Q * inv_mem[:, None]
-            active = (x[_N] > 0).astype(float)
-            comm = (self._C @ x) * inv_e + self._C_lat[:, None] * active
-        curve = self._curves.get(phase)
-        if curve is not None:
-            rows = self._R @ x
-            ratio = np.interp(np.log(np.maximum(rows, 1.0)), curve[0], curve[1])
-            g = self._gemm if np.ndim(x) == 1 else self._gemm[:, None]
-            comp = np.where(g, W * self._peak_inv[0] * ratio, comp)
-            mem = np.where(g, Q * self._peak_inv[1] * ratio, mem)
-        t_op = np.maximum(comp, mem)
-        return W, Q, comp, mem, t_op, self._S @ t_op, self._SC @ comm
-
-    def _layers_time(self, block_compute: Any, block_comm: Any, phase: str) -> Any:
-        """Algorithm 1 per layer kind (dispatch/compute overlap), times the layer counts."""
-        total = 0.0
-        disp = self._dispatch[phase]
-        i = 0
-        for gi, count in enumerate(self._counts):
-            t_d = 0.0
-            t_c = 0.0
-            for d in disp[gi]:
-                t_d += d
-                t_c = np.maximum(t_d, t_c) + block_compute[i] + block_comm[i]
-                i += 1
-            total = total + count * t_c
-        return total
+    def _layers_time(self, block_compute: Any, block_comm: Any, rates: PhaseRates) -> Any:
+        return layers_time(block_compute, block_comm, rates.dispatch, self.compiled.counts)
 
     def _stage_boundary_links(self) -> list[Any]:
         """Link used at each of the ``pp - 1`` stage boundaries.
@@ -427,15 +267,16 @@ class Estimator:
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
-        phase = "prefill" if x[_NP] > 0 else "decode"
-        *_, bc, bm = self._block_terms(x, phase)
-        total = self._layers_time(bc.tolist(), bm.tolist(), phase)
-        return float(total + self._pp_time(x, self._rates[phase][2]))
+        rates = self._prefill_rates if x[_NP] > 0 else self._decode_rates
+        *_, bc, bm = op_terms(self.compiled, rates, x)
+        total = self._layers_time(bc.tolist(), bm.tolist(), rates)
+        return float(total + self._pp_time(x, rates.comm_efficiency))
 
-    def step_times(self, X: np.ndarray, phase: str = "decode") -> np.ndarray:
+    def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
-        *_, bc, bm = self._block_terms(X, phase)
-        return self._layers_time(bc, bm, phase) + self._pp_time(X, self._rates[phase][2])
+        rates = self._rates[phase]  # type: ignore[index]  # a str key finds its Phase (str enum, same hash)
+        *_, bc, bm = op_terms(self.compiled, rates, X)
+        return self._layers_time(bc, bm, rates) + self._pp_time(X, rates.comm_efficiency)  # type: ignore[no-any-return]
 
     def time(self, batch: StepBatch) -> float:
         """Step time (s) of a batch, no breakdown; memoised on the batch (BestServe §3.3.4)."""
@@ -450,40 +291,38 @@ class Estimator:
         """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer
         (on the slowest boundary link, which bounds a pipeline's steady-state rate)."""
         x = self.features(batch)
-        phase = "prefill" if x[_NP] > 0 else "decode"
+        rates = self._rates[Phase.PREFILL if x[_NP] > 0 else Phase.DECODE]
         pp = self.parallel.pp
-        *_, bc, bm = self._block_terms(x, phase)
-        layers = self._layers_time(bc.tolist(), bm.tolist(), phase) / pp
-        if pp == 1:
-            return float(layers)
+        *_, bc, bm = op_terms(self.compiled, rates, x)
+        layers = self._layers_time(bc.tolist(), bm.tolist(), rates) / pp
         lk = self._pp_link
-        e_comm = self._rates[phase][2]
-        send = x[_I["n"]] * self.model.hidden_size * self._ab / (e_comm * lk.bandwidth) + lk.latency_s * (x[_I["n"]] > 0)
+        if lk is None:
+            return float(layers)
+        n = x[_N]
+        send = n * self.model.hidden_size * self._ab / (rates.comm_efficiency * lk.bandwidth) + lk.latency_s * (n > 0)
         return float(layers + send)
 
     def estimate(self, batch: StepBatch) -> StepEstimate:
         """Step time with the per-module and per-operator breakdown."""
         x = self.features(batch)
-        phase = "prefill" if batch.is_prefill else "decode"
-        W, Q, comp, mem, t_op, bc, bm = self._block_terms(x, phase)
-        modules: list[ModuleTiming] = []
+        phase = Phase.PREFILL if batch.is_prefill else Phase.DECODE
+        rates = self._rates[phase]
+        cs = self.compiled
+        W, Q, comp, mem, t_op, bc, bm = op_terms(cs, rates, x)
+        block_dispatch = [d for per_group in rates.dispatch for d in per_group]
+        modules = tuple(
+            ModuleTiming(cs.group_names[gi], kind.value, int(cs.counts[gi]), float(block_dispatch[i]),
+                         float(bc[i]), float(bm[i]))
+            for i, (gi, kind) in enumerate(cs.blocks))
         ops: list[OpTiming] = []
-        disp = self._dispatch[phase]
-        i = 0
-        oi = 0
-        for gi, c in enumerate(self._compiled):
-            for bi, kind in enumerate(c.block_kinds):
-                modules.append(ModuleTiming(c.name, kind.value, int(c.count), float(disp[gi][bi]),
-                                            float(bc[i]), float(bm[i])))
-                i += 1
-            for op, blk in zip(c.ops, c.op_block):
-                bound = ("compute" if comp[oi] >= mem[oi] else "memory") if op.rate is Rate.ROOFLINE else op.rate.value
-                ops.append(OpTiming(c.name, c.block_kinds[blk].value, op.name, float(W[oi]), float(Q[oi]),
-                                    float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
-                oi += 1
-        total = float(self._layers_time(bc.tolist(), bm.tolist(), phase))
-        pp_s = float(self._pp_time(x, self._rates[phase][2]))
-        return StepEstimate(total + pp_s, phase, tuple(modules), tuple(ops), self.memory, pp_s)
+        for oi, (op, blk) in enumerate(zip(cs.ops, cs.op_block, strict=True)):
+            gi, kind = cs.blocks[blk]
+            bound = ("compute" if comp[oi] >= mem[oi] else "memory") if op.rate is Rate.ROOFLINE else op.rate.value
+            ops.append(OpTiming(cs.group_names[gi], kind.value, op.name, float(W[oi]), float(Q[oi]),
+                                float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
+        total = float(self._layers_time(bc.tolist(), bm.tolist(), rates))
+        pp_s = float(self._pp_time(x, rates.comm_efficiency))
+        return StepEstimate(total + pp_s, phase, modules, tuple(ops), self.memory, pp_s)
 
     # ------------------------------------------------------------------ memory
     def weights_per_device(self) -> float:
@@ -517,7 +356,7 @@ class Estimator:
         m, p = self.model, self.parallel
         layers_stage = math.ceil(m.num_hidden_layers / p.pp)
         if m.attention is AttentionKind.MLA:
-            per_layer = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
+            per_layer: float = m.kv_elements_per_token_per_layer()  # latent cache replicated on TP ranks (notes A.5)
         else:
             per_layer = 2 * max(m.num_key_value_heads / p.tp, 1.0) * m.head_dim
         return per_layer * layers_stage * self.kv_dtype.bytes

@@ -35,8 +35,6 @@ from serveplan.offload.policy import PLACEMENT_FIELDS
 
 NUM_PLACEMENT = len(PLACEMENT_FIELDS)
 COLUMNS = PLACEMENT_FIELDS + ("Tpre", "Tgen")
-_SLOWER = {"gpu": "cpu", "cpu": "disk"}
-_GROUP_OF = {"w": ("wg", "wc", "wd"), "c": ("cg", "cc", "cd"), "h": ("hg", "hc", "hd")}
 _TIER_POS = {"gpu": 0, "cpu": 1, "disk": 2}
 
 

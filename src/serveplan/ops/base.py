@@ -12,7 +12,7 @@ Features (all per data-parallel attention rank unless noted):
 ``one``      1 (weight reads and other per-step constants)
 ``n``        new tokens in the step, prefill and decode together (rows of every linear layer)
 ``ng``       GEMM rows charged under tile quantization: ``n`` scaled by the padding penalty of
-             :func:`serveplan.estimator.step.tile_quantized_rows` (``n`` when it is off)
+             :func:`serveplan.estimator.roofline.tile_quantized_rows` (``n`` when it is off)
 ``np``       prefill tokens (sequences with more than one new token, or no cached context)
 ``nd``       decode tokens (= decode sequences; one new token each)
 ``sp``       prefill sequences

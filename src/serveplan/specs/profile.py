@@ -20,6 +20,18 @@ from typing import Any
 from serveplan.errors import SpecError
 
 
+class Phase(str, Enum):
+    """Phase of a step: PREFILL when it computes prompt tokens (a mixed step counts as prefill),
+    else DECODE. A ``str`` enum (``Phase.DECODE == "decode"``), so string keys and comparisons
+    keep working; ``str()`` and f-strings give the value."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 class Module(str, Enum):
     """Modules of a transformer layer as dispatched by the host (BestServe §3.3.3)."""
 
@@ -149,6 +161,10 @@ class EfficiencyProfile:
 
     def dispatch(self, module: Module) -> float:
         return float(self.dispatch_s.get(module, 0.0))
+
+    def efficiency(self, phase: Phase | str) -> PhaseEfficiency:
+        """Factors of a phase (``prefill`` or ``decode``)."""
+        return self.prefill if phase == Phase.PREFILL else self.decode
 
     def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)

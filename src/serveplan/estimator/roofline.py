@@ -1,0 +1,348 @@
+"""The roofline kernel: operator times and layer times, written once.
+
+Both the estimator (:class:`serveplan.estimator.step.Estimator`) and calibration's step composer
+(:class:`serveplan.calibrate.fit.StepComposer`) time steps with the functions below, so a change
+of the timing model lands in both.
+
+Pipeline (all pure):
+
+1. :func:`compile_step` turns a model's layer groups (:func:`serveplan.ops.graph.build_layer_groups`)
+   into a :class:`CompiledStep`: the operators' work, traffic and GEMM rows as matrices over the
+   batch features (:mod:`serveplan.ops.base`), block selectors and the collectives' coefficients.
+2. :func:`phase_rates` fixes the rates of one phase (:class:`PhaseRates`): per operator the
+   inverse compute and memory rates, from the efficiency of its :class:`OpFamily`, the device
+   peaks and the ``kappa`` rates, plus the GEMM size curve and the dispatch times.
+3. :func:`op_terms` evaluates one feature vector (or a matrix of them, one column per step):
+   per operator ``W``, ``Q``, the compute and memory terms and ``max`` of both (BestServe eq. 3/5),
+   and per module block the compute and communication times.
+4. :func:`layers_time` applies BestServe Algorithm 1 (dispatch/compute overlap) per layer kind and
+   multiplies by the layer counts.
+
+Extending with shape-aware efficiency
+-------------------------------------
+Efficiency enters in one place: :func:`phase_rates` gives every operator an inverse compute rate
+``1 / (e_c S_c)`` and memory rate ``1 / (e_m S_m)`` from its family's factors, and
+:func:`op_terms` may replace the time of GEMM operators by ``ratio(rows) * max(W/S_c, Q/S_m)``
+(:class:`SizeCurve`, the profile's ``matmul_size_curve``). A measured, shape-dependent efficiency
+(GEMM ``(m, n, k)``, attention ``(batch, context)``, a collective's message size; per dtype) is a
+new curve of the same form: a function of one linear form of the batch features (the op's
+``rows``, or a new field of :class:`~serveplan.ops.base.Op`) giving time over peak roofline time,
+kept per operator family and per dtype, and evaluated in :func:`op_terms` next to :class:`SizeCurve`.
+The per-operator selection (which ops a curve applies to) is a boolean column of
+:class:`CompiledStep`, like ``is_gemm``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Op, Rate
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.profile import CommModel, Module
+
+_NF = len(FEATURES)
+_N = FEATURE_INDEX["n"]
+
+#: Order of the rates in :attr:`CompiledStep.rate` (0 = adapted roofline, then BestServe eq. 12's kappas).
+RATES: tuple[Rate, ...] = (Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST)
+
+
+class OpFamily(str, Enum):
+    """Kernel family of an operator: the unit efficiency factors are kept per.
+
+    Read from the flags the op tables set (never the op's name): ``Op.attention`` marks attention
+    kernels, ``Op.rows`` matrix multiplications; everything else streams memory (norms,
+    element-wise, copies).
+    """
+
+    MATMUL = "matmul"
+    ATTENTION = "attention"
+    STREAM = "stream"
+
+
+FAMILIES: tuple[OpFamily, ...] = tuple(OpFamily)
+_FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
+
+
+def kernel_family(op: Op) -> OpFamily:
+    """Kernel family of an operator (see :class:`OpFamily`)."""
+    if op.attention:
+        return OpFamily.ATTENTION
+    return OpFamily.MATMUL if op.rows is not None else OpFamily.STREAM
+
+
+#: Fixed cost of one GEMM in token rows, as a fraction of the tile (tile quantization model).
+#: Derived from Sarathi §4.2 (Insight 1): on LLaMA-13B/A6000, 256-token chunks run at 12.5% below
+#: the throughput of 512-token ones. With a GEMM time affine in its rows, ``T(M) = c (M + n0)``,
+#: ``[256/(256 + n0)] / [512/(512 + n0)] = 0.875`` gives ``n0 = 85.3 = (2/3) * 128``. Cross-check:
+#: the expected idle tail of the last wave (half a wave, NVIDIA "Matrix Multiplication Background"
+#: User's Guide §3.2) of LLaMA-13B's GEMMs with 128x128 tiles on the A6000's 84 SMs is ~97 rows.
+#: Other devices: assumed to scale with their tile.
+TILE_FIXED_ROWS_FRACTION = 2.0 / 3.0
+
+
+def tile_quantized_rows(n: float, tile: int) -> float:
+    """Token rows a GEMM of ``n`` tokens costs under tile quantization (feature ``ng``).
+
+    A GEMM's row dimension is processed in tiles of ``tile`` rows, so its time follows the padded
+    count ``ceil(n / tile) * tile`` (Sarathi §4.4; NVIDIA "Matrix Multiplication Background" §3.1),
+    plus a fixed cost of ``n0`` rows per GEMM (:data:`TILE_FIXED_ROWS_FRACTION`):
+    ``T(n) = c * (ceil(n/tile)*tile + n0)``. The profile's compute efficiency is taken to hold for
+    tile-aligned work, so the penalty relative to unquantized work is
+    ``(ceil(n/tile)*tile + n0) / (n + n0)``, and the rows charged are ``n`` times that. A multiple
+    of the tile costs exactly ``n``; ``tile = 0`` (unknown or switched off) returns ``n``.
+
+    >>> round(tile_quantized_rows(257, 128) / 257, 3)   # (384 + 85.3) / (257 + 85.3)
+    1.371
+    """
+    if not tile or n <= 0:
+        return n
+    n0 = TILE_FIXED_ROWS_FRACTION * tile
+    padded = math.ceil(n / tile) * tile
+    return n * (padded + n0) / (n + n0)
+
+
+def feature_vector(lin: Lin) -> np.ndarray:
+    """Coefficients of a linear form as a vector over :data:`~serveplan.ops.base.FEATURES`."""
+    v = np.zeros(_NF)
+    for k, c in lin.items():
+        v[FEATURE_INDEX[k]] = c
+    return v
+
+
+# ------------------------------------------------------------------------------ size curve
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SizeCurve:
+    """GEMM time over its peak roofline time ``max(W / S_c, Q / S_m)`` as a function of its rows.
+
+    Points ``(rows, ratio)``, interpolated linearly in ``log rows`` and held constant outside
+    them (the profile's ``matmul_size_curve`` of one phase).
+    """
+
+    log_rows: np.ndarray
+    ratios: np.ndarray
+
+    @classmethod
+    def from_points(cls, rows: Sequence[float] | np.ndarray, ratios: Sequence[float] | np.ndarray) -> SizeCurve:
+        return cls(log_rows=np.log(np.asarray(rows, dtype=float)), ratios=np.asarray(ratios, dtype=float))
+
+    def ratio(self, rows: Any) -> Any:
+        """Time over peak roofline time of a GEMM of ``rows`` rows (scalar or array)."""
+        return np.interp(np.log(np.maximum(rows, 1.0)), self.log_rows, self.ratios)
+
+
+# ------------------------------------------------------------------------------ compilation
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledStep:
+    """A model's layer groups as matrices over the batch features (one device of a stage).
+
+    Blocks (one module of one layer kind) are numbered across groups in execution order;
+    ``blocks[i] = (group index, module)``. Operators likewise (``ops``, ``op_block``).
+    """
+
+    group_names: tuple[str, ...]
+    counts: tuple[float, ...]            # layers of each group
+    blocks: tuple[tuple[int, Module], ...]
+    ops: tuple[Op, ...]
+    op_block: np.ndarray                 # (ops,) block of each op
+    F: np.ndarray                        # (ops, features) FLOP
+    B: np.ndarray                        # (ops, features) bytes
+    R: np.ndarray                        # (ops, features) GEMM rows (zero for other ops)
+    rate: np.ndarray                     # (ops,) index into RATES
+    family: np.ndarray                   # (ops,) index into FAMILIES
+    is_gemm: np.ndarray                  # (ops,) bool: the size curve applies
+    S: np.ndarray                        # (blocks, ops) 0/1: op -> block
+    C: np.ndarray                        # (collectives, features) seconds at comm efficiency 1
+    C_lat: np.ndarray                    # (collectives,) latency seconds when the step has tokens
+    SC: np.ndarray                       # (blocks, collectives) 0/1: collective -> block
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+
+def collective_coefficients(kind: Collective, group_size: int, volume: np.ndarray, values: np.ndarray,
+                            bandwidth: float, latency_s: float, comm_model: CommModel) -> tuple[np.ndarray, float]:
+    """Seconds per feature unit at communication efficiency 1, and the latency term, of one collective.
+
+    ``volume`` (bytes) and ``values`` are per-device payloads as feature vectors.
+    """
+    g = group_size
+    if comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
+        # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values, no latency term
+        return values / g / bandwidth, 0.0
+    if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
+        return (2 * (g - 1) / g) * volume / bandwidth, 2 * (g - 1) * latency_s
+    if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
+        return ((g - 1) / g) * volume / bandwidth, (g - 1) * latency_s
+    return volume / bandwidth, latency_s  # send/recv
+
+
+def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model: CommModel) -> CompiledStep:
+    """Stack every group's operators and collectives into the matrices of a :class:`CompiledStep`."""
+    names: list[str] = []
+    counts: list[float] = []
+    blocks: list[tuple[int, Module]] = []
+    ops: list[Op] = []
+    op_block: list[int] = []
+    comm_rows: list[np.ndarray] = []
+    comm_lat: list[float] = []
+    comm_block: list[int] = []
+    for gi, g in enumerate(groups):
+        names.append(g.name)
+        counts.append(float(g.count))
+        for block in g.blocks:
+            bi = len(blocks)
+            blocks.append((gi, block.kind))
+            for op in block.ops:
+                ops.append(op)
+                op_block.append(bi)
+            for c in block.comms:
+                # the link is the one of the group the collective spans (Comm.group_size); for
+                # the MoE all-to-alls that is the whole stage, decided in ops.graph._comms
+                link = hardware.link_for(c.group_size)
+                row, lat = collective_coefficients(c.kind, c.group_size, feature_vector(c.volume),
+                                                   feature_vector(c.values), link.bandwidth, link.latency_s,
+                                                   comm_model)
+                comm_rows.append(row)
+                comm_lat.append(lat)
+                comm_block.append(bi)
+    nb, no, nc = len(blocks), len(ops), len(comm_rows)
+    S = np.zeros((nb, no))
+    S[np.array(op_block, dtype=int), np.arange(no)] = 1.0
+    SC = np.zeros((nb, nc))
+    if nc:
+        SC[np.array(comm_block), np.arange(nc)] = 1.0
+
+    def matrix(rows: list[np.ndarray]) -> np.ndarray:
+        return np.array(rows) if rows else np.zeros((0, _NF))
+
+    return CompiledStep(
+        group_names=tuple(names), counts=tuple(counts), blocks=tuple(blocks), ops=tuple(ops),
+        op_block=np.array(op_block, dtype=int),
+        F=matrix([feature_vector(o.flops) for o in ops]),
+        B=matrix([feature_vector(o.bytes) for o in ops]),
+        R=matrix([feature_vector(o.rows) if o.rows is not None else np.zeros(_NF) for o in ops]),
+        rate=np.array([RATES.index(o.rate) for o in ops], dtype=int),
+        family=np.array([_FAMILY_INDEX[kernel_family(o)] for o in ops], dtype=int),
+        is_gemm=np.array([o.rows is not None for o in ops], dtype=bool),
+        S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
+    )
+
+
+# ------------------------------------------------------------------------------ rates
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseRates:
+    """Everything :func:`op_terms` and :func:`layers_time` need for one phase."""
+
+    inv_compute: np.ndarray              # (ops,) seconds per FLOP (0: the op's time is its traffic)
+    inv_memory: np.ndarray               # (ops,) seconds per byte
+    inv_comm: float                      # 1 / e_+
+    peak_inv: tuple[float, float]        # (1 / S_c, 1 / S_m): the size curve's reference roofline
+    size_curve: SizeCurve | None
+    dispatch: tuple[tuple[float, ...], ...]  # per group, per block: host dispatch seconds
+    comm_efficiency: float
+
+
+def dispatch_times(step: CompiledStep, dispatch: Callable[[Module], float]) -> tuple[tuple[float, ...], ...]:
+    """Per group, per block, the host dispatch time of its module."""
+    out: list[list[float]] = [[] for _ in step.counts]
+    for gi, kind in step.blocks:
+        out[gi].append(dispatch(kind))
+    return tuple(tuple(d) for d in out)
+
+
+def phase_rates(step: CompiledStep, *, efficiency: Mapping[OpFamily, tuple[float, float]], comm: float,
+                peak_flops: float, bandwidth: float, kappas: Sequence[float] = (0.0, 0.0, 0.0),
+                size_curve: SizeCurve | None = None,
+                dispatch: tuple[tuple[float, ...], ...]) -> PhaseRates:
+    """Rates of one phase.
+
+    Parameters
+    ----------
+    efficiency:
+        ``(e_c, e_m)`` of each operator family (BestServe's MFU and MBU).
+    comm:
+        Communication efficiency ``e_+``.
+    peak_flops, bandwidth:
+        Device peaks ``S_c`` (FLOP/s, for the weight dtype) and ``S_m`` (bytes/s).
+    kappas:
+        Bytes/s of the decode data movements of BestServe eq. (12) (update, repeat_kv, upcast),
+        in :data:`RATES` order after the roofline; 0 means the op's family memory rate.
+    size_curve:
+        GEMM time over peak roofline time by rows (replaces the factors for GEMMs).
+    dispatch:
+        Host dispatch time per group and block (:func:`dispatch_times`).
+    """
+    e_c = np.array([efficiency[f][0] for f in FAMILIES])[step.family]
+    e_m = np.array([efficiency[f][1] for f in FAMILIES])[step.family]
+    mem = e_m * bandwidth
+    # a kappa-rate op moves data at its kappa (or the memory roofline without one) and has no compute term
+    mem_rate = mem.copy()
+    for r, kap in enumerate(kappas, start=1):
+        if kap:
+            mem_rate = np.where(step.rate == r, kap, mem_rate)
+    inv_comp = np.where(step.rate == 0, 1.0 / (e_c * peak_flops), 0.0)
+    return PhaseRates(inv_compute=inv_comp, inv_memory=1.0 / mem_rate, inv_comm=1.0 / comm,
+                      peak_inv=(1.0 / peak_flops, 1.0 / bandwidth), size_curve=size_curve,
+                      dispatch=dispatch, comm_efficiency=comm)
+
+
+# ------------------------------------------------------------------------------ timing
+OpTerms = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
+    """Roofline terms of a step (``x``: a feature vector) or of many (``x``: one column per step).
+
+    Returns ``(W, Q, compute, memory, time, block_compute, block_comm)``: per operator its work
+    (FLOP), traffic (bytes), compute and memory terms and roofline time ``max(compute, memory)``
+    (BestServe eq. 3/5; a GEMM under a size curve takes ``ratio(rows) * max(W/S_c, Q/S_m)``), and
+    per block the summed operator time and the collectives' time (alpha-beta or eq. 8).
+    """
+    W = step.F @ x
+    Q = step.B @ x
+    if np.ndim(x) == 1:
+        comp, mem = W * rates.inv_compute, Q * rates.inv_memory
+        active: Any = 1.0 if x[_N] > 0 else 0.0
+        comm = (step.C @ x) * rates.inv_comm + step.C_lat * active
+    else:
+        comp, mem = W * rates.inv_compute[:, None], Q * rates.inv_memory[:, None]
+        active = (x[_N] > 0).astype(float)
+        comm = (step.C @ x) * rates.inv_comm + step.C_lat[:, None] * active
+    curve = rates.size_curve
+    if curve is not None:
+        ratio = curve.ratio(step.R @ x)
+        g = step.is_gemm if np.ndim(x) == 1 else step.is_gemm[:, None]
+        comp = np.where(g, W * rates.peak_inv[0] * ratio, comp)
+        mem = np.where(g, Q * rates.peak_inv[1] * ratio, mem)
+    t_op = np.maximum(comp, mem)
+    return W, Q, comp, mem, t_op, step.S @ t_op, step.SC @ comm
+
+
+def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence[float]],
+                counts: Sequence[float]) -> Any:
+    """BestServe Algorithm 1 per layer kind, times the layer counts.
+
+    The host dispatches module after module (``T_d += dispatch``); the device starts a module
+    when it is dispatched and the previous one finished (``T_c = max(T_d, T_c) + compute``), then
+    runs its communication. Line 17 (``T = ell * T_c``) is read as after the loop. Blocks are
+    numbered across groups; ``block_compute[i]`` may be a number or an array (one per step).
+    """
+    total: Any = 0.0
+    i = 0
+    for disp, count in zip(dispatch, counts, strict=True):
+        t_d = 0.0
+        t_c: Any = 0.0
+        for d in disp:
+            t_d += d
+            t_c = np.maximum(t_d, t_c) + block_compute[i] + block_comm[i]
+            i += 1
+        total = total + count * t_c
+    return total
