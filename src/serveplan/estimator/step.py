@@ -26,6 +26,7 @@ import numpy as np
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.roofline import (
+    CurveRates,
     OpFamily,
     PhaseRates,
     SizeCurve,
@@ -41,7 +42,7 @@ from serveplan.ops.graph import build_layer_groups
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile, Phase
+from serveplan.specs.profile import AttentionImpl, EfficiencyProfile, Phase
 from serveplan.units import DType
 
 #: Fraction of device memory the engine may use (vLLM's ``gpu_memory_utilization`` default 0.9).
@@ -183,7 +184,16 @@ class Estimator:
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
             expert_imbalance=profile.expert_imbalance,
         )
-        self.compiled = compile_step(self.groups, hardware, profile.comm_model)
+        fused_gqa = (profile.kernels is not None and profile.attention_impl is AttentionImpl.FUSED
+                     and model.attention is not AttentionKind.MLA)
+        heads = ((model.num_attention_heads / parallel.tp, max(model.num_key_value_heads / parallel.tp, 1.0),
+                  float(model.head_dim)) if fused_gqa else None)
+        self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads)
+        self._curves = (CurveRates.resolve(self.compiled, profile.kernels, dtype=self.dtype.value,
+                                           kv_dtype=self.kv_dtype.value, peak_flops=self.peak_flops,
+                                           attention_peak_flops=hardware.flops(DType.BF16),
+                                           bandwidth=hardware.memory_bandwidth)
+                        if profile.kernels is not None else None)
         self._rates = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
         self._prefill_rates, self._decode_rates = self._rates[Phase.PREFILL], self._rates[Phase.DECODE]
@@ -208,6 +218,7 @@ class Estimator:
             kappas=(p.kappa_update, p.kappa_repeat_kv, p.kappa_upcast),
             size_curve=SizeCurve.from_points(*curve) if curve is not None else None,
             dispatch=dispatch_times(self.compiled, lambda kind: 0.0 if hidden else p.dispatch(kind)),
+            curves=self._curves,
         )
 
     # ------------------------------------------------------------------ features

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from serveplan.errors import SpecError
+from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
 
 
 class Phase(str, Enum):
@@ -119,6 +120,13 @@ class EfficiencyProfile:
         interpolated linearly in ``log m`` and held constant outside the points. Replaces the
         phase's MFU/MBU for GEMMs when a calibration shows that their efficiency depends on the
         row count (e.g. CPU BLAS kernels slow down at 4-16 rows); fitted by ``serveplan calibrate``.
+    kernels:
+        Measured shape-aware curves (:class:`~serveplan.specs.kernels.KernelCurves`: GEMM by rows,
+        weight size and format; fused attention by length, parallelism and KV format; NCCL
+        collectives by size and rank count). Where a curve covers an operator it replaces the
+        factors and the size curve; other operators keep them.
+    measured_from:
+        One line naming the measurements a measured profile was fitted to (``serveplan hardware``).
     """
 
     name: str
@@ -139,6 +147,8 @@ class EfficiencyProfile:
     expert_imbalance: float = 1.0
     uncertainty: Mapping[str, float] = field(default_factory=dict)
     matmul_size_curve: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    kernels: KernelCurves | None = None
+    measured_from: str = ""
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
@@ -192,6 +202,8 @@ class EfficiencyProfile:
             **({"matmul_size_curve": {ph: {"rows": list(r), "time_over_roofline": list(v)}
                                       for ph, (r, v) in self.matmul_size_curve.items()}}
                if self.matmul_size_curve else {}),
+            **({"measured_from": self.measured_from} if self.measured_from else {}),
+            **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
         }
 
 
@@ -247,6 +259,8 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         expert_imbalance=float(raw.get("expert_imbalance", 1.0)),
         uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
         matmul_size_curve=_size_curve(raw.get("matmul_size_curve"), name),
+        kernels=kernel_curves_from_dict(raw.get("kernels"), f"profile {name!r}: kernels"),
+        measured_from=str(raw.get("measured_from", "")),
     )
 
 
