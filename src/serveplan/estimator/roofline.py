@@ -245,8 +245,10 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
 
     F = matrix([feature_vector(o.flops) for o in ops])
     is_gemm = np.array([o.rows is not None for o in ops], dtype=bool)
-    # a GEMM's work is 2*k*n per row (feature n, or ng under tile quantization)
-    weight = np.where(is_gemm, (F[:, _N] + F[:, FEATURE_INDEX["ng"]]) / 2.0, 0.0) if no else np.zeros(0)
+    R = matrix([feature_vector(o.rows) if o.rows is not None else np.zeros(_NF) for o in ops])
+    # a GEMM's work is 2*k*n per row (its rows are one feature: n, ng under tile quantization, nout...)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(is_gemm, F.sum(axis=1) / (2.0 * R.sum(axis=1)), 0.0) if no else np.zeros(0)
     attn_phase = np.zeros(no, dtype=int)
     if attention_heads is not None:
         only = {1: FEATURE_INDEX["apc"], 2: FEATURE_INDEX["kvd"]}
@@ -259,7 +261,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         op_block=np.array(op_block, dtype=int),
         F=F,
         B=matrix([feature_vector(o.bytes) for o in ops]),
-        R=matrix([feature_vector(o.rows) if o.rows is not None else np.zeros(_NF) for o in ops]),
+        R=R,
         rate=np.array([RATES.index(o.rate) for o in ops], dtype=int),
         family=np.array([_FAMILY_INDEX[kernel_family(o)] for o in ops], dtype=int),
         is_gemm=is_gemm,
