@@ -130,8 +130,9 @@ def main() -> None:
             prof = base.with_(name=f"measured-{hw_id}", hardware=hw_id, kernels=curves,
                               description=f"vLLM-style stack on {hw.description or hw_id}: kernel curves fitted to "
                                           f"measured GEMM, attention and NCCL tables; other factors from default-gpu",
-                              source=source, measured_from=f"aiconfigurator {system} tables ({FRAMEWORK}, {nccl_runtime}),"
-                                                           f" {len(ms.rows)} rows, fitted {today}")
+                              source=source,
+                              measured_from=f"aiconfigurator {system} tables ({FRAMEWORK}, {nccl_runtime}), "
+                                            f"{len(ms.rows)} rows, fitted {today}")
             d = prof.to_dict()
             d["default_for_hardware"] = True
             header = (f"# Measured profile for {hw_id}: written by benchmarks/kernel_profiles.py on {today}.\n"
@@ -168,7 +169,8 @@ def main() -> None:
     if vidur_dir.is_dir():
         lines += ["## Vidur operator profiles predicted by the aiconfigurator-fitted curves", "",
                   "Vidur (MIT) times the projections of whole model layers in fp16 (CUDA events, "
-                  "`data/profiling/compute/<gpu>/<model>/mlp.csv`); here the bf16 GEMM curve of the same GPU predicts them.", "",
+                  "`data/profiling/compute/<gpu>/<model>/mlp.csv`); here the bf16 GEMM curve of the same GPU "
+                  "predicts them.", "",
                   "| GPU | Vidur GEMM rows | median | P90 |", "|---|---|---|---|"]
         for gpu, system in (("h100", "h100_sxm"), ("a100", "a100_sxm")):
             if system not in fitted:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -241,14 +241,15 @@ def _nccl_rows(path: Path, runtime: str) -> Iterator[Measurement]:
         if t <= 0 or g < 2:
             continue
         yield Measurement(kind="collective", phase="any", flops=0.0, bytes=nbytes, time_s=t,
-                          name=_name(op=op, ranks=int(g), dtype=DTYPE_NAME[dt], runtime=f"nccl-{runtime.split('-')[-1]}"))
+                          name=_name(op=op, ranks=int(g), dtype=DTYPE_NAME[dt],
+                                     runtime=f"nccl-{runtime.split('-')[-1]}"))
 
 
 # ---------------------------------------------------------------------------------- Vidur
 #: Vidur's MLP-side operators (``time_stats.<op>.median``) that are GEMMs: (rows, k, n) of each,
 #: in terms of tokens ``t``, hidden ``h``, expanded ``f``, heads ``a``, kv heads ``kv``, head
 #: dim ``d`` and tensor-parallel workers ``p`` (vidur/profiling/mlp/mlp_impl.py).
-_VIDUR_GEMMS = {
+_VIDUR_GEMMS: dict[str, Callable[[float, float, float, float, float, float], tuple[float, float]]] = {
     "attn_pre_proj": lambda h, f, a, kv, d, p: (h, (a + 2 * kv) * d / p),
     "attn_post_proj": lambda h, f, a, kv, d, p: (a * d / p, h),
     "mlp_up_proj": lambda h, f, a, kv, d, p: (h, 2 * f / p),
@@ -330,4 +331,4 @@ def _vidur_network(path: Path, stem: str, setup: str) -> Iterator[Measurement]:
         nodes = int(float(r.get("devices_per_node", g) or g))
         yield Measurement(kind="collective", phase="any", flops=0.0, bytes=nbytes, time_s=t,
                           name=_name(op=stem, ranks=int(g), dtype="fp16", setup=setup,
-                                     per_node=nodes, runtime="vidur"))
+                                     per_node=nodes, runtime=f"vidur-{setup}"))

@@ -92,7 +92,7 @@ def _fit(model: Callable[[np.ndarray, _Rows], np.ndarray], p0: Sequence[float], 
     from scipy.optimize import least_squares
 
     def resid(lp: np.ndarray) -> np.ndarray:
-        return np.log(model(np.exp(lp), d) / d.t)
+        return np.asarray(np.log(model(np.exp(lp), d) / d.t))
 
     res = least_squares(resid, np.log(np.asarray(p0, dtype=float)), loss="soft_l1", f_scale=0.1,
                         bounds=(np.log(1e-12), np.log(1e12)), max_nfev=3000)
@@ -106,7 +106,7 @@ def _fit(model: Callable[[np.ndarray, _Rows], np.ndarray], p0: Sequence[float], 
         sd = np.sqrt(np.clip(np.diag(cov), 0, None))
     except np.linalg.LinAlgError:
         sd = np.full(len(p0), np.inf)
-    return np.exp(res.x), np.minimum(sd, 1.0)
+    return np.asarray(np.exp(res.x)), np.minimum(sd, 1.0)
 
 
 # ------------------------------------------------------------------------------------ GEMM
@@ -128,7 +128,8 @@ def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, t
                  (5e-6, 0.8, 16.0, 1e6, 0.8), d)
     names = ("overhead_s", "compute_max", "rows_half", "weight_half", "memory")
     return GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
-                     memory=min(p[4], 1.5), tile_rows=tile, sd=dict(zip(names, sd.tolist())), provenance=provenance)
+                     memory=min(p[4], 1.5), tile_rows=tile, sd=dict(zip(names, sd.tolist(), strict=True)),
+                     provenance=provenance)
 
 
 def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str) -> np.ndarray:
@@ -159,7 +160,7 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
         p[1], sd[1] = min(p[1], 1.0), 1.0
     return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
                           parallel_half=p[4], head_dim_half=p[5] if phase == "prefill" else 0.0,
-                          sd=dict(zip(names, sd.tolist())), provenance=provenance)
+                          sd=dict(zip(names, sd.tolist(), strict=False)), provenance=provenance)  # decode: 5 of 6
 
 
 def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> np.ndarray:
@@ -257,8 +258,8 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
         if len(rows) < 2 * MIN_POINTS:
             continue
         tr = split_by_group(gemm_group(rows), seed)
-        train = [r for r, m in zip(rows, tr) if m]
-        test = [r for r, m in zip(rows, tr) if not m]
+        train = [r for r, m in zip(rows, tr, strict=True) if m]
+        test = [r for r, m in zip(rows, tr, strict=True) if not m]
         t_test = np.array([r.time_s for r in test])
         best: tuple[float, int, HeldOut] | None = None
         for tile in TILE_CHOICES:
@@ -278,20 +279,25 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             if len(rows) < 2 * MIN_POINTS:
                 continue
             tr = split_by_group(attention_group(rows, phase), seed)
-            train = [r for r, m in zip(rows, tr) if m]
-            test = [r for r, m in zip(rows, tr) if not m]
-            c = fit_attention(train, hardware, phase)
-            ho = summarize(f"{phase} attention, KV {kv}",
-                           rel_errors(predict_attention(c, test, hardware, phase), np.array([r.time_s for r in test])),
-                           len(train))
-            held.append(ho)
+            train = [r for r, m in zip(rows, tr, strict=True) if m]
+            test = [r for r, m in zip(rows, tr, strict=True) if not m]
+            ho_median = None
+            if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
+                ca = fit_attention(train, hardware, phase)
+                ho = summarize(f"{phase} attention, KV {kv}",
+                               rel_errors(predict_attention(ca, test, hardware, phase),
+                                          np.array([r.time_s for r in test])), len(train))
+                held.append(ho)
+                ho_median = ho.median
             attention[f"{phase}/{kv}"] = fit_attention(
                 rows, hardware, phase, provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
-                                                             held_out_median=ho.median))
+                                                             held_out_median=ho_median))
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     crow = select(ms, "collective")
     if collective_runtime:
         crow = [r for r in crow if shape_of(r).get("runtime") == collective_runtime]
+    # the curves describe the intra-node link: rows whose ranks span nodes are left out
+    crow = [r for r in crow if int(shape_of(r).get("per_node", shape_of(r)["ranks"])) >= int(shape_of(r)["ranks"])]
     keys = sorted({(shape_of(r)["op"], int(shape_of(r)["ranks"])) for r in crow})
     link = hardware.link_for(2).name
     for op, g in keys:
@@ -301,10 +307,10 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             continue
         # held out: every other message size
         train, test = rows[::2], rows[1::2]
-        c = fit_collective(train, op, g)
+        cc = fit_collective(train, op, g)
         big = [r for r in test if 1 << 20 <= r.bytes <= 512 << 20]
         if big:
-            pred = np.array([c.time(op, g, r.bytes) for r in big])
+            pred = np.array([cc.time(op, g, r.bytes) for r in big])
             ho = summarize(f"{op} {g} ranks, 1-512 MiB", rel_errors(pred, np.array([r.time_s for r in big])),
                            len(train))
             held.append(ho)

@@ -35,7 +35,8 @@ def estimate_cmd(
     band: bool = typer.Option(False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
     band_samples: int = typer.Option(200, "--band-samples", help="Profiles sampled for --band."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --band samples."),
-    op: str | None = typer.Option(None, "--op", help="Time one operator instead of a step: gemm, attention, allreduce, allgather, reducescatter, alltoall, sendrecv."),
+    op: str | None = typer.Option(None, "--op", help="Time one operator instead of a step: gemm, attention, "
+                                                     "allreduce, allgather, reducescatter, alltoall, sendrecv."),
     op_m: int | None = typer.Option(None, "--m", help="--op gemm: rows (tokens) of the activations."),
     op_n: int | None = typer.Option(None, "--n", help="--op gemm: output columns of the weight."),
     op_k: int | None = typer.Option(None, "--k", help="--op gemm: inner dimension (input columns)."),
@@ -145,5 +146,6 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
         return
     shape = ", ".join(f"{k_}={v}" for k_, v in res.shape.items())
     detail = (f"compute {fmt_ms(res.compute_s, 4)} ms, memory {fmt_ms(res.memory_s, 4)} ms, {res.bound} bound; "
-              f"{res.flops / 1e9:,.3f} GFLOP, {res.bytes / 1e6:,.3f} MB" if res.flops else f"{res.bytes / 1e6:,.3f} MB payload")
+              f"{res.flops / 1e9:,.3f} GFLOP, {res.bytes / 1e6:,.3f} MB" if res.flops
+              else f"{res.bytes / 1e6:,.3f} MB payload")
     console().print(f"{res.op} ({shape}) on {hw.name}: {fmt_ms(res.time_s, 4)} ms ({detail}); {res.model}")

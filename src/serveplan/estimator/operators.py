@@ -24,7 +24,22 @@ import numpy as np
 from serveplan.errors import SpecError
 from serveplan.estimator.roofline import collective_coefficients, compile_step, op_terms
 from serveplan.estimator.step import profile_rates, resolve_curves
-from serveplan.ops.base import FEATURE_INDEX, FEATURES, NG, NP, ND, KVP, KVD, APC, ONE, N, Collective, LayerGroup, ModuleBlock, Op
+from serveplan.ops.base import (
+    APC,
+    FEATURE_INDEX,
+    FEATURES,
+    KVD,
+    KVP,
+    ND,
+    NG,
+    NP,
+    ONE,
+    Collective,
+    LayerGroup,
+    ModuleBlock,
+    N,
+    Op,
+)
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import COLLECTIVE_OPS, bus_factor
 from serveplan.specs.profile import EfficiencyProfile, Module, Phase
@@ -73,7 +88,8 @@ def _phase(phase: Phase | str) -> Phase:
 
 
 def _time_one(op: Op, x: dict[str, float], phase: Phase, hardware: DeviceSpec, profile: EfficiencyProfile,
-              dtype: DType, kv_dtype: DType, heads: tuple[float, float, float] | None) -> tuple[float, float, float, float, float]:
+              dtype: DType, kv_dtype: DType, heads: tuple[float, float, float] | None,
+              ) -> tuple[float, float, float, float, float]:
     group = LayerGroup("operator", 1, (ModuleBlock(op.module, (op,)),))
     compiled = compile_step((group,), hardware, profile.comm_model,
                             attention_heads=heads if profile.kernels is not None else None)
@@ -109,8 +125,9 @@ def gemm_time(m: int, n: int, k: int, *, hardware: DeviceSpec, profile: Efficien
     x = {"one": 1.0, "n": m, "ng": m, ("np" if ph is Phase.PREFILL else "nd"): m}
     W, Q, comp, mem, t = _time_one(op, x, ph, hardware, profile, dt, DType.BF16, None)
     curve = profile.kernels.gemm_curve(dt.value) if profile.kernels is not None else None
+    e = profile.efficiency(ph)
     model = (f"curve gemm {dt.value} ({profile.name})" if curve is not None
-             else f"factors {ph.value} MFU {profile.efficiency(ph).compute:g} / MBU {profile.efficiency(ph).memory:g} ({profile.name})")
+             else f"factors {ph.value} MFU {e.compute:g} / MBU {e.memory:g} ({profile.name})")
     return OperatorTime(op="gemm", shape={"m": m, "n": n, "k": k, "dtype": dt.value}, flops=W, bytes=Q,
                         compute_s=comp, memory_s=mem, time_s=t, bound="compute" if comp >= mem else "memory",
                         model=model)
@@ -140,12 +157,14 @@ def attention_time(phase: Phase | str, *, batch: int, length: int, heads: int, k
     ab, kvb = 2.0, kv.bytes
     dq, dkv = hq * d, hkv * d
     if ph is Phase.PREFILL:
-        op = Op("prefill.attention", Module.ATTENTION, APC * (4 * dq + 5 * hq), NP * (2 * ab * dq) + KVP * (2 * kvb * dkv),
+        op = Op("prefill.attention", Module.ATTENTION, APC * (4 * dq + 5 * hq),
+                NP * (2 * ab * dq) + KVP * (2 * kvb * dkv),
                 attention=True, source="fused attention, causal (ops/graph.py)")
         x = {"one": 1.0, "n": b * s, "ng": b * s, "np": b * s, "sp": b, "kvp": b * s, "apc": b * s * (s + 1) / 2,
              "ap": b * s * s, "nout": b, "nall": b * s}
     else:
-        op = Op("decode.attention", Module.ATTENTION, KVD * (4 * dq + 5 * hq), ND * (2 * ab * dq) + KVD * (2 * kvb * dkv),
+        op = Op("decode.attention", Module.ATTENTION, KVD * (4 * dq + 5 * hq),
+                ND * (2 * ab * dq) + KVD * (2 * kvb * dkv),
                 attention=True, source="fused attention over the KV cache (ops/graph.py)")
         x = {"one": 1.0, "n": b, "ng": b, "nd": b, "kvd": b * s, "nout": b, "nall": b}
     W, Q, comp, mem, t = _time_one(op, x, ph, hardware, profile, DType.BF16, kv, (float(hq), float(hkv), float(d)))
@@ -153,8 +172,9 @@ def attention_time(phase: Phase | str, *, batch: int, length: int, heads: int, k
     e = profile.efficiency(ph)
     model = (f"curve {ph.value} attention KV {kv.value} ({profile.name})" if curve is not None
              else f"factors {ph.value} attention MFU {e.attn_compute:g} / MBU {e.attn_memory:g} ({profile.name})")
-    return OperatorTime(op="attention", shape={"phase": ph.value, "batch": b, ("prompt" if ph is Phase.PREFILL else "context"): s,
-                                               "heads": hq, "kv_heads": hkv, "head_dim": d, "kv_dtype": kv.value},
+    length_key = "prompt" if ph is Phase.PREFILL else "context"
+    return OperatorTime(op="attention", shape={"phase": ph.value, "batch": b, length_key: s, "heads": hq,
+                                               "kv_heads": hkv, "head_dim": d, "kv_dtype": kv.value},
                         flops=W, bytes=Q, compute_s=comp, memory_s=mem, time_s=t,
                         bound="compute" if comp >= mem else "memory", model=model)
 

@@ -426,7 +426,7 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
             comp = np.where(g, t0 + W * pad / (cr.peak_flops * e_c), comp)
         mem = np.where(g, t0 + Q / (cr.bandwidth * c.memory), mem)
     hq, hkv, d = step.attn_heads
-    for phase, curve, ph in (("prefill", cr.prefill_attention, 1), ("decode", cr.decode_attention, 2)):
+    for curve, ph in ((cr.prefill_attention, 1), (cr.decode_attention, 2)):
         sel = step.attn_phase == ph
         if curve is None or not sel.any():
             continue
@@ -450,9 +450,9 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
         comm = np.array(comm, dtype=float, copy=True)
         active = x[_N] > 0
         vol = step.comm_volume @ x
-        for i, c in enumerate(cr.collectives):
-            if c is not None:
-                comm[i] = c.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
+        for i, cc in enumerate(cr.collectives):
+            if cc is not None:
+                comm[i] = cc.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
     return comp, mem, comm
 
 

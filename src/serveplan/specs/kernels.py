@@ -26,8 +26,9 @@ kernel's fixed latency.
 
 with ``s`` the prompt length, ``c`` the context of a decode, ``d`` the head dimension and
 ``b h`` the (sequence, head) pairs the kernel spreads over the SMs: short sequences, small heads
-and few (sequence, head) pairs leave tiles and memory pipelines idle. ``W`` and ``Q`` are counted as ``ops/graph.py`` counts the fused
-kernel, so a smaller KV format reads fewer bytes and may also have its own ceilings.
+and few (sequence, head) pairs leave tiles and memory pipelines idle. ``W`` and ``Q`` are counted
+as ``ops/graph.py`` counts the fused kernel, so a smaller KV format reads fewer bytes and may also
+have its own ceilings.
 
 **Collectives** (NCCL, per operation and rank count, on the link the table was measured on)::
 
