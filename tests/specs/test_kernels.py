@@ -113,3 +113,18 @@ def test_measured_profile_ceilings_are_physical():
     # switch and reaches a bus bandwidth somewhat above it (the table: 445 GB/s at 512 MiB, still rising)
     assert 2e11 < k.collectives["all_reduce"][8].bus_bandwidth < 5.5e11
     assert 2e11 < k.collectives["all_gather"][8].bus_bandwidth < 4.5e11
+
+
+def test_hardware_cli_says_which_default_profile_is_measured_and_from_what():
+    import json
+
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    r = CliRunner().invoke(app, ["hardware", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads(r.output)["hardware"]}
+    assert rows["h100-sxm"]["profile"] == "measured-h100-sxm"
+    assert "aiconfigurator h100_sxm" in rows["h100-sxm"]["profile_measured_from"]
+    assert rows["t4"]["profile"] == "default-gpu" and rows["t4"]["profile_measured_from"] == ""
