@@ -145,7 +145,8 @@ def measure(model: Any, cfg: Any, device: str, prefill: list[tuple[int, int]], d
             med, mn = timer(run_prefill, lambda: None, reps)
             rows.append({"phase": "prefill", "batch": b, "tokens": s, "graphs": "off", "time_s": med, "time_min_s": mn})
         for b, c in decode:
-            cache = StaticCache(config=cfg, max_cache_len=c)   # layers take device, dtype and batch from the first update
+            # the cache layers take their device, dtype and batch from the first update
+            cache = StaticCache(config=cfg, max_cache_len=c)
             for li in range(cfg.num_hidden_layers):
                 k = torch.randn(b, hkv, c - 1, d, device=device, dtype=dtype, generator=gen) * 0.1
                 cache.update(k, k.clone(), li)
