@@ -318,4 +318,4 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             rows, op, g, link=link,
             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                   held_out_median=held[-1].median if big else None))
-    return KernelCurves(gemm=gemm, attention=attention, collectives=coll), held
+    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, source=source, fit_date=fit_date), held

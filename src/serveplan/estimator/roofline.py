@@ -49,6 +49,7 @@ from serveplan.specs.profile import CommModel, Module
 
 _NF = len(FEATURES)
 _N = FEATURE_INDEX["n"]
+_SP, _KVP, _ND, _KVD = (FEATURE_INDEX[f] for f in ("sp", "kvp", "nd", "kvd"))
 
 #: Order of the rates in :attr:`CompiledStep.rate` (0 = adapted roofline, then BestServe eq. 12's kappas).
 RATES: tuple[Rate, ...] = (Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST)
@@ -309,18 +310,30 @@ class CurveRates:
     peak_flops: float
     attention_peak_flops: float
     bandwidth: float
+    # the operators each curve covers, precomputed for op_terms
+    gemm_index: np.ndarray
+    gemm_rows: np.ndarray               # (gemms, features)
+    gemm_weight: np.ndarray             # (gemms,) weight elements
+    prefill_index: np.ndarray
+    decode_index: np.ndarray
+    comm_index: tuple[int, ...]
 
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
                 peak_flops: float, attention_peak_flops: float, bandwidth: float) -> CurveRates:
         on = step.attn_heads[0] > 0
+        gi = np.flatnonzero(step.is_gemm)
+        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g)
+                     for k, g in zip(step.comm_kind, step.comm_group, strict=True))
         return cls(
             gemm=curves.gemm_curve(dtype),
             prefill_attention=curves.attention_curve("prefill", kv_dtype) if on else None,
             decode_attention=curves.attention_curve("decode", kv_dtype) if on else None,
-            collectives=tuple(curves.collective_curve(_COLLECTIVE_OP[k], g)
-                              for k, g in zip(step.comm_kind, step.comm_group, strict=True)),
+            collectives=coll,
             peak_flops=peak_flops, attention_peak_flops=attention_peak_flops, bandwidth=bandwidth,
+            gemm_index=gi, gemm_rows=step.R[gi], gemm_weight=step.weight_elems[gi],
+            prefill_index=np.flatnonzero(step.attn_phase == 1), decode_index=np.flatnonzero(step.attn_phase == 2),
+            comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
         )
 
 
@@ -407,52 +420,53 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
 
 def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: Any, comp: Any, mem: Any,
                   comm: Any) -> tuple[Any, Any, Any]:
-    """Replace the terms of the operators and collectives a measured curve covers."""
+    """Replace the terms of the operators and collectives a measured curve covers (in place on
+    the fresh ``comp``/``mem`` arrays of :func:`op_terms`; only the covered rows are computed)."""
     vec = np.ndim(x) == 1
-
-    def col(a: np.ndarray) -> np.ndarray:
-        return a if vec else a[:, None]
-
-    on = W > 0                                  # an op without work this step costs nothing
-    if cr.gemm is not None and step.is_gemm.any():
-        c = cr.gemm
-        m = np.maximum(step.R @ x, 1.0)
-        w = col(step.weight_elems)
-        pad = np.ceil(m / c.tile_rows) * c.tile_rows / m if c.tile_rows > 1 else 1.0
-        e_c = c.compute_max * m / (m + c.rows_half) * w / (w + c.weight_half + 1e-30)
-        g = col(step.is_gemm) & on
-        t0 = c.overhead_s * g
-        with np.errstate(divide="ignore", invalid="ignore"):
-            comp = np.where(g, t0 + W * pad / (cr.peak_flops * e_c), comp)
-        mem = np.where(g, t0 + Q / (cr.bandwidth * c.memory), mem)
+    c = cr.gemm
+    gi = cr.gemm_index
+    if c is not None and len(gi):
+        m = np.maximum(cr.gemm_rows @ x, 1.0)
+        w = cr.gemm_weight if vec else cr.gemm_weight[:, None]
+        e_c = c.compute_max * m / (m + c.rows_half) * (w / (w + c.weight_half))
+        if c.tile_rows > 1:
+            e_c = e_c * m / (np.ceil(m / c.tile_rows) * c.tile_rows)
+        Wg, Qg = W[gi], Q[gi]
+        t0 = c.overhead_s * (Wg > 0)      # an op without work this step costs nothing
+        comp[gi] = t0 + Wg / (cr.peak_flops * e_c)
+        mem[gi] = t0 + Qg / (cr.bandwidth * c.memory)
     hq, hkv, d = step.attn_heads
-    for curve, ph in ((cr.prefill_attention, 1), (cr.decode_attention, 2)):
-        sel = step.attn_phase == ph
-        if curve is None or not sel.any():
+    for curve, idx, ph in ((cr.prefill_attention, cr.prefill_index, 1), (cr.decode_attention, cr.decode_index, 2)):
+        if curve is None or not len(idx):
             continue
         if ph == 1:
-            seqs, keys, heads = x[FEATURE_INDEX["sp"]], x[FEATURE_INDEX["kvp"]], hq
+            seqs, keys, heads = x[_SP], x[_KVP], hq
         else:
-            seqs, keys, heads = x[FEATURE_INDEX["nd"]], x[FEATURE_INDEX["kvd"]], hkv
+            seqs, keys, heads = x[_ND], x[_KVD], hkv
         length = keys / np.maximum(seqs, 1e-30)
-        sat = length / (length + curve.len_half) * (seqs * heads) / (seqs * heads + curve.parallel_half + 1e-30)
-        g = col(sel) & on
-        t0 = curve.overhead_s * g
+        pairs = seqs * heads
+        sat = length / (length + curve.len_half) * pairs / (pairs + curve.parallel_half + 1e-30)
+        Wa, Qa = W[idx], Q[idx]
+        t0 = curve.overhead_s * (Wa > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             if ph == 1:
                 sat = sat * d / (d + curve.head_dim_half)
-                comp = np.where(g, t0 + W / (cr.attention_peak_flops * curve.compute_max * sat), comp)
-                mem = np.where(g, t0 + Q / (cr.bandwidth * curve.memory_max), mem)
+                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max * sat)
+                ma = t0 + Qa / (cr.bandwidth * curve.memory_max)
             else:
-                comp = np.where(g, t0 + W / (cr.attention_peak_flops * curve.compute_max), comp)
-                mem = np.where(g, t0 + Q / (cr.bandwidth * curve.memory_max * sat), mem)
-    if any(c is not None for c in cr.collectives):
+                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max)
+                ma = t0 + Qa / (cr.bandwidth * curve.memory_max * sat)
+        on = Wa > 0
+        comp[idx] = np.where(on, ca, 0.0)
+        mem[idx] = np.where(on, ma, 0.0)
+    if cr.comm_index:
         comm = np.array(comm, dtype=float, copy=True)
         active = x[_N] > 0
         vol = step.comm_volume @ x
-        for i, cc in enumerate(cr.collectives):
-            if cc is not None:
-                comm[i] = cc.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
+        for i in cr.comm_index:
+            cc = cr.collectives[i]
+            assert cc is not None
+            comm[i] = cc.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
     return comp, mem, comm
 
 

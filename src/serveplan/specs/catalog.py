@@ -19,6 +19,9 @@ from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
 from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
 
+#: libyaml's loader when PyYAML ships it (parses the bundled files ~25x faster than the pure-Python one)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 #: Profile used for hardware without a dedicated one.
 DEFAULT_PROFILE = "default-gpu"
 
@@ -33,7 +36,7 @@ def _entries(kind: str) -> dict[str, dict[str, Any]]:
     d = _data_dir(kind)
     for f in d.iterdir():
         if f.name.endswith(".yaml"):
-            raw = yaml.safe_load(f.read_text())
+            raw = yaml.load(f.read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
             out[f.name[: -len(".yaml")]] = raw
     return out
 
@@ -47,7 +50,7 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
     if not p.is_file():
         raise SpecError(f"{kind} file {path!r} does not exist")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.load(p.read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         raise SpecError(f"{kind} file {path!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):

@@ -81,8 +81,14 @@ class Provenance:
     points: int
     held_out_median: float | None = None  # median |relative error| on rows not used in the fit
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"source": self.source, "fit_date": self.fit_date, "points": self.points}
+    def to_dict(self, parent: Provenance | None = None) -> dict[str, Any]:
+        """Fields as written; source and fit date are left out where they are the parent's."""
+        d: dict[str, Any] = {}
+        if parent is None or self.source != parent.source:
+            d["source"] = self.source
+        if parent is None or self.fit_date != parent.fit_date:
+            d["fit_date"] = self.fit_date
+        d["points"] = self.points
         if self.held_out_median is not None:
             d["held_out_median"] = round(self.held_out_median, 4)
         return d
@@ -192,6 +198,8 @@ class KernelCurves:
     eager_launch_s: float | None = None
     graph_step_s: float | None = None
     launch_provenance: str = ""
+    source: str = ""      # of every curve without its own
+    fit_date: str = ""
 
     def gemm_curve(self, dtype: str) -> GemmCurve | None:
         """Curve of a weight format; fp16 uses bf16's, int8 and fp8 variants fall back to fp8."""
@@ -216,15 +224,21 @@ class KernelCurves:
         return by_g[g]
 
     def to_dict(self) -> dict[str, Any]:
+        parent = Provenance(source=self.source, fit_date=self.fit_date, points=0)
+
         def one(c: Any) -> dict[str, Any]:
             d = {f.name: _round(getattr(c, f.name)) for f in fields(c) if f.name not in ("sd", "provenance")}
             if c.sd:
-                d["sd"] = {k: round(float(v), 4) for k, v in c.sd.items()}
+                d["sd"] = {k: float(f"{float(v):.2g}") for k, v in c.sd.items()}
             if c.provenance is not None:
-                d["provenance"] = c.provenance.to_dict()
+                d["provenance"] = c.provenance.to_dict(parent)
             return d
 
         out: dict[str, Any] = {}
+        if self.source:
+            out["source"] = self.source
+        if self.fit_date:
+            out["fit_date"] = self.fit_date
         if self.gemm:
             out["gemm"] = {k: one(v) for k, v in self.gemm.items()}
         if self.attention:
@@ -246,13 +260,13 @@ def _round(v: Any) -> Any:
     return float(f"{v:.4g}") if isinstance(v, float) else v
 
 
-def _prov(raw: Any, where: str) -> Provenance | None:
+def _prov(raw: Any, where: str, parent: tuple[str, str]) -> Provenance | None:
     if raw is None:
         return None
-    if not isinstance(raw, Mapping) or "source" not in raw:
-        raise SpecError(f"{where}.provenance must map source, fit_date and points")
+    if not isinstance(raw, Mapping) or not (raw.get("source") or parent[0]):
+        raise SpecError(f"{where}.provenance must map source (or the kernels' source), fit_date and points")
     try:
-        return Provenance(source=str(raw["source"]), fit_date=str(raw.get("fit_date", "")),
+        return Provenance(source=str(raw.get("source") or parent[0]), fit_date=str(raw.get("fit_date") or parent[1]),
                           points=int(raw.get("points", 0)),
                           held_out_median=float(raw["held_out_median"]) if raw.get("held_out_median") is not None
                           else None)
@@ -260,7 +274,7 @@ def _prov(raw: Any, where: str) -> Provenance | None:
         raise SpecError(f"{where}.provenance: points must be an integer, held_out_median a number") from None
 
 
-def _build(cls: Any, raw: Any, where: str) -> Any:
+def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -> Any:
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where} must be a mapping of fitted values")
     names = {f.name for f in fields(cls)} - {"sd", "provenance"}
@@ -274,7 +288,7 @@ def _build(cls: Any, raw: Any, where: str) -> Any:
     except (TypeError, ValueError):
         raise SpecError(f"{where}: fitted values must be numbers, got {dict(raw)!r}") from None
     try:
-        return cls(**kw, sd=sd, provenance=_prov(raw.get("provenance"), where))
+        return cls(**kw, sd=sd, provenance=_prov(raw.get("provenance"), where, parent))
     except TypeError as exc:
         raise SpecError(f"{where}: {exc}") from None
     except SpecError as exc:
@@ -287,23 +301,25 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
         return None
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where} must map gemm, attention, collectives and launch to curves")
-    unknown = set(raw) - {"gemm", "attention", "collectives", "launch"}
+    unknown = set(raw) - {"gemm", "attention", "collectives", "launch", "source", "fit_date"}
     if unknown:
         raise SpecError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; "
-                        f"expected: gemm, attention, collectives, launch")
-    gemm = {str(k): _build(GemmCurve, v, f"{where}.gemm.{k}") for k, v in (raw.get("gemm") or {}).items()}
+                        f"expected: source, fit_date, gemm, attention, collectives, launch")
+    parent = (str(raw.get("source", "")), str(raw.get("fit_date", "")))
+    gemm = {str(k): _build(GemmCurve, v, f"{where}.gemm.{k}", parent) for k, v in (raw.get("gemm") or {}).items()}
     attn = {}
     for k, v in (raw.get("attention") or {}).items():
         if str(k).split("/")[0] not in ("prefill", "decode"):
             raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>'")
-        attn[str(k)] = _build(AttentionCurve, v, f"{where}.attention.{k}")
+        attn[str(k)] = _build(AttentionCurve, v, f"{where}.attention.{k}", parent)
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     for op, by in (raw.get("collectives") or {}).items():
         if op not in COLLECTIVE_OPS:
             raise SpecError(f"{where}.collectives: operation {op!r}; expected one of: {', '.join(COLLECTIVE_OPS)}")
         if not isinstance(by, Mapping):
             raise SpecError(f"{where}.collectives.{op} must map rank counts to curves")
-        coll[str(op)] = {int(g): _build(CollectiveCurve, c, f"{where}.collectives.{op}.{g}") for g, c in by.items()}
+        coll[str(op)] = {int(g): _build(CollectiveCurve, c, f"{where}.collectives.{op}.{g}", parent)
+                         for g, c in by.items()}
     launch = raw.get("launch") or {}
     try:
         eager = float(launch["eager_launch_s"]) if launch.get("eager_launch_s") is not None else None
@@ -311,4 +327,4 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
     except (TypeError, ValueError):
         raise SpecError(f"{where}.launch: eager_launch_s and graph_step_s must be seconds") from None
     return KernelCurves(gemm=gemm, attention=attn, collectives=coll, eager_launch_s=eager, graph_step_s=graph,
-                        launch_provenance=str(launch.get("source", "")))
+                        launch_provenance=str(launch.get("source", "")), source=parent[0], fit_date=parent[1])
