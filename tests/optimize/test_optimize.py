@@ -12,8 +12,8 @@ from serveplan.cli import app
 from serveplan.optimize import goodput as goodput_mod
 from serveplan.optimize.goodput import GoodputSettings, capacity_bound, max_goodput
 from serveplan.optimize.search import CHECKPOINT, search
-from serveplan.optimize.space import Candidate, SearchSpace, enumerate_space
-from serveplan.sim import SLO, Workload
+from serveplan.optimize.space import SearchSpace, enumerate_space
+from serveplan.sim import SLO, Fleet, Workload
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ def test_space_prunes_tp1_with_the_reason_and_counts_devices():
 
 def test_goodput_meets_slo_at_goodput_and_misses_just_above():
     s = settings()
-    cand = Candidate(num_collocated=1, tp=4, decode_tp=4, max_batch=16, prefill_max_batch=4)
+    cand = Fleet.build("1m", tp=4, max_batch=16, prefill_max_batch=4)
     r = max_goodput(cand, s)
     assert r.status == "ok" and r.goodput_rps > 0.1
     assert r.goodput_per_device == pytest.approx(r.goodput_rps / 4)
@@ -53,13 +53,13 @@ def test_goodput_meets_slo_at_goodput_and_misses_just_above():
 
 def test_impossible_slo_rejects_with_reason():
     s = settings(ttft=0.01)
-    r = max_goodput(Candidate(num_collocated=1, tp=4, decode_tp=4), s)
+    r = max_goodput(Fleet.build("1m", tp=4), s)
     assert r.status == "rejected" and r.goodput_rps == 0
     assert "TTFT of a lone request" in r.reason
 
 
 def test_looser_slo_never_lowers_goodput():
-    cand = Candidate(num_prefill=1, num_decode=1, tp=4, decode_tp=4, max_batch=16, prefill_max_batch=4)
+    cand = Fleet.build("1p1d", tp=4, max_batch=16, prefill_max_batch=4)
     tight = max_goodput(cand, settings(ttft=1.0, tpot=0.05)).goodput_rps
     loose = max_goodput(cand, settings(ttft=2.0, tpot=0.1)).goodput_rps
     assert loose >= tight
@@ -109,7 +109,7 @@ def test_parallel_processes_give_the_same_ranking():
 
 def test_statistical_mode_reports_a_confidence_interval():
     s = settings(seeds=3, relaxation=0.0)
-    r = max_goodput(Candidate(num_collocated=1, tp=4, decode_tp=4), s)
+    r = max_goodput(Fleet.build("1m", tp=4), s)
     lo, hi = r.goodput_ci
     assert lo <= r.goodput_rps <= hi and len(r.goodput_samples) == 3
 

@@ -18,21 +18,22 @@ def run(*args: str):
 
 
 def test_default_prints_a_latency_table():
-    r = run("--num-requests", "300")
+    r = run("--num-requests", "300", "--engine", "bestserve")
     assert r.exit_code == 0, r.output
     for word in ("TTFT", "TPOT", "E2E", "P90", "P99", "throughput", "1p1d"):
         assert word in r.output
 
 
 def test_json_has_the_documented_keys():
-    r = run("--json", "--num-requests", "200", "--strategy", "2m", "--scheduler", "sarathi", "--rate", "1")
+    r = run("--json", "--num-requests", "200", "--strategy", "2m", "--scheduler", "sarathi", "--rate", "1",
+            "--engine", "bestserve")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["num_completed"] == 200
     for k in ("ttft_s", "tpot_s", "e2e_s"):
         assert set(d[k]) >= {"mean", "p50", "p90", "p99"}
     assert d["throughput_rps"] > 0 and d["output_tokens_per_s"] > 0
-    assert d["config"]["scheduler"] == "sarathi"
+    assert d["config"]["scheduler"] == "chunked-prefill"  # the mechanism behind the alias
 
 
 def test_out_writes_requests_csv_histograms_and_rate_sweep(tmp_path):
@@ -62,9 +63,9 @@ def test_trace_and_length_distributions_are_accepted(tmp_path):
     (("--trace", "/nonexistent/trace.csv"), "cannot be read"),
     (("--strategy", "3x"), "strategy='3x' does not parse"),
     (("--model", "llama-13b", "--hardware", "a6000", "--profile", "default-gpu", "--tp", "1", "--strategy", "1m",
-      "--input-len", "30000", "--output-len", "64"), "max_batch=16"),
+      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve"), "max_batch=16"),
     (("--model", "llama-13b", "--hardware", "a6000", "--profile", "default-gpu", "--tp", "1",
-      "--input-len", "30000", "--output-len", "64"), "prefill_max_batch=4"),
+      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve"), "prefill_max_batch=4"),
     (("--scheduler", "fifo"), "scheduler='fifo'"),
     (("--length-dist", "normal:1;fixed:5"), "takes 2 parameter"),
     (("--arrival", "gamma", "--cv", "0"), "cv=0"),

@@ -59,7 +59,7 @@ def test_chunk_budget_is_respected_and_decodes_come_first(sarathi_bed):
         block_size = 16
         max_batch = 8
         max_running = 8
-        prefill_max_batch = 8
+        max_prompts = 8
         token_budget = 256
         chunk_size = 200
         req = R

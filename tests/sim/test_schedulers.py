@@ -25,7 +25,7 @@ class View:
         self.block_size = 16
         self.max_batch = max_batch
         self.max_running = max_batch
-        self.prefill_max_batch = pmb
+        self.max_prompts = pmb
         self.token_budget = budget
         self.chunk_size = chunk
 
@@ -81,7 +81,7 @@ def test_plans_keep_the_invariants(name, view):
     assert need <= view.free_blocks + freed
     # token budget (a single prompt may exceed an unlimited-by-chunk budget in vllm)
     tokens = sum(c for _, c in plan.prefill)
-    if name == "sarathi":
+    if name == "chunked-prefill":
         assert tokens + len(plan.decode) <= max(view.token_budget, len(plan.decode))
     elif len(plan.prefill) > 1:
         assert tokens <= view.token_budget
@@ -97,7 +97,8 @@ def test_prefill_first_never_mixes_prefill_and_decode():
 
 
 def test_unknown_scheduler_lists_the_options():
-    with pytest.raises(SpecError, match="expected one of: decode-only, prefill-only, sarathi, vllm"):
+    with pytest.raises(SpecError, match="expected one of: chunked-prefill, decode-only, inflight-no-evict, prefill-first, prefill-only, "
+                       "prefill-priority, sarathi, vllm"):
         get_scheduler("fifo")
 
 

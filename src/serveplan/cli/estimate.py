@@ -26,6 +26,10 @@ def estimate_cmd(
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str | None = typer.Option(
+        None, "--kv-dtype",
+        help="KV-cache format: fp32, bf16, fp16, fp8, int8, nvfp4 "
+             "(default: the weights' 16/32-bit format; bf16 under 8/4-bit weights)."),
     batch: int = typer.Option(1, "--batch", "-b", help="Sequences in the step."),
     input_len: int = typer.Option(2048, "--input-len", "-s", help="Prompt tokens per sequence."),
     output_len: int | None = typer.Option(None, "--output-len", "-n", help="Output tokens: adds static-batch TTFT/ITL/E2E/FOM."),
@@ -43,7 +47,6 @@ def estimate_cmd(
     heads: int | None = typer.Option(None, "--heads", help="--op attention: query heads (on this device)."),
     kv_heads: int | None = typer.Option(None, "--kv-heads", help="--op attention: KV heads (default: --heads)."),
     head_dim: int = typer.Option(128, "--head-dim", help="--op attention: head dimension."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="--op attention: KV cache format (bf16, fp8)."),
     op_bytes: float | None = typer.Option(None, "--bytes", help="--op <collective>: payload bytes per rank."),
     ranks: int | None = typer.Option(None, "--ranks", help="--op <collective>: devices in the group."),
 ) -> None:
@@ -58,7 +61,7 @@ def estimate_cmd(
                   head_dim=head_dim, kv_dtype=kv_dtype, nbytes=op_bytes, ranks=ranks, json_out=json_out)
         return
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
-                   dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
+                   dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
                    context_len=context_len)
     step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
     if json_out:
@@ -70,7 +73,8 @@ def estimate_cmd(
     con = console()
     what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase == "prefill"
             else f"decode step, batch {res.batch}, context {res.context_len}")
-    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, profile {res.profile}): {what}")
+    t = Table(title=f"{res.model} on {res.hardware} ({res.parallel.label()}, {res.dtype}, KV {res.kv_dtype}, "
+                    f"profile {res.profile}): {what}")
     for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
         t.add_column(col, justify="left" if col == "module" else "right")
     for m in res.step.modules:
@@ -108,12 +112,13 @@ def _step_band(res, model: str, hardware: str, profile: str | None, samples: int
     m, hw, pr = resolve_specs(model, hardware, profile)
     b = (StepBatch.prefill(res.batch, res.input_len) if res.phase == "prefill"
          else StepBatch.decode(res.batch, res.context_len))
-    return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype).time(b), pr, samples=samples, seed=seed)
+    return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype, kv_dtype=res.kv_dtype).time(b),
+                pr, samples=samples, seed=seed)
 
 
 def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None, phase: str, m: int | None,
               n: int | None, k: int | None, batch: int, input_len: int, context_len: int | None, heads: int | None,
-              kv_heads: int | None, head_dim: int, kv_dtype: str, nbytes: float | None, ranks: int | None,
+              kv_heads: int | None, head_dim: int, kv_dtype: str | None, nbytes: float | None, ranks: int | None,
               json_out: bool) -> None:
     """``estimate --op``: one operator's time (:mod:`serveplan.estimator.operators`)."""
     from serveplan.errors import SpecError
@@ -133,7 +138,7 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
             raise SpecError("--op attention needs --heads (query heads on the device; also --kv-heads, --head-dim)")
         length = input_len if phase == "prefill" else (context_len if context_len is not None else input_len)
         res = attention_time(phase, batch=batch, length=length, heads=heads, kv_heads=kv_heads or heads,
-                             head_dim=head_dim, hardware=hw, profile=pr, kv_dtype=kv_dtype)
+                             head_dim=head_dim, hardware=hw, profile=pr, kv_dtype=kv_dtype or "bf16")
     elif name in COLLECTIVE_NAMES:
         missing = [f for f, v in (("--bytes", nbytes), ("--ranks", ranks)) if v is None]
         if missing:

@@ -16,6 +16,7 @@ from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Workload
+from serveplan.specs.hardware import DeviceSpec
 from serveplan.units import DType
 
 
@@ -36,6 +37,22 @@ def build_workloads(scenario: str | None, input_len: int | None, output_len: int
     return [Workload.scenario(n, num_requests=num_requests) for n in names]
 
 
+def _engine_defaults(engine: str | None, hw: DeviceSpec, max_batch: str | None, prefill_max_batch: int | None,
+                     schedulers: str | None, chunk_sizes: str | None) -> tuple[str, int, str, str]:
+    """Search-list defaults: BestServe's testbed, or the engine's scheduler and limits on ``hw``."""
+    if engine is None:
+        return (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch, schedulers or "vllm",
+                chunk_sizes or "512")
+    from serveplan.specs.catalog import get_engine
+
+    spec = get_engine(engine)
+    lim = spec.limits(hw)
+    seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
+    budget = lim.token_budget or lim.chunk_size or 512
+    return (max_batch or str(seqs), (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
+            schedulers or spec.mechanism.scheduler, chunk_sizes or str(budget))
+
+
 @app.command("optimize")
 @handle_errors
 def optimize_cmd(
@@ -47,10 +64,12 @@ def optimize_cmd(
     pp: str = typer.Option("1", "--pp", help="Admissible pipeline sizes."),
     dp: str = typer.Option("1", "--dp", help="Admissible data-parallel attention sizes."),
     ep: str = typer.Option("1", "--ep", help="Admissible expert-parallel sizes (MoE)."),
-    max_batch: str = typer.Option("16", "--max-batch", help="Maximum batch sizes (decode slots) per instance."),
-    prefill_max_batch: int = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0 = no limit)."),
-    schedulers: str = typer.Option("vllm", "--schedulers", help="Collocated schedulers: vllm, sarathi."),
-    chunk_sizes: str = typer.Option("512", "--chunk-sizes", help="Chunk sizes for sarathi."),
+    engine: str | None = typer.Option(None, "--engine", "-e", help="Serving engine (vllm, sglang, trtllm, bestserve): its memory rule, KV format and block size apply, and its scheduler and limits replace the defaults of --schedulers, --max-batch, --prefill-max-batch and --chunk-sizes (default: BestServe's testbed)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default: the engine's, else the weights' 16-bit format)."),
+    max_batch: str | None = typer.Option(None, "--max-batch", help="Maximum batch sizes (decode slots) per instance (default 16, or the engine's)."),
+    prefill_max_batch: int | None = typer.Option(None, "--prefill-max-batch", help="Prompts per prefill step (0 = no limit; default 4, or the engine's)."),
+    schedulers: str | None = typer.Option(None, "--schedulers", help="Collocated schedulers: vllm, sarathi, prefill-priority, inflight-no-evict (default vllm, or the engine's)."),
+    chunk_sizes: str | None = typer.Option(None, "--chunk-sizes", help="Chunk sizes (token budgets) of chunked schedulers (default 512, or the engine's budget)."),
     no_collocated: bool = typer.Option(False, "--no-collocated", help="Only disaggregated strategies."),
     no_disaggregated: bool = typer.Option(False, "--no-disaggregated", help="Only collocated strategies."),
     same_tp: bool = typer.Option(False, "--same-tp", help="Prefill and decode instances share one TP size."),
@@ -80,6 +99,8 @@ def optimize_cmd(
 
     Default: BestServe's testbed (CodeLlama-34B on 8 Ascend 910B3, TP 1-8, op2, SLO 1.5 s / 70 ms)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
+    max_batch, prefill_max_batch, schedulers, chunk_sizes = _engine_defaults(
+        engine, hw, max_batch, prefill_max_batch, schedulers, chunk_sizes)
     space = SearchSpace(
         devices=devices, tp_sizes=tuple(parse_int_list(tp, "tp")), pp_sizes=tuple(parse_int_list(pp, "pp")),
         dp_sizes=tuple(parse_int_list(dp, "dp")), ep_sizes=tuple(parse_int_list(ep, "ep")),
@@ -93,8 +114,6 @@ def optimize_cmd(
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
     if not 0 < percentile < 100:
         raise SpecError(f"percentile={percentile} must be in (0, 100)")
-    if fidelity not in ("iteration", "bestserve"):
-        raise SpecError(f"fidelity={fidelity!r}; expected one of: iteration, bestserve")
     if band < 0 or band_top < 1:
         raise SpecError(f"band={band} must be >= 0 and band-top={band_top} >= 1")
     if band:
@@ -105,7 +124,8 @@ def optimize_cmd(
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,
-                                seed=seed, fidelity=fidelity, rel_tol=tolerance) for wl in workloads]
+                                seed=seed, fidelity=fidelity, rel_tol=tolerance, engine=engine,
+                                kv_dtype=DType.parse(kv_dtype) if kv_dtype else None) for wl in workloads]
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
                           progress=progress and not json_out)
     multi = len(results) > 1

@@ -18,14 +18,17 @@ from serveplan.sim.workload import SCENARIOS
 
 def build_workload(scenario: str | None, input_len: int | None, output_len: int | None,
                    trace: str | None, length_dist: str | None, num_requests: int, arrival: str,
-                   cv: float, seed: int) -> Workload:
-    """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions)."""
+                   cv: float, seed: int, dataset: str | None = None) -> Workload:
+    """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions,
+    dataset)."""
     if num_requests < 1:
         raise SpecError(f"num-requests={num_requests} must be a positive integer")
     given = [n for n, v in (("--scenario", scenario), ("--input-len/--output-len", input_len or output_len),
-                            ("--trace", trace), ("--length-dist", length_dist)) if v]
+                            ("--trace", trace), ("--length-dist", length_dist), ("--dataset", dataset)) if v]
     if len(given) > 1:
         raise SpecError(f"give one request source; got {', '.join(given)}")
+    if dataset:
+        return Workload.from_dataset(dataset, num_requests, seed=seed, arrival=arrival, cv=cv)
     if trace:
         wl = Workload.from_trace(trace, num_requests=num_requests)
         return wl
@@ -40,6 +43,104 @@ def build_workload(scenario: str | None, input_len: int | None, output_len: int 
             raise SpecError("give both --input-len and --output-len (or a --scenario)")
         return Workload.fixed(input_len, output_len, num_requests=num_requests, arrival=arrival, cv=cv)
     return Workload.scenario(scenario or "op2", num_requests=num_requests, arrival=arrival, cv=cv)
+
+
+def _load_rate(rate: float | None, offline: bool, levels: list[int] | None) -> float | None:
+    """The arrival rate of an open loop (3.5 req/s unless given); None for offline and closed
+    loops, which set their own arrivals (giving a rate too is an error)."""
+    if offline and rate is not None:
+        raise SpecError(f"--offline with --rate {rate:g}: an offline run queues every request at t=0; drop --rate")
+    if levels and rate is not None:
+        raise SpecError(f"--concurrency with --rate {rate:g}: a closed loop sets its own arrivals; drop --rate")
+    if levels and offline:
+        raise SpecError("--offline with --concurrency: choose one load")
+    if rate is None and not (offline or levels):
+        return 3.5
+    return rate
+
+
+def _concurrency(text: str) -> list[int]:
+    try:
+        out = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"concurrency={text!r} must be comma-separated positive integers, e.g. 1,4,16,64") from None
+    if not out or any(c < 1 for c in out):
+        bad = next((c for c in out if c < 1), text)
+        raise SpecError(f"concurrency={bad!r} must be a positive integer number of clients (e.g. 1,4,16,64)")
+    return out
+
+
+def _concurrency_sweep(cfg: SimulationConfig, levels: list[int], json_out: bool, out: Path | None) -> None:
+    """``--concurrency C1,C2,...``: one closed loop per level; table and plot of latency against
+    throughput per device."""
+    results = [simulate(dataclasses.replace(cfg, concurrency=c)) for c in levels]
+    recs = []
+    for r in results:
+        cl = r.closed_loop
+        assert cl is not None
+        recs.append({"concurrency": cl.concurrency, "ttft_mean_s": cl.ttft_s.mean, "ttft_p90_s": cl.ttft_s.p90,
+                     "tpot_mean_s": cl.tpot_s.mean, "tpot_p90_s": cl.tpot_s.p90,
+                     "tokens_per_s_per_user": cl.tokens_per_s_per_user,
+                     "output_tokens_per_s_per_device": cl.output_tokens_per_s_per_device,
+                     "throughput_rps": cl.throughput_rps, "littles_law": cl.littles_law,
+                     "num_measured": cl.num_measured, "preemptions": r.num_preemptions})
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "concurrency_sweep.json").write_text(json.dumps(
+            {"config": cfg.to_dict(), "levels": recs}, indent=2, default=float))
+        try:
+            from serveplan.report.plots import concurrency_plot
+
+            concurrency_plot(recs, out / "concurrency_sweep.png", title=f"{cfg.model.name} on {cfg.hardware.name}")
+        except ImportError as exc:
+            typer.echo(str(exc), err=True)
+    if json_out:
+        emit_json({"config": cfg.to_dict(), "concurrency_sweep": recs})
+        return
+    con = console()
+    t = Table(title=f"closed loop: {_title(cfg, 'concurrency ' + ','.join(map(str, levels)))}")
+    for col in ("clients", "TTFT mean (ms)", "TTFT P90 (ms)", "TPOT mean (ms)", "tokens/s/user", "tokens/s/GPU",
+                "req/s", "preemptions"):
+        t.add_column(col, justify="right")
+    for d in recs:
+        t.add_row(str(d["concurrency"]), f"{d['ttft_mean_s'] * 1e3:,.1f}", f"{d['ttft_p90_s'] * 1e3:,.1f}",
+                  f"{d['tpot_mean_s'] * 1e3:,.2f}", f"{d['tokens_per_s_per_user']:,.1f}",
+                  f"{d['output_tokens_per_s_per_device']:,.0f}", f"{d['throughput_rps']:.3f}", str(d["preemptions"]))
+    con.print(t)
+    con.print("statistics over each run's steady window: requests sent after every client's first one and "
+              "finished before the last send (warm-up and cool-down excluded)")
+    _print_engine(cfg)
+    if out is not None:
+        con.print(f"wrote {out}/concurrency_sweep.json and concurrency_sweep.png")
+
+
+def _title(cfg: SimulationConfig, load: str | None = None) -> str:
+    fleet = cfg.fleet
+    layout = ", ".join(f"{r.value} {fleet.instance(r).parallel.label()}" for r in fleet.roles) if \
+        fleet.is_disaggregated else fleet.first.parallel.label()
+    sched = "/".join(fleet.instance(r).batching.scheduler for r in fleet.roles)
+    budget = fleet.first.batching.token_budget
+    if load is None:
+        load = ("offline" if cfg.offline else f"concurrency {cfg.concurrency}" if cfg.concurrency
+                else f"rate {cfg.rate} req/s")
+    wl = cfg.workload.describe()
+    if cfg.offline or cfg.concurrency:
+        wl = wl.rsplit(",", 1)[0]  # the arrival process does not apply
+    eng = f"{cfg.engine.label}, " if cfg.engine is not None else ""
+    return (f"{cfg.model.name} on {cfg.hardware.name}, {eng}{fleet.strategy} ({layout}, max batch {fleet.max_batch}, "
+            f"prefill batch {fleet.max_prompts}, {sched}{f', budget {budget}' if budget else ''}, "
+            f"{cfg.fidelity.value}), {wl}, {load}")
+
+
+def _print_engine(cfg: SimulationConfig) -> None:
+    con = console()
+    setup = cfg.engine_setup
+    if setup is None:
+        return
+    kv = cfg.effective_kv_dtype
+    con.print(f"engine {setup.engine.label} ({setup.engine.mechanism.value}): "
+              + "; ".join(setup.notes) + f"; KV block {setup.block_size} tokens, KV cache "
+              f"{(kv.value if kv is not None else 'weights format')}, memory share {setup.memory_utilization:.3f}")
 
 
 def _rates(text: str) -> list[float]:
@@ -58,19 +159,21 @@ def simulate_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
-    strategy: str = typer.Option("1p1d", "--strategy", "-s", help="Nm (N collocated) or PpDd (P prefill, D decode)."),
-    tp: int = typer.Option(4, "--tp", help="Tensor-parallel size of every instance."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Serving engine whose scheduler and defaults apply: vllm (V1), sglang, trtllm, bestserve (the paper's testbed), a versioned id (vllm-0.11) or an engine YAML."),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Nm (N collocated) or PpDd (P prefill, D decode); default 1m (bestserve: 1p1d)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size of every instance (default: the smallest that fits with a useful KV cache)."),
     prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="TP of prefill instances (disaggregated)."),
     decode_tp: int | None = typer.Option(None, "--decode-tp", help="TP of decode instances (disaggregated)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages per instance."),
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks per instance."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
-    max_batch: int = typer.Option(16, "--max-batch", help="Sequences per step (decode and collocated instances)."),
-    prefill_max_batch: int | None = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0: = max batch)."),
-    scheduler: str = typer.Option("vllm", "--scheduler", help="Collocated scheduler: vllm or sarathi."),
-    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="New tokens per step (sarathi default: chunk size)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default: the engine's; the weights' 16-bit format otherwise)."),
+    max_batch: int | None = typer.Option(None, "--max-batch", help="Sequences per step (default: the engine's)."),
+    prefill_max_batch: int | None = typer.Option(None, "--prefill-max-batch", help="Prompts per step (default: the engine's; 0: = max batch)."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Override the engine's mechanism: prefill-first (vllm), chunked-prefill (sarathi), prefill-priority, inflight-no-evict."),
+    chunk_size: int | None = typer.Option(None, "--chunk-size", help="Largest prefill chunk (default: the engine's)."),
+    token_budget: int | None = typer.Option(None, "--token-budget", help="New tokens per step (default: the engine's)."),
     router: str = typer.Option("round_robin", "--router", help="round_robin or least_outstanding."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7)."),
     scenario: str | None = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
@@ -78,7 +181,11 @@ def simulate_cmd(
     output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
     trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
     length_dist: str | None = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
-    rate: float = typer.Option(3.5, "--rate", help="Arrival rate (requests/s)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Real length mix: azure-conv, azure-code, arxiv-sum (Azure LLM inference traces 2023, arXiv summarization; via Vidur)."),
+    rate: float | None = typer.Option(None, "--rate", help="Arrival rate (requests/s); default 3.5 when neither --offline nor --concurrency."),
+    offline: bool = typer.Option(False, "--offline", help="Queue every request at t=0 and run to completion (offline throughput)."),
+    concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: C clients each sending the next request when the last finishes; C[,C...] for a sweep (table and plot)."),
+    prefix_hit: float = typer.Option(0.0, "--prefix-hit", help="Share of prompt tokens found in the prefix cache, in [0, 1)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
     num_requests: int = typer.Option(10000, "--num-requests", "-n", help="Requests to simulate."),
@@ -92,17 +199,32 @@ def simulate_cmd(
     out: Path | None = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
     band: int = typer.Option(0, "--band", help="Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput."),
 ) -> None:
-    """Simulate a request stream through a fleet (default: BestServe Table 4, 1p1d, CodeLlama-34B
-    on Ascend 910B3, TP 4, prefill batch 4, decode batch 16, op2, 3.5 req/s, 10000 requests)."""
+    """Simulate a request stream through a fleet served by an engine (default: vLLM V1 with its
+    defaults for the device, the smallest TP that fits; CodeLlama-34B on Ascend 910B3, op2, 3.5
+    req/s, 10000 requests). ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4,
+    prefill batch 4, decode batch 16)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
-    wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed)
+    wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed,
+                        dataset)
+    levels = _concurrency(concurrency) if concurrency is not None else None
+    rate = _load_rate(rate, offline, levels)
+    from serveplan.specs.catalog import get_engine
+
+    spec = get_engine(engine)
+    settings = {k: v for k, v in (("strategy", strategy or ("1p1d" if spec.engine == "bestserve" else "1m")),
+                                  ("tp", tp), ("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("pp", pp),
+                                  ("dp", dp), ("ep", ep), ("max_batch", max_batch),
+                                  ("prefill_max_batch", prefill_max_batch or None), ("scheduler", scheduler),
+                                  ("chunk_size", chunk_size), ("token_budget", token_budget)) if v is not None}
     cfg = SimulationConfig(
-        model=m, hardware=hw, profile=pr, strategy=strategy, tp=tp, prefill_tp=prefill_tp, decode_tp=decode_tp,
-        pp=pp, dp=dp, ep=ep, max_batch=max_batch, prefill_max_batch=prefill_max_batch, scheduler=scheduler,
-        chunk_size=chunk_size, token_budget=token_budget, router=router, fidelity=fidelity, rate=rate, workload=wl,
+        model=m, hardware=hw, profile=pr, router=router, fidelity=fidelity, rate=rate, workload=wl,
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
-        early_stop=early_stop,
+        early_stop=early_stop, engine=spec, kv_dtype=kv_dtype, offline=offline,
+        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit, **settings,
     )
+    if levels and len(levels) > 1:
+        _concurrency_sweep(cfg, levels, json_out, out)
+        return
     sweep_rates = _rates(rate_sweep) if rate_sweep else None
     if band < 0:
         raise SpecError(f"band={band} must be a number of sampled profiles >= 0")
@@ -122,6 +244,8 @@ def simulate_cmd(
             sweep_rates = [round(rate * f, 6) for f in (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)]
         for r in sweep_rates or []:
             sweep.append(res if r == rate else simulate(dataclasses.replace(cfg, rate=r)))
+    if (sweep_rates or out is not None) and (offline or levels):
+        sweep = []
     if out is not None:
         _write_out(out, res, sweep)
     if json_out:
@@ -155,14 +279,7 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
 
     con = console()
     cfg = res.config
-    pmb = cfg.prefill_max_batch or cfg.max_batch
-    disagg = cfg.strategy.is_disaggregated  # type: ignore[union-attr]
-    layout = (f"prefill {cfg.parallel('prefill').label()}, decode {cfg.parallel('decode').label()}" if disagg
-              else cfg.parallel("collocated").label())
-    sched = "prefill-only/decode-only" if disagg else cfg.scheduler
-    title = (f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy} ({layout}, max batch {cfg.max_batch}, "
-             f"prefill batch {pmb}, {sched}, {cfg.fidelity}), {cfg.workload.describe()}, rate {cfg.rate} req/s")
-    t = Table(title=title)
+    t = Table(title=_title(cfg))
     for col in ("latency (ms)", "mean", "P50", "P90", "P99", "SLO"):
         t.add_column(col, justify="left" if col.startswith("latency") else "right")
     for row in latency_rows(res):
@@ -170,6 +287,21 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
     con.print(t)
     for line in summary_lines(res):
         con.print(line)
+    if cfg.offline:
+        con.print(f"offline: {res.num_completed} of {res.num_requests} requests in {res.makespan_s:,.2f} s; "
+                  f"{res.output_tokens_per_s:,.0f} output tokens/s ({res.output_tokens_per_s / cfg.num_devices:,.0f} "
+                  f"per GPU), {res.total_tokens_per_s:,.0f} total tokens/s, {res.throughput_rps:,.2f} requests/s, "
+                  f"{res.num_preemptions} preemptions")
+    cl = res.closed_loop
+    if cl is not None:
+        con.print(f"closed loop, {cl.concurrency} clients: {cl.num_measured} requests in the steady window "
+                  f"{cl.window_s[0]:.2f}-{cl.window_s[1]:.2f} s (warm-up and cool-down excluded): TTFT mean "
+                  f"{cl.ttft_s.mean * 1e3:,.1f} ms, TPOT mean {cl.tpot_s.mean * 1e3:,.2f} ms, "
+                  f"{cl.tokens_per_s_per_user:,.1f} tokens/s/user, {cl.output_tokens_per_s_per_device:,.0f} tokens/s/GPU")
+    if res.prefill_tokens_saved:
+        con.print(f"prefix cache: {cfg.prefix_hit:.0%} of prompt tokens hit, {res.prefill_tokens_saved:,} prefill "
+                  "tokens not computed")
+    _print_engine(cfg)
     if sweep:
         s = Table(title="rate sweep")
         for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)", "SLO met", "overloaded"):

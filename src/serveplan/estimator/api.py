@@ -32,6 +32,7 @@ class EstimateResult:
     context_len: int | None
     step: StepEstimate
     static: StaticMetrics | None
+    kv_dtype: str = ""
 
     @property
     def total_s(self) -> float:
@@ -41,7 +42,7 @@ class EstimateResult:
         d = {
             "model": self.model, "hardware": self.hardware, "profile": self.profile,
             "tp": self.parallel.tp, "pp": self.parallel.pp, "dp": self.parallel.dp, "ep": self.parallel.ep,
-            "dtype": self.dtype, "batch": self.batch, "input_len": self.input_len,
+            "dtype": self.dtype, "kv_dtype": self.kv_dtype, "batch": self.batch, "input_len": self.input_len,
             "context_len": self.context_len,
         }
         d.update(self.step.to_dict())
@@ -63,10 +64,14 @@ def resolve_specs(model: str | ModelSpec, hardware: str | DeviceSpec,
 
 def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str | EfficiencyProfile | None = None,
              parallel: ParallelConfig | None = None, dtype: str | DType | None = None,
-             batch: int = 1, input_len: int = 2048, output_len: int | None = None,
+             kv_dtype: str | DType | None = None, batch: int = 1, input_len: int = 2048, output_len: int | None = None,
              phase: str = "prefill", context_len: int | None = None) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
+
+    ``dtype`` is the weight format and ``kv_dtype`` the KV-cache format (default: see
+    :class:`~serveplan.estimator.step.Estimator`); the KV format sets the cache's bytes per token,
+    hence the KV capacity, and the bytes attention reads from the cache.
 
     Raises
     ------
@@ -76,7 +81,7 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         The weights do not fit in device memory.
     """
     m, hw, pr = resolve_specs(model, hardware, profile)
-    est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype)
+    est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype, kv_dtype=kv_dtype)
     est.check_fits()
     if phase not in ("prefill", "decode"):
         raise SpecError(f"phase={phase!r}; expected one of: prefill, decode")
@@ -92,4 +97,4 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
             raise SpecError(f"output_len={output_len} must be a positive integer")
         static = static_batch(est, batch, input_len, output_len)
     return EstimateResult(m.name, hw.name, pr.name, est.parallel, est.dtype.value, batch, input_len,
-                          step.phase, context_len, step, static)
+                          step.phase, context_len, step, static, kv_dtype=est.kv_dtype.value)

@@ -66,20 +66,35 @@ class StepBatch:
     @staticmethod
     def from_sequences(seqs: Iterable[tuple[int, int]]) -> StepBatch:
         """From ``(new_tokens, cached_context)`` pairs; ``(1, c>0)`` is a decode."""
-        np_ = nd = sp = kvp = kvd = ap = apc = 0.0
+        prefill: list[tuple[int, int]] = []
+        decode: list[int] = []
         for new, ctx in seqs:
             if new < 1 or ctx < 0:
                 raise SpecError(f"sequence (new={new}, context={ctx}) needs new >= 1 and context >= 0")
             if new == 1 and ctx > 0:
-                nd += 1
-                kvd += ctx + 1
+                decode.append(ctx)
             else:
-                np_ += new
-                sp += 1
-                kvp += ctx + new
-                ap += new * (ctx + new)
-                apc += new * (ctx + (new + 1) / 2)
-        return StepBatch(np_, nd, sp, kvp, kvd, ap, apc)
+                prefill.append((new, ctx))
+        return StepBatch.of(prefill, decode)
+
+    @staticmethod
+    def of(prefill: Iterable[tuple[int, int]], decode_contexts: Iterable[int]) -> StepBatch:
+        """From prefill chunks ``(new_tokens, cached_context)`` and the cached contexts of the
+        decodes (each computes one token attending ``context + 1`` keys); no validation (the
+        simulator's per-step path)."""
+        np_ = sp = kvp = ap = apc = 0.0
+        for c, ctx in prefill:
+            np_ += c
+            sp += 1
+            kvp += ctx + c
+            ap += c * (ctx + c)
+            apc += c * (ctx + (c + 1) / 2)
+        nd = kvd = 0.0
+        for ctx in decode_contexts:
+            nd += 1
+            kvd += ctx + 1
+        return StepBatch(prefill_tokens=np_, decode_tokens=nd, prefill_seqs=sp, prefill_keys=kvp, decode_keys=kvd,
+                         prefill_scores=ap, prefill_causal_scores=apc)
 
     def __add__(self, other: StepBatch) -> StepBatch:
         return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))

@@ -183,7 +183,9 @@ class Estimator:
     dtype:
         Weight format (default: the model's ``torch_dtype``).
     kv_dtype:
-        KV-cache format (default: ``dtype`` for 16/32-bit weights, else bf16).
+        KV-cache format, separate from the weights (default: ``dtype`` for 16/32-bit weights,
+        else bf16, as vLLM's ``kv_cache_dtype="auto"`` keeps the activations' format). It sets the
+        cache's bytes per token (capacity) and the bytes attention reads from the cache.
 
     Examples
     --------
@@ -202,7 +204,7 @@ class Estimator:
         self.model, self.hardware, self.profile, self.parallel = model, hardware, profile, parallel
         self.dtype = DType.parse(dtype) if dtype is not None else model.dtype
         if kv_dtype is not None:
-            self.kv_dtype = DType.parse(kv_dtype)
+            self.kv_dtype = DType.parse_kv(kv_dtype)
         else:
             self.kv_dtype = self.dtype if self.dtype in (DType.FP32, DType.FP16, DType.BF16) else DType.BF16
         if not 0 < memory_utilization <= 1:

@@ -129,8 +129,8 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
                attention=True, source="BestServe Table 8/10 row 9"),
         ]
         # decode core, Table 9/11 rows 5-11 (kvd = b*s, nd = b); eq. (12) kappa rates
-        ops.append(Op("decode.kv_update", M, ZERO, KVD * (2 * ab * dkv_t), Rate.KAPPA_UPDATE,
-                      source="BestServe Table 9 row 5 (/t)"))
+        ops.append(Op("decode.kv_update", M, ZERO, KVD * (2 * kvb * dkv_t), Rate.KAPPA_UPDATE,
+                      source="BestServe Table 9 row 5 (/t), cache values in the KV format"))
         if hkv < hq:  # Is_GQA of eq. (12)
             ops.append(Op("decode.repeat_kv", M, ZERO, KVD * (2 * ab * (dq_t + dkv_t)), Rate.KAPPA_REPEAT_KV,
                           source="BestServe Table 9 row ⋆ (/t)"))

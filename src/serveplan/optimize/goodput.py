@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,7 @@ from serveplan.errors import SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times
 from serveplan.estimator.step import Estimator
-from serveplan.optimize.space import Candidate
-from serveplan.sim import SLO, SimulationConfig, Strategy, Workload, simulate
+from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResult, Workload, simulate
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.profile import EfficiencyProfile
@@ -38,8 +38,13 @@ from serveplan.units import DType
 
 #: BestServe Algorithm 8, L4: pessimistic lower bound of the bisection (req/s).
 LOWER_RATE = 0.1
-#: BestServe Algorithm 8, L5: the upper bound is 1.2 x the optimistic serving rate.
-UPPER_FACTOR = 1.2
+
+
+class GoodputStatus(StrEnum):
+    """Outcome of a goodput search."""
+
+    OK = "ok"                # a positive rate meets the SLO
+    REJECTED = "rejected"    # even a lone request, or the 0.1 req/s floor, misses it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,9 +62,12 @@ class GoodputSettings:
     abs_tol: float = 0.001        # ... or hi - lo <= abs_tol req/s (Algorithm 8 epsilon)
     seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
     seed: int = 0
-    fidelity: str = "iteration"
+    fidelity: Fidelity = Fidelity.ITERATION
+    engine: str | None = None     # serving engine (memory rule, KV format and block, scheduler options)
+    kv_dtype: DType | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fidelity", Fidelity.parse(self.fidelity))
         if self.relaxation < 0:
             raise SpecError(f"relaxation={self.relaxation} must be >= 0")
         if not 0 < self.rel_tol < 1:
@@ -68,14 +76,14 @@ class GoodputSettings:
             raise SpecError(f"seeds={self.seeds} must be a positive integer")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GoodputResult:
-    """Goodput of one candidate and what the fleet delivers at that rate."""
+    """Goodput of one candidate fleet and what the fleet delivers at that rate."""
 
-    candidate: Candidate
+    candidate: Fleet
     goodput_rps: float
     goodput_per_device: float
-    status: str                         # "ok" or "rejected"
+    status: GoodputStatus
     reason: str = ""
     ttft_p: float = math.nan            # SLO percentile of TTFT at the goodput rate (s)
     tpot_p: float = math.nan
@@ -94,31 +102,44 @@ class GoodputResult:
         return self.candidate.name
 
     def to_dict(self) -> dict[str, Any]:
+        """The fleet's record, then every other field under its key (:data:`_KEYS`); NaN as None."""
         d = self.candidate.to_dict()
-        d.update({
-            "goodput_rps": self.goodput_rps, "goodput_per_device": self.goodput_per_device,
-            "status": self.status, "reason": self.reason, "ttft_p_s": _num(self.ttft_p),
-            "tpot_p_s": _num(self.tpot_p), "e2e_mean_s": _num(self.e2e_mean_s),
-            "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
-            "binding_slo": self.binding, "bottleneck": self.bottleneck,
-            "capacity_bound_rps": self.capacity_bound_rps, "num_simulations": self.num_simulations,
-            "goodput_ci": list(self.goodput_ci) if self.goodput_ci else None,
-            "goodput_samples": list(self.goodput_samples),
-        })
+        for f in fields(self):
+            if f.name == "candidate":
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, float):
+                v = _num(v)
+            elif isinstance(v, tuple):
+                v = list(v)
+            elif isinstance(v, StrEnum):
+                v = v.value
+            d[_KEYS.get(f.name, f.name)] = v
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> GoodputResult:
-        cand = Candidate(**{k: d[k] for k in ("num_collocated", "num_prefill", "num_decode", "tp", "decode_tp",
-                                              "pp", "dp", "ep", "max_batch", "prefill_max_batch", "chunk_size")},
-                         scheduler=d["scheduler"] if d["scheduler"] != "disaggregated" else "vllm")
-        return GoodputResult(
-            cand, d["goodput_rps"], d["goodput_per_device"], d["status"], d["reason"],
-            _nan(d["ttft_p_s"]), _nan(d["tpot_p_s"]), _nan(d["e2e_mean_s"]), d["throughput_rps"],
-            d["output_tokens_per_s"], d["binding_slo"], d["bottleneck"], d["capacity_bound_rps"],
-            d["num_simulations"], tuple(d["goodput_ci"]) if d.get("goodput_ci") else None,
-            tuple(d.get("goodput_samples", ())),
-        )
+        """Inverse of :meth:`to_dict`."""
+        kw: dict[str, Any] = {"candidate": Fleet.from_dict(d)}
+        for f in fields(GoodputResult):
+            key = _KEYS.get(f.name, f.name)
+            if f.name == "candidate" or key not in d:
+                continue
+            v = d[key]
+            if f.name == "status":
+                v = GoodputStatus(v)
+            elif f.name == "goodput_ci":
+                v = tuple(v) if v else None
+            elif f.name == "goodput_samples":
+                v = tuple(v)
+            elif isinstance(f.default, float):
+                v = _nan(v)
+            kw[f.name] = v
+        return GoodputResult(**kw)
+
+
+#: keys of the record whose names differ from the fields (units, or a clearer name)
+_KEYS = {"ttft_p": "ttft_p_s", "tpot_p": "tpot_p_s", "binding": "binding_slo"}
 
 
 def _num(x: float) -> float | None:
@@ -144,7 +165,7 @@ class _Probe:
 
 @dataclass
 class _Runner:
-    cand: Candidate
+    cand: Fleet
     settings: GoodputSettings
     seed: int
     runs: int = 0
@@ -159,13 +180,11 @@ class _Runner:
         return SLO(ttft_s=lim * s.slo.ttft_s, tpot_s=lim * s.slo.tpot_s, percentile=s.slo.percentile)
 
     def config(self, rate: float, workload: Workload | None = None) -> SimulationConfig:
-        c, s = self.cand, self.settings
+        s = self.settings
         return SimulationConfig(
-            model=s.model, hardware=s.hardware, profile=s.profile, strategy=Strategy.parse(c.strategy),
-            tp=c.tp, prefill_tp=c.tp, decode_tp=c.decode_tp, pp=c.pp, dp=c.dp, ep=c.ep,
-            max_batch=c.max_batch, prefill_max_batch=c.prefill_max_batch,
-            scheduler=c.scheduler, chunk_size=c.chunk_size, fidelity=s.fidelity, rate=rate,
+            model=s.model, hardware=s.hardware, profile=s.profile, fleet=self.cand, fidelity=s.fidelity, rate=rate,
             workload=workload or s.workload, slo=self.relaxed_slo, seed=self.seed, dtype=s.dtype, early_stop=True,
+            engine=s.engine, kv_dtype=s.kv_dtype,
         )
 
     def probe(self, rate: float, workload: Workload | None = None) -> _Probe:
@@ -185,18 +204,17 @@ class _Runner:
         return p
 
 
-def _percentile(res: Any, metric: str, pct: float) -> float:
+def _percentile(res: SimulationResult, metric: str, pct: float) -> float:
     stats = getattr(res, f"{metric}_s")
     key = {50: "p50", 90: "p90", 99: "p99"}.get(int(pct)) if float(pct).is_integer() else None
     if key is not None:
         return float(getattr(stats, key))
-    values = res.requests[metric] if isinstance(res.requests, dict) else getattr(res.requests, metric)
-    values = np.asarray(values, dtype=float)
+    values = np.asarray(res.requests[metric], dtype=float)
     values = values[np.isfinite(values)]
     return float(np.percentile(values, pct)) if len(values) else math.inf
 
 
-def capacity_bound(cand: Candidate, settings: GoodputSettings) -> float:
+def capacity_bound(cand: Fleet, settings: GoodputSettings) -> float:
     """Optimistic serving rate (req/s) of the fleet, from the estimator (Algorithm 8 L5's 1/T_min).
 
     Prefill instances: ``b / T_prefill(b)`` at the prefill batch limit; decode instances:
@@ -206,29 +224,29 @@ def capacity_bound(cand: Candidate, settings: GoodputSettings) -> float:
     s = settings
     s_in = max(1, int(round(float(np.mean(s.workload.input_lengths)))))
     s_out = max(1, int(round(float(np.mean(s.workload.output_lengths)))))
-    est_p = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.tp), dtype=s.dtype)
-    est_d = est_p if cand.decode_tp == cand.tp else Estimator(s.model, s.hardware, s.profile,
-                                                               cand.layout(cand.decode_tp), dtype=s.dtype)
-    bp = cand.prefill_max_batch or cand.max_batch
+    par_p, par_d = cand.first.parallel, cand.last.parallel
+    est_p = Estimator(s.model, s.hardware, s.profile, par_p, dtype=s.dtype)
+    est_d = est_p if par_d == par_p else Estimator(s.model, s.hardware, s.profile, par_d, dtype=s.dtype)
+    bp = cand.max_prompts
     per_req_prefill = est_p.time(StepBatch.prefill(bp, s_in)) / bp
     B = cand.max_batch
     kv_cap = est_d.memory.kv_capacity_tokens
     B = max(1, min(B, kv_cap // (s_in + s_out)))
     per_req_decode = float(decode_times(est_d, B, s_in + 1, s_out - 1).sum()) / B if s_out > 1 else 0.0
     if cand.is_disaggregated:
-        rp = cand.num_prefill / per_req_prefill
-        rd = cand.num_decode / per_req_decode if per_req_decode > 0 else math.inf
+        rp = cand.strategy.num_prefill / per_req_prefill
+        rd = cand.strategy.num_decode / per_req_decode if per_req_decode > 0 else math.inf
         return min(rp, rd)
-    return cand.num_collocated / (per_req_prefill + per_req_decode)
+    return cand.strategy.num_collocated / (per_req_prefill + per_req_decode)
 
 
-def _zero_load(cand: Candidate, settings: GoodputSettings) -> tuple[str, float]:
+def _zero_load(cand: Fleet, settings: GoodputSettings) -> tuple[str, float]:
     """Reject without simulating when even one lone request misses the SLO; else return its
     margin (largest share of a relaxed target a lone request uses)."""
     s = settings
     s_in = int(max(s.workload.input_lengths))
-    est = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.tp), dtype=s.dtype)
-    est_d = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.decode_tp), dtype=s.dtype)
+    est = Estimator(s.model, s.hardware, s.profile, cand.first.parallel, dtype=s.dtype)
+    est_d = Estimator(s.model, s.hardware, s.profile, cand.last.parallel, dtype=s.dtype)
     lim = 1.0 + s.relaxation
     ttft0 = est.time(StepBatch.prefill(1, s_in))
     if ttft0 > lim * s.slo.ttft_s:
@@ -360,7 +378,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     return lo.rate, lo, hi
 
 
-def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
+def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
     """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
 
     With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
@@ -369,7 +387,8 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
     reason, margin0 = _zero_load(cand, settings)
     bound = capacity_bound(cand, settings)
     if reason:
-        return GoodputResult(cand, 0.0, 0.0, "rejected", reason, capacity_bound_rps=bound)
+        return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
+                             reason=reason, capacity_bound_rps=bound)
     rates, runs = [], 0
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
     for k in range(settings.seeds):
@@ -397,24 +416,26 @@ def max_goodput(cand: Candidate, settings: GoodputSettings) -> GoodputResult:
         kv_note = _kv_note(cand, settings)
         if kv_note:
             why += f"; {kv_note}"
-        return GoodputResult(cand, 0.0, 0.0, "rejected", why, capacity_bound_rps=bound, num_simulations=runs,
-                             goodput_samples=tuple(rates))
+        return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
+                             reason=why, capacity_bound_rps=bound, num_simulations=runs, goodput_samples=tuple(rates))
     binding, bottleneck = _diagnose(cand, settings, above)
     return GoodputResult(
-        cand, goodput, goodput / cand.num_devices, "ok", "", at.ttft, at.tpot, at.e2e, at.throughput, at.out_tps,
-        binding, bottleneck, bound, runs, ci, tuple(rates),
+        candidate=cand, goodput_rps=goodput, goodput_per_device=goodput / cand.num_devices, status=GoodputStatus.OK,
+        ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
+        output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
+        num_simulations=runs, goodput_ci=ci, goodput_samples=tuple(rates),
     )
 
 
-def _kv_slots(cand: Candidate, settings: GoodputSettings) -> tuple[int, int]:
+def _kv_slots(cand: Fleet, settings: GoodputSettings) -> tuple[int, int]:
     """Requests of the largest size whose KV cache fits one (decode) instance, and that size."""
     s = settings
     tokens = int(np.max(s.workload.input_lengths + s.workload.output_lengths))
-    est = Estimator(s.model, s.hardware, s.profile, cand.layout(cand.decode_tp), dtype=s.dtype)
+    est = Estimator(s.model, s.hardware, s.profile, cand.last.parallel, dtype=s.dtype)
     return est.memory.kv_capacity_tokens // max(tokens, 1), tokens
 
 
-def _kv_note(cand: Candidate, settings: GoodputSettings) -> str:
+def _kv_note(cand: Fleet, settings: GoodputSettings) -> str:
     slots, tokens = _kv_slots(cand, settings)
     if slots < cand.max_batch:
         return (f"KV cache memory holds only {slots} requests of {tokens} tokens per instance "
@@ -422,7 +443,7 @@ def _kv_note(cand: Candidate, settings: GoodputSettings) -> str:
     return ""
 
 
-def _diagnose(cand: Candidate, settings: GoodputSettings, above: _Probe | None) -> tuple[str, str]:
+def _diagnose(cand: Fleet, settings: GoodputSettings, above: _Probe | None) -> tuple[str, str]:
     """Which SLO fails first just above the goodput, and the resource behind it."""
     if above is None:
         return "none", "none (SLO met up to the largest rate tried)"
@@ -440,7 +461,3 @@ def _diagnose(cand: Candidate, settings: GoodputSettings, above: _Probe | None) 
     if cand.is_disaggregated:
         return binding, "prefill instances" if binding == "ttft" else "decode instances"
     return binding, "prefill (queueing before first token)" if binding == "ttft" else "decode (batch interference)"
-
-
-def with_slo(settings: GoodputSettings, slo: SLO) -> GoodputSettings:
-    return replace(settings, slo=slo)

@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, max_goodput
-from serveplan.optimize.space import Candidate, Pruned, SearchSpace, enumerate_space
+from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
+from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
+from serveplan.sim.fleet import Fleet
 
 CHECKPOINT = "checkpoint.jsonl"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SearchResult:
     """Ranked strategies (best normalized goodput first), rejected and pruned ones, Pareto set."""
 
@@ -70,6 +71,8 @@ def _fingerprint(settings: GoodputSettings) -> str:
         repr(s.rel_tol), repr(s.abs_tol), str(s.seeds), str(s.seed), s.fidelity,
         wl._digest,  # content hash of lengths, arrival process and trace
     ]
+    if s.engine is not None or s.kv_dtype is not None:  # absent before engines: old checkpoints stay valid
+        parts += [str(s.engine), str(s.kv_dtype)]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -95,7 +98,7 @@ def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult) -> None
         os.fsync(fh.fileno())
 
 
-def _evaluate(args: tuple[int, Candidate, GoodputSettings]) -> tuple[int, GoodputResult]:
+def _evaluate(args: tuple[int, Fleet, GoodputSettings]) -> tuple[int, GoodputResult]:
     key, cand, settings = args
     return key, max_goodput(cand, settings)
 
@@ -113,7 +116,7 @@ def _check_ray_address(address: str) -> None:
                         f"(start one with `ray start --head`) or omit it for a local Ray instance") from None
 
 
-Task = tuple[int, Candidate, GoodputSettings]
+Task = tuple[int, Fleet, GoodputSettings]
 
 
 def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None]) -> None:
@@ -171,7 +174,7 @@ def _run_ray(todo: list[Task], jobs: int, address: str | None,
 
 def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
     """Strategies no other beats on both goodput per device (higher) and mean latency (lower)."""
-    pts = [(r.e2e_mean_s, r.goodput_per_device, r.name) for r in results if r.status == "ok"]
+    pts = [(r.e2e_mean_s, r.goodput_per_device, r.name) for r in results if r.status == GoodputStatus.OK]
     front = []
     for lat, thr, name in pts:
         dominated = any((l2 <= lat and t2 >= thr) and (l2 < lat or t2 > thr) for l2, t2, _ in pts)
@@ -209,7 +212,7 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
 class _Plan:
     settings: GoodputSettings
     fingerprint: str
-    listing: Any
+    listing: SpaceListing
     results: dict[str, GoodputResult]
     resumed: int
     evaluated: int = 0
@@ -287,8 +290,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
 def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
     settings, results, listing = plan.settings, plan.results, plan.listing
     wl = settings.workload
-    ok = [r for r in results.values() if r.status == "ok" and r.goodput_rps > 0]
-    rejected = [r for r in results.values() if not (r.status == "ok" and r.goodput_rps > 0)]
+    ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
+    rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
     ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
     rejected.sort(key=lambda r: r.name)
     summary = {
@@ -300,18 +303,11 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "num_candidates": len(listing.candidates),
     }
     result = SearchResult(
-        tuple(ok), tuple(rejected), tuple(listing.pruned), pareto_front(ok),
-        sum(r.num_simulations for r in results.values()), plan.evaluated, plan.resumed, elapsed, summary,
+        strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(listing.pruned), pareto=pareto_front(ok),
+        num_simulations=sum(r.num_simulations for r in results.values()), num_evaluated=plan.evaluated,
+        num_resumed=plan.resumed, elapsed_s=elapsed, settings_summary=summary,
     )
     if len(results) == len(listing.candidates) and not ok:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rejected[:3])
         raise InfeasibleError(f"no strategy meets the SLO at any rate >= 0.1 req/s ({why})")
     return result
-
-
-def is_equal_within_ci(a: GoodputResult, b: GoodputResult) -> bool:
-    """True when two strategies' goodput intervals overlap (they cannot be told apart)."""
-    if a.goodput_ci is None or b.goodput_ci is None:
-        return False
-    return a.goodput_ci[0] <= b.goodput_ci[1] and b.goodput_ci[0] <= a.goodput_ci[1]
-

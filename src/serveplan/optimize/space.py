@@ -1,10 +1,11 @@
 """Strategy space: every collocated ``Nm`` and disaggregated ``PpDd`` fleet within a device budget.
 
-A :class:`Candidate` is one serving strategy: how many instances of each role, each instance's
-parallel layout (TP, and PP / DP-attention / EP for large models), maximum batch sizes and the
-collocated scheduler. :func:`enumerate_space` lists every candidate of a :class:`SearchSpace`
-and, separately, the ones pruned before simulation with the reason (weights do not fit, a
-request's KV cache does not fit, a layout that does not divide the model) — never silently.
+A candidate is a :class:`~serveplan.sim.fleet.Fleet` (the one description the simulator, the
+optimizer and the CLI share): how many instances of each role, each instance's parallel layout
+(TP, and PP / DP-attention / EP for large models), batch limits and the collocated scheduler.
+:func:`enumerate_space` lists every candidate of a :class:`SearchSpace` and, separately, the
+ones pruned before simulation with the reason (weights do not fit, a request's KV cache does not
+fit, a layout that does not divide the model) — never silently.
 """
 
 from __future__ import annotations
@@ -15,80 +16,13 @@ from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.estimator.step import Estimator
+from serveplan.sim.fleet import Fleet, Strategy
+from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType
-
-SCHEDULERS = ("vllm", "sarathi")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Candidate:
-    """One serving strategy.
-
-    ``num_collocated > 0`` for ``Nm`` (then ``num_prefill == num_decode == 0``); otherwise
-    ``num_prefill`` prefill and ``num_decode`` decode instances with layouts ``tp`` and
-    ``decode_tp`` respectively.
-    """
-
-    num_collocated: int = 0
-    num_prefill: int = 0
-    num_decode: int = 0
-    tp: int = 1
-    decode_tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
-    max_batch: int = 16
-    prefill_max_batch: int | None = None
-    scheduler: str = "vllm"
-    chunk_size: int = 512
-
-    @property
-    def is_disaggregated(self) -> bool:
-        return self.num_collocated == 0
-
-    @property
-    def strategy(self) -> str:
-        """BestServe notation: ``2m`` or ``1p1d``."""
-        if self.is_disaggregated:
-            return f"{self.num_prefill}p{self.num_decode}d"
-        return f"{self.num_collocated}m"
-
-    def layout(self, tp: int) -> ParallelConfig:
-        return ParallelConfig(tp=tp, pp=self.pp, dp=self.dp, ep=self.ep)
-
-    @property
-    def devices_per_instance(self) -> int:
-        return self.pp * self.dp
-
-    @property
-    def num_devices(self) -> int:
-        k = self.devices_per_instance
-        if self.is_disaggregated:
-            return k * (self.num_prefill * self.tp + self.num_decode * self.decode_tp)
-        return k * self.num_collocated * self.tp
-
-    @property
-    def name(self) -> str:
-        extra = "".join(f"-{k}{v}" for k, v in (("pp", self.pp), ("dp", self.dp), ("ep", self.ep)) if v > 1)
-        if self.is_disaggregated:
-            tp = f"tp{self.tp}" if self.tp == self.decode_tp else f"tp{self.tp}/{self.decode_tp}"
-            return f"{self.strategy}-{tp}{extra}-b{self.max_batch}"
-        sched = self.scheduler if self.scheduler == "vllm" else f"{self.scheduler}{self.chunk_size}"
-        return f"{self.strategy}-tp{self.tp}{extra}-b{self.max_batch}-{sched}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "strategy": self.strategy, "num_devices": self.num_devices,
-            "num_collocated": self.num_collocated, "num_prefill": self.num_prefill, "num_decode": self.num_decode,
-            "tp": self.tp, "decode_tp": self.decode_tp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
-            "max_batch": self.max_batch, "prefill_max_batch": self.prefill_max_batch,
-            "scheduler": self.scheduler if not self.is_disaggregated else "disaggregated",
-            "chunk_size": self.chunk_size,
-        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +40,8 @@ class SearchSpace:
     prefill_max_batch:
         Prompts per prefill step (BestServe Table 4 uses 4); ``None`` = no limit besides KV.
     schedulers, chunk_sizes:
-        Collocated schedulers (``vllm``, ``sarathi``) and chunk sizes for ``sarathi``.
+        Collocated schedulers (mechanisms or aliases: ``prefill-first``/``vllm``,
+        ``chunked-prefill``/``sarathi``) and the chunk sizes of chunked schedulers.
     collocated, disaggregated:
         Which architectures to include.
     mixed_tp:
@@ -120,7 +55,7 @@ class SearchSpace:
     ep_sizes: tuple[int, ...] = (1,)
     max_batches: tuple[int, ...] = (16,)
     prefill_max_batch: int | None = 4
-    schedulers: tuple[str, ...] = ("vllm",)
+    schedulers: tuple[str, ...] = ("prefill-first",)
     chunk_sizes: tuple[int, ...] = (512,)
     collocated: bool = True
     disaggregated: bool = True
@@ -135,11 +70,14 @@ class SearchSpace:
                 raise SpecError(f"{fname.replace('_sizes', '').replace('_', '-')} set is empty; give at least one value")
             if any((not isinstance(v, int)) or v < 1 for v in vals):
                 raise SpecError(f"{fname}={vals!r}: every value must be a positive integer")
-        for s in self.schedulers:
-            if s not in SCHEDULERS:
-                raise SpecError(f"scheduler {s!r} is unknown; expected one of: {', '.join(SCHEDULERS)}")
         if not self.schedulers:
-            raise SpecError("schedulers is empty; expected one or more of: vllm, sarathi")
+            raise SpecError(f"schedulers is empty; expected one or more of: {', '.join(collocated_schedulers())}")
+        names = tuple(canonical_scheduler(s) for s in self.schedulers)
+        for s in names:
+            if s not in collocated_schedulers():
+                raise SpecError(f"scheduler {s!r} is a disaggregation role; expected one of: "
+                                f"{', '.join(collocated_schedulers())}")
+        object.__setattr__(self, "schedulers", tuple(dict.fromkeys(names)))
         if not (self.collocated or self.disaggregated):
             raise SpecError("both architectures are disabled; enable collocated or disaggregated")
         smallest = min(self.tp_sizes) * min(self.pp_sizes) * min(self.dp_sizes)
@@ -173,7 +111,7 @@ class _LayoutCheck:
 
 @dataclass
 class SpaceListing:
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: list[Fleet] = field(default_factory=list)
     pruned: list[Pruned] = field(default_factory=list)
 
 
@@ -227,9 +165,9 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
             continue
         layouts.append(par)
 
-    seen: set[Candidate] = set()
+    seen: set[Fleet] = set()
 
-    def add(c: Candidate) -> None:
+    def add(c: Fleet) -> None:
         if c not in seen and c.num_devices <= space.devices:
             seen.add(c)
             out.candidates.append(c)
@@ -240,11 +178,11 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
             if space.collocated:
                 for n in range(1, space.devices // per + 1):
                     for sched in space.schedulers:
-                        chunks = space.chunk_sizes if sched == "sarathi" else (space.chunk_sizes[0],)
+                        chunks = space.chunk_sizes if get_scheduler(sched).chunked else (space.chunk_sizes[0],)
                         for cs in chunks:
-                            add(Candidate(num_collocated=n, tp=par.tp, decode_tp=par.tp, pp=par.pp, dp=par.dp,
-                                          ep=par.ep, max_batch=mb, prefill_max_batch=space.prefill_max_batch,
-                                          scheduler=sched, chunk_size=cs))
+                            add(Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
+                                            max_batch=mb, prefill_max_batch=space.prefill_max_batch,
+                                            scheduler=sched, chunk_size=cs))
             if space.disaggregated:
                 for par_d in layouts:
                     if (par_d.pp, par_d.dp, par_d.ep) != (par.pp, par.dp, par.ep):
@@ -256,9 +194,9 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
                         for d in range(1, space.devices + 1):
                             if k * (p * par.tp + d * par_d.tp) > space.devices:
                                 break
-                            add(Candidate(num_prefill=p, num_decode=d, tp=par.tp, decode_tp=par_d.tp, pp=par.pp,
-                                          dp=par.dp, ep=par.ep, max_batch=mb,
-                                          prefill_max_batch=space.prefill_max_batch, scheduler="vllm",
-                                          chunk_size=space.chunk_sizes[0]))
+                            add(Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp,
+                                            pp=par.pp, dp=par.dp, ep=par.ep, max_batch=mb,
+                                            prefill_max_batch=space.prefill_max_batch,
+                                            chunk_size=space.chunk_sizes[0]))
     out.candidates.sort(key=lambda c: (c.num_devices, c.name))
     return out

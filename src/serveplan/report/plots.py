@@ -83,3 +83,26 @@ def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Pa
     fig.savefig(p, dpi=120)
     plt.close(fig)
     return p
+
+
+def concurrency_plot(levels: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
+    """Closed-loop sweep (``simulate --concurrency C1,C2,...``): TTFT, TPOT and tokens/s/user
+    against output tokens/s per GPU, one point per concurrency (labelled)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    x = [d["output_tokens_per_s_per_device"] for d in levels]
+    for ax, key, label, scale in ((axes[0], "ttft_mean_s", "mean TTFT (ms)", 1e3),
+                                  (axes[1], "tpot_mean_s", "mean TPOT (ms)", 1e3),
+                                  (axes[2], "tokens_per_s_per_user", "tokens/s/user", 1.0)):
+        y = [d[key] * scale for d in levels]
+        ax.plot(x, y, marker="o")
+        for xi, yi, d in zip(x, y, levels, strict=True):
+            ax.annotate(f"C={d['concurrency']}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.set_xlabel("output tokens/s per GPU")
+        ax.set_ylabel(label)
+    fig.suptitle(f"{title}: closed loop at each concurrency" if title else "closed loop at each concurrency")
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p

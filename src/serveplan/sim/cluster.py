@@ -1,7 +1,7 @@
-"""Fleets of instances: collocated ``Nm`` and disaggregated ``PpDd`` strategies, KV transfer.
+"""Fleets of instances on the event loop: collocated ``Nm`` and disaggregated ``PpDd``, KV transfer.
 
-* Collocated: every instance prefills and decodes its own requests (scheduler ``vllm`` or
-  ``sarathi``).
+* Collocated: every instance prefills and decodes its own requests (scheduler
+  ``prefill-first`` or ``chunked-prefill``).
 * Disaggregated: prefill instances (``prefill-only``) emit the first token; the request's KV
   cache then moves to a decode instance over the link between them and joins that instance's
   queue; the decode instance (``decode-only``) admits it when its KV fits.
@@ -15,72 +15,51 @@ prefill instance frees the cache when the transfer ends. A transferred cache tha
 at its decode instance sits in a staging buffer there, not in device KV (the decode instance's
 blocks are reserved only at admission).
 
-Because the prefill stage never waits on the decode stage in this model, a disaggregated fleet
-is simulated stage by stage: all prefill instances, then all decode instances.
+Stages and passes
+-----------------
+A :class:`Stage` is the instances of one role, their router and what feeds them (a *source*:
+the request stream, or the KV transfers of an upstream stage). Stages run on the
+:class:`~serveplan.sim.events.EventLoop`; an instance advances lazily, only as far as nothing
+can still reach it:
+
+* open loop, a router that does not read load: the whole stream is routed in one event
+  (:class:`RouteAll`; each instance's inbox keeps the arrival times) and every instance runs to
+  the stage's horizon in one :class:`Drain` event;
+* a router that reads load: one :class:`Arrive` event per request advances the stage's instances
+  to the arrival time, then routes;
+* closed loop (:class:`ClosedLoop`: each client sends its next request a think time after its
+  previous one finishes): arrivals depend on completions, so instances run in lockstep, each
+  step or stretch bounded by the next event (:class:`Wake`), and a completion hands the loop the
+  client's next arrival;
+* early stop: :class:`Checkpoint` events advance the stage to their time and count certain SLO
+  misses (:class:`EarlyStop`).
+
+When nothing downstream feeds back upstream (open loop), a disaggregated fleet runs in two
+passes: the prefill stage, then the decode stage fed by its KV transfers (:class:`Transfer`
+events in time order, ties by request id). With a closed loop both stages share one pass.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from serveplan.errors import SpecError
 from serveplan.estimator.step import Estimator
+from serveplan.sim.events import EventLoop, Priority, Scheduled
+from serveplan.sim.fleet import Strategy
 from serveplan.sim.instance import Instance
 from serveplan.sim.metrics import SLO, certain_misses
 from serveplan.sim.request import RequestState
-from serveplan.sim.router import least_outstanding
+from serveplan.sim.router import Router
+
+__all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "OpenLoop", "Stage", "Strategy", "kv_transfer_time", "run_fleet"]
 
 INF = math.inf
-_STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Strategy:
-    """A serving strategy: ``num_collocated`` instances, or ``num_prefill`` + ``num_decode``."""
-
-    num_collocated: int = 0
-    num_prefill: int = 0
-    num_decode: int = 0
-
-    def __post_init__(self) -> None:
-        for f in ("num_collocated", "num_prefill", "num_decode"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise SpecError(f"strategy {f}={v!r} must be a non-negative integer")
-        if self.num_collocated and (self.num_prefill or self.num_decode):
-            raise SpecError("a strategy is either collocated (Nm) or disaggregated (PpDd), not both")
-        if not self.num_collocated and (self.num_prefill < 1 or self.num_decode < 1):
-            raise SpecError(
-                f"strategy needs num_collocated >= 1, or num_prefill >= 1 and num_decode >= 1; got "
-                f"{self.num_collocated}m / {self.num_prefill}p{self.num_decode}d")
-
-    @staticmethod
-    def parse(text: str | Strategy) -> Strategy:
-        """``"2m"`` (2 collocated instances) or ``"1p1d"`` (1 prefill, 1 decode instance)."""
-        if isinstance(text, Strategy):
-            return text
-        m = _STRATEGY.match(str(text))
-        if not m:
-            raise SpecError(f"strategy={text!r} does not parse; expected Nm (e.g. 2m) or PpDd (e.g. 1p1d)")
-        if m.group(1):
-            return Strategy(num_collocated=int(m.group(1)))
-        return Strategy(num_prefill=int(m.group(2)), num_decode=int(m.group(3)))
-
-    @property
-    def is_disaggregated(self) -> bool:
-        return self.num_collocated == 0
-
-    @property
-    def num_instances(self) -> int:
-        return self.num_collocated + self.num_prefill + self.num_decode
-
-    def __str__(self) -> str:
-        return f"{self.num_prefill}p{self.num_decode}d" if self.is_disaggregated else f"{self.num_collocated}m"
+#: early-stop checks per stage (spread evenly over the arrival span)
+CHECKPOINTS = 50
 
 
 def kv_transfer_time(est_prefill: Estimator, est_decode: Estimator, tokens: int) -> float:
@@ -188,118 +167,327 @@ class EarlyStop:
         return count >= limit
 
 
+
+
+# ---------------------------------------------------------------------- stages
+class Stage:
+    """The instances of one role, their router and the early stop watching them.
+
+    ``assign(request, index)`` records which instance got a request; ``cap`` is the simulated
+    time limit of the run.
+    """
+
+    def __init__(self, instances: Sequence[Instance], router: Router, cap: float, stop: EarlyStop | None,
+                 assign: Callable[[int, int], None]) -> None:
+        self.instances = list(instances)
+        self.router = router
+        self.cap = cap
+        self.stop = stop
+        self.assign = assign
+        self.stopped = False
+        #: lockstep: time of each instance's pending Wake (inf: none)
+        self.wake_at = [INF] * len(self.instances)
+
+    def advance(self, t: float) -> None:
+        """Run every instance's steps that start before ``t``."""
+        for inst in self.instances:
+            inst.run_until(t)
+
+    def route(self, t: float, q: int) -> int:
+        """Request ``q`` reaches the stage at ``t``: the router picks its instance (index)."""
+        if self.router.reads_load:
+            self.advance(t)
+        i = self.router.pick(self.instances)
+        self.instances[i].deliver(t, q)
+        self.assign(q, i)
+        return i
+
+    def wake(self, i: int, t: float) -> Iterable[Scheduled]:
+        """Lockstep: make sure instance ``i`` runs at ``t`` (or at its own clock, if later)."""
+        t = max(t, self.instances[i].now)
+        if t < self.wake_at[i]:
+            self.wake_at[i] = t
+            return ((t, Priority.WAKE, Wake(self, i)),)
+        return ()
+
+    @property
+    def clock(self) -> float:
+        """The time every instance has reached."""
+        return min(inst.now for inst in self.instances)
+
+    @property
+    def is_idle(self) -> bool:
+        return all(inst.is_idle for inst in self.instances)
+
+    def missed(self, loop: EventLoop, t: float) -> bool:
+        """Early stop: the SLO is certainly missed at ``t``; stops the loop."""
+        if self.stop is not None and self.stop.missed(t):
+            self.stopped = True
+            loop.stop()
+            return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Run the stage to its horizon (the run's time cap)."""
+
+    stage: Stage
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        self.stage.advance(self.stage.cap)
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Advance the stage to ``t`` and check the early stop; the next check follows ``step``
+    later until the stage is idle after ``t_last`` or the cap."""
+
+    stage: Stage
+    t: float
+    step: float
+    t_last: float
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        st, t = self.stage, self.t
+        st.advance(t)
+        if st.missed(loop, st.clock):
+            return ()
+        if t >= st.cap or (t >= self.t_last and st.is_idle):
+            return ((t, Priority.DRAIN, Drain(st)),)
+        return ((min(t + self.step, st.cap), Priority.CHECK, Checkpoint(st, min(t + self.step, st.cap), self.step,
+                                                                        self.t_last)),)
+
+
+def _checks_from(stage: Stage, t0: float, t_last: float, *, at_least_one: bool) -> Scheduled:
+    """The first early-stop checkpoint after ``t0`` (or the drain when none is due)."""
+    step = max(t_last, 1e-9) / CHECKPOINTS
+    if stage.stop is None or not (at_least_one or t0 < stage.cap):
+        return (t0, Priority.DRAIN, Drain(stage))
+    t = min(t0 + step, stage.cap)
+    return (t, Priority.CHECK, Checkpoint(stage, t, step, t_last))
+
+
+# ---------------------------------------------------------------------- sources
+@dataclass(frozen=True, slots=True)
+class OpenLoop:
+    """Requests ``ids`` reaching a stage at ``times`` (non-decreasing), whatever the fleet does."""
+
+    times: Sequence[float]
+    ids: Sequence[int]
+
+    def start(self, stage: Stage) -> Scheduled:
+        if stage.router.reads_load:
+            if not self.ids:
+                return _checks_from(stage, 0.0, 0.0, at_least_one=False)
+            return (self.times[0], Priority.ARRIVAL, Arrive(stage, self, 0))
+        return (0.0, Priority.ARRIVAL, RouteAll(stage, self))
+
+
+@dataclass(frozen=True, slots=True)
+class RouteAll:
+    """Route a whole open-loop stream with a router that does not read load."""
+
+    stage: Stage
+    source: OpenLoop
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        st, src = self.stage, self.source
+        for t, q in zip(src.times, src.ids):
+            st.route(t, q)
+        t_last = src.times[-1] if len(src.times) else 0.0
+        return (_checks_from(st, 0.0, t_last, at_least_one=True),)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrive:
+    """Request ``source.ids[j]`` arrives; with early stop, a check every 1/50 of the stream."""
+
+    stage: Stage
+    source: OpenLoop
+    j: int
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        st, src, j = self.stage, self.source, self.j
+        times, n = src.times, len(src.ids)
+        t_last = times[-1]
+        t = times[j]
+        if t >= st.cap:
+            return (_checks_from(st, t_last, t_last, at_least_one=False),)
+        st.route(t, src.ids[j])
+        if st.stop is not None and (j + 1) % max(1, n // CHECKPOINTS) == 0 and st.missed(loop, t):
+            return ()
+        if j + 1 < n:
+            return ((times[j + 1], Priority.ARRIVAL, Arrive(st, src, j + 1)),)
+        return (_checks_from(st, t_last, t_last, at_least_one=False),)
+
+
+@dataclass(slots=True)
+class ClosedLoop:
+    """``clients`` users, each sending its next request ``think_s`` after its previous one
+    finished (the first ones at ``t0``); requests are taken in id order. Instances run in lockstep
+    (:class:`Wake`), so every arrival reaches its instance before any step that starts later."""
+
+    ids: Sequence[int]
+    clients: int
+    think_s: float = 0.0
+    t0: float = 0.0
+    #: first sends spread evenly over ``[t0, t0 + ramp_s)`` (client ``k`` at ``t0 + k ramp_s / C``)
+    ramp_s: float = 0.0
+    _next: int = 0
+    _loop: EventLoop | None = None
+    _stage: Stage | None = None
+
+    def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
+        """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""
+        self._loop, self._stage = loop, stage
+        first: list[Scheduled] = []
+        for k in range(min(self.clients, len(self.ids))):
+            first.append((self.t0 + k * self.ramp_s / self.clients, Priority.ARRIVAL, self._take()))
+        return first
+
+    def _take(self) -> ClientArrival:
+        q = self.ids[self._next]
+        self._next += 1
+        assert self._stage is not None
+        return ClientArrival(self._stage, q)
+
+    def on_finish(self, q: int, t: float) -> None:
+        """A client's request finished: its next one arrives after the think time."""
+        if self._next < len(self.ids):
+            assert self._loop is not None
+            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, self._take())
+
+
+@dataclass(frozen=True, slots=True)
+class ClientArrival:
+    """A closed-loop request arrives (its arrival time is set now) and wakes its instance."""
+
+    stage: Stage
+    q: int
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        t = loop.now
+        self.stage.instances[0].req.arrival[self.q] = t
+        return self.stage.wake(self.stage.route(t, self.q), t)
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Lockstep: instance ``i`` runs the steps that start before the next event (at least the
+    one starting now: a completion ends after its step starts, so nothing it causes can reach
+    an instance before that), then waits for its next boundary or delivery."""
+
+    stage: Stage
+    i: int
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        st, i = self.stage, self.i
+        if st.wake_at[i] != loop.now:
+            return ()  # superseded by an earlier wake
+        st.wake_at[i] = INF
+        inst = st.instances[i]
+        if inst.now > loop.now:  # moved on meanwhile (a router advanced it): resume at its clock
+            return st.wake(i, inst.now)
+        horizon = loop.peek()
+        if not horizon > inst.now:
+            horizon = math.nextafter(inst.now, INF)
+        inst.run_until(min(horizon, st.cap))
+        if inst.now >= st.cap or inst.is_idle:
+            return ()
+        busy = inst.running or inst.waiting
+        return st.wake(i, inst.now if busy else inst.next_arrival)
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """A request's KV cache lands at the decode stage (disaggregation)."""
+
+    stage: Stage
+    q: int
+
+    def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
+        return self.stage.wake(self.stage.route(loop.now, self.q), loop.now)
+
+
+# ---------------------------------------------------------------------- fleets
 @dataclass
 class FleetRun:
     """What a fleet run leaves besides the per-request state."""
 
     instances: list[Instance]
     stopped_early: bool = False
-    stopped_at: float = INF
 
 
-def _run_stage(instances: Sequence[Instance], times: Sequence[float], ids: Sequence[int], router: str,
-               cap: float, stop: EarlyStop | None, on_assign: Callable[[int, int], None]) -> tuple[bool, float]:
-    """Route requests (in time order) to ``instances`` and run them up to ``cap``."""
-    n = len(ids)
-    checkpoints = 50  # early-stop checks per stage
-    if router == "round_robin":
-        k = len(instances)
-        for j in range(n):
-            i = j % k
-            instances[i].deliver(times[j], ids[j])
-            on_assign(ids[j], i)
-        if stop is None:
-            for inst in instances:
-                inst.run_until(cap)
-            return False, INF
-        t_last = times[-1] if n else 0.0
-        step = max(t_last, 1e-9) / checkpoints
-        t = 0.0
-        while True:
-            t = min(t + step, cap)
-            for inst in instances:
-                inst.run_until(t)
-            if stop.missed(min(inst.now for inst in instances)):
-                return True, t
-            if t >= cap or (t >= t_last and all(not inst.running and not inst.waiting
-                                                and inst.ptr == len(inst.inbox_t) for inst in instances)):
-                break
-        for inst in instances:
-            inst.run_until(cap)
-        return False, INF
-    every = max(1, n // checkpoints)
-    for j in range(n):
-        t = times[j]
-        if t >= cap:
-            break
-        for inst in instances:
-            inst.run_until(t)
-        i = least_outstanding(instances)
-        instances[i].deliver(t, ids[j])
-        on_assign(ids[j], i)
-        if stop is not None and (j + 1) % every == 0 and stop.missed(t):
-            return True, t
+def _pass(stage: Stage, source: OpenLoop) -> bool:
+    """One open-loop pass of ``stage``; True when the early stop fired."""
+    loop = EventLoop()
+    loop.schedule(*source.start(stage))
+    loop.run()
+    return stage.stopped
+
+
+def run_fleet(stages: Sequence[Stage], req: RequestState, *, source: OpenLoop | ClosedLoop,
+              handed: list[tuple[float, int]] | None = None) -> FleetRun:
+    """Run a fleet: one stage (collocated) or a prefill and a decode stage (disaggregated).
+
+    ``handed`` collects ``(time the KV lands, request)`` from the prefill instances' ``handoff``
+    hook and feeds the decode stage.
+    """
+    instances = [inst for st in stages for inst in st.instances]
+    if isinstance(source, ClosedLoop):
+        return _run_closed(stages, req, source, handed)
+    first = stages[0]
+    stop = first.stop
+    if len(stages) == 1:
+        return FleetRun(instances, _pass(first, source))
+    # disaggregated, open loop: the prefill stage never waits on the decode stage
+    assert handed is not None
     if stop is not None:
-        t_last = times[-1] if n else 0.0
-        step = max(t_last, 1e-9) / checkpoints
-        t = t_last
-        while t < cap:
-            t = min(t + step, cap)
-            for inst in instances:
-                inst.run_until(t)
-            if stop.missed(min(inst.now for inst in instances)):
-                return True, t
-            if all(not inst.running and not inst.waiting and inst.ptr == len(inst.inbox_t) for inst in instances):
-                break
-    for inst in instances:
-        inst.run_until(cap)
-    return False, INF
-
-
-def run_collocated(make: Callable[[int], Instance], n_inst: int, req: RequestState, router: str, cap: float,
-                   stop: EarlyStop | None) -> FleetRun:
-    insts = [make(i) for i in range(n_inst)]
-
-    def assign(q: int, i: int) -> None:
-        req.p_inst[q] = i
-        req.d_inst[q] = i
-
-    stopped, at = _run_stage(insts, req.arrival, list(range(req.n)), router, cap, stop, assign)
-    return FleetRun(insts, stopped, at)
-
-
-def run_disaggregated(make_prefill: Callable[[int, Callable[[int, float], float]], Instance],
-                      make_decode: Callable[[int], Instance], n_prefill: int, n_decode: int, req: RequestState,
-                      transfer: Callable[[int], float], router: str, cap: float,
-                      stop: EarlyStop | None) -> FleetRun:
-    handed: list[tuple[float, int]] = []
-
-    def handoff(q: int, t: float) -> float:
-        t_arrive = t + transfer(q)
-        handed.append((t_arrive, q))
-        return t_arrive
-
-    pre = [make_prefill(i, handoff) for i in range(n_prefill)]
-
-    def assign_p(q: int, i: int) -> None:
-        req.p_inst[q] = i
-
-    if stop is not None:
-        stop.check_tpot = False
-    stopped, at = _run_stage(pre, req.arrival, list(range(req.n)), router, cap, stop, assign_p)
+        stop.check_tpot = False  # decodes have not run yet: TPOTs are unknown
+    stopped = _pass(first, source)
     if stop is not None:
         stop.check_tpot = True
-    dec = [make_decode(i) for i in range(n_decode)]
     if stopped:
-        return FleetRun(pre + dec, True, at)
+        return FleetRun(instances, True)
     handed.sort()
     for t, q in handed:  # the KV cache is in place: the request continues with its first token
         req.kv_ready[q] = True
         req.kv_len[q] = req.prompt_len[q]
         req.decode_arrival[q] = t
+    return FleetRun(instances, _pass(stages[1], OpenLoop([t for t, _ in handed], [q for _, q in handed])))
 
-    def assign_d(q: int, i: int) -> None:
-        req.d_inst[q] = n_prefill + i
 
-    stopped, at = _run_stage(dec, [t for t, _ in handed], [q for _, q in handed], router, cap, stop, assign_d)
-    return FleetRun(pre + dec, stopped, at)
+def _run_closed(stages: Sequence[Stage], req: RequestState, source: ClosedLoop,
+                handed: list[tuple[float, int]] | None) -> FleetRun:
+    """Closed loop: every stage in one lockstep pass (completions feed arrivals)."""
+    loop = EventLoop()
+    for st in stages:
+        for inst in st.instances:
+            if inst.handoff is None:
+                inst.on_finish = source.on_finish
+    if len(stages) > 1:
+        assert handed is not None
+        decode = stages[1]
+
+        def land(q: int, t: float) -> None:
+            req.kv_ready[q] = True
+            req.kv_len[q] = req.prompt_len[q]
+            req.decode_arrival[q] = t
+            loop.schedule(t, Priority.TRANSFER, Transfer(decode, q))
+
+        for inst in stages[0].instances:
+            prev = inst.handoff
+            assert prev is not None
+
+            def handoff(q: int, t: float, prev: Callable[[int, float], float] = prev) -> float:
+                t_land = prev(q, t)
+                land(q, t_land)
+                return t_land
+
+            inst.handoff = handoff
+    for ev in source.start(stages[0], loop):
+        loop.schedule(*ev)
+    loop.run(stages[0].cap)
+    return FleetRun([inst for st in stages for inst in st.instances], False)

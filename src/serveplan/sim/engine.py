@@ -19,39 +19,65 @@ import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from serveplan.errors import SpecError
+from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.estimator.step import Estimator
 from serveplan.sim import bestserve as bs
-from serveplan.sim.cluster import EarlyStop, Strategy, kv_transfer_time, run_collocated, run_disaggregated
+from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
+from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords, RequestState
-from serveplan.sim.router import check_router
+from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
+from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
 from serveplan.sim.workload import Workload, arrival_times
+from serveplan.specs.catalog import get_engine
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
-from serveplan.units import DType
+from serveplan.units import DType, ceil_div
 
-FIDELITIES = ("iteration", "bestserve")
-COLLOCATED_SCHEDULERS = ("vllm", "sarathi")
 #: vLLM's KV block size (tokens per PagedAttention block, vLLM default ``block_size=16``).
 BLOCK_SIZE = 16
+
+
+class Fidelity(StrEnum):
+    """How a simulation times its requests."""
+
+    ITERATION = "iteration"    # every step of every instance (continuous batching, KV blocks)
+    BESTSERVE = "bestserve"    # BestServe's Algorithms 2-7 with the pseudo batch size
+
+    @classmethod
+    def parse(cls, value: str | Fidelity) -> Fidelity:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError(f"fidelity={value!r}; expected one of: {', '.join(f.value for f in cls)}") from None
+
+
+#: Flat fleet settings :class:`SimulationConfig` accepts as a shorthand for ``fleet=Fleet.build(...)``.
+FLEET_KEYWORDS = ("strategy", "tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch", "prefill_max_batch",
+                  "scheduler", "chunk_size", "token_budget")
 
 
 def _default_workload() -> Workload:
     return Workload.scenario("op2", num_requests=10000)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+def _default_fleet() -> Fleet:
+    return Fleet.build("1p1d")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class SimulationConfig:
     """Everything a simulation depends on.
 
@@ -59,26 +85,15 @@ class SimulationConfig:
     ----------
     model, hardware, profile:
         Specs (see :mod:`serveplan.specs`).
-    strategy:
-        :class:`Strategy` or its text (``"2m"``, ``"1p1d"``).
-    tp, pp, dp, ep:
-        Parallel layout of every instance; ``prefill_tp`` / ``decode_tp`` override ``tp`` for the
-        prefill and decode instances of a disaggregated strategy.
-    max_batch:
-        Sequences per step (decode instances and collocated instances).
-    prefill_max_batch:
-        New prompts per step (default, or 0: ``max_batch``); the batch limit of prefill instances.
-    scheduler:
-        Collocated policy: ``vllm`` (prefill first, no mixing) or ``sarathi`` (chunked prefill,
-        decode-maximal batching). Disaggregated fleets use the ``prefill-only`` and
-        ``decode-only`` roles.
-    chunk_size, token_budget:
-        Largest prefill chunk (``sarathi``) and new tokens per step (default: ``chunk_size`` for
-        ``sarathi``, unlimited otherwise).
+    fleet:
+        The serving fleet (:class:`~serveplan.sim.fleet.Fleet`: strategy, and per role the
+        parallel layout and batching). Instead of ``fleet``, the flat settings of
+        :meth:`Fleet.build` (``strategy="2m"``, ``tp=4``, ``max_batch=16``, ...) may be given as
+        keywords; they build the fleet and are not kept.
     router:
-        ``round_robin`` or ``least_outstanding``.
+        A registered router (:mod:`serveplan.sim.router`): ``round_robin`` or ``least_outstanding``.
     fidelity:
-        ``iteration`` or ``bestserve``.
+        :class:`Fidelity` (or its value).
     rate:
         Arrival rate (requests/s); unused for trace arrivals.
     workload, slo, seed, dtype:
@@ -92,54 +107,96 @@ class SimulationConfig:
         reported as such and the run as overloaded.
     tau:
         Balancing scalar of the pseudo batch size (``bestserve`` fidelity, eq. 9).
+    engine:
+        A serving engine (``"vllm"``, ``"sglang"``, ``"trtllm"``, ``"bestserve"``, a versioned id
+        such as ``"vllm-0.11"``, or an :class:`~serveplan.specs.engine.EngineSpec`): its scheduler,
+        limits, KV block size, memory rule and KV format fill every fleet setting not given (the
+        strategy defaults to ``"1m"``, the TP to the smallest that fits,
+        :func:`~serveplan.sim.serving.default_tp`). ``None`` (default): the fleet as given or
+        built from the flat settings' defaults (BestServe's testbed), vLLM's memory rule.
+    kv_dtype:
+        KV-cache format (default: the engine's choice, else the estimator's: the weights' format
+        for 16/32-bit weights, bf16 otherwise).
+    offline:
+        Every request is queued at t=0 and the run goes to completion (``rate`` must be None).
+    concurrency:
+        Closed loop with that many clients (``rate`` must be None); statistics over the steady
+        window (:func:`~serveplan.sim.serving.steady_window`) are in
+        :attr:`SimulationResult.closed_loop`.
+    prefix_hit:
+        Share of each prompt found in the prefix cache, in [0, 1): those tokens are not prefilled
+        (they still occupy KV blocks and are attended to).
+    engine_setup:
+        The resolved engine (set by the constructor; pass only when copying a config).
     """
 
     model: ModelSpec
     hardware: DeviceSpec
     profile: EfficiencyProfile
-    strategy: Strategy | str = "1p1d"
-    tp: int = 4
-    prefill_tp: int | None = None
-    decode_tp: int | None = None
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
-    max_batch: int = 16
-    prefill_max_batch: int | None = None
-    scheduler: str = "vllm"
-    chunk_size: int = 512
-    token_budget: int | None = None
+    fleet: Fleet = field(default_factory=_default_fleet)
     router: str = "round_robin"
-    fidelity: str = "iteration"
+    fidelity: Fidelity = Fidelity.ITERATION
     rate: float | None = 3.5
     workload: Workload = field(default_factory=_default_workload)
     slo: SLO = field(default_factory=SLO)
     seed: int = 0
-    dtype: DType | str | None = None
+    dtype: DType | None = None
     early_stop: bool = False
     max_time_s: float | None = None
     tau: float = bs.TAU
+    engine: EngineSpec | None = None
+    kv_dtype: DType | None = None
+    offline: bool = False
+    concurrency: int | None = None
+    prefix_hit: float = 0.0
+    engine_setup: EngineSetup | None = None
+
+    def __init__(self, *, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                 fleet: Fleet | None = None, router: str = "round_robin", fidelity: Fidelity | str = Fidelity.ITERATION,
+                 rate: float | None = 3.5, workload: Workload | None = None, slo: SLO | None = None, seed: int = 0,
+                 dtype: DType | str | None = None, early_stop: bool = False, max_time_s: float | None = None,
+                 tau: float = bs.TAU, engine: str | EngineSpec | None = None, kv_dtype: DType | str | None = None,
+                 offline: bool = False, concurrency: int | None = None, prefix_hit: float = 0.0,
+                 engine_setup: EngineSetup | None = None, **fleet_settings: Any) -> None:
+        unknown = sorted(set(fleet_settings) - set(FLEET_KEYWORDS))
+        if unknown:
+            raise TypeError(f"SimulationConfig got unexpected keyword arguments: {', '.join(unknown)}")
+        if fleet is not None and fleet_settings:
+            raise SpecError(f"give fleet= or the flat fleet settings ({', '.join(sorted(fleet_settings))}), not both")
+        check_loads(offline=offline, concurrency=concurrency, rate=rate if (offline or concurrency) else None)
+        if concurrency is not None and rate is not None:
+            raise SpecError(f"concurrency={concurrency} with rate={rate}: a closed loop sets its own arrivals; "
+                            "drop the rate (rate=None)")
+        if not (isinstance(prefix_hit, (int, float)) and 0 <= prefix_hit < 1):
+            raise SpecError(f"prefix_hit={prefix_hit!r} must be a share of prompt tokens in [0, 1)")
+        kv = None if kv_dtype is None else DType.parse(kv_dtype)
+        if kv is not None:
+            _check_kv_format(hardware, kv)
+        spec = get_engine(engine) if isinstance(engine, str) else engine
+        if spec is not None and engine_setup is None:
+            fleet, engine_setup = _engine_fleet(spec, model, hardware, profile, fleet, fleet_settings,
+                                                workload if workload is not None else _default_workload(),
+                                                offline=offline, dtype=dtype, kv_dtype=kv)
+        elif fleet is None:
+            fleet = Fleet.build(**fleet_settings)
+        values = dict(model=model, hardware=hardware, profile=profile, fleet=fleet, router=router,
+                      fidelity=Fidelity.parse(fidelity), rate=rate,
+                      workload=workload if workload is not None else _default_workload(),
+                      slo=slo if slo is not None else SLO(), seed=seed,
+                      dtype=None if dtype is None else DType.parse(dtype), early_stop=early_stop,
+                      max_time_s=max_time_s, tau=tau, engine=spec, kv_dtype=kv, offline=bool(offline),
+                      concurrency=concurrency, prefix_hit=float(prefix_hit), engine_setup=engine_setup)
+        for k, v in values.items():
+            object.__setattr__(self, k, v)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "strategy", Strategy.parse(self.strategy))
-        if self.prefill_max_batch == 0:  # 0 reads as "no separate limit"
-            object.__setattr__(self, "prefill_max_batch", None)
-        for f in ("tp", "pp", "dp", "ep", "max_batch", "chunk_size"):
-            _positive_int(f, getattr(self, f))
-        for f in ("prefill_tp", "decode_tp", "prefill_max_batch", "token_budget"):
-            v = getattr(self, f)
-            if v is not None:
-                _positive_int(f, v)
-        if self.scheduler not in COLLOCATED_SCHEDULERS:
-            get_scheduler(self.scheduler)  # unknown name -> SpecError listing the options
-            raise SpecError(f"scheduler={self.scheduler!r} is a disaggregation role; expected one of: "
-                            f"{', '.join(COLLOCATED_SCHEDULERS)}")
+        if not isinstance(self.fleet, Fleet):
+            raise SpecError(f"fleet must be a Fleet (Fleet.build('2m', tp=4)), got {type(self.fleet).__name__}")
         check_router(self.router)
-        if self.fidelity not in FIDELITIES:
-            raise SpecError(f"fidelity={self.fidelity!r}; expected one of: {', '.join(FIDELITIES)}")
         if not isinstance(self.workload, Workload):
             raise SpecError(f"workload must be a Workload, got {type(self.workload).__name__}")
-        if self.workload.arrival != "trace":
+        if self.workload.arrival != "trace" and not (self.offline or self.concurrency):
             r = self.rate
             if r is None or isinstance(r, bool) or not isinstance(r, (int, float)) or not (math.isfinite(r) and r > 0):
                 raise SpecError(f"rate={r!r} must be a positive number of requests per second")
@@ -149,42 +206,137 @@ class SimulationConfig:
             raise SpecError(f"max_time_s={self.max_time_s!r} must be positive seconds")
         if not self.tau > 0:
             raise SpecError(f"tau={self.tau!r} must be positive (BestServe eq. 9 default 2.5)")
-        if self.fidelity == "bestserve" and self.pp > 1:
-            raise SpecError(f"pp={self.pp}: the bestserve fidelity models tensor parallelism only; use fidelity='iteration'")
+        if self.fidelity is Fidelity.BESTSERVE and self.fleet.first.parallel.pp > 1:
+            raise SpecError(f"pp={self.fleet.first.parallel.pp}: the bestserve fidelity models tensor parallelism "
+                            "only; use fidelity='iteration'")
 
-    def parallel(self, role: str) -> ParallelConfig:
-        """Layout of a ``prefill``, ``decode`` or ``collocated`` instance."""
-        tp = self.tp
-        if role == "prefill" and self.prefill_tp:
-            tp = self.prefill_tp
-        elif role == "decode" and self.decode_tp:
-            tp = self.decode_tp
-        return ParallelConfig(tp=tp, pp=self.pp, dp=self.dp, ep=self.ep)
+    @property
+    def strategy(self) -> Strategy:
+        return self.fleet.strategy
 
     @property
     def num_devices(self) -> int:
-        s = self.strategy
-        assert isinstance(s, Strategy)
-        if s.is_disaggregated:
-            return s.num_prefill * self.parallel("prefill").num_devices + s.num_decode * self.parallel("decode").num_devices
-        return s.num_collocated * self.parallel("collocated").num_devices
+        return self.fleet.num_devices
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.name, "hardware": self.hardware.name, "profile": self.profile.name,
-            "strategy": str(self.strategy), "tp": self.tp, "prefill_tp": self.prefill_tp, "decode_tp": self.decode_tp,
-            "pp": self.pp, "dp": self.dp, "ep": self.ep, "max_batch": self.max_batch,
-            "prefill_max_batch": self.prefill_max_batch, "scheduler": self.scheduler, "chunk_size": self.chunk_size,
-            "token_budget": self.token_budget, "router": self.router, "fidelity": self.fidelity, "rate": self.rate,
+            **self.fleet.to_dict(), "router": self.router, "fidelity": self.fidelity.value, "rate": self.rate,
             "workload": self.workload.describe(), "num_requests": self.workload.num_requests,
             "slo": self.slo.to_dict(), "seed": self.seed,
-            "dtype": None if self.dtype is None else DType.parse(self.dtype).value, "early_stop": self.early_stop,
+            "dtype": None if self.dtype is None else self.dtype.value, "early_stop": self.early_stop,
+            "engine": None if self.engine is None else self.engine.name,
+            "kv_dtype": None if self.kv_dtype is None else self.kv_dtype.value, "offline": self.offline,
+            "concurrency": self.concurrency, "prefix_hit": self.prefix_hit,
+            "engine_setup": None if self.engine_setup is None else self.engine_setup.to_dict(),
         }
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (the engine's; vLLM's 16 without one)."""
+        return self.engine_setup.block_size if self.engine_setup is not None else BLOCK_SIZE
 
-def _positive_int(name: str, v: Any) -> None:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-        raise SpecError(f"{name}={v!r} must be a positive integer")
+    @property
+    def effective_kv_dtype(self) -> DType | None:
+        """KV format the estimator uses: as given, else the engine's choice (None: its default)."""
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        return self.engine_setup.kv_dtype if self.engine_setup is not None else None
+
+
+def _check_kv_format(hardware: DeviceSpec, kv: DType) -> None:
+    """A KV format the device has no arithmetic for is bad input (one line, exit 2): attention
+    reads the cache in its own format, so the device must list it among its peak FLOP/s."""
+    if kv not in hardware.peak_flops:
+        raise SpecError(f"kv_dtype={kv.value!r}: {hardware.name} cannot hold a {kv.value} KV cache; expected one of: "
+                        f"{', '.join(sorted(d.value for d in hardware.peak_flops))}")
+
+
+def _engine_fleet(spec: EngineSpec, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                  fleet: Fleet | None, settings: dict[str, Any], workload: Workload, *, offline: bool,
+                  dtype: DType | str | None, kv_dtype: DType | None) -> tuple[Fleet, EngineSetup]:
+    """The fleet an engine runs: every flat setting given overrides the engine's default."""
+    if fleet is not None:
+        par = fleet.last.parallel
+        b = fleet.last.batching
+        setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
+                               offline=offline, dtype=dtype, kv_dtype=kv_dtype, max_batch=b.max_batch,
+                               token_budget=b.token_budget, chunk_size=b.chunk_size, prefill_max_batch=b.max_prompts,
+                               scheduler=b.scheduler)
+        return fleet, setup
+    tp = settings.get("tp")
+    par = None
+    if tp is not None:
+        par = ParallelConfig(tp=tp, pp=settings.get("pp", 1), dp=settings.get("dp", 1), ep=settings.get("ep", 1))
+    setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
+                           offline=offline, dtype=dtype, kv_dtype=kv_dtype, max_batch=settings.get("max_batch"),
+                           token_budget=settings.get("token_budget"), chunk_size=settings.get("chunk_size"),
+                           prefill_max_batch=settings.get("prefill_max_batch"), scheduler=settings.get("scheduler"))
+    p = setup.parallel
+    budget = None if math.isinf(setup.token_budget) else int(setup.token_budget)
+    built = Fleet.build(settings.get("strategy", "1m"), tp=p.tp, prefill_tp=settings.get("prefill_tp"),
+                        decode_tp=settings.get("decode_tp"), pp=p.pp, dp=p.dp, ep=p.ep, max_batch=setup.max_batch,
+                        prefill_max_batch=setup.prefill_max_batch, scheduler=setup.scheduler,
+                        chunk_size=setup.chunk_size, token_budget=budget)
+    return built, setup
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClosedLoopStats:
+    """What a closed loop at ``concurrency`` clients measures over its steady window.
+
+    ``window_s`` is ``(start, end)``: from the first client's second send to the last send (see
+    :func:`~serveplan.sim.serving.steady_window`); latencies are over the ``num_measured``
+    requests sent and finished inside it; rates count the completions inside it per second.
+    ``tokens_per_s_per_user`` is ``1 / mean TPOT``; ``output_tokens_per_s_per_device`` divides the
+    output rate by the fleet's devices. ``littles_law`` is ``throughput x mean E2E``, which must
+    equal the concurrency in a closed loop (zero think time).
+    """
+
+    concurrency: int
+    window_s: tuple[float, float]
+    num_measured: int
+    ttft_s: LatencyStats
+    tpot_s: LatencyStats
+    e2e_s: LatencyStats
+    throughput_rps: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_device: float
+    tokens_per_s_per_user: float
+    littles_law: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "window_s": list(self.window_s), "num_measured": self.num_measured,
+                "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
+                "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
+                "output_tokens_per_s_per_device": self.output_tokens_per_s_per_device,
+                "tokens_per_s_per_user": self.tokens_per_s_per_user, "littles_law": self.littles_law}
+
+
+def closed_loop_stats(rec: RequestRecords, concurrency: int, num_devices: int) -> ClosedLoopStats:
+    """:class:`ClosedLoopStats` of a closed-loop run's records."""
+    w = steady_window(rec.arrival, rec.finish, concurrency)
+    m = w.measured
+    span = w.end_s - w.start_s
+    with np.errstate(invalid="ignore"):
+        in_window = (rec.finish > w.start_s) & (rec.finish <= w.end_s)
+    if span > 0 and w.completions:
+        rps = w.completions / span
+        out_rate = float(rec.output_len[in_window].sum()) / span
+    else:  # too short for a steady part: the whole run
+        done = np.isfinite(rec.finish)
+        whole = float(np.nanmax(rec.finish) - np.min(rec.arrival)) if done.any() else 0.0
+        rps = float(done.sum()) / whole if whole > 0 else 0.0
+        out_rate = float(rec.output_len[done].sum()) / whole if whole > 0 else 0.0
+    tpot = LatencyStats.of(rec.tpot[m])
+    e2e = LatencyStats.of(rec.e2e[m])
+    return ClosedLoopStats(
+        concurrency=concurrency, window_s=(w.start_s, w.end_s), num_measured=int(m.sum()),
+        ttft_s=LatencyStats.of(rec.ttft[m]), tpot_s=tpot, e2e_s=e2e, throughput_rps=rps,
+        output_tokens_per_s=out_rate, output_tokens_per_s_per_device=out_rate / max(num_devices, 1),
+        tokens_per_s_per_user=1.0 / tpot.mean if tpot.mean and tpot.mean > 0 else math.nan,
+        littles_law=rps * e2e.mean if math.isfinite(e2e.mean) else math.nan,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -220,6 +372,8 @@ class SimulationResult:
     kv_capacity_tokens: dict[str, int]
     num_steps: int
     requests: RequestRecords
+    closed_loop: ClosedLoopStats | None = None
+    prefill_tokens_saved: int = 0
 
     @property
     def bubble_s(self) -> np.ndarray:
@@ -244,6 +398,8 @@ class SimulationResult:
             "num_preemptions": self.num_preemptions, "kv_limited": self.kv_limited,
             "kv_capacity_tokens": dict(self.kv_capacity_tokens), "num_steps": self.num_steps,
             "bubble_s": LatencyStats.of(self.requests.bubble).to_dict(),
+            "closed_loop": None if self.closed_loop is None else self.closed_loop.to_dict(),
+            "prefill_tokens_saved": self.prefill_tokens_saved,
         }
         if include_requests:
             d["requests"] = self.requests.to_dict()
@@ -251,30 +407,55 @@ class SimulationResult:
 
 
 # ---------------------------------------------------------------------- estimator memo
-_CLOCKS: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], StepClock]] = OrderedDict()
+#: step clocks of recent estimators, by the value of their specs (LRU, at most _MAX_CLOCKS)
+_CLOCKS: OrderedDict[tuple[Any, ...], StepClock] = OrderedDict()
 _MAX_CLOCKS = 32
 
 
+def _spec_key(spec: Any) -> Any:
+    """A hashable value standing for a spec: the spec itself when hashable, else its repr (a
+    frozen dataclass holding dicts); equal specs give equal keys."""
+    try:
+        hash(spec)
+        return spec
+    except TypeError:
+        return (type(spec).__name__, repr(spec))
+
+
 def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
-               dtype: DType | str | None) -> StepClock:
-    """The memoised :class:`StepClock` of one estimator (specs compared by identity)."""
-    key = (id(model), id(hardware), id(profile), parallel, None if dtype is None else DType.parse(dtype))
-    hit = _CLOCKS.get(key)
-    if hit is not None and hit[0][0] is model and hit[0][1] is hardware and hit[0][2] is profile:
+               dtype: DType | str | None, *, kv_dtype: DType | str | None = None,
+               memory_utilization: float | None = None) -> StepClock:
+    """The memoised :class:`StepClock` of one estimator, keyed by the specs' values (an equal spec
+    built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
+    ``kv_dtype`` and ``memory_utilization`` default to the estimator's."""
+    key = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
+           None if dtype is None else DType.parse(dtype), None if kv_dtype is None else DType.parse(kv_dtype),
+           memory_utilization)
+    clock = _CLOCKS.get(key)
+    if clock is not None:
         _CLOCKS.move_to_end(key)
-        return hit[1]
-    est = Estimator(model, hardware, profile, parallel, dtype=dtype)
+        return clock
+    kw: dict[str, Any] = {} if memory_utilization is None else {"memory_utilization": memory_utilization}
+    est = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype, **kw)
     est.check_fits()
-    clock = StepClock(est)
-    _CLOCKS[key] = ((model, hardware, profile), clock)
+    clock = _CLOCKS[key] = StepClock(est)
     if len(_CLOCKS) > _MAX_CLOCKS:
         _CLOCKS.popitem(last=False)
     return clock
 
 
 # ---------------------------------------------------------------------- simulate
-def simulate(config: SimulationConfig) -> SimulationResult:
-    """Simulate ``config.workload`` through ``config.strategy`` and summarise what users see.
+def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
+             ramp_s: float | None = None) -> SimulationResult:
+    """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
+
+    With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
+    each sending its next request (the workload's requests in order) ``think_s`` seconds after
+    its previous one finished, all starting at t=0; the run goes until every request finished or
+    ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
+    ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
+    evenly over that many seconds (default: all at t=0, as ``vllm bench serve
+    --max-concurrency`` and aiconfigurator's measurements start).
 
     Raises
     ------
@@ -287,53 +468,104 @@ def simulate(config: SimulationConfig) -> SimulationResult:
     Examples
     --------
     >>> from serveplan import get_model, get_hardware, get_profile
-    >>> from serveplan.sim import SimulationConfig, Workload, simulate
+    >>> from serveplan.sim import Fleet, SimulationConfig, Workload, simulate
     >>> cfg = SimulationConfig(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
-    ...                        profile=get_profile("bestserve-910b3"), strategy="2m", rate=1.0,
+    ...                        profile=get_profile("bestserve-910b3"), fleet=Fleet.build("2m", tp=4), rate=1.0,
     ...                        workload=Workload.scenario("op3", num_requests=200))
     >>> simulate(cfg).num_completed
     200
     """
     cfg = config
     wl = cfg.workload
-    strat = cfg.strategy
-    assert isinstance(strat, Strategy)
-    arrival = arrival_times(wl, cfg.rate, cfg.seed)
-    roles = ("prefill", "decode") if strat.is_disaggregated else ("collocated",)
-    clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.parallel(role), cfg.dtype) for role in roles}
+    closed = None
+    if clients is None and cfg.concurrency is not None:
+        clients = cfg.concurrency
+    if clients is not None:
+        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+            raise SpecError(f"clients={clients!r} must be a positive integer")
+        if not (math.isfinite(think_s) and think_s >= 0):
+            raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
+        if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
+            raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
+        if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
+            raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
+        closed = ClosedLoop(range(wl.num_requests), clients, think_s, ramp_s=ramp_s or 0.0)
+        arrival = np.zeros(wl.num_requests)  # set as the clients send
+    elif cfg.offline:
+        if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
+            raise SpecError("an offline run needs fidelity='iteration' and early_stop=False")
+        arrival = np.zeros(wl.num_requests)  # everything queued at t=0
+    else:
+        arrival = arrival_times(wl, cfg.rate, cfg.seed)
+    util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
+    clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype,
+                               kv_dtype=cfg.effective_kv_dtype, memory_utilization=util)
+              for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)
-    cap = cfg.max_time_s if cfg.max_time_s is not None else _default_cap(cfg, clocks, arrival, wl)
+    if cfg.max_time_s is not None:
+        cap = cfg.max_time_s
+    else:
+        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
     req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
-    if cfg.fidelity == "bestserve":
+    saved = _apply_prefix_hit(req, cfg.prefix_hit)
+    if cfg.fidelity is Fidelity.BESTSERVE:
+        if cfg.prefix_hit:
+            raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
         stopped, insts = _run_bestserve(cfg, clocks, req), []
     else:
-        insts, stopped = _run_iteration(cfg, clocks, req, cap)
-    return _result(cfg, req, insts, clocks, stopped)
+        insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
+    res = _result(cfg, req, insts, clocks, stopped)
+    if clients is not None or saved:
+        cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
+        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
+    return res
 
 
-def _check_kv(cfg: SimulationConfig, clocks: dict[str, StepClock], wl: Workload) -> None:
-    if cfg.fidelity == "bestserve":
+def _apply_prefix_hit(req: RequestState, share: float) -> int:
+    """Mark ``share`` of every prompt (at least one token left to compute) as found in the prefix
+    cache: those tokens count as prefilled. Returns the prompt tokens saved."""
+    if not share:
+        return 0
+    saved = 0
+    for q in range(req.n):
+        hit = min(int(share * req.inp[q]), req.inp[q] - 1)
+        req.prefilled[q] = hit
+        saved += hit
+    return saved
+
+
+def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload) -> None:
+    if cfg.fidelity is Fidelity.BESTSERVE:
         return  # the paper's simulator is memory-insensitive (§12)
     longest = int(np.max(wl.input_lengths + wl.output_lengths - 1))
+    bs_ = cfg.block_size
     for role, clock in clocks.items():
-        cap = clock.est.memory.kv_capacity_tokens // BLOCK_SIZE * BLOCK_SIZE
-        need = -(-(wl.input_lengths.max() if role == "prefill" else longest) // BLOCK_SIZE) * BLOCK_SIZE
+        cap = clock.est.memory.kv_capacity_tokens // bs_ * bs_
+        need = ceil_div(int(wl.input_lengths.max()) if role is Role.PREFILL else longest, bs_) * bs_
+        if cap < need and (cfg.offline or cfg.concurrency):
+            mem = clock.est.memory
+            raise InfeasibleError(
+                f"the longest request ({need:,} tokens) needs {need * mem.kv_bytes_per_token / 1e9:.2f} GB of KV "
+                f"cache per device but a {role.value} instance ({cfg.fleet.instance(role).parallel.label()}) has "
+                f"{mem.kv_capacity_tokens * mem.kv_bytes_per_token / 1e9:.2f} GB ({mem.kv_capacity_tokens:,} tokens) "
+                "after weights and activations: it can never be admitted; use a larger tp/pp or shorter requests")
         if cap < need:
-            field_name = "prefill_max_batch" if role == "prefill" else "max_batch"
+            inst = cfg.fleet.instance(role)
+            field_name = "prefill_max_batch" if role is Role.PREFILL else "max_batch"
             raise SpecError(
-                f"{field_name}={cfg.prefill_max_batch if role == 'prefill' else cfg.max_batch}: a {role} instance "
-                f"({cfg.parallel(role).label()}) holds {clock.est.memory.kv_capacity_tokens} KV tokens, fewer than "
-                f"one request needs ({need} tokens); use a larger tp/pp or shorter requests")
+                f"{field_name}={inst.batching.max_batch}: a {role.value} instance ({inst.parallel.label()}) holds "
+                f"{clock.est.memory.kv_capacity_tokens} KV tokens, fewer than one request needs ({need} tokens); "
+                "use a larger tp/pp or shorter requests")
 
 
-def _default_cap(cfg: SimulationConfig, clocks: dict[str, StepClock], arrival: np.ndarray, wl: Workload) -> float:
+def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: np.ndarray, wl: Workload) -> float:
     """4x the arrival span plus 20x the zero-load latency of the longest request."""
     s_in = int(wl.input_lengths.max())
     s_out = int(wl.output_lengths.max())
-    est_p = clocks.get("prefill", clocks.get("collocated")).est  # type: ignore[union-attr]
-    clock_d = clocks.get("decode", clocks.get("collocated"))
-    assert clock_d is not None
-    lone = est_p.time(StepBatch.prefill(1, s_in)) * max(cfg.pp, 1)
+    roles = cfg.fleet.roles
+    est_p = clocks[roles[0]].est
+    clock_d = clocks[roles[-1]]
+    lone = est_p.time(StepBatch.prefill(1, s_in)) * cfg.fleet.first.parallel.pp
     if s_out > 1:
         memo = clock_d.lone_decode
         d = memo.get((s_in, s_out))
@@ -346,23 +578,16 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[str, StepClock], arrival: n
     return float(arrival[0]) + 4.0 * span + 20.0 * lone
 
 
-def _run_iteration(cfg: SimulationConfig, clocks: dict[str, StepClock], req: RequestState,
-                   cap: float) -> tuple[list[Instance], bool]:
-    strat = cfg.strategy
-    assert isinstance(strat, Strategy)
+def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
+                   closed: ClosedLoop | None = None) -> tuple[list[Instance], bool]:
+    fleet = cfg.fleet
+    strat = fleet.strategy
     stop = EarlyStop(req, cfg.slo) if cfg.early_stop else None
-    pmb = cfg.prefill_max_batch or cfg.max_batch
-
-    def instance(i: int, role: str, sched: str, max_batch: int, budget: float, handoff: Any = None) -> Instance:
-        return Instance(i, role, clocks[role], get_scheduler(sched)(), req, max_batch=max_batch,
-                        prefill_max_batch=pmb, token_budget=budget, chunk_size=cfg.chunk_size,
-                        block_size=BLOCK_SIZE, handoff=handoff)
-
+    handed: list[tuple[float, int]] = []
+    transfer = None
     if strat.is_disaggregated:
-        budget = float(cfg.token_budget) if cfg.token_budget else math.inf
-        est_p, est_d = clocks["prefill"].est, clocks["decode"].est
+        est_p, est_d = clocks[Role.PREFILL].est, clocks[Role.DECODE].est
         inp = req.inp
-
         by_len: dict[int, float] = {}  # transfer time by prompt length
 
         def transfer(q: int) -> float:
@@ -371,32 +596,59 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[str, StepClock], req: Req
                 t = by_len[inp[q]] = kv_transfer_time(est_p, est_d, inp[q])
             return t
 
-        run = run_disaggregated(
-            lambda i, h: instance(i, "prefill", "prefill-only", pmb, budget, h),
-            lambda i: instance(strat.num_prefill + i, "decode", "decode-only", cfg.max_batch, budget),
-            strat.num_prefill, strat.num_decode, req, transfer, cfg.router, cap, stop)
-    else:
-        if cfg.scheduler == "sarathi":
-            budget = float(cfg.token_budget or cfg.chunk_size)
-        else:
-            budget = float(cfg.token_budget) if cfg.token_budget else math.inf
-        run = run_collocated(lambda i: instance(i, "collocated", cfg.scheduler, cfg.max_batch, budget),
-                             strat.num_collocated, req, cfg.router, cap, stop)
+    def handoff(q: int, t: float) -> float:
+        assert transfer is not None
+        t_arrive = t + transfer(q)
+        handed.append((t_arrive, q))
+        return t_arrive
+
+    stages = []
+    first_index = 0
+    for role in fleet.roles:
+        cfg_r = fleet.instance(role)
+        opts = (cfg.engine_setup.scheduler_options if cfg.engine_setup is not None
+                and cfg_r.batching.scheduler == cfg.engine_setup.scheduler else {})
+        insts = [Instance(first_index + i, role, clocks[role], get_scheduler(cfg_r.batching.scheduler)(**opts), req,
+                          batching=cfg_r.batching, block_size=cfg.block_size,
+                          handoff=handoff if role is Role.PREFILL else None)
+                 for i in range(strat.count(role))]
+        if cfg.engine is not None and cfg.engine.prefix_caching:
+            for inst in insts:
+                inst.keep_prefix_on_preempt = True
+        stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
+        first_index += len(insts)
+    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
+    run = run_fleet(stages, req, source=source, handed=handed)
     return run.instances, run.stopped_early
 
 
-def _run_bestserve(cfg: SimulationConfig, clocks: dict[str, StepClock], req: RequestState) -> bool:
-    strat = cfg.strategy
-    assert isinstance(strat, Strategy)
+def _assigner(req: RequestState, role: Role, offset: int) -> Any:
+    """Records the instance a request was routed to (fleet-wide index)."""
+    if role is Role.COLLOCATED:
+        def assign(q: int, i: int) -> None:
+            req.p_inst[q] = i
+            req.d_inst[q] = i
+    elif role is Role.PREFILL:
+        def assign(q: int, i: int) -> None:
+            req.p_inst[q] = i
+    else:
+        def assign(q: int, i: int) -> None:
+            req.d_inst[q] = offset + i
+    return assign
+
+
+def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState) -> bool:
+    fleet = cfg.fleet
+    strat = fleet.strategy
     A = np.asarray(req.arrival)
     inp = np.asarray(req.inp)
     out = np.asarray(req.out)
-    oracle_p = bs.Oracle(clocks.get("prefill", clocks.get("collocated")).est)  # type: ignore[union-attr]
-    oracle_d = bs.Oracle(clocks.get("decode", clocks.get("collocated")).est)  # type: ignore[union-attr]
+    oracle_p = bs.Oracle(clocks[fleet.roles[0]].est)
+    oracle_d = bs.Oracle(clocks[fleet.roles[-1]].est)
     res = bs.run_bestserve(
         A, inp, out, disaggregated=strat.is_disaggregated, n_prefill=strat.num_prefill,
         n_decode=strat.num_decode, n_collocated=strat.num_collocated,
-        prefill_b_max=cfg.prefill_max_batch or cfg.max_batch, decode_b_max=cfg.max_batch,
+        prefill_b_max=fleet.max_prompts, decode_b_max=fleet.max_batch,
         oracle_p=oracle_p, oracle_d=oracle_d, tau=cfg.tau)
     req.first_token = res["first_token"].tolist()
     req.finish = res["finish"].tolist()
@@ -408,7 +660,7 @@ def _run_bestserve(cfg: SimulationConfig, clocks: dict[str, StepClock], req: Req
     return False
 
 
-def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clocks: dict[str, StepClock],
+def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clocks: dict[Role, StepClock],
             stopped: bool) -> SimulationResult:
     rec = req.records()
     done = np.isfinite(rec.finish)
@@ -438,9 +690,8 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
     t_last = float(rec.arrival.max()) if n else 0.0
     with np.errstate(invalid="ignore"):
         backlog = int(np.count_nonzero(~(rec.finish <= t_last)))
-    strat = cfg.strategy
-    assert isinstance(strat, Strategy)
-    slots = cfg.max_batch * strat.num_instances * cfg.pp
+    fleet = cfg.fleet
+    slots = fleet.max_batch * fleet.strategy.num_instances * fleet.first.parallel.pp
     overloaded = (not stopped and n_done < n) or backlog > max(0.1 * n, 2 * slots)
     return SimulationResult(
         config=cfg, num_requests=n, num_completed=n_done,
@@ -455,8 +706,8 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
         overloaded=bool(overloaded), stopped_early=bool(stopped), makespan_s=span, fom=fom,
         num_preemptions=int(sum(i.num_preemptions for i in insts)),
         kv_limited=bool(sum(i.num_preemptions for i in insts)) or any(
-            i.peak_blocks >= i.total_blocks - i.max_batch for i in insts),
-        kv_capacity_tokens={role: int(c.est.memory.kv_capacity_tokens) for role, c in clocks.items()},
+            i.kv.peak >= i.kv.total - i.max_batch for i in insts),
+        kv_capacity_tokens={role.value: int(c.est.memory.kv_capacity_tokens) for role, c in clocks.items()},
         num_steps=int(sum(i.num_steps for i in insts)), requests=rec,
     )
 

@@ -8,17 +8,18 @@ Speed: a step whose plan is "every running request decodes one token" is the com
 such steps repeat unchanged until the next event (a completion, an arrival the scheduler could
 admit, KV exhaustion). :meth:`_decode_stretch` advances the whole run of steps at once: the
 context sum grows by the batch size per step, and the step times come from a table of
-``Estimator.step_times`` columns indexed by that sum (:class:`StepClock`). Pipelined instances
-(``pp > 1``) take the per-step path. Under the ``vllm``, ``prefill-only`` and ``decode-only``
-policies two common views are handled without asking the scheduler, with the decisions it would
-take: nothing waiting and every running request ready (all decode), and one request alone on an
-empty instance (admit, prefill, decode stretch; :meth:`Instance._lone`). The running sum of a
-stretch is taken in growing segments, so a stretch cut short by an arrival sums only its steps.
+step times read through the estimator's columnar API (:func:`serveplan.estimator.columns.step_times`)
+into a table indexed by that sum (:class:`StepClock`). Pipelined instances (``pp > 1``) take the
+per-step path. The shortcuts a policy declares (:class:`~serveplan.sim.schedulers.FastPaths`) are
+taken without asking the scheduler, with the decisions it guarantees: nothing waiting and every
+running request ready (all decode), one request alone on an empty instance (admit, prefill,
+decode stretch; :meth:`Instance._lone`), a chunked prompt beside the running decodes
+(:meth:`Instance._chunk_stretch`). The running sum of a stretch is taken in growing segments,
+so a stretch cut short by an arrival sums only its steps.
 
-KV memory (vLLM PagedAttention accounting): ``kv_capacity_tokens // block_size`` blocks; a prompt
-reserves ``ceil(prompt / block)`` blocks at admission, a decode appends a block every
-``block_size`` tokens; when a decode step does not fit, the most recently admitted requests are
-preempted and later recomputed (vLLM recompute preemption). Memory is never overcommitted.
+KV memory has one owner, :class:`~serveplan.sim.kv.KVCache` (vLLM PagedAttention accounting);
+when a decode step does not fit, the policy preempts the most recently admitted requests, which
+are later recomputed (vLLM recompute preemption).
 
 Pipeline parallelism: up to ``pp`` micro-batches are in flight. Every stage takes
 ``Estimator.stage_time`` of its micro-batch; a micro-batch enters stage ``s`` when stage ``s-1``
@@ -30,24 +31,21 @@ after its previous one left the last stage.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
+from serveplan.estimator import columns
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.step import Estimator
-from serveplan.ops.base import FEATURE_INDEX
+from serveplan.sim.fleet import Batching, Role
+from serveplan.sim.kv import KVCache
 from serveplan.sim.request import RequestState
-from serveplan.sim.schedulers.base import BatchPlan, Scheduler, blocks_for
-from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
-from serveplan.sim.schedulers.disaggregated import DecodeOnlyScheduler, PrefillOnlyScheduler
+from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 
 INF = math.inf
-_KVD = FEATURE_INDEX["kvd"]
-_KVP, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
@@ -100,11 +98,8 @@ class StepClock:
         self._cache: dict[StepBatch, float] = {}
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
         self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
-        self._x0: dict[int, np.ndarray] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
         self._ends_size = 0
-        #: step times by the positional fields of their StepBatch (cheaper to hash)
-        self.by_key: dict[tuple[float, ...], float] = {}
         #: prefill step time of one fresh prompt, by its length
         self.prefill_times: dict[int, float] = {}
         #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
@@ -121,13 +116,10 @@ class StepClock:
 
     def _fill(self, nd: int, b: int, out: np.ndarray) -> None:
         """Step times of context sums ``[b*1024, (b+1)*1024)`` for ``nd`` decodes into ``out``."""
-        x0 = self._x0.get(nd)
-        if x0 is None:
-            x0 = self._x0[nd] = self.est.features(StepBatch(decode_tokens=float(nd), decode_keys=float(nd)))
         size = 1 << _BLK_BITS
-        X = np.repeat(x0[:, None], size, axis=1)
-        X[_KVD] = (np.arange(size, dtype=float) + (b << _BLK_BITS)) / self.est.parallel.dp
-        out[:] = self.est.step_times(X, "decode")
+        base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
+        out[:] = columns.step_times(self.est, base, "decode",
+                                    decode_keys=np.arange(size, dtype=float) + (b << _BLK_BITS))
 
     def _block(self, nd: int, b: int) -> np.ndarray:
         key = (nd, b)
@@ -185,30 +177,30 @@ class Instance:
     Parameters
     ----------
     index, role:
-        Position in the fleet and ``collocated``, ``prefill`` or ``decode``.
+        Position in the fleet and :class:`Role`.
     clock:
         :class:`StepClock` of the instance's estimator.
     scheduler:
         The batching policy.
     req:
         Shared :class:`RequestState`.
-    max_batch:
-        Sequences per step (per micro-batch).
-    prefill_max_batch:
-        New prompts per step.
-    token_budget, chunk_size:
-        New tokens per step (``inf``: unlimited) and the largest prefill chunk.
+    batching:
+        Max batch (sequences per step, per micro-batch), prompts per step, token budget and
+        chunk size.
     handoff:
         For ``prefill`` instances: called as ``handoff(request, time)`` when a prompt is done;
         returns the time at which its KV leaves this instance (transfer end).
+    on_finish:
+        Called as ``on_finish(request, time)`` when a request's last token is out (the event
+        loop's completion hook: closed-loop clients, backpressure).
     """
 
-    #: Advance decode-only steps in stretches (False: one step at a time, for cross-checks).
+    #: Take the declared shortcuts and stretches (False: one planned step at a time, for cross-checks).
     fast_decode = True
 
-    def __init__(self, index: int, role: str, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
-                 max_batch: int, prefill_max_batch: int, token_budget: float, chunk_size: int,
-                 block_size: int = 16, handoff: Callable[[int, float], float] | None = None) -> None:
+    def __init__(self, index: int, role: Role, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
+                 batching: Batching, block_size: int = 16, handoff: Callable[[int, float], float] | None = None,
+                 on_finish: Callable[[int, float], None] | None = None) -> None:
         self.index = index
         self.role = role
         self.clock = clock
@@ -216,14 +208,20 @@ class Instance:
         self.req = req
         self.pp = clock.pp
         self.block_size = block_size
-        self.total_blocks = clock.est.memory.kv_capacity_tokens // block_size
-        self.free_blocks = self.total_blocks
-        self.max_batch = max_batch
-        self.max_running = max_batch * self.pp
-        self.prefill_max_batch = prefill_max_batch
-        self.token_budget = token_budget
-        self.chunk_size = chunk_size
+        self.kv = KVCache(clock.est.memory.kv_capacity_tokens, block_size, req.blocks)
+        self.max_batch = batching.max_batch
+        self.max_running = batching.max_batch * self.pp
+        self.max_prompts = batching.max_prompts
+        self.token_budget = batching.step_token_budget
+        self.chunk_size = batching.chunk_size
         self.handoff = handoff
+        self.on_finish = on_finish
+        #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
+        #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
+        self.keep_prefix_on_preempt = False
+        #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
+        #: so the loop can handle what the completion caused before this instance goes on
+        self.interrupted = False
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.inbox_t: list[float] = []
@@ -231,19 +229,21 @@ class Instance:
         self.ptr = 0
         self.now = 0.0
         self.stage_free = [0.0] * self.pp
-        self.releases: list[tuple[float, int]] = []
         self.assigned = 0
         self.completed = 0
         self.num_steps = 0
-        self.num_prefill_steps = 0
         self.num_preemptions = 0
-        self.busy_s = 0.0
-        self.peak_blocks = 0
-        # a lone request skips planning under the policies whose one-request decisions _lone knows
-        kind = {PrefillFirstScheduler: "collocated", PrefillOnlyScheduler: "prefill-only",
-                DecodeOnlyScheduler: "decode"}.get(type(scheduler))  # type: ignore[call-overload]
-        self._lone_kind = kind if self.pp == 1 else None
+        fp = scheduler.fast_paths if self.pp == 1 else None
+        self._lone_prompt = fp is not None and fp.lone_prompt
+        self._lone_transfer = fp is not None and fp.lone_transfer
+        self._all_decode = fp is not None and fp.all_decode
+        self._repeat_chunk = fp is not None and fp.repeat_chunk
         self._prefill_t = clock.prefill_times
+
+    @property
+    def free_blocks(self) -> int:
+        """Free KV blocks (what a policy reads)."""
+        return self.kv.free
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:
@@ -256,15 +256,30 @@ class Instance:
     def outstanding(self) -> int:
         return self.assigned - self.completed
 
+    @property
+    def is_idle(self) -> bool:
+        """Nothing running, waiting or delivered but not yet taken in."""
+        return not self.running and not self.waiting and self.ptr == len(self.inbox_t)
+
+    @property
+    def next_arrival(self) -> float:
+        """Time of the next delivered request not yet taken in (``inf``: none)."""
+        return self.inbox_t[self.ptr] if self.ptr < len(self.inbox_t) else INF
+
     # ---------------------------------------------------------------- main loop
     def run_until(self, until: float) -> None:
         """Execute the steps that start before ``until``."""
         sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
-        rel = self.releases
-        lone = self._lone_kind is not None and self.fast_decode
-        fast_plan = lone and self._lone_kind != "prefill-only"
+        kv = self.kv
+        fast = self.fast_decode
+        lone = (self._lone_prompt or self._lone_transfer) and fast
+        all_decode = self._all_decode and fast
+        self.interrupted = False
         while self.now < until:
+            if self.interrupted:
+                self.interrupted = False
+                return
             now = self.now
             p = self.ptr
             n_in = len(it)
@@ -272,12 +287,11 @@ class Instance:
                 self.waiting.append(ir[p])
                 p += 1
             self.ptr = p
-            while rel and rel[0][0] <= now:
-                self.free_blocks += heapq.heappop(rel)[1]
+            kv.release_due(now)
             if lone and not self.running:
                 w = self.waiting
                 if not w:  # nothing to plan: the policies return no plan
-                    nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
+                    nxt = min(it[p] if p < n_in else INF, kv.next_release)
                     if nxt >= until:
                         if until < INF:
                             self.now = until
@@ -286,20 +300,20 @@ class Instance:
                     continue
                 if len(w) == 1 and self._lone(until):
                     continue
-            elif fast_plan and not self.waiting and len(self.running) <= self.max_batch:
+            elif all_decode and self.running and not self.waiting and len(self.running) <= self.max_batch:
                 # the policy's plan for a view with nothing waiting: every running request
                 # decodes when each is ready and their new blocks fit (no preemption)
                 R = self.req
-                pf, pl, ra, kv = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
+                pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
                 bs = self.block_size
                 need = 0
                 for q in self.running:
                     if pf[q] < pl[q] or ra[q] > now:
                         need = -1
                         break
-                    if kv[q] % bs == 0:
+                    if kvl[q] % bs == 0:
                         need += 1
-                if 0 <= need <= self.free_blocks:
+                if 0 <= need <= kv.free:
                     self._decode_stretch(list(self.running), until)
                     continue
             plan = sched.plan_batch(self)
@@ -308,68 +322,61 @@ class Instance:
             if plan is None or plan.is_empty:
                 if plan is not None and (plan.admit or plan.preempt):
                     continue
-                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF, self._next_ready())
+                nxt = min(it[p] if p < n_in else INF, kv.next_release, self._next_ready())
                 if nxt >= until:
                     if until < INF:
                         self.now = until
                     return
                 self.now = nxt
                 continue
-            if self.fast_decode and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
+            if fast and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
                 if not plan.prefill:
                     self._decode_stretch(plan.decode, until)
                     continue
-                if len(plan.prefill) == 1 and not plan.admit and self._chunk_stretch(plan, until):
+                if (self._repeat_chunk and len(plan.prefill) == 1 and not plan.admit
+                        and self._chunk_stretch(plan, until)):
                     continue
             self._step(plan)
 
     # ---------------------------------------------------------------- a request alone (pp == 1)
     def _lone(self, until: float) -> bool:
         """The one waiting request of an otherwise empty instance, without planning: admission and
-        prefill step (``vllm``, ``prefill-only``) or admission of its transferred cache
-        (``decode-only``), then its decode stretch when nothing else arrived. The same arithmetic as
-        the planned path (:meth:`_apply_admission`, :meth:`_step`, the policies' decisions for a
-        one-request view); returns False, changing nothing, when another decision could differ
-        (KV short, a partial or recomputed prompt)."""
+        prefill step of a fresh prompt (``FastPaths.lone_prompt``) or admission of a transferred
+        cache (``FastPaths.lone_transfer``), then its decode stretch when nothing else arrived.
+        The same arithmetic as the planned path (:meth:`_apply_admission`, :meth:`_step`, the
+        policy's decision for a one-request view); returns False, changing nothing, when the
+        policy declared no shortcut for this view or another decision could differ (KV short, a
+        partial or recomputed prompt)."""
         R = self.req
         q = self.waiting[0]
-        bs = self.block_size
+        kv = self.kv
         now = self.now
-        if self._lone_kind == "decode":
-            if not R.kv_ready[q] or R.ready_at[q] > now or R.prefilled[q] < R.prompt_len[q]:
+        if R.kv_ready[q]:
+            if not self._lone_transfer or R.ready_at[q] > now or R.prefilled[q] < R.prompt_len[q]:
                 return False
-            b = -(-R.kv_len[q] // bs)
-            if b > self.free_blocks:
+            if not kv.fits(R.kv_len[q]):
                 return False
             self.waiting.popleft()
-            self.free_blocks -= b
-            R.blocks[q] = b
+            kv.allocate(q, R.kv_len[q])
             self.running.append(q)
             R.decode_start[q] = now
-            self._peak()
         else:
-            if R.kv_ready[q] or R.prefilled[q]:
+            if not self._lone_prompt or R.prefilled[q]:
                 return False
             c = R.prompt_len[q]
-            b = -(-c // bs)
-            if b > self.free_blocks:
+            if not kv.fits(c):
                 return False
             self.waiting.popleft()
-            self.free_blocks -= b
-            R.blocks[q] = b
+            kv.allocate(q, c)
             self.running.append(q)
-            self._peak()
             t = self._prefill_t.get(c)
             if t is None:
                 if len(self._prefill_t) >= _MAX_STEPS:
                     self._prefill_t.clear()
-                t = self._prefill_t[c] = self.clock.time(
-                    StepBatch(0.0 + c, 0.0, 1.0, 0.0 + c, 0.0, 0.0 + c * c, 0.0 + c * ((c + 1) / 2)))
+                t = self._prefill_t[c] = self.clock.time(StepBatch.of(((c, 0),), ()))
             exit_t = now + t
             self.now = exit_t
             self.num_steps += 1
-            self.busy_s += t
-            self.num_prefill_steps += 1
             R.start[q] = now
             R.prefilled[q] = c
             R.kv_len[q] = c
@@ -377,11 +384,8 @@ class Instance:
             if self._emit_token(q, exit_t):
                 self._finish(q, exit_t)
                 return True
-            if self.role == "prefill":
-                self.running.remove(q)
-                self.completed += 1
-                assert self.handoff is not None
-                self._release(q, self.handoff(q, exit_t))
+            if self.role is Role.PREFILL:
+                self._hand_off(q, exit_t)
                 return True
             now = exit_t
             if now >= until:
@@ -389,17 +393,12 @@ class Instance:
             p = self.ptr
             if p < len(self.inbox_t) and self.inbox_t[p] <= now:
                 return True
-            if self.releases and self.releases[0][0] <= now:
+            if kv.next_release <= now:
                 return True
-        if R.kv_len[q] % bs == 0 and self.free_blocks < 1:
+        if R.kv_len[q] % self.block_size == 0 and kv.free < 1:
             return True  # the decode needs a block: the planned path decides
         self._decode_stretch([q], until)
         return True
-
-    def _peak(self) -> None:
-        used = self.total_blocks - self.free_blocks
-        if used > self.peak_blocks:
-            self.peak_blocks = used
 
     def _next_ready(self) -> float:
         if self.pp == 1:
@@ -411,33 +410,27 @@ class Instance:
     # ---------------------------------------------------------------- plan application
     def _apply_admission(self, plan: BatchPlan) -> None:
         R = self.req
+        kv = self.kv
         if plan.preempt:
             for q in plan.preempt:
                 self.running.remove(q)
-                self.free_blocks += R.blocks[q]
-                R.blocks[q] = 0
+                kv.free_request(q)
+                cached = R.kv_len[q] if self.keep_prefix_on_preempt else 0
                 R.kv_len[q] = 0
-                R.prefilled[q] = 0
                 R.kv_ready[q] = False
                 R.prompt_len[q] = R.inp[q] + R.gen[q]
+                R.prefilled[q] = min(cached, R.prompt_len[q] - 1)
                 R.preemptions[q] += 1
             self.num_preemptions += len(plan.preempt)
             # back to the front of the queue, earliest arrival first (vLLM recompute preemption)
             self.waiting.extendleft(sorted(plan.preempt, key=lambda q: (R.arrival[q], q), reverse=True))
-        bs = self.block_size
         for q in plan.admit:
             head = self.waiting.popleft()
             assert head == q, "a plan admits from the head of the queue"
-            b = blocks_for(R.kv_len[q] if R.kv_ready[q] else R.prompt_len[q], bs)
-            self.free_blocks -= b
-            R.blocks[q] = b
+            kv.allocate(q, R.kv_len[q] if R.kv_ready[q] else R.prompt_len[q])
             self.running.append(q)
             if R.kv_ready[q]:
                 R.decode_start[q] = self.now
-        assert self.free_blocks >= 0, "KV blocks overcommitted"
-        used = self.total_blocks - self.free_blocks
-        if used > self.peak_blocks:
-            self.peak_blocks = used
 
     def _emit_token(self, q: int, t: float) -> bool:
         """Request ``q`` produced a token at ``t`` (its first when its prompt just completed);
@@ -459,42 +452,28 @@ class Instance:
             R.last_finish = t
         self.running.remove(q)
         self.completed += 1
-        self._release(q, t)
+        self.kv.free_at(q, t, self.now)
+        if self.on_finish is not None:
+            self.on_finish(q, t)
+            self.interrupted = True
 
-    def _release(self, q: int, t: float) -> None:
-        R = self.req
-        if t <= self.now:
-            self.free_blocks += R.blocks[q]
-        else:
-            heapq.heappush(self.releases, (t, R.blocks[q]))
-        R.blocks[q] = 0
+    def _hand_off(self, q: int, t: float) -> None:
+        """A prefill instance is done with ``q``: its cache leaves when the transfer ends."""
+        self.running.remove(q)
+        self.completed += 1
+        assert self.handoff is not None
+        self.kv.free_at(q, self.handoff(q, t), self.now)
 
     # ---------------------------------------------------------------- one step (any pp)
     def _step(self, plan: BatchPlan) -> None:
         R = self.req
         now = self.now
-        np_ = sp = kvp = ap = apc = 0.0
         pf = R.prefilled
-        for q, c in plan.prefill:
-            ctx = pf[q]
-            np_ += c
-            sp += 1
-            kvp += ctx + c
-            ap += c * (ctx + c)
-            apc += c * (ctx + (c + 1) / 2)
+        kv = R.kv_len
+        for q, _ in plan.prefill:
             if R.start[q] != R.start[q]:  # NaN: first computation for the request
                 R.start[q] = now
-        kv = R.kv_len
-        kvd = 0.0
-        for q in plan.decode:
-            kvd += kv[q] + 1
-        key = (np_, float(len(plan.decode)), sp, kvp, kvd, ap, apc)
-        by_key = self.clock.by_key
-        t = by_key.get(key)
-        if t is None:
-            if len(by_key) >= _MAX_STEPS:
-                by_key.clear()
-            t = by_key[key] = self.clock.time(StepBatch(*key))
+        t = self.clock.time(StepBatch.of([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode]))
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
@@ -513,10 +492,6 @@ class Instance:
             exit_t = end
             self.now = sf[0]
         self.num_steps += 1
-        self.busy_s += t
-        if plan.prefill:
-            self.num_prefill_steps += 1
-        bs = self.block_size
         done: list[int] = []
         for q, c in plan.prefill:
             pf[q] += c
@@ -526,39 +501,31 @@ class Instance:
             if pf[q] >= R.prompt_len[q]:
                 if self._emit_token(q, exit_t):
                     done.append(q)
-                elif self.role == "prefill":
-                    self.running.remove(q)
-                    self.completed += 1
-                    assert self.handoff is not None
-                    self._release(q, self.handoff(q, exit_t))
+                elif self.role is Role.PREFILL:
+                    self._hand_off(q, exit_t)
+        self.kv.append_tokens(plan.decode, kv)
         for q in plan.decode:
-            if kv[q] % bs == 0:
-                R.blocks[q] += 1
-                self.free_blocks -= 1
             kv[q] += 1
             R.gen[q] += 1
             R.ready_at[q] = exit_t
             R.bubble[q] += bubble
             if R.gen[q] >= R.out[q]:
                 done.append(q)
-        assert self.free_blocks >= 0, "KV blocks overcommitted"
         for q in done:
             self._finish(q, exit_t)
 
     # ---------------------------------------------------------------- decode-only stretch (pp == 1)
     def _decode_stretch(self, run: list[int], until: float) -> None:
         R = self.req
-        kv, gen, out, blocks = R.kv_len, R.gen, R.out, R.blocks
+        kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         now = self.now
         kvd0, k_max = self._stretch_bound(run, out[run[0]] - gen[run[0]])
-        bs = self.block_size
-        free = self.free_blocks
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
-        if self.waiting and self.releases:
-            wake = min(wake, self.releases[0][0])
+        if self.waiting:
+            wake = min(wake, self.kv.next_release)
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -572,19 +539,13 @@ class Instance:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
         done = []
         for r in run:
-            k1 = kv[r] + k
-            kv[r] = k1
+            kv[r] += k
             g = gen[r] + k
             gen[r] = g
-            nb = (k1 + bs - 1) // bs
-            free -= nb - blocks[r]
-            blocks[r] = nb
             if g == out[r]:
                 done.append(r)
-        assert free >= 0, "KV blocks overcommitted"
-        self.free_blocks = free
+        self.kv.grow_to(run, kv)
         self.num_steps += k
-        self.busy_s += end - now
         self.now = end
         for r in done:
             self._finish(r, end)
@@ -592,11 +553,11 @@ class Instance:
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
         """Advance the steps that repeat "every running decode + the next equal chunk of the one
-        prompt in progress" (Sarathi decode-maximal batching) until a chunk would finish the
-        prompt, a decode finishes, KV runs short or an admissible arrival comes. The steps'
-        feature vectors are built in one matrix (context sums grow by the batch, the chunk's
-        context by the chunk) and timed by one ``Estimator.step_times`` call. Returns False
-        (nothing done) when the plan is the prompt's last chunk."""
+        prompt in progress" (``FastPaths.repeat_chunk``, Sarathi decode-maximal batching) until a
+        chunk would finish the prompt, a decode finishes, KV runs short or an admissible arrival
+        comes. The steps are timed by one columnar estimator call (context sums grow by the
+        batch, the chunk's context by the chunk). Returns False (nothing done) when the plan is
+        the prompt's last chunk."""
         R = self.req
         q, c = plan.prefill[0]
         rem = R.prompt_len[q] - R.prefilled[q]
@@ -607,25 +568,16 @@ class Instance:
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         kvd0, k_max = self._stretch_bound(run, k_chunks)
-        bs = self.block_size
-        free = self.free_blocks
         if k_max < 2:
             return False
         now = self.now
-        est = self.clock.est
         ctx0 = R.prefilled[q]
-        first = StepBatch(float(c), float(nd), 1.0, float(ctx0 + c), float(kvd0), float(c * (ctx0 + c)),
-                          c * (ctx0 + (c + 1) / 2))
-        x0 = est.features(first)
-        dp = est.parallel.dp
         j = np.arange(k_max, dtype=float)
         ctx = ctx0 + c * j
-        X = np.repeat(x0[:, None], k_max, axis=1)
-        X[_KVP] = (ctx + c) / dp
-        X[_AP] = c * (ctx + c) / dp
-        X[_APC] = c * (ctx + (c + 1) / 2) / dp
-        X[_KVD] = (kvd0 + nd * j) / dp
-        times = est.step_times(X, "prefill")
+        base = StepBatch(prefill_tokens=float(c), decode_tokens=float(nd), prefill_seqs=1.0)
+        times = columns.step_times(self.clock.est, base, "prefill", prefill_keys=ctx + c,
+                                   prefill_scores=c * (ctx + c), prefill_causal_scores=c * (ctx + (c + 1) / 2),
+                                   decode_keys=kvd0 + nd * j)
         wake = until
         leftover = self.token_budget - nd - c
         if leftover > 0 and not self.waiting and self.ptr < len(self.inbox_t):
@@ -642,22 +594,14 @@ class Instance:
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
         done = []
-        blocks = R.blocks
         for r in run:
-            k1 = kv[r] + k
-            kv[r] = k1
+            kv[r] += k
             gen[r] += k
-            nb = -(-k1 // bs)
-            free -= nb - blocks[r]
-            blocks[r] = nb
             R.ready_at[r] = end
             if gen[r] >= out[r]:
                 done.append(r)
-        assert free >= 0, "KV blocks overcommitted"
-        self.free_blocks = free
+        self.kv.grow_to(run, kv)
         self.num_steps += k
-        self.num_prefill_steps += k
-        self.busy_s += end - now
         self.now = end
         for r in done:
             self._finish(r, end)
@@ -675,24 +619,4 @@ class Instance:
             d = out[r] - gen[r]
             if d < k_max:
                 k_max = d
-        bs, free = self.block_size, self.free_blocks
-        if run and len(run) * (-(-k_max // bs)) > free:
-            k_max = self._kv_steps(run, k_max, free)
-        return kvd0, k_max
-
-    def _kv_steps(self, run: list[int], k_max: int, free: int) -> int:
-        """Largest number of decode steps (<= k_max) whose new blocks fit in ``free``."""
-        R = self.req
-        kv, blocks, bs = R.kv_len, R.blocks, self.block_size
-
-        def need(k: int) -> int:
-            return sum(-(-(kv[q] + k) // bs) - blocks[q] for q in run)
-
-        lo, hi = 1, k_max  # need(1) <= free: the scheduler made one step fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return kvd0, self.kv.steps_that_fit(run, kv, k_max)

@@ -246,6 +246,21 @@ class Workload:
                         name=name or f"{dists[0].kind}/{dists[1].kind}")
 
     @staticmethod
+    def from_dataset(name: str, num_requests: int, *, seed: int = 0, arrival: str = "poisson",
+                     cv: float = 1.0) -> Workload:
+        """``num_requests`` lengths drawn from a bundled dataset (``azure-conv``, ``azure-code``,
+        ``arxiv-sum``; :mod:`serveplan.sim.datasets`), from the same seeded length stream as
+        :meth:`from_distributions`."""
+        from serveplan.sim.datasets import length_table
+
+        if not isinstance(num_requests, int) or num_requests < 1:
+            raise SpecError(f"num_requests={num_requests!r} must be a positive integer")
+        table = length_table(name)
+        inp, out = table.sample(np.random.default_rng([int(seed), _LENGTH_STREAM]), num_requests)
+        return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
+                        name=name)
+
+    @staticmethod
     def from_trace(path: str | Path, num_requests: int | None = None) -> Workload:
         """Read a CSV (header row) or JSONL trace with an arrival time (s), input and output
         lengths per request. Accepted column names: ``arrival_s``/``arrival``/``timestamp``/``time``,

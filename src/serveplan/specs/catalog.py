@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from serveplan.errors import SpecError, unknown_name
+from serveplan.specs.engine import EngineSpec, engine_from_dict
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
 from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
@@ -68,6 +69,42 @@ def list_hardware() -> list[str]:
 
 def list_profiles() -> list[str]:
     return sorted(_entries("profiles"))
+
+
+def list_engines() -> list[str]:
+    """Engine families (``vllm``) and versioned ids (``vllm-0.11``) that :func:`get_engine` takes."""
+    entries = _entries("engines")
+    return sorted(set(entries) | {str(raw.get("engine", k)) for k, raw in entries.items()})
+
+
+def list_datasets() -> list[str]:
+    """Bundled request-length distributions (``specs/data/datasets``)."""
+    return sorted(_entries("datasets"))
+
+
+def get_dataset(name: str) -> dict[str, Any]:
+    """The raw quantile tables of a bundled dataset (built by ``benchmarks/build_datasets.py``)."""
+    entries = _entries("datasets")
+    if name not in entries:
+        raise unknown_name("dataset", name, entries)
+    return entries[name]
+
+
+@lru_cache(maxsize=64)
+def get_engine(name: str) -> EngineSpec:
+    """An engine by family (``"vllm"``: its version marked ``default: true``), by versioned id
+    (``"vllm-0.11"``) or a path to an engine YAML file."""
+    if _looks_like_path(name):
+        raw = _read_yaml_file(name, "engine")
+        return engine_from_dict(raw, name=str(raw.get("name", Path(name).stem)))
+    entries = _entries("engines")
+    key = name.strip().lower()
+    if key not in entries:
+        family = sorted(k for k, raw in entries.items() if str(raw.get("engine")) == key and raw.get("default"))
+        if not family:
+            raise unknown_name("engine", name, list_engines())
+        key = family[0]
+    return engine_from_dict(entries[key], name=key)
 
 
 @lru_cache(maxsize=256)

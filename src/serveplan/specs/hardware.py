@@ -79,15 +79,29 @@ class DeviceSpec:
         if self.devices_per_node < 1:
             raise SpecError(f"hardware {self.name!r}: devices_per_node={self.devices_per_node} must be >= 1")
 
-    def flops(self, dtype: DType) -> float:
-        """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other, int4 uses int8/fp16."""
-        for cand in _FLOPS_FALLBACK.get(dtype, (dtype,)):
+    def compute_format(self, dtype: DType) -> DType:
+        """The peak-FLOP/s format a matrix product with ``dtype`` weights runs at on this device.
+
+        The format's own arithmetic (``dtype.compute``) when the device lists it, else the closest
+        it has: fp16 and bf16 stand in for each other; FP8 falls back to 16-bit; FP4 (NVFP4,
+        MXFP4) runs weight-only at 16 bits on devices without FP4 tensor cores (as vLLM's Marlin
+        FP4 kernels do on Hopper); weight-only formats always compute at 16 bits.
+        """
+        for cand in _FLOPS_FALLBACK.get(dtype.compute, (dtype.compute,)):
             if cand in self.peak_flops:
-                return self.peak_flops[cand]
+                return cand
         raise SpecError(
-            f"hardware {self.name!r} has no peak_flops for dtype {dtype.value!r}; "
+            f"hardware {self.name!r} has no peak_flops for dtype {dtype.value!r} or a substitute; "
             f"available: {', '.join(d.value for d in self.peak_flops)}"
         )
+
+    def is_native(self, dtype: DType) -> bool:
+        """Whether the device computes ``dtype``'s matrix products in their own format."""
+        return self.compute_format(dtype) in (dtype.compute, *_SAME_ARITHMETIC.get(dtype.compute, ()))
+
+    def flops(self, dtype: DType) -> float:
+        """Dense peak FLOP/s for matrix products with ``dtype`` weights (see :meth:`compute_format`)."""
+        return self.peak_flops[self.compute_format(dtype)]
 
     def link_for(self, group_size: int) -> LinkSpec:
         """Intra-node link for groups that fit in a node, else the inter-node link."""
@@ -102,12 +116,15 @@ class DeviceSpec:
 _FLOPS_FALLBACK = {
     DType.BF16: (DType.BF16, DType.FP16),
     DType.FP16: (DType.FP16, DType.BF16),
-    # weights stored in 8/4 bits are commonly dequantised to fp16 for the matmul
+    # weights stored in 8/4 bits are dequantised to 16 bits for the matmul where the device lacks
+    # the format's arithmetic
     DType.FP8: (DType.FP8, DType.FP16, DType.BF16),
     DType.INT8: (DType.INT8, DType.FP16, DType.BF16),
     DType.INT4: (DType.FP16, DType.BF16),
+    DType.FP4: (DType.FP4, DType.BF16, DType.FP16),
     DType.FP32: (DType.FP32,),
 }
+_SAME_ARITHMETIC = {DType.FP16: (DType.BF16,), DType.BF16: (DType.FP16,)}
 
 
 def _link(raw: Any, where: str) -> LinkSpec:
@@ -138,7 +155,7 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
         raise SpecError(f"hardware {name!r}: peak_flops must map dtype to FLOP/s, got {pf!r}")
     peak: dict[DType, float] = {}
     for k, v in pf.items():
-        if k == "tf32":
+        if k in ("tf32", "fp6"):  # not a weight format serveplan models (listed for reference)
             continue
         try:
             peak[DType.parse(k)] = float(v)

@@ -1,22 +1,35 @@
-"""Instance schedulers (batching policies), registered by name.
+"""Instance schedulers (batching policies), registered by mechanism.
 
-``vllm`` (:class:`PrefillFirstScheduler`), ``sarathi`` (:class:`ChunkedPrefillScheduler`),
-``prefill-only`` and ``decode-only`` (disaggregated roles).
+``prefill-first`` (:class:`PrefillFirstScheduler`, alias ``vllm``), ``chunked-prefill``
+(:class:`ChunkedPrefillScheduler`, alias ``sarathi``), ``prefill-only`` and ``decode-only``
+(disaggregated roles), ``prefill-priority`` (:class:`PrefillPriorityScheduler`, SGLang) and
+``inflight-no-evict`` (:class:`InflightNoEvictScheduler`, TensorRT-LLM).
 """
 
 from serveplan.sim.schedulers.base import (
+    ALIASES,
     SCHEDULERS,
     BatchPlan,
+    FastPaths,
+    InstanceView,
+    RequestView,
     Scheduler,
     blocks_for,
+    canonical_scheduler,
+    collocated_schedulers,
     get_scheduler,
     register_scheduler,
+    scheduler_names,
 )
 from serveplan.sim.schedulers.chunked_prefill import ChunkedPrefillScheduler
 from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
 from serveplan.sim.schedulers.disaggregated import DecodeOnlyScheduler, PrefillOnlyScheduler
+from serveplan.sim.schedulers.inflight import InflightNoEvictScheduler
+from serveplan.sim.schedulers.prefill_priority import PrefillPriorityScheduler
 
 __all__ = [
-    "SCHEDULERS", "BatchPlan", "ChunkedPrefillScheduler", "DecodeOnlyScheduler", "PrefillFirstScheduler",
-    "PrefillOnlyScheduler", "Scheduler", "blocks_for", "get_scheduler", "register_scheduler",
+    "ALIASES", "SCHEDULERS", "BatchPlan", "ChunkedPrefillScheduler", "DecodeOnlyScheduler", "FastPaths",
+    "InflightNoEvictScheduler", "PrefillPriorityScheduler",
+    "InstanceView", "PrefillFirstScheduler", "PrefillOnlyScheduler", "RequestView", "Scheduler", "blocks_for",
+    "canonical_scheduler", "collocated_schedulers", "get_scheduler", "register_scheduler", "scheduler_names",
 ]

@@ -8,6 +8,15 @@ Hooks
 ``plan_batch(view) -> BatchPlan | None``
     Called at every step boundary. ``view`` is the instance (see :class:`InstanceView` for the
     attributes a policy may read). Return ``None`` when there is nothing to compute.
+``fast_paths`` (class attribute, :class:`FastPaths`)
+    The shortcuts whose decisions the policy guarantees, so the instance may take them without
+    calling ``plan_batch`` (see :class:`FastPaths`). Subclasses inherit them; a subclass whose
+    decisions differ in those views must set its own (``FastPaths()`` turns them all off).
+``tag``, ``chunked``, ``collocated`` (class attributes)
+    Short tag in fleet names; whether the policy splits prompts into ``chunk_size`` pieces (its
+    token budget then defaults to the chunk size, and the chunk size is part of the fleet's
+    name and of the optimizer's search); whether it can run a collocated instance
+    (``prefill-only`` and ``decode-only`` cannot).
 
 Invariants a plan must keep (the instance asserts them):
 
@@ -22,51 +31,120 @@ Invariants a plan must keep (the instance asserts them):
 * At most ``max_batch`` sequences per step.
 
 Adding a scheduler: subclass :class:`Scheduler` in ``sim/schedulers/<mechanism>.py``, decorate
-with ``@register_scheduler("<name>")`` and import the module in ``sim/schedulers/__init__.py``;
-the conformance tests in ``tests/sim`` pick it up.
+with ``@register_scheduler("<mechanism>", "<alias>", ...)`` and import the module in
+``sim/schedulers/__init__.py``; the conformance tests in ``tests/sim`` pick it up. Engine
+presets (a mechanism plus its defaults) are aliases or thin subclasses on top.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from serveplan.errors import SpecError
+from serveplan.units import ceil_div
 
+#: Registered schedulers by mechanism name.
 SCHEDULERS: dict[str, type[Scheduler]] = {}
+#: Other names accepted for a mechanism (today's engine-style names).
+ALIASES: dict[str, str] = {}
 
 
-def register_scheduler(name: str) -> Callable[[type[Scheduler]], type[Scheduler]]:
+def register_scheduler(name: str, *aliases: str) -> Callable[[type[Scheduler]], type[Scheduler]]:
+    """Class decorator: register a policy under its mechanism ``name`` and ``aliases``."""
+
     def deco(cls: type[Scheduler]) -> type[Scheduler]:
         SCHEDULERS[name] = cls
+        for a in aliases:
+            ALIASES[a] = name
         cls.name = name
         return cls
 
     return deco
 
 
+def canonical_scheduler(name: str) -> str:
+    """The mechanism name of ``name`` (an alias or a mechanism); :class:`SpecError` listing the
+    options when unknown."""
+    name = ALIASES.get(name, name)
+    if name not in SCHEDULERS:
+        raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(scheduler_names())}")
+    return name
+
+
+def scheduler_names() -> list[str]:
+    """Every accepted name: mechanisms and aliases, sorted."""
+    return sorted([*SCHEDULERS, *ALIASES])
+
+
 def get_scheduler(name: str) -> type[Scheduler]:
-    try:
-        return SCHEDULERS[name]
-    except KeyError:
-        raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(sorted(SCHEDULERS))}") from None
+    """The policy class registered under ``name`` (or its alias)."""
+    return SCHEDULERS[canonical_scheduler(name)]
+
+
+def collocated_schedulers() -> tuple[str, ...]:
+    """Mechanisms that can run a collocated instance, in registration order."""
+    return tuple(n for n, c in SCHEDULERS.items() if c.collocated)
+
+
+class RequestView(Protocol):
+    """Per-request lists a policy reads (:class:`serveplan.sim.request.RequestState`)."""
+
+    prompt_len: list[int]
+    prefilled: list[int]
+    kv_len: list[int]
+    gen: list[int]
+    out: list[int]
+    blocks: list[int]
+    ready_at: list[float]
+    kv_ready: list[bool]
 
 
 class InstanceView(Protocol):
     """What a policy may read (attributes of :class:`serveplan.sim.instance.Instance`)."""
 
     now: float
-    waiting: list[int]           # arrived, not running, FCFS (preempted requests in front)
+    waiting: deque[int]            # arrived, not running, FCFS (preempted requests in front)
     running: list[int]             # holding KV, in admission order
     free_blocks: int
     block_size: int
     max_batch: int                 # sequences per step
     max_running: int               # sequences holding KV (max_batch x pipeline stages)
-    prefill_max_batch: int         # new prompts per step
+    max_prompts: int               # new prompts per step
     token_budget: float            # new tokens per step (inf = unlimited)
     chunk_size: int                # largest prefill chunk of one request
-    req: object                  # RequestState: prompt_len, prefilled, kv_len, gen, out, ready_at, kv_ready
+    req: RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class FastPaths:
+    """Shortcuts a policy declares: views whose decision it guarantees, so the instance (with
+    ``pp == 1``) may act without calling ``plan_batch``. Each must give exactly the planned
+    path's answer (``tests/sim/test_fast_paths.py`` pins them).
+
+    Attributes
+    ----------
+    lone_prompt:
+        A fresh prompt alone on an empty instance is admitted and prefilled whole in one step
+        when its blocks fit, then decodes alone until something else arrives.
+    lone_transfer:
+        A transferred KV cache alone on an empty instance is admitted when its blocks fit, then
+        decodes alone.
+    all_decode:
+        With nothing waiting and every running request past its prompt and ready, every running
+        request decodes one token per step when the blocks they append fit (no preemption).
+    repeat_chunk:
+        A step of every running decode plus a chunk of the one prompt in progress repeats (the
+        same decodes, the prompt's next equal chunk) until the prompt's last chunk, a
+        completion, KV exhaustion or an arrival that leftover budget could admit.
+    """
+
+    lone_prompt: bool = False
+    lone_transfer: bool = False
+    all_decode: bool = False
+    repeat_chunk: bool = False
 
 
 @dataclass(slots=True)
@@ -84,13 +162,22 @@ class BatchPlan:
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
-    return -(-tokens // block_size)
+    """KV blocks holding ``tokens`` tokens."""
+    return ceil_div(tokens, block_size)
 
 
 class Scheduler:
     """Base policy: helpers shared by the concrete schedulers."""
 
-    name = "base"
+    name: ClassVar[str] = "base"
+    #: short tag in fleet names (``2m-tp4-b16-<tag>``)
+    tag: ClassVar[str] = "base"
+    #: shortcuts whose decisions this policy guarantees (none by default)
+    fast_paths: ClassVar[FastPaths] = FastPaths()
+    #: whether prompts are split into chunk_size pieces (token budget defaults to the chunk size)
+    chunked: ClassVar[bool] = False
+    #: whether the policy can run a collocated instance
+    collocated: ClassVar[bool] = True
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:  # pragma: no cover - abstract
         raise NotImplementedError

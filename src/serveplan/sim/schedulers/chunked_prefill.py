@@ -9,14 +9,20 @@ ones, each chunk at most ``chunk_size`` tokens. ``token_budget`` defaults to ``c
 
 from __future__ import annotations
 
-from serveplan.sim.schedulers.base import BatchPlan, Scheduler, register_scheduler
+from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, register_scheduler
 
 
-@register_scheduler("sarathi")
+@register_scheduler("chunked-prefill", "sarathi")
 class ChunkedPrefillScheduler(Scheduler):
     """Decode-maximal batching: decodes first, then prefill chunks up to the token budget."""
 
-    def plan_batch(self, view):  # type: ignore[override]
+    tag = "sarathi"
+    chunked = True
+    # running decodes first, then the partial prompt's next chunk: the plan repeats while nothing
+    # new can be admitted
+    fast_paths = FastPaths(repeat_chunk=True)
+
+    def plan_batch(self, view: InstanceView) -> BatchPlan | None:
         plan = BatchPlan()
         r = view.req
         if view.waiting:
@@ -53,7 +59,7 @@ class ChunkedPrefillScheduler(Scheduler):
             if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
                 break
             blocks, toks = self.admit_cost(view, q)
-            if blocks > free or budget <= 0 or new_prompts >= view.prefill_max_batch:
+            if blocks > free or budget <= 0 or new_prompts >= view.max_prompts:
                 break
             c = int(min(view.chunk_size, toks, budget))
             plan.prefill.append((q, c))

@@ -9,14 +9,19 @@ token, preempting the most recently admitted ones when the KV cache is full.
 
 from __future__ import annotations
 
-from serveplan.sim.schedulers.base import BatchPlan, Scheduler, register_scheduler
+from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, register_scheduler
 
 
-@register_scheduler("vllm")
+@register_scheduler("prefill-first", "vllm")
 class PrefillFirstScheduler(Scheduler):
     """Prefill-prioritising iteration-level scheduler (vLLM v0, BestServe's collocated model)."""
 
-    def plan_batch(self, view):  # type: ignore[override]
+    tag = "vllm"
+    # a lone fresh prompt fits the token budget alone and is prefilled whole; with nothing
+    # waiting every ready request decodes (the plan below)
+    fast_paths = FastPaths(lone_prompt=True, all_decode=True)
+
+    def plan_batch(self, view: InstanceView) -> BatchPlan | None:
         plan = BatchPlan()
         if view.waiting:
             self.admit_kv_ready(view, plan)
@@ -33,7 +38,7 @@ class PrefillFirstScheduler(Scheduler):
         return plan
 
     @staticmethod
-    def _admit_prompts(view, plan: BatchPlan) -> None:
+    def _admit_prompts(view: InstanceView, plan: BatchPlan) -> None:
         free = view.free_blocks
         slots = view.max_running - len(view.running)
         new_prompts = 0
@@ -44,7 +49,7 @@ class PrefillFirstScheduler(Scheduler):
             blocks, toks = Scheduler.admit_cost(view, q)
             if blocks > free:
                 break
-            if new_prompts >= min(view.prefill_max_batch, view.max_batch):
+            if new_prompts >= min(view.max_prompts, view.max_batch):
                 break
             if new_prompts and tokens + toks > view.token_budget:
                 break

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from serveplan.sim.schedulers.base import BatchPlan, Scheduler, register_scheduler
+from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, register_scheduler
 from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
 
 
@@ -18,7 +18,11 @@ from serveplan.sim.schedulers.continuous import PrefillFirstScheduler
 class PrefillOnlyScheduler(Scheduler):
     """Whole-prompt prefill batches; no decoding on this instance."""
 
-    def plan_batch(self, view):  # type: ignore[override]
+    tag = "prefill-only"
+    collocated = False
+    fast_paths = FastPaths(lone_prompt=True)
+
+    def plan_batch(self, view: InstanceView) -> BatchPlan | None:
         if not view.waiting:
             return None
         plan = BatchPlan()
@@ -29,3 +33,8 @@ class PrefillOnlyScheduler(Scheduler):
 @register_scheduler("decode-only")
 class DecodeOnlyScheduler(PrefillFirstScheduler):
     """Admit transferred requests and decode; recompute preempted ones (prefill first)."""
+
+    tag = "decode-only"
+    collocated = False
+    # a recomputed prompt alone takes the planned path (it is rare); transferred caches do not
+    fast_paths = FastPaths(lone_transfer=True, all_decode=True)

@@ -1,0 +1,107 @@
+"""Build the bundled length distributions (``--dataset``) from Microsoft Vidur's processed traces.
+
+The shipped files hold quantile tables only, never the traces: 201 quantiles of the prompt length
+and, for each fifth of the prompt-length distribution, 101 quantiles of the output length (so the
+prompt/output correlation of each trace survives). Run once, with the three CSV files of
+``data/processed_traces/`` of the public repository microsoft/vidur (MIT licence) in one folder::
+
+    python benchmarks/build_datasets.py --vidur /work/cache/vidur
+
+writes ``src/serveplan/specs/data/datasets/{azure-conv,azure-code,arxiv-sum}.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "serveplan" / "specs" / "data" / "datasets"
+VIDUR = "https://github.com/microsoft/vidur/blob/7d47513363ec447a741ac5e47241580b47724fbf/data/processed_traces/"
+IN_LEVELS = 201   # prompt quantiles at 0, 0.5, ..., 100 %
+OUT_LEVELS = 101  # output quantiles at 0, 1, ..., 100 % within each prompt bucket
+BUCKETS = 5       # prompt-length fifths
+
+DATASETS = {
+    "azure-conv": {
+        "file": "splitwise_conv.csv",
+        "description": "Azure LLM inference trace 2023, conversation service (Splitwise, ISCA 2024)",
+        "licence": "Azure LLM inference trace: CC-BY-4.0 (Azure/AzurePublicDataset); Vidur's processed CSV: MIT",
+        "attribution": ("Patel et al., Splitwise: Efficient Generative LLM Inference Using Phase Splitting, ISCA 2024; "
+                        "Azure/AzurePublicDataset AzureLLMInferenceTrace_conv; processed by microsoft/vidur"),
+    },
+    "azure-code": {
+        "file": "splitwise_code.csv",
+        "description": "Azure LLM inference trace 2023, coding service (Splitwise, ISCA 2024)",
+        "licence": "Azure LLM inference trace: CC-BY-4.0 (Azure/AzurePublicDataset); Vidur's processed CSV: MIT",
+        "attribution": ("Patel et al., Splitwise: Efficient Generative LLM Inference Using Phase Splitting, ISCA 2024; "
+                        "Azure/AzurePublicDataset AzureLLMInferenceTrace_code; processed by microsoft/vidur"),
+    },
+    "arxiv-sum": {
+        "file": "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+        "description": ("arXiv summarization (Cohan et al., NAACL 2018): article and abstract lengths in Llama-2 "
+                        "tokens, filtered by Vidur to at most 4096 tokens in all"),
+        "licence": "Vidur's processed statistics: MIT (microsoft/vidur); only derived quantiles are shipped here",
+        "attribution": ("Cohan et al., A Discourse-Aware Attention Model for Abstractive Summarization of Long "
+                        "Documents, NAACL 2018; token statistics by microsoft/vidur (Agrawal et al., MLSys 2024)"),
+    },
+}
+
+
+def tables(inp: np.ndarray, out: np.ndarray) -> dict[str, object]:
+    p_in = np.linspace(0.0, 1.0, IN_LEVELS)
+    q_in = np.quantile(inp, p_in, method="linear")
+    order = np.argsort(inp, kind="stable")
+    ranks = np.empty(len(inp))
+    ranks[order] = (np.arange(len(inp)) + 0.5) / len(inp)  # prompt quantile level of each request
+    p_out = np.linspace(0.0, 1.0, OUT_LEVELS)
+    by_bucket = []
+    for b in range(BUCKETS):
+        sel = (ranks >= b / BUCKETS) & (ranks < (b + 1) / BUCKETS)
+        by_bucket.append([round(float(v), 1) for v in np.quantile(out[sel], p_out, method="linear")])
+    return {
+        "input_quantiles": [round(float(v), 1) for v in q_in],
+        "output_quantiles_by_input_fifth": by_bucket,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vidur", type=Path, required=True, help="folder with Vidur's processed trace CSVs")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, meta in DATASETS.items():
+        rows = list(csv.DictReader((args.vidur / meta["file"]).open()))
+        inp = np.array([float(r["num_prefill_tokens"]) for r in rows])
+        out = np.array([float(r["num_decode_tokens"]) for r in rows])
+        t = tables(inp, out)
+        lines = [
+            f"# {meta['description']}.",
+            "# Quantile tables built by benchmarks/build_datasets.py from the processed trace of microsoft/vidur;",
+            "# the requests themselves are not shipped.",
+            f"name: {name}",
+            f"description: \"{meta['description']}\"",
+            f"source: {VIDUR}{meta['file']}",
+            f"licence: \"{meta['licence']}\"",
+            f"attribution: \"{meta['attribution']}\"",
+            f"num_requests: {len(rows)}   # requests in the source",
+            f"mean_input: {inp.mean():.1f}",
+            f"mean_output: {out.mean():.1f}",
+            f"median_input: {np.median(inp):.1f}",
+            f"median_output: {np.median(out):.1f}",
+            f"correlation: {np.corrcoef(inp, out)[0, 1]:.4f}   # Pearson, prompt vs output length",
+            f"# prompt-length quantiles at {IN_LEVELS} evenly spaced levels from 0 to 1",
+            f"input_quantiles: {t['input_quantiles']}",
+            f"# output-length quantiles at {OUT_LEVELS} levels, one row per fifth of the prompt-length distribution",
+            "output_quantiles_by_input_fifth:",
+        ]
+        lines += [f"  - {row}" for row in t["output_quantiles_by_input_fifth"]]  # type: ignore[union-attr]
+        (OUT / f"{name}.yaml").write_text("\n".join(lines) + "\n")
+        print(f"wrote {OUT / (name + '.yaml')} ({len(rows)} requests summarised)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""NVIDIA aiconfigurator's measured serving rows, mapped onto serveplan's specs.
+
+The development set is ``silicon_sample.csv`` inside the ``aiconfigurator-core`` 0.12.0 wheel on
+PyPI (Apache-2.0): about 5,200 TTFT/TPOT measurements of vLLM, SGLang and TensorRT-LLM at a fixed
+concurrency (closed loop) on H100, H200, B200, B300, GB200 and GB300. The wheel is fetched once
+with ``pip download --no-deps`` into a cache directory (``$SERVEPLAN_BENCH_CACHE``, default
+``~/.cache/serveplan-bench``) and read in place with :mod:`zipfile`; nothing here runs in tests.
+
+API::
+
+    rows = load_rows()                  # list of dicts, the CSV's columns as strings
+    case = map_row(rows[0])             # SiliconCase, or raises NotStatable(cause, detail)
+    cases, skipped = map_rows(rows)
+
+Command line::
+
+    python benchmarks/silicon_data.py --coverage          # statable share and what is left, by cause
+    python benchmarks/silicon_data.py --coverage --json
+
+How a row is stated (each choice is the row's own field unless said otherwise):
+
+* model: ``model_path`` -> a bundled catalog id (:data:`MODELS`; NVIDIA's re-quantised
+  checkpoints map to the model they were made from, the format comes from the row).
+* hardware: ``system`` -> catalog id (:data:`SYSTEMS`).
+* weight format: ``moe_quant_mode`` for MoE models (the experts hold almost all weight bytes),
+  else ``gemm_quant_mode``; ``fp8`` per-tensor, ``fp8_block`` 128x128 block scales, ``nvfp4``,
+  ``int4_wo`` (weight-only int4) -> ``w4a16``; empty -> the checkpoint's bf16.
+* KV-cache format: fp8 for fp8/fp4 runs, as NVIDIA's ModelOpt checkpoints declare
+  (``hf_quant_config.json``: ``"kv_cache_quant_algo": "FP8"``, e.g. nvidia/DeepSeek-V3.1-NVFP4
+  and Qwen3-32B-FP8-Static-PerTensor bundled in the same wheel); bf16 otherwise. The CSV has no KV
+  column, so this is an assumption.
+* layout: aggregated rows use ``tp_size``, ``pp_size``, ``attention_dp_size`` (serveplan ``dp``)
+  and ``moe_ep_size`` (``ep``); aiconfigurator's ``moe_tp_size * moe_ep_size`` must equal
+  ``tp_size * attention_dp_size`` (serveplan's expert split is ``tp*dp/ep``). Dense models
+  ignore the MoE fields. Disaggregated rows give a prefill and a decode layout and worker counts.
+* engine: ``backend`` (vllm, sglang, trtllm) and ``backend_version``.
+* load: ``isl``, ``osl`` and the closed-loop concurrency (``silicon_concurrency=`` in
+  ``silicon_data_source``; else ``_c<N>_`` in the row id; else ``batch_size``).
+* measured: ``silicon_ttft_ms``, ``silicon_tpot_ms`` (converted to seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from serveplan import ParallelConfig, SpecError, get_hardware, get_model
+from serveplan.specs.model import SUPPORTED_MODEL_TYPES, ModelSpec
+from serveplan.units import MS, DType
+
+WHEEL = "aiconfigurator-core==0.12.0"
+WHEEL_GLOB = "aiconfigurator_core-0.12.0-*.whl"
+CSV_MEMBER = "aiconfigurator_core/systems/silicon_sample.csv"
+CACHE_ENV = "SERVEPLAN_BENCH_CACHE"
+
+#: ``model_path`` -> (catalog id, HF model_type of the checkpoint's config.json).
+MODELS: dict[str, tuple[str, str]] = {
+    "deepseek-ai/DeepSeek-R1": ("deepseek-r1", "deepseek_v3"),
+    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "deepseek_v3"),
+    "nvidia/DeepSeek-R1-NVFP4": ("deepseek-r1", "deepseek_v3"),
+    "nvidia/DeepSeek-V3.1-NVFP4": ("deepseek-v3.1", "deepseek_v3"),
+    "MiniMaxAI/MiniMax-M2.5": ("minimax-m2.5", "minimax_m2"),
+    "openai/gpt-oss-120b": ("gpt-oss-120b", "gpt_oss"),
+    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", "llama"),
+    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", "llama"),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3.1-8b", "llama"),
+    "Qwen/Qwen3-32B": ("qwen3-32b", "qwen3"),
+    "nvidia/Qwen3-32B-NVFP4": ("qwen3-32b", "qwen3"),
+    "Qwen/Qwen3-235B-A22B-FP8": ("qwen3-235b-a22b", "qwen3_moe"),
+    "Qwen/Qwen3.5-397B-A17B": ("qwen3.5-397b-a17b", "qwen3_5_moe"),
+    "moonshotai/Kimi-K2.5": ("kimi-k2.5", "kimi_k2"),
+    "zhipuai/GLM-5": ("glm-5", "glm_moe_dsa"),
+}
+
+#: ``system`` -> catalog id.
+SYSTEMS = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+    "gb300": "gb300",
+}
+
+#: aiconfigurator quant mode -> serveplan weight format.
+QUANT_MODES = {
+    "": DType.BF16,
+    "bf16": DType.BF16,
+    "fp16": DType.FP16,
+    "fp8": DType.FP8,
+    "fp8_block": DType.FP8_BLOCK,
+    "nvfp4": DType.NVFP4,
+    "mxfp4": DType.MXFP4,
+    "int4_wo": DType.W4A16,
+    "int8_wo": DType.W8A16,
+}
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+class NotStatable(Exception):
+    """A row serveplan cannot state; ``cause`` groups rows for the coverage table."""
+
+    def __init__(self, cause: str, detail: str = "") -> None:
+        super().__init__(f"{cause}: {detail}" if detail else cause)
+        self.cause = cause
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One instance kind: its parallel layout and how many instances run it."""
+
+    parallel: ParallelConfig
+    instances: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.parallel
+        return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "ep": p.ep, "instances": self.instances}
+
+
+@dataclass(frozen=True, slots=True)
+class SiliconCase:
+    """One measured row stated in serveplan terms (SI units)."""
+
+    row_id: str
+    model: str                # catalog id
+    hardware: str             # catalog id
+    dtype: DType              # weight format
+    kv_dtype: DType           # KV-cache format
+    engine: str               # vllm | sglang | trtllm
+    engine_version: str
+    mode: str                 # "agg" (collocated) or "disagg"
+    layout: Layout | None     # aggregated: the one instance kind
+    prefill: Layout | None    # disaggregated: prefill instances
+    decode: Layout | None     # disaggregated: decode instances
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+
+    @property
+    def parallel(self) -> ParallelConfig:
+        """The aggregated layout (raises for a disaggregated row)."""
+        if self.layout is None:
+            raise ValueError(f"{self.row_id} is disaggregated: use .prefill and .decode")
+        return self.layout.parallel
+
+    @property
+    def num_devices(self) -> int:
+        if self.layout is not None:
+            return self.layout.parallel.num_devices * self.layout.instances
+        assert self.prefill is not None and self.decode is not None
+        return (self.prefill.parallel.num_devices * self.prefill.instances
+                + self.decode.parallel.num_devices * self.decode.instances)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dtype"], d["kv_dtype"] = self.dtype.value, self.kv_dtype.value
+        for k in ("layout", "prefill", "decode"):
+            lay = getattr(self, k)
+            d[k] = lay.to_dict() if lay is not None else None
+        return d
+
+
+# ------------------------------------------------------------------------------ loading
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "serveplan-bench")
+
+
+def wheel_path(download: bool = True) -> Path:
+    """The cached wheel; downloaded once with ``pip download --no-deps`` when missing."""
+    d = cache_dir() / "wheels"
+    found = sorted(d.glob(WHEEL_GLOB))
+    if found:
+        return found[-1]
+    if not download:
+        raise FileNotFoundError(f"{WHEEL} is not in {d}; run without --offline to download it")
+    d.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "-d", str(d), WHEEL], check=True)
+    found = sorted(d.glob(WHEEL_GLOB))
+    if not found:
+        raise FileNotFoundError(f"pip download left no {WHEEL_GLOB} in {d}")
+    return found[-1]
+
+
+def load_rows(path: str | Path | None = None) -> list[dict[str, str]]:
+    """Rows of ``silicon_sample.csv`` (from the cached wheel, or a CSV/wheel at ``path``)."""
+    p = Path(path) if path is not None else wheel_path()
+    if p.suffix == ".csv":
+        text = p.read_text()
+    else:
+        with zipfile.ZipFile(p) as z:
+            text = z.read(CSV_MEMBER).decode()
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+# ------------------------------------------------------------------------------ mapping
+def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        if default is None:
+            raise NotStatable("missing field", f"{key} is empty")
+        return default
+    try:
+        return int(float(raw))
+    except ValueError:
+        raise NotStatable("missing field", f"{key}={raw!r} is not a number") from None
+
+
+def concurrency_of(row: dict[str, str]) -> int:
+    m = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    if m:
+        return int(m.group(1))
+    m = re.search(r"_c(\d+)_", row.get("id", ""))
+    if m:
+        return int(m.group(1))
+    return _int(row, "batch_size")
+
+
+def _layout(row: dict[str, str], model: ModelSpec, prefix: str) -> Layout:
+    tp = _int(row, prefix + "tp_size")
+    pp = _int(row, prefix + "pp_size", 1)
+    dp = _int(row, prefix + "attention_dp_size", 1)
+    if min(tp, pp, dp) < 1:
+        raise NotStatable("layout", f"{prefix}tp/pp/attention_dp = {tp}/{pp}/{dp} (0 is not a size)")
+    ep = 1
+    if model.is_moe:
+        moe_tp = _int(row, prefix + "moe_tp_size", 1)
+        moe_ep = _int(row, prefix + "moe_ep_size", 1)
+        if min(moe_tp, moe_ep) < 1 or moe_tp * moe_ep != tp * dp:
+            raise NotStatable(
+                "layout", f"{prefix}moe_tp x moe_ep = {moe_tp} x {moe_ep} differs from tp x attention_dp = {tp} x {dp}"
+            )
+        ep = moe_ep
+    try:
+        par = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep)
+        par.validate_for(model)
+    except SpecError as exc:
+        raise NotStatable("layout", str(exc)) from None
+    workers = _int(row, prefix + "num_workers", 1) if prefix else 1
+    return Layout(par, workers)
+
+
+def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
+    mode = (row.get("moe_quant_mode") if model.is_moe else row.get("gemm_quant_mode")) or ""
+    if not mode and row.get("precision"):
+        mode = row["precision"]
+    if mode not in QUANT_MODES:
+        raise NotStatable("precision", f"quant mode {mode!r}")
+    return QUANT_MODES[mode]
+
+
+def kv_format(row: dict[str, str]) -> DType:
+    return DType.FP8 if row.get("precision") in ("fp8", "fp4") else DType.BF16
+
+
+def map_row(row: dict[str, str]) -> SiliconCase:
+    """State one CSV row in serveplan terms.
+
+    Raises
+    ------
+    NotStatable
+        With ``cause`` one of: ``model <type>`` (type or checkpoint not bundled), ``system <name>``,
+        ``precision``, ``layout``, ``engine <name>``, ``missing field``.
+    """
+    path = row.get("model_path", "")
+    if path not in MODELS:
+        raise NotStatable(f"model {path}", "no catalog entry")
+    model_id, model_type = MODELS[path]
+    try:
+        model = get_model(model_id)
+    except SpecError as exc:
+        supported = model_type in SUPPORTED_MODEL_TYPES
+        raise NotStatable(f"model {model_id}" if supported else f"model type {model_type}", str(exc)) from None
+    system = row.get("system", "")
+    if system not in SYSTEMS:
+        raise NotStatable(f"system {system}", "no catalog entry")
+    try:
+        hw = get_hardware(SYSTEMS[system])
+    except SpecError as exc:
+        raise NotStatable(f"system {system}", str(exc)) from None
+    dtype = weight_format(row, model)
+    try:
+        hw.compute_format(dtype)
+    except SpecError as exc:
+        raise NotStatable("precision", str(exc)) from None
+    engine = row.get("backend", "")
+    if engine not in ENGINES:
+        raise NotStatable(f"engine {engine}", "not an engine serveplan models")
+    mode = row.get("mode", "agg")
+    layout = prefill = decode = None
+    if mode == "disagg":
+        prefill = _layout(row, model, "prefill_")
+        decode = _layout(row, model, "decode_")
+    else:
+        layout = _layout(row, model, "")
+    try:
+        ttft = float(row["silicon_ttft_ms"]) * MS
+        tpot = float(row["silicon_tpot_ms"]) * MS
+    except (KeyError, ValueError):
+        raise NotStatable("missing field", "silicon_ttft_ms/silicon_tpot_ms") from None
+    return SiliconCase(
+        row_id=row.get("id", ""), model=model_id, hardware=hw.name, dtype=dtype, kv_dtype=kv_format(row),
+        engine=engine, engine_version=row.get("backend_version", ""), mode=mode, layout=layout,
+        prefill=prefill, decode=decode, isl=_int(row, "isl"), osl=_int(row, "osl"),
+        concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot,
+    )
+
+
+def map_rows(rows: Iterable[dict[str, str]]) -> tuple[list[SiliconCase], list[tuple[dict[str, str], NotStatable]]]:
+    """All rows: the stated cases and the rows left out with their reason."""
+    cases, skipped = [], []
+    for row in rows:
+        try:
+            cases.append(map_row(row))
+        except NotStatable as exc:
+            skipped.append((row, exc))
+    return cases, skipped
+
+
+def coverage(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """Statable share and rows left out by cause (largest first)."""
+    cases, skipped = map_rows(rows)
+    causes = Counter(exc.cause for _, exc in skipped)
+    examples = {}
+    for row, exc in skipped:
+        examples.setdefault(exc.cause, f"{row.get('id', '')}: {exc.detail}")
+    return {
+        "rows": len(rows), "statable": len(cases), "share": len(cases) / len(rows) if rows else 0.0,
+        "aggregated_statable": sum(c.mode == "agg" for c in cases),
+        "left_out": [{"cause": c, "rows": n, "share": n / len(rows), "example": examples[c]}
+                     for c, n in causes.most_common()],
+        "by_model": dict(Counter(c.model for c in cases).most_common()),
+        "by_system": dict(Counter(c.hardware for c in cases).most_common()),
+        "by_dtype": dict(Counter(c.dtype.value for c in cases).most_common()),
+        "by_engine": dict(Counter(c.engine for c in cases).most_common()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--coverage", action="store_true", help="print the statable share and causes")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument("--csv", help="read this silicon_sample.csv (or wheel) instead of the cached wheel")
+    args = ap.parse_args(argv)
+    rows = load_rows(args.csv)
+    cov = coverage(rows)
+    if args.json:
+        print(json.dumps(cov, indent=2))
+        return 0
+    print(f"{cov['statable']:,} of {cov['rows']:,} rows statable ({cov['share']:.1%}); "
+          f"aggregated {cov['aggregated_statable']:,}")
+    print(f"{'cause':<40} {'rows':>6} {'share':>7}  example")
+    for c in cov["left_out"]:
+        print(f"{c['cause']:<40} {c['rows']:>6} {c['share']:>7.1%}  {c['example'][:110]}")
+    if args.coverage:
+        for key in ("by_model", "by_system", "by_dtype", "by_engine"):
+            print(f"{key[3:]}: " + ", ".join(f"{k} {v}" for k, v in cov[key].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

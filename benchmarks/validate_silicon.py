@@ -1,0 +1,336 @@
+"""Predict aiconfigurator's measured serving rows and write the accuracy table of docs/validation.md.
+
+The development set is NVIDIA aiconfigurator's ``silicon_sample.csv`` (Apache-2.0, inside the
+``aiconfigurator-core`` 0.12.0 wheel; loaded and stated by ``silicon_data.py``, which downloads the
+wheel once into ``$SERVEPLAN_BENCH_CACHE``). Every aggregated row that serveplan can state (its
+model, system and weight format are in the catalog) is simulated as it was measured: one instance
+with the row's TP/PP/attention-DP/EP layout and weight/KV formats, the row's engine
+(``--engine vllm|sglang|trtllm`` with that engine's defaults), fixed ``isl``/``osl`` and a closed loop
+at the row's concurrency. Predicted TTFT and TPOT are the means over the steady part of the run
+(warm-up and cool-down excluded, :func:`serveplan.sim.serving.steady_window`), compared with the
+measured values (which are means over the measured run)::
+
+    python benchmarks/validate_silicon.py                       # all covered rows, writes the docs
+    python benchmarks/validate_silicon.py --sample 60 --no-docs # a quick look
+    python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json
+
+Nothing is fitted to these rows. ``--step-overhead-us`` adds a fixed host time per step (an
+engine constant of the kind one would tune); when it is set, the table reports H100 rows (where it
+would be tuned) apart from H200 and B200 rows.
+
+Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
+seconds) and the section between ``<!-- silicon-validation:begin -->`` and
+``<!-- silicon-validation:end -->`` of ``docs/validation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from silicon_data import NotStatable, SiliconCase, load_rows, map_row  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "validation.md"
+OUT = ROOT / "benchmarks" / "results" / "silicon_validation.json"
+BEGIN, END = "<!-- silicon-validation:begin -->", "<!-- silicon-validation:end -->"
+WITHIN = 0.25  # the table's "share within 25%"
+COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
+
+
+def covered_cases(sample: int | None = None) -> tuple[list[SiliconCase], dict[str, int]]:
+    """Aggregated single-instance rows serveplan can state, sorted by id (every k-th with ``sample``)."""
+    cases, skipped = [], defaultdict(int)
+    for row in load_rows():
+        if row.get("mode") != "agg":
+            skipped["disaggregated"] += 1
+            continue
+        try:
+            case = map_row(row)
+        except NotStatable as exc:
+            skipped[exc.cause] += 1
+            continue
+        if case.layout is None or case.layout.instances != 1:
+            skipped["several instances"] += 1
+            continue
+        cases.append(case)
+    cases.sort(key=lambda c: c.row_id)
+    if sample and sample < len(cases):
+        step = len(cases) / sample
+        cases = [cases[int(i * step)] for i in range(sample)]
+    return cases, dict(skipped)
+
+
+def num_requests(concurrency: int) -> int:
+    """Requests per closed-loop run: four rounds of the clients (at least 32), so that the steady
+    window (rounds two to four, minus the requests still running at the last send) holds about
+    two rounds of requests."""
+    return max(4 * concurrency, 32)
+
+
+def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
+    """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.sim import SimulationConfig, Workload, simulate
+
+    t0 = time.perf_counter()
+    par = case.parallel
+    hw = get_hardware(case.hardware)
+    profile = get_profile(None, case.hardware)
+    cfg = SimulationConfig(
+        model=get_model(case.model), hardware=hw, profile=profile, engine=case.engine, strategy="1m",
+        tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
+        concurrency=case.concurrency, rate=None,
+        workload=Workload.fixed(case.isl, case.osl, num_requests=num_requests(case.concurrency)),
+    )
+    res = simulate(cfg)
+    cl = res.closed_loop
+    assert cl is not None
+    return {"ttft_s": cl.ttft_s.mean, "tpot_s": cl.tpot_s.mean, "seconds": time.perf_counter() - t0,
+            "preemptions": res.num_preemptions, "max_batch": res.config.fleet.max_batch,
+            "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
+
+
+def _predict_row(args: tuple[SiliconCase, float]) -> tuple[str, dict[str, Any]]:
+    case, overhead = args
+    try:
+        return case.row_id, predict(case, overhead)
+    except Exception as exc:  # a row the simulator rejects is reported, not fatal
+        return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def rel_err(pred: float, meas: float) -> float:
+    return (pred - meas) / meas
+
+
+def summarise(errs: Iterable[float]) -> tuple[int, float, float]:
+    a = np.abs(np.asarray(list(errs), dtype=float))
+    if a.size == 0:
+        return 0, math.nan, math.nan
+    return int(a.size), float(np.median(a)), float(np.mean(a <= WITHIN))
+
+
+def diagnose(case: SiliconCase, p: dict[str, Any]) -> str:
+    """A short reading of why a row is off, from the regime it runs in."""
+    e_ttft, e_tpot = rel_err(p["ttft_s"], case.ttft_s), rel_err(p["tpot_s"], case.tpot_s)
+    bits = []
+    if abs(e_ttft) >= abs(e_tpot):
+        if case.concurrency > 1 and e_ttft < 0:
+            bits.append("TTFT under-predicted: measured TTFT includes queueing and prompt interleaving at "
+                        f"concurrency {case.concurrency} that the engine's scheduler spreads over more steps")
+        elif e_ttft < 0:
+            bits.append("lone-prompt prefill faster than measured: per-request overheads (tokenisation, "
+                        "HTTP, scheduling) are not modelled")
+        else:
+            bits.append("TTFT over-predicted: prefill waits behind steps the engine overlaps or runs faster")
+    else:
+        if e_tpot < 0:
+            bits.append("TPOT under-predicted: decode steps carry per-step host and launch overheads "
+                        "that the roofline with default efficiencies does not see")
+        else:
+            bits.append("TPOT over-predicted: the default efficiencies are too pessimistic for this "
+                        "kernel set (e.g. FP8/FP4 attention and GEMMs)")
+    from serveplan import get_hardware
+
+    par = case.parallel
+    per_node = get_hardware(case.hardware).devices_per_node
+    if par.tp * par.dp > per_node:
+        bits.append(f"TP {par.tp} x DP {par.dp} spans {par.tp * par.dp // per_node} nodes: the model sends every "
+                    "layer's all-reduce over the inter-node links")
+    fits = p.get("kv_capacity_tokens", 0) // max(case.isl + case.osl, 1)
+    if fits < case.concurrency:
+        bits.append(f"the simulated KV cache holds only {fits} requests of {case.isl + case.osl} tokens for "
+                    f"{case.concurrency} clients, so requests queue for memory: the memory model of this layout "
+                    "(weights, MLA cache on every TP rank, engine reserve) leaves less room than the engine had")
+    if p.get("preemptions"):
+        bits.append(f"{p['preemptions']} preemptions in the simulated run (KV cache full)")
+    return "; ".join(bits)
+
+
+def table(rows: list[dict[str, Any]], keys: tuple[str, ...], *, aisim: dict[str, Any] | None) -> list[str]:
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[tuple(r[k] for k in keys)].append(r)
+    head = [*keys, "rows", "TTFT median abs err", "TTFT within 25%", "TPOT median abs err", "TPOT within 25%"]
+    if aisim is not None:
+        head += ["AISimulate rows", "AISimulate TTFT median abs err", "AISimulate TPOT median abs err"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k in sorted(groups):
+        g = groups[k]
+        n, mt, wt = summarise(r["ttft_err"] for r in g)
+        _, mp, wp = summarise(r["tpot_err"] for r in g)
+        cells = [*k, str(n), f"{mt:.0%}", f"{wt:.0%}", f"{mp:.0%}", f"{wp:.0%}"]
+        if aisim is not None:
+            a = [aisim[r["row_id"]] for r in g if r["row_id"] in aisim and "ttft_s" in aisim[r["row_id"]]]
+            ids = [r for r in g if r["row_id"] in aisim and "ttft_s" in aisim[r["row_id"]]]
+            na, at, _ = summarise(rel_err(x["ttft_s"], r["ttft_meas_s"]) for x, r in zip(a, ids, strict=True))
+            _, ap, _ = summarise(rel_err(x["tpot_s"], r["tpot_meas_s"]) for x, r in zip(a, ids, strict=True))
+            cells += [str(na), "-" if not na else f"{at:.0%}", "-" if not na else f"{ap:.0%}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[str, int], *,
+           aisim: dict[str, Any] | None, overhead_s: float, seconds: float, jobs: int) -> str:
+    n_all, mt, wt = summarise(r["ttft_err"] for r in rows)
+    _, mp, wp = summarise(r["tpot_err"] for r in rows)
+    models = sorted({r["model"] for r in rows})
+    systems = sorted({r["system"] for r in rows})
+    engines = sorted({r["engine"] for r in rows})
+    lines = [
+        BEGIN,
+        "## Serving accuracy on aiconfigurator's silicon rows",
+        "",
+        "Development set: NVIDIA aiconfigurator's `silicon_sample.csv` (Apache-2.0, `aiconfigurator-core` 0.12.0",
+        "wheel), aggregated rows that serveplan can state (model, system and weight format in the catalog; one",
+        "instance). Each row is simulated as measured: closed loop at the row's concurrency, the row's engine with",
+        "its defaults (`specs/data/engines`), layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
+        "input/output lengths, `default-gpu` efficiencies. Predicted TTFT/TPOT are means over the steady window",
+        "(requests sent after the first round and finished before the last send). **Nothing is fitted to these rows**"
+        + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`), so H100 rows are"
+           " reported apart from H200/B200 rows." if overhead_s else "."),
+        "",
+        f"Command: `{COMMAND}`"
+        f" ({seconds:.0f} s for {n_all} rows with {jobs} processes on {platform.node() or 'this machine'};"
+        f" {seconds / max(n_all, 1) * jobs:.2f} s per row and process).",
+        "",
+        f"**All rows: {n_all} rows ({len(models)} models: {', '.join(models)}; {len(systems)} systems; "
+        f"{len(engines)} engines): TTFT median |error| {mt:.0%} ({wt:.0%} within 25%), TPOT median |error| "
+        f"{mp:.0%} ({wp:.0%} within 25%).**",
+        "",
+        "By engine, system and weight format:",
+        "",
+        *table(rows, ("engine", "system", "dtype"), aisim=aisim),
+        "",
+        "By engine:",
+        "",
+        *table(rows, ("engine",), aisim=aisim),
+        "",
+        "By system" + (" (H100 rows are where a tuned constant would be fitted; H200 and B200 are held out)"
+                       if overhead_s else "") + ":",
+        "",
+        *table(rows, ("system",), aisim=aisim),
+        "",
+    ]
+    if aisim is not None:
+        both = [r for r in rows if r["row_id"] in aisim and "ttft_s" in aisim[r["row_id"]]]
+        err_a = [r for r in rows if r["row_id"] in aisim and "error" in aisim[r["row_id"]]]
+        if both:
+            _, at, awt = summarise(rel_err(aisim[r["row_id"]]["ttft_s"], r["ttft_meas_s"]) for r in both)
+            _, ap, awp = summarise(rel_err(aisim[r["row_id"]]["tpot_s"], r["tpot_meas_s"]) for r in both)
+            _, st, swt = summarise(r["ttft_err"] for r in both)
+            _, sp, swp = summarise(r["tpot_err"] for r in both)
+            t_a = float(np.mean([aisim[r["row_id"]]["seconds"] for r in both]))
+            t_s = float(np.mean([r["seconds"] for r in both]))
+            lines += [
+                "### Beside NVIDIA AISimulate on the same rows",
+                "",
+                f"AISimulate 0.13 development wheel (`benchmarks/aisimulate_silicon.py`, its own virtual environment; "
+                f"its bundled timing data, not the rows' engine versions), on {len(both)} rows (a deterministic "
+                f"sample of the covered rows; {len(err_a)} more it refused):",
+                "",
+                "| predictor | TTFT median abs err | TTFT within 25% | TPOT median abs err | TPOT within 25% "
+                "| seconds per row |",
+                "|---|---|---|---|---|---|",
+                f"| serveplan | {st:.0%} | {swt:.0%} | {sp:.0%} | {swp:.0%} | {t_s:.2f} |",
+                f"| AISimulate | {at:.0%} | {awt:.0%} | {ap:.0%} | {awp:.0%} | {t_a:.2f} |",
+                "",
+                "AISimulate's wheel bundles the same `silicon_sample.csv` and aiconfigurator's measured kernel tables",
+                "for these GPUs, so its figures here are not a held-out test; serveplan's are (roofline with",
+                "`default-gpu` efficiencies, nothing fitted).",
+                "",
+            ]
+    worst = sorted(rows, key=lambda r: -max(abs(r["ttft_err"]), abs(r["tpot_err"])))[:12]
+    lines += [
+        "### Largest errors",
+        "",
+        "| row | C | measured TTFT / TPOT (ms) | predicted (ms) | error | reading |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in worst:
+        lines.append(
+            f"| `{r['row_id']}` | {r['concurrency']} | "
+            f"{r['ttft_meas_s'] * 1e3:.1f} / {r['tpot_meas_s'] * 1e3:.2f} | "
+            f"{r['ttft_pred_s'] * 1e3:.1f} / {r['tpot_pred_s'] * 1e3:.2f} | "
+            f"{r['ttft_err']:+.0%} / {r['tpot_err']:+.0%} | {r['diagnosis']} |")
+    lines += ["", "Rows not covered, by cause: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1])) + "."]
+    if failures:
+        lines += ["", f"{len(failures)} covered rows the simulator rejected: "
+                  + "; ".join(f"`{k}`: {v}" for k, v in list(failures.items())[:5])]
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_docs(section: str) -> None:
+    text = DOC.read_text()
+    if BEGIN in text and END in text:
+        pre, rest = text.split(BEGIN, 1)
+        _, post = rest.split(END, 1)
+        text = pre + section + post
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sample", type=int, default=None, help="every k-th covered row, this many in all")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    ap.add_argument("--aisimulate", type=Path, default=None, help="results of benchmarks/aisimulate_silicon.py")
+    ap.add_argument("--step-overhead-us", type=float, default=0.0, help="fixed host time per step (tuning knob)")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    cases, skipped = covered_cases(args.sample)
+    overhead = args.step_overhead_us * 1e-6
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = dict(pool.map(_predict_row, [(c, overhead) for c in cases], chunksize=4))
+    seconds = time.perf_counter() - t0
+    rows, failures = [], {}
+    for c in cases:
+        p = results[c.row_id]
+        if "error" in p:
+            failures[c.row_id] = p["error"]
+            continue
+        r = {"row_id": c.row_id, "model": c.model, "system": c.hardware, "engine": c.engine,
+             "engine_version": c.engine_version, "dtype": c.dtype.value, "kv_dtype": c.kv_dtype.value,
+             "tp": c.parallel.tp, "pp": c.parallel.pp, "dp": c.parallel.dp, "ep": c.parallel.ep,
+             "isl": c.isl, "osl": c.osl, "concurrency": c.concurrency,
+             "ttft_meas_s": c.ttft_s, "tpot_meas_s": c.tpot_s, "ttft_pred_s": p["ttft_s"], "tpot_pred_s": p["tpot_s"],
+             "ttft_err": rel_err(p["ttft_s"], c.ttft_s), "tpot_err": rel_err(p["tpot_s"], c.tpot_s),
+             "seconds": p["seconds"], "preemptions": p["preemptions"]}
+        r["diagnosis"] = diagnose(c, p)
+        r["kv_capacity_tokens"] = p["kv_capacity_tokens"]
+        rows.append(r)
+    aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
+                                    "jobs": args.jobs, "step_overhead_s": overhead}, indent=1))
+    section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs)
+    if not args.no_docs:
+        write_docs(section)
+    n, mt, wt = summarise(r["ttft_err"] for r in rows)
+    _, mp, wp = summarise(r["tpot_err"] for r in rows)
+    print(f"{n} rows in {seconds:.0f} s: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
+          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%); {len(failures)} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""One typed description of a serving fleet, shared by the simulator, the optimizer and the CLI.
+
+A :class:`Fleet` is a :class:`Strategy` (how many instances of each role) plus, per role, an
+:class:`InstanceConfig`: the instance's parallel layout (:class:`ParallelConfig`) and its
+:class:`Batching` (scheduler mechanism, max batch, prompts per step, token budget, chunk size).
+Every derived quantity (device count, the fleet's name, the per-role defaults) is computed here
+and nowhere else.
+
+Roles (:class:`Role`): a collocated strategy ``Nm`` has ``N`` ``collocated`` instances; a
+disaggregated strategy ``PpDd`` has ``P`` ``prefill`` and ``D`` ``decode`` instances.
+
+Build one from flat settings (CLI flags, a YAML file, keyword arguments) with
+:meth:`Fleet.build`, which resolves every default once:
+
+* ``max_prompts`` (new prompts per step) defaults to ``max_batch``; a ``prefill`` instance's
+  max batch is its ``max_prompts`` (it only runs prompts);
+* ``token_budget`` defaults to ``chunk_size`` under ``chunked-prefill`` (Sarathi: one chunk plus
+  the piggybacked decodes per step) and to unlimited (``None``) otherwise;
+* disaggregated roles run the ``prefill-only`` and ``decode-only`` schedulers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from serveplan.errors import SpecError
+from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
+from serveplan.specs.parallel import ParallelConfig
+
+_STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
+
+
+class Role(StrEnum):
+    """What an instance does in its fleet."""
+
+    COLLOCATED = "collocated"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Strategy:
+    """A serving strategy: ``num_collocated`` instances, or ``num_prefill`` + ``num_decode``."""
+
+    num_collocated: int = 0
+    num_prefill: int = 0
+    num_decode: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("num_collocated", "num_prefill", "num_decode"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise SpecError(f"strategy {f}={v!r} must be a non-negative integer")
+        if self.num_collocated and (self.num_prefill or self.num_decode):
+            raise SpecError("a strategy is either collocated (Nm) or disaggregated (PpDd), not both")
+        if not self.num_collocated and (self.num_prefill < 1 or self.num_decode < 1):
+            raise SpecError(
+                f"strategy needs num_collocated >= 1, or num_prefill >= 1 and num_decode >= 1; got "
+                f"{self.num_collocated}m / {self.num_prefill}p{self.num_decode}d")
+
+    @staticmethod
+    def parse(text: str) -> Strategy:
+        """``"2m"`` (2 collocated instances) or ``"1p1d"`` (1 prefill, 1 decode instance)."""
+        m = _STRATEGY.match(str(text))
+        if not m:
+            raise SpecError(f"strategy={text!r} does not parse; expected Nm (e.g. 2m) or PpDd (e.g. 1p1d)")
+        if m.group(1):
+            return Strategy(num_collocated=int(m.group(1)))
+        return Strategy(num_prefill=int(m.group(2)), num_decode=int(m.group(3)))
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.num_collocated == 0
+
+    @property
+    def num_instances(self) -> int:
+        return self.num_collocated + self.num_prefill + self.num_decode
+
+    def count(self, role: Role) -> int:
+        """Instances of ``role``."""
+        return {Role.COLLOCATED: self.num_collocated, Role.PREFILL: self.num_prefill,
+                Role.DECODE: self.num_decode}[role]
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return (Role.PREFILL, Role.DECODE) if self.is_disaggregated else (Role.COLLOCATED,)
+
+    def __str__(self) -> str:
+        return f"{self.num_prefill}p{self.num_decode}d" if self.is_disaggregated else f"{self.num_collocated}m"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batching:
+    """How one instance forms its steps.
+
+    Parameters
+    ----------
+    scheduler:
+        Registered mechanism (``prefill-first``, ``chunked-prefill``, ``prefill-only``,
+        ``decode-only``; aliases such as ``vllm`` and ``sarathi`` are resolved to these).
+    max_batch:
+        Sequences per step (per micro-batch with pipeline parallelism).
+    max_prompts:
+        New prompts per step (BestServe's prefill batch).
+    token_budget:
+        New tokens per step; ``None``: unlimited.
+    chunk_size:
+        Largest prefill chunk of one request (``chunked-prefill``).
+    """
+
+    scheduler: str = "prefill-first"
+    max_batch: int = 16
+    max_prompts: int = 16
+    token_budget: int | None = None
+    chunk_size: int = 512
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scheduler", canonical_scheduler(self.scheduler))
+        for f in ("max_batch", "max_prompts", "chunk_size"):
+            _positive_int(f, getattr(self, f))
+        if self.token_budget is not None:
+            _positive_int("token_budget", self.token_budget)
+
+    @property
+    def step_token_budget(self) -> float:
+        """New tokens per step as a number (``inf``: unlimited)."""
+        return float(self.token_budget) if self.token_budget is not None else float("inf")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceConfig:
+    """Parallel layout and batching of the instances of one role."""
+
+    parallel: ParallelConfig
+    batching: Batching
+
+    @property
+    def num_devices(self) -> int:
+        return self.parallel.num_devices
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    """A serving fleet: strategy and, per role, the instances' layout and batching.
+
+    Exactly the roles of ``strategy`` are set: ``collocated`` for ``Nm``, ``prefill`` and
+    ``decode`` for ``PpDd``. Build from flat settings with :meth:`build`.
+    """
+
+    strategy: Strategy
+    collocated: InstanceConfig | None = None
+    prefill: InstanceConfig | None = None
+    decode: InstanceConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, Strategy):
+            raise SpecError(f"strategy must be a Strategy (Strategy.parse('2m')), got {self.strategy!r}")
+        for role in Role:
+            given = getattr(self, role.value) is not None
+            if given != (role in self.strategy.roles):
+                raise SpecError(f"fleet {self.strategy}: the {role.value} instance configuration must be "
+                                f"{'given' if role in self.strategy.roles else 'absent'}")
+        if self.collocated is not None and self.collocated.batching.scheduler not in collocated_schedulers():
+            raise SpecError(f"scheduler={self.collocated.batching.scheduler!r} is a disaggregation role; expected "
+                            f"one of: {', '.join(collocated_schedulers())}")
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def build(strategy: str | Strategy = "1p1d", *, tp: int = 4, prefill_tp: int | None = None,
+              decode_tp: int | None = None, pp: int = 1, dp: int = 1, ep: int = 1, max_batch: int = 16,
+              prefill_max_batch: int | None = None, scheduler: str = "prefill-first", chunk_size: int = 512,
+              token_budget: int | None = None) -> Fleet:
+        """A fleet from flat settings (CLI flags, keyword arguments); the module docstring lists
+        the defaults resolved here.
+
+        ``prefill_max_batch`` (0 or ``None``: ``max_batch``) is the prompts per step of every
+        instance and the max batch of prefill instances; ``prefill_tp`` / ``decode_tp`` override
+        ``tp`` for the prefill and decode instances of a disaggregated strategy.
+        """
+        strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy)
+        for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("max_batch", max_batch),
+                        ("chunk_size", chunk_size)):
+            _positive_int(name, v)
+        for name, w in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("prefill_max_batch", prefill_max_batch),
+                        ("token_budget", token_budget)):
+            if w:  # 0 reads as "not given"
+                _positive_int(name, w)
+        prompts = prefill_max_batch or max_batch
+        sched = canonical_scheduler(scheduler)  # checked whatever the strategy: a typo is an error
+
+        def layout(t: int | None) -> ParallelConfig:
+            return ParallelConfig(tp=t or tp, pp=pp, dp=dp, ep=ep)
+
+        if not strat.is_disaggregated:
+            budget = token_budget or (chunk_size if get_scheduler(sched).chunked else None)
+            return Fleet(strategy=strat, collocated=InstanceConfig(
+                parallel=layout(None), batching=Batching(scheduler=sched, max_batch=max_batch, max_prompts=prompts,
+                                                         token_budget=budget, chunk_size=chunk_size)))
+        budget = token_budget or None
+        return Fleet(
+            strategy=strat,
+            prefill=InstanceConfig(parallel=layout(prefill_tp), batching=Batching(
+                scheduler="prefill-only", max_batch=prompts, max_prompts=prompts, token_budget=budget,
+                chunk_size=chunk_size)),
+            decode=InstanceConfig(parallel=layout(decode_tp), batching=Batching(
+                scheduler="decode-only", max_batch=max_batch, max_prompts=prompts, token_budget=budget,
+                chunk_size=chunk_size)),
+        )
+
+    # ------------------------------------------------------------------ views
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.strategy.is_disaggregated
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return self.strategy.roles
+
+    def instance(self, role: Role | str) -> InstanceConfig:
+        """Configuration of the instances of ``role``."""
+        cfg = getattr(self, Role(role).value)
+        if cfg is None:
+            raise SpecError(f"fleet {self.strategy} has no {Role(role).value} instances")
+        return cfg  # type: ignore[no-any-return]  # getattr on a known field name
+
+    @property
+    def first(self) -> InstanceConfig:
+        """The instances that receive new requests (collocated or prefill)."""
+        return self.instance(self.roles[0])
+
+    @property
+    def last(self) -> InstanceConfig:
+        """The instances that decode (collocated or decode)."""
+        return self.instance(self.roles[-1])
+
+    @property
+    def max_batch(self) -> int:
+        """Sequences per step of the decoding instances."""
+        return self.last.batching.max_batch
+
+    @property
+    def max_prompts(self) -> int:
+        return self.first.batching.max_prompts
+
+    @property
+    def scheduler(self) -> str:
+        """The collocated scheduler, or ``"disaggregated"``."""
+        return "disaggregated" if self.is_disaggregated else self.first.batching.scheduler
+
+    @property
+    def num_devices(self) -> int:
+        """Devices of the whole fleet."""
+        return sum(self.strategy.count(r) * self.instance(r).num_devices for r in self.roles)
+
+    @property
+    def name(self) -> str:
+        """Short name, e.g. ``2m-tp4-b16-vllm``, ``1p1d-tp4/2-pp2-b16`` (stable across releases:
+        search checkpoints and published rankings are keyed by it)."""
+        par = self.first.parallel
+        extra = "".join(f"-{k}{v}" for k, v in (("pp", par.pp), ("dp", par.dp), ("ep", par.ep)) if v > 1)
+        if self.is_disaggregated:
+            tp_p, tp_d = par.tp, self.last.parallel.tp
+            tp = f"tp{tp_p}" if tp_p == tp_d else f"tp{tp_p}/{tp_d}"
+            return f"{self.strategy}-{tp}{extra}-b{self.max_batch}"
+        b = self.first.batching
+        tag = get_scheduler(b.scheduler).tag
+        sched = tag if not get_scheduler(b.scheduler).chunked else f"{tag}{b.chunk_size}"
+        return f"{self.strategy}-tp{par.tp}{extra}-b{b.max_batch}-{sched}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat record (the keys of the CLI flags; :meth:`from_dict` reads it back)."""
+        first, last = self.first, self.last
+        s = self.strategy
+        return {
+            "name": self.name, "strategy": str(s), "num_devices": self.num_devices,
+            "num_collocated": s.num_collocated, "num_prefill": s.num_prefill, "num_decode": s.num_decode,
+            "tp": first.parallel.tp, "decode_tp": last.parallel.tp, "pp": first.parallel.pp,
+            "dp": first.parallel.dp, "ep": first.parallel.ep, "max_batch": last.batching.max_batch,
+            "prefill_max_batch": first.batching.max_prompts, "scheduler": self.scheduler,
+            "chunk_size": first.batching.chunk_size, "token_budget": first.batching.token_budget,
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Fleet:
+        """Inverse of :meth:`to_dict`."""
+        strat = Strategy(num_collocated=d["num_collocated"], num_prefill=d["num_prefill"],
+                         num_decode=d["num_decode"])
+        sched = d.get("scheduler", "prefill-first")
+        return Fleet.build(strat, tp=d["tp"], prefill_tp=d["tp"], decode_tp=d.get("decode_tp") or d["tp"],
+                           pp=d["pp"], dp=d["dp"], ep=d["ep"], max_batch=d["max_batch"],
+                           prefill_max_batch=d.get("prefill_max_batch"),
+                           scheduler="prefill-first" if sched == "disaggregated" else sched,
+                           chunk_size=d["chunk_size"], token_budget=d.get("token_budget"))
+
+
+def _positive_int(name: str, v: Any) -> None:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise SpecError(f"{name}={v!r} must be a positive integer")

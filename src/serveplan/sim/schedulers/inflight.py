@@ -1,0 +1,87 @@
+"""In-flight batching with whole-sequence KV reservation (TensorRT-LLM, GUARANTEED_NO_EVICT).
+
+TensorRT-LLM 1.2 (PyTorch backend; ``SchedulerConfig.capacity_scheduler_policy =
+GUARANTEED_NO_EVICT``, ``enable_chunked_prefill = False``), as this policy reproduces it:
+
+* Every step decodes all running requests and adds waiting prompts FCFS, each whole, while the
+  step's tokens stay within ``token_budget`` (``max_num_tokens`` 8192) and its sequences within
+  ``max_batch`` (``max_batch_size``): context and generation requests share the step.
+* A request is admitted only when the KV cache can hold its whole sequence (prompt plus every
+  output token) on top of what the running requests will still grow to; so no request is ever
+  preempted.
+* The step's first prompt runs whole even when the decodes took part of the budget (so a prompt
+  close to ``max_num_tokens`` does not starve behind a steady decode batch; the silicon rows of
+  8192-token prompts show it does not); a prompt longer than the whole budget (which the engine
+  refuses unless chunking is on) runs in budget-sized chunks.
+"""
+
+from __future__ import annotations
+
+from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, blocks_for, register_scheduler
+
+
+@register_scheduler("inflight-no-evict")
+class InflightNoEvictScheduler(Scheduler):
+    """Decodes plus whole prompts each step; admission reserves the full sequence."""
+
+    tag = "trtllm"
+    # nothing waiting and every running request decoding: all decode, and the reservation
+    # guarantees their blocks fit (the instance's shortcut checks it again)
+    fast_paths = FastPaths(all_decode=True)
+
+    @staticmethod
+    def future_blocks(view: InstanceView) -> int:
+        """Blocks the running requests still need to reach their last token."""
+        r = view.req
+        bs = view.block_size
+        # a request's last step leaves input + output - 1 tokens in its cache (sim.request)
+        return sum(max(blocks_for(r.inp[q] + r.out[q] - 1, bs) - r.blocks[q], 0) for q in view.running)
+
+    def plan_batch(self, view: InstanceView) -> BatchPlan | None:
+        plan = BatchPlan()
+        r = view.req
+        if view.waiting:
+            self.admit_kv_ready(view, plan)
+            if plan.admit:
+                return plan
+        decodes = self.ready_decodes(view)[: view.max_batch]
+        plan.decode = decodes
+        budget = view.token_budget - len(decodes)
+        seqs = len(decodes)
+        now = view.now
+        for q in view.running:  # a long prompt in progress (chunked at the budget)
+            if budget <= 0 or seqs >= view.max_batch:
+                break
+            if r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now:
+                continue
+            c = int(min(r.prompt_len[q] - r.prefilled[q], budget))
+            plan.prefill.append((q, c))
+            budget -= c
+            seqs += 1
+        if view.waiting and budget > 0:
+            bs = view.block_size
+            free = view.free_blocks - self.future_blocks(view)
+            slots = view.max_running - len(view.running)
+            for q in view.waiting:
+                if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
+                    break
+                toks = r.prompt_len[q] - r.prefilled[q]
+                whole = blocks_for(r.inp[q] + r.out[q] - 1, bs)
+                if whole > free:
+                    break
+                if toks > budget:
+                    if plan.prefill:  # a second prompt must fit what the step has left
+                        break
+                    # the step's first prompt runs whole beside the decodes (else a prompt near
+                    # the budget would starve behind a steady decode batch); one longer than the
+                    # whole budget runs in budget-sized chunks
+                    toks = int(min(toks, view.token_budget))
+                plan.prefill.append((q, toks))
+                plan.admit.append(q)
+                budget -= toks
+                free -= whole
+                slots -= 1
+                seqs += 1
+        if plan.is_empty:
+            return None
+        return plan

@@ -1,0 +1,360 @@
+"""Serving engines: a batching mechanism plus the defaults an engine version ships with.
+
+Each bundled engine version is one data file ``specs/data/engines/<id>.yaml`` (``vllm-0.11``,
+``sglang-0.5``, ``trtllm-1.2``, ``bestserve``) naming its mechanism and every default the
+simulator needs, each with the file and function of the engine's own source it was read from.
+A new engine or version is a new file; ``--engine vllm`` picks the file marked ``default: true``
+among those of ``engine: vllm``.
+
+What an engine fixes (:class:`EngineSpec`):
+
+* ``mechanism``: the scheduler (:class:`Mechanism`; the policies live in
+  :mod:`serveplan.sim.schedulers`).
+* Device-dependent limits (:class:`DeviceTier`, first matching row wins): sequences per step,
+  new tokens per step (online server and offline batch values), the prefill chunk.
+* KV memory: block size, how the memory fraction is applied (:class:`MemoryBasis`), how admission
+  reserves room for the tokens still to come (:class:`Admission`), preemption by recompute.
+
+:meth:`EngineSpec.limits` resolves the limits of one device and layout into
+:class:`EngineLimits`; :meth:`EngineSpec.memory_utilization` turns the engine's memory rule into
+the share of device memory the estimator may fill with weights, activations and KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from serveplan.errors import SpecError
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.units import DType, GiB, MiB
+
+
+class Mechanism(StrEnum):
+    """Batching policies, named by what they do (the engines that use them in brackets)."""
+
+    #: one token budget per step: running requests first (decodes, then the prompt in progress),
+    #: then waiting prompts FCFS in chunks of what the budget leaves (vLLM V1).
+    CHUNKED_PREFILL = "chunked-prefill"
+    #: a step prefills waiting prompts when any can be admitted, else decodes; prompts are chunked
+    #: and decodes join prefill steps only when mixing is enabled (SGLang).
+    PREFILL_PRIORITY = "prefill-priority"
+    #: every step decodes all running requests and adds whole prompts FCFS while the token budget
+    #: allows; admission reserves each request's full length, so nothing is ever preempted
+    #: (TensorRT-LLM in-flight batching, GUARANTEED_NO_EVICT).
+    INFLIGHT_NO_EVICT = "inflight-no-evict"
+    #: prefill steps of whole prompts first, never mixed with decodes (vLLM v0, BestServe).
+    PREFILL_FIRST = "prefill-first"
+
+    @property
+    def scheduler(self) -> str:
+        """Name of the policy in the scheduler registry."""
+        return _SCHEDULER_OF[self]
+
+
+_SCHEDULER_OF = {
+    Mechanism.CHUNKED_PREFILL: "chunked-prefill",
+    Mechanism.PREFILL_PRIORITY: "prefill-priority",
+    Mechanism.INFLIGHT_NO_EVICT: "inflight-no-evict",
+    Mechanism.PREFILL_FIRST: "prefill-first",
+}
+
+
+class MemoryBasis(StrEnum):
+    """How an engine's memory fraction sizes its KV cache."""
+
+    #: ``fraction x device memory`` holds weights, activations and the KV cache
+    #: (vLLM ``gpu_memory_utilization``).
+    TOTAL = "total"
+    #: ``fraction x device memory`` holds weights and the KV cache; the fraction itself is
+    #: derived from reserved activation/graph memory (SGLang ``mem_fraction_static``).
+    STATIC = "static"
+    #: ``fraction x`` the memory left after weights and activations holds the KV cache
+    #: (TensorRT-LLM ``free_gpu_memory_fraction``).
+    FREE = "free"
+
+
+class Admission(StrEnum):
+    """What a waiting request must find free in the KV cache to be admitted."""
+
+    #: its prompt (vLLM: blocks are allocated as tokens come, later shortage preempts).
+    PROMPT = "prompt"
+    #: its prompt plus ``new_token_ratio x`` the remaining output of every running request and
+    #: its own (SGLang ``PrefillAdder``; the ratio decays while no request is retracted).
+    RESERVE_RATIO = "reserve-ratio"
+    #: its whole length, prompt plus output (TensorRT-LLM GUARANTEED_NO_EVICT).
+    FULL = "full"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceTier:
+    """One row of device-dependent defaults; applies when the device memory is in
+    ``[min_memory_gib, max_memory_gib)`` and its name contains none of ``exclude``."""
+
+    min_memory_gib: float = 0.0
+    max_memory_gib: float = math.inf
+    exclude: tuple[str, ...] = ()
+    max_num_seqs: int | None = None
+    token_budget_online: int | None = None
+    token_budget_offline: int | None = None
+    chunk_size: int | None = None
+    graph_max_batch: tuple[int, int] = (0, 0)  # (TP < 4, TP >= 4): CUDA-graph batch (SGLang memory reserve)
+
+    def matches(self, device: DeviceSpec) -> bool:
+        gib = device.memory_bytes / GiB
+        name = device.name.lower()
+        return self.min_memory_gib <= gib < self.max_memory_gib and not any(x in name for x in self.exclude)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineLimits:
+    """Limits of one engine on one device and layout (``None``: the engine sets no such limit).
+
+    ``max_num_seqs`` may be ``None`` when the engine derives it from the KV cache
+    (``max_num_seqs_kv_fraction``): see :meth:`EngineSpec.max_num_seqs_for`.
+    """
+
+    max_num_seqs: int | None
+    token_budget: int | None
+    chunk_size: int | None
+    max_prefill_tokens: int | None
+    prefill_max_batch: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSpec:
+    """One engine version: its mechanism and defaults (see the module docstring).
+
+    Parameters
+    ----------
+    name, engine, version, source:
+        Id (the data file's stem), engine family, version and the source it was read from.
+    mechanism:
+        The batching policy.
+    mixed:
+        Whether decodes and prefills share a step.
+    chunked_prefill:
+        Whether prompts are split across steps.
+    tiers:
+        Device-dependent limits, first match wins.
+    max_prefill_tokens:
+        New prompt tokens of one prefill step (SGLang ``max_prefill_tokens``).
+    prefill_max_batch:
+        New prompts per step (BestServe's testbed).
+    max_num_seqs_le_budget:
+        ``max_num_seqs`` is capped by the token budget (vLLM).
+    max_num_seqs_kv_fraction, max_num_seqs_cap:
+        When the tier gives no ``max_num_seqs``: ``min(KV tokens x fraction, cap)`` (SGLang).
+    kv_block_size:
+        Tokens per KV block (page).
+    memory_basis, memory_fraction:
+        How the memory fraction applies (:class:`MemoryBasis`); for ``static`` the fraction is
+        derived from ``reserve_mib`` unless given.
+    reserve_mib:
+        SGLang's reserved-memory rule, MiB: ``base``, ``per_chunk_token`` (times
+        ``max(chunk, min_chunk)``), ``per_graph_batch``, ``per_device_of_8`` (times ``tp*pp/8``)
+        and ``floor_above_60gib``.
+    admission:
+        :class:`Admission`; ``new_token_ratio``, ``min_ratio_factor``, ``ratio_decay_steps`` and
+        ``clip_tokens`` parametrise ``reserve-ratio``.
+    kv_dtype_with_fp8_weights:
+        KV format the engine picks for FP8 checkpoints when none is asked for (``None``: the
+        estimator's default, the activations' 16-bit format).
+    prefix_caching:
+        Whether the engine keeps computed KV in a prefix cache by default: a preempted request's
+        computed tokens are then found there on its return instead of being recomputed (eviction
+        in between is not modelled).
+    default_tp:
+        TP used when none is given (``None``: the smallest that fits, :func:`default_tp`).
+    cites:
+        Field -> where in the engine's source the value was read.
+    """
+
+    name: str
+    engine: str
+    version: str
+    source: str
+    description: str = ""
+    is_default: bool = False
+    mechanism: Mechanism
+    mixed: bool
+    chunked_prefill: bool
+    tiers: tuple[DeviceTier, ...]
+    max_prefill_tokens: int | None = None
+    prefill_max_batch: int | None = None
+    max_num_seqs_le_budget: bool = False
+    max_num_seqs_kv_fraction: float | None = None
+    max_num_seqs_cap: int | None = None
+    kv_block_size: int
+    memory_basis: MemoryBasis
+    memory_fraction: float | None = None
+    reserve_mib: dict[str, float] = field(default_factory=dict)
+    admission: Admission = Admission.PROMPT
+    new_token_ratio: float = 0.0
+    min_ratio_factor: float = 1.0
+    ratio_decay_steps: int = 1
+    clip_tokens: int = 0
+    preemption: str = "recompute"
+    prefix_caching: bool = False
+    kv_dtype_with_fp8_weights: DType | None = None
+    default_tp: int | None = None
+    cites: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise SpecError(f"engine {self.name!r}: needs at least one tier of limits")
+        if self.kv_block_size < 1:
+            raise SpecError(f"engine {self.name!r}: kv_block_size={self.kv_block_size} must be >= 1")
+        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
+            raise SpecError(f"engine {self.name!r}: memory_fraction={self.memory_fraction} must be in (0, 1]")
+        if self.memory_basis is MemoryBasis.STATIC and self.memory_fraction is None and not self.reserve_mib:
+            raise SpecError(f"engine {self.name!r}: memory basis 'static' needs memory_fraction or reserve_mib")
+        if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
+            raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.version}"
+
+    def tier(self, device: DeviceSpec) -> DeviceTier:
+        for t in self.tiers:
+            if t.matches(device):
+                return t
+        raise SpecError(f"engine {self.name!r} has no defaults for {device.name} "
+                        f"({device.memory_bytes / GiB:.0f} GiB); add a tier to its data file")
+
+    def limits(self, device: DeviceSpec, *, offline: bool = False) -> EngineLimits:
+        """The engine's limits on ``device``: offline (``LLM`` class) or online server values."""
+        t = self.tier(device)
+        budget = t.token_budget_offline if offline else t.token_budget_online
+        seqs = t.max_num_seqs
+        if seqs is not None and budget is not None and self.max_num_seqs_le_budget:
+            seqs = min(seqs, budget)
+        return EngineLimits(max_num_seqs=seqs, token_budget=budget, chunk_size=t.chunk_size,
+                            max_prefill_tokens=self.max_prefill_tokens, prefill_max_batch=self.prefill_max_batch)
+
+    def max_num_seqs_for(self, limits: EngineLimits, kv_capacity_tokens: int) -> int:
+        """Sequences per step, resolving a KV-derived default (SGLang ``max_running_requests``)."""
+        if limits.max_num_seqs is not None:
+            return limits.max_num_seqs
+        frac = self.max_num_seqs_kv_fraction or 1.0
+        n = int(kv_capacity_tokens * frac)
+        if self.max_num_seqs_cap:
+            n = min(n, self.max_num_seqs_cap)
+        return max(n, 1)
+
+    def memory_utilization(self, device: DeviceSpec, *, weights_bytes: float, activation_bytes: float,
+                           tp: int = 1, pp: int = 1) -> float:
+        """Share of device memory that weights, activations and KV cache may fill under this
+        engine's rule (the estimator's ``memory_utilization``; its KV capacity is then
+        ``utilization x memory - weights - activations``)."""
+        mem = device.memory_bytes
+        if self.memory_basis is MemoryBasis.TOTAL:
+            return float(self.memory_fraction or 0.9)
+        if self.memory_basis is MemoryBasis.FREE:
+            f = float(self.memory_fraction or 0.9)
+            used = min(weights_bytes + activation_bytes, mem)
+            return min(1.0, f + (1.0 - f) * used / mem)
+        # STATIC: weights + KV = fraction x memory; activations sit in the reserved remainder
+        frac = self.memory_fraction if self.memory_fraction is not None else self.static_fraction(device, tp=tp, pp=pp)
+        return min(1.0, frac + activation_bytes / mem)
+
+    def static_fraction(self, device: DeviceSpec, *, tp: int = 1, pp: int = 1) -> float:
+        """SGLang's ``mem_fraction_static`` = (memory - reserved) / memory, reserved in MiB."""
+        r = self.reserve_mib
+        gpu_mib = device.memory_bytes / MiB
+        t = self.tier(device)
+        chunk = t.chunk_size or 0
+        graph = t.graph_max_batch[1 if tp >= 4 else 0]
+        reserved = r.get("base", 0.0) + max(chunk, r.get("min_chunk", 0.0)) * r.get("per_chunk_token", 0.0)
+        reserved += graph * r.get("per_graph_batch", 0.0) + tp * pp / 8 * r.get("per_device_of_8", 0.0)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, r.get("floor_above_60gib", 0.0))
+        return round((gpu_mib - reserved) / gpu_mib, 3)
+
+    def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
+        """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
+        if weight_dtype is DType.FP8 and self.kv_dtype_with_fp8_weights is not None:
+            return self.kv_dtype_with_fp8_weights
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "engine": self.engine, "version": self.version, "mechanism": self.mechanism.value,
+                "mixed": self.mixed, "chunked_prefill": self.chunked_prefill, "kv_block_size": self.kv_block_size,
+                "memory_basis": self.memory_basis.value, "memory_fraction": self.memory_fraction,
+                "admission": self.admission.value, "preemption": self.preemption, "source": self.source}
+
+
+def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(f"{where}: {key}={v!r} must be a positive integer")
+    return v
+
+
+def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
+    """Build an :class:`EngineSpec` from a data file's mapping (see ``specs/data/engines``)."""
+    where = f"engine {name!r}"
+    try:
+        mech = Mechanism(raw["mechanism"])
+    except KeyError:
+        raise SpecError(f"{where}: missing field 'mechanism'; expected one of: "
+                        f"{', '.join(m.value for m in Mechanism)}") from None
+    except ValueError:
+        raise SpecError(f"{where}: mechanism={raw['mechanism']!r}; expected one of: "
+                        f"{', '.join(m.value for m in Mechanism)}") from None
+    tiers = []
+    for i, t in enumerate(raw.get("tiers") or []):
+        w = f"{where} tier {i}"
+        when = t.get("when") or {}
+        budget = t.get("max_num_batched_tokens")
+        online = offline = None
+        if isinstance(budget, dict):
+            online, offline = budget.get("online"), budget.get("offline")
+        elif budget is not None:
+            online = offline = budget
+        for label, v in (("max_num_batched_tokens.online", online), ("max_num_batched_tokens.offline", offline)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise SpecError(f"{w}: {label}={v!r} must be a positive integer")
+        g = t.get("graph_max_batch", (0, 0))
+        tiers.append(DeviceTier(
+            min_memory_gib=float(when.get("min_memory_gib", 0.0)),
+            max_memory_gib=float(when.get("max_memory_gib", math.inf)),
+            exclude=tuple(str(x).lower() for x in when.get("exclude", ())),
+            max_num_seqs=_opt_int(t, "max_num_seqs", w), token_budget_online=online, token_budget_offline=offline,
+            chunk_size=_opt_int(t, "chunk_size", w),
+            graph_max_batch=(int(g[0]), int(g[1])) if isinstance(g, (list, tuple)) else (int(g), int(g)),
+        ))
+    mem = raw.get("memory") or {}
+    adm = raw.get("admission") or {}
+    try:
+        basis = MemoryBasis(mem.get("basis", "total"))
+        admission = Admission(adm.get("kind", "prompt"))
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    kv8 = raw.get("kv_dtype_with_fp8_weights")
+    return EngineSpec(
+        name=name, engine=str(raw.get("engine", name)), version=str(raw.get("version", "")),
+        source=str(raw.get("source", "")), description=str(raw.get("description", "")),
+        is_default=bool(raw.get("default", False)), mechanism=mech, mixed=bool(raw.get("mixed", False)),
+        chunked_prefill=bool(raw.get("chunked_prefill", False)), tiers=tuple(tiers),
+        max_prefill_tokens=_opt_int(raw, "max_prefill_tokens", where),
+        prefill_max_batch=_opt_int(raw, "prefill_max_batch", where),
+        max_num_seqs_le_budget=bool(raw.get("max_num_seqs_le_budget", False)),
+        max_num_seqs_kv_fraction=raw.get("max_num_seqs_kv_fraction"),
+        max_num_seqs_cap=_opt_int(raw, "max_num_seqs_cap", where),
+        kv_block_size=int(raw.get("kv_block_size", 16)), memory_basis=basis,
+        memory_fraction=mem.get("fraction"),
+        reserve_mib={k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()},
+        admission=admission, new_token_ratio=float(adm.get("new_token_ratio", 0.0)),
+        min_ratio_factor=float(adm.get("min_ratio_factor", 1.0)),
+        ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
+        preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
+        kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
+        default_tp=_opt_int(raw, "default_tp", where),
+        cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
+    )

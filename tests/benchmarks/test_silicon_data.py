@@ -1,0 +1,53 @@
+"""benchmarks/silicon_data.py maps rows of aiconfigurator's CSV onto specs (synthetic rows: the
+wheel itself is fetched only by the benchmark script, never here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from serveplan import DType
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "silicon_data.py"
+_spec = importlib.util.spec_from_file_location("silicon_data", _PATH)
+assert _spec and _spec.loader
+sd = importlib.util.module_from_spec(_spec)
+sys.modules["silicon_data"] = sd  # dataclasses look their module up
+_spec.loader.exec_module(sd)
+
+ROW = {
+    "id": "llama_h100_trtllm_fp8_agg_1024x1024_c64", "backend": "trtllm", "backend_version": "1.2.0rc6",
+    "model_path": "meta-llama/Llama-3.1-70B", "system": "h100_sxm", "precision": "fp8", "mode": "agg",
+    "isl": "1024", "osl": "1024", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8", "batch_size": "64",
+    "tp_size": "4", "pp_size": "1", "attention_dp_size": "1", "moe_tp_size": "1", "moe_ep_size": "1",
+    "silicon_data_source": "db-dump; silicon_concurrency=64; measured=2026", "silicon_ttft_ms": "120.5",
+    "silicon_tpot_ms": "20.0",
+}
+
+
+def test_aggregated_row_is_stated_in_si():
+    c = sd.map_row(ROW)
+    assert (c.model, c.hardware, c.engine) == ("llama-3.1-70b", "h100-sxm", "trtllm")
+    assert c.dtype is DType.FP8 and c.kv_dtype is DType.FP8
+    assert c.parallel.tp == 4 and c.concurrency == 64 and (c.isl, c.osl) == (1024, 1024)
+    assert c.ttft_s == pytest.approx(0.1205) and c.tpot_s == pytest.approx(0.020)
+
+
+def test_unknown_system_names_its_cause():
+    with pytest.raises(sd.NotStatable) as exc:
+        sd.map_row({**ROW, "system": "mi999"})
+    assert exc.value.cause == "system mi999"
+
+
+def test_bad_layout_is_a_layout_cause():
+    with pytest.raises(sd.NotStatable) as exc:
+        sd.map_row({**ROW, "tp_size": "3"})   # 3 does not divide 64 heads
+    assert exc.value.cause == "layout"
+
+
+def test_coverage_counts_causes():
+    cov = sd.coverage([ROW, {**ROW, "system": "mi999"}])
+    assert cov["statable"] == 1 and cov["left_out"][0]["cause"] == "system mi999"

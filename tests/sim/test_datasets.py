@@ -1,0 +1,47 @@
+"""Bundled request-length distributions (quantile tables of Vidur's processed traces)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serveplan.errors import SpecError
+from serveplan.sim import Workload
+from serveplan.sim.datasets import length_table
+from serveplan.specs.catalog import list_datasets
+
+
+@pytest.mark.parametrize("name", ["azure-conv", "azure-code", "arxiv-sum"])
+def test_dataset_carries_attribution_and_licence(name: str) -> None:
+    t = length_table(name)
+    assert "vidur" in t.source and t.licence and t.attribution
+    assert len(t.input_quantiles) == 201 and t.output_quantiles.shape == (5, 101)
+
+
+@pytest.mark.parametrize("name", list_datasets())
+def test_samples_reproduce_the_source_means_and_medians(name: str) -> None:
+    t = length_table(name)
+    w = Workload.from_dataset(name, 40000, seed=3)
+    # means of the source trace are written in the data file; linear interpolation between
+    # 0.5%-spaced quantiles reproduces them within a few percent (the top 0.5% is spread linearly)
+    assert w.input_lengths.mean() == pytest.approx(t.mean_input, rel=0.05)
+    assert w.output_lengths.mean() == pytest.approx(t.mean_output, rel=0.12)
+    assert np.median(w.input_lengths) == pytest.approx(float(np.interp(0.5, np.linspace(0, 1, 201),
+                                                                       t.input_quantiles)), rel=0.03)
+    assert w.input_lengths.min() >= 1 and w.output_lengths.min() >= 1
+
+
+def test_arxiv_keeps_its_negative_length_correlation() -> None:
+    # Vidur filtered arXiv to <= 4096 tokens in all, so long articles have short summaries
+    # (Pearson -0.46 in the source); tables by prompt fifth keep most of it
+    w = Workload.from_dataset("arxiv-sum", 20000, seed=1)
+    assert np.corrcoef(w.input_lengths, w.output_lengths)[0, 1] < -0.2
+
+
+def test_same_seed_same_lengths_and_unknown_dataset() -> None:
+    a = Workload.from_dataset("azure-conv", 500, seed=7)
+    b = Workload.from_dataset("azure-conv", 500, seed=7)
+    assert a == b
+    assert a != Workload.from_dataset("azure-conv", 500, seed=8)
+    with pytest.raises(SpecError, match="unknown dataset 'azure'.*azure-code"):
+        Workload.from_dataset("azure", 10)

@@ -1,0 +1,271 @@
+"""Engines in the simulator: offline runs, closed loops and the engines' scheduling rules.
+
+Golden numbers here are derived from the estimator next to each test (hand derivations of the
+bounds), never fitted."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from serveplan import get_hardware, get_model, get_profile
+from serveplan.errors import InfeasibleError, SpecError
+from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.static import decode_times, static_batch
+from serveplan.sim import SimulationConfig, Workload, simulate
+from serveplan.sim import engine as sim_engine
+from serveplan.sim.schedulers import Scheduler
+from serveplan.sim.serving import engine_estimator
+from serveplan.specs.catalog import get_engine
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return get_model("llama-3.1-8b"), get_hardware("h100-sxm"), get_profile(None, "h100-sxm")
+
+
+def _offline(specs, n: int, engine: str = "vllm"):
+    m, h, p = specs
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, dtype="fp8", tp=1, strategy="1m", rate=None,
+                           offline=True, workload=Workload.fixed(2048, 128, num_requests=n))
+    return cfg, simulate(cfg)
+
+
+# ---------------------------------------------------------------------- offline
+def test_offline_completes_the_600_requests_that_a_rate_above_capacity_could_not(h100):
+    # issue 15: --rate 100000 with 600 requests of 2048/128 completed 0 of 600 before the time cap
+    cfg, res = _offline(h100, 600)
+    assert res.num_completed == 600
+    assert not res.overloaded and res.makespan_s > 0
+    assert res.output_tokens_per_s == pytest.approx(600 * 128 / res.makespan_s)
+    assert cfg.fleet.max_batch == 1024 and cfg.fleet.first.batching.token_budget == 16384  # LLM-class defaults
+
+
+def test_offline_throughput_never_falls_with_more_requests_and_stays_within_static_bounds(h100):
+    cfg, _ = _offline(h100, 1)
+    m, h, p = h100
+    est, _, _ = engine_estimator(get_engine("vllm"), m, h, p, cfg.fleet.first.parallel, dtype="fp8")
+    inp, out = 2048, 128
+    # Lower bound: one request at a time (batch 1, static). Batching under a roofline never makes
+    # a step longer than running its sequences one by one, so any engine does at least as well.
+    lone = static_batch(est, 1, inp, out)
+    lower = out / lone.e2e_s
+    # Upper bound: the run lasts at least as long as (a) its prefills at their most efficient,
+    # T_pf = N * t_prefill(k prompts) / k with k = 16384 // 2048 = 8 whole prompts per step (the
+    # offline token budget), and at least as long as (b) its decodes: every decode step carries
+    # at most B sequences (B = min(max_num_seqs 1024, KV tokens // (inp + out))), so at least
+    # N (out - 1) / B steps decode; a step's time is affine in its decodes, t(d) = a + b d, so the
+    # decode time is at least S a + b N (out - 1) >= N (out - 1) / B * t_dec(B) (context >= inp + 1).
+    k = 16384 // inp
+    b_max = min(1024, est.memory.kv_capacity_tokens // (inp + out))
+    t_pf_each = est.time(StepBatch.prefill(k, inp)) / k
+    t_dec_b = float(decode_times(est, b_max, inp + 1, 1)[0])
+    prev = 0.0
+    for n in (100, 200, 500, 1000, 2000):
+        _, res = _offline(h100, n)
+        assert res.num_completed == n
+        upper = n * out / max(n * t_pf_each, n * (out - 1) / b_max * t_dec_b)
+        tput = res.output_tokens_per_s
+        assert lower <= tput <= upper, (n, lower, tput, upper)
+        assert tput >= prev, (n, prev, tput)  # never falls as the stream grows
+        prev = tput
+
+
+def test_offline_request_that_never_fits_is_infeasible_naming_the_bytes(h100):
+    m, h, p = h100
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine="vllm", tp=1, rate=None, offline=True,
+                           workload=Workload.fixed(1_500_000, 16, num_requests=2))
+    with pytest.raises(InfeasibleError, match=r"needs [0-9.]+ GB of KV cache per device .* has [0-9.]+ GB"):
+        simulate(cfg)
+
+
+def test_prefix_hit_shortens_prefills_and_is_reported(h100):
+    m, h, p = h100
+    base = dict(model=m, hardware=h, profile=p, engine="vllm", tp=1, dtype="fp8", rate=None, concurrency=1,
+                workload=Workload.fixed(4096, 32, num_requests=8))
+    r0 = simulate(SimulationConfig(**base))
+    r5 = simulate(SimulationConfig(**base, prefix_hit=0.5))
+    assert r5.prefill_tokens_saved == 8 * 2048
+    assert r5.closed_loop.ttft_s.mean < 0.75 * r0.closed_loop.ttft_s.mean
+
+
+# ---------------------------------------------------------------------- closed loop
+def test_concurrency_one_reproduces_the_lone_request_exactly(h100):
+    m, h, p = h100
+    for engine in ("vllm", "sglang", "trtllm"):
+        cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, tp=1, dtype="fp8", rate=None,
+                               concurrency=1, workload=Workload.fixed(1024, 64, num_requests=6))
+        res = simulate(cfg)
+        est = sim_engine.step_clock(m, h, p, cfg.fleet.first.parallel, cfg.dtype, kv_dtype=cfg.effective_kv_dtype,
+                                    memory_utilization=cfg.engine_setup.memory_utilization).est
+        lone = static_batch(est, 1, 1024, 64)  # prefill step, then 63 decode steps at growing context
+        cl = res.closed_loop
+        assert cl.num_measured >= 4
+        assert cl.ttft_s.mean == pytest.approx(lone.ttft_s, rel=1e-12), engine
+        assert cl.tpot_s.mean == pytest.approx(lone.itl_s, rel=1e-9), engine
+
+
+def test_littles_law_holds_in_closed_loop(h100):
+    m, h, p = h100
+    for c, engine in ((16, "vllm"), (48, "sglang"), (32, "trtllm")):
+        cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, tp=1, dtype="fp8", rate=None,
+                               concurrency=c, workload=Workload.fixed(512, 128, num_requests=40 * c))
+        cl = simulate(cfg).closed_loop
+        # zero think time: exactly C requests are in the system at every instant of the window
+        assert cl.littles_law == pytest.approx(c, rel=0.02), (engine, c, cl.littles_law)
+
+
+def test_tokens_per_gpu_grow_with_concurrency_until_the_batch_limit(h100):
+    m, h, p = h100
+    prev = 0.0
+    for c in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        cfg = SimulationConfig(model=m, hardware=h, profile=p, engine="vllm", tp=1, dtype="fp8", rate=None,
+                               concurrency=c, workload=Workload.fixed(1024, 128, num_requests=max(6 * c, 24)))
+        assert c <= cfg.fleet.max_batch
+        cl = simulate(cfg).closed_loop
+        assert cl.output_tokens_per_s_per_device >= prev, c
+        prev = cl.output_tokens_per_s_per_device
+
+
+# ---------------------------------------------------------------------- engine rules over random streams
+class _Recorder:
+    """Wraps a policy and keeps (view facts, plan) of every planned step."""
+
+    log: list = []
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.fast_paths = inner.fast_paths
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def plan_batch(self, view):
+        ready = set(Scheduler.ready_decodes(view))
+        plan = self.inner.plan_batch(view)
+        if plan is not None:
+            _Recorder.log.append((ready, view.token_budget, view.max_batch, plan))
+        return plan
+
+
+def _run_recorded(engine: str, seed: int, n: int, rate: float, **kw):
+    """Simulate a random stream (lengths and Poisson arrivals from ``seed``) and log every plan."""
+    m, h, p = get_model("llama-3.1-8b"), get_hardware("l40s"), get_profile(None, "l40s")
+    real = sim_engine.get_scheduler
+
+    def recording(name):
+        cls = real(name)
+        return lambda **opts: _Recorder(cls(**opts))
+
+    _Recorder.log = []
+    rng = np.random.default_rng(seed)
+    wl = Workload(input_lengths=rng.integers(16, 3000, n), output_lengths=rng.integers(2, 200, n))
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, tp=1, rate=rate, workload=wl, seed=seed,
+                           **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sim_engine, "get_scheduler", recording)
+        res = simulate(cfg)
+    assert res.num_completed == n
+    return cfg, _Recorder.log
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 500.0]))
+def test_sglang_never_mixes_prefill_and_decode_unless_enabled(seed, rate):
+    cfg, log = _run_recorded("sglang", seed, 60, rate)
+    assert log
+    for _, budget, _, plan in log:
+        assert not (plan.prefill and plan.decode)
+        assert sum(c for _, c in plan.prefill) <= budget
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 500.0]))
+def test_vllm_fills_its_budget_with_decodes_first_and_never_exceeds_it(seed, rate):
+    cfg, log = _run_recorded("vllm", seed, 60, rate)
+    budget_seen = set()
+    for ready, budget, max_batch, plan in log:
+        budget_seen.add(budget)
+        assert sum(c for _, c in plan.prefill) + len(plan.decode) <= budget
+        if plan.prefill:  # a prompt chunk only goes where every ready decode already is
+            kept = ready - set(plan.preempt)
+            assert set(plan.decode) == kept or len(plan.decode) == max_batch
+    assert budget_seen == {2048.0}  # L40S (48 GB): vLLM's small-device online budget
+
+
+def test_mixed_sglang_puts_decodes_in_prefill_steps():
+    # --enable-mixed-chunk: decodes ride along in prefill steps (here: some step has both)
+    from serveplan.sim.schedulers.prefill_priority import PrefillPriorityScheduler
+
+    real_init = PrefillPriorityScheduler.__init__
+
+    def mixed_init(self, **opts):
+        real_init(self, **{**opts, "mixed": True})
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PrefillPriorityScheduler, "__init__", mixed_init)
+        _, log = _run_recorded("sglang", 3, 60, 20.0)
+    assert any(p.prefill and p.decode for *_, p in log)
+
+
+def test_trtllm_never_preempts_and_reserves_whole_sequences(h100):
+    m, h, p = h100
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine="trtllm", tp=1, dtype="bf16", rate=None,
+                           offline=True, workload=Workload.fixed(8000, 2000, num_requests=300))
+    res = simulate(cfg)
+    assert res.num_completed == 300 and res.num_preemptions == 0
+    vres = simulate(SimulationConfig(model=m, hardware=h, profile=p, engine="vllm", tp=1, dtype="bf16", rate=None,
+                                     offline=True, workload=Workload.fixed(8000, 2000, num_requests=300)))
+    assert vres.num_preemptions > 0  # vLLM admits on the prompt alone and recomputes when the cache fills
+
+
+# ---------------------------------------------------------------------- defaults and bad input
+def test_engine_picks_the_smallest_tp_with_a_useful_kv_cache_and_says_so():
+    m, h, p = get_model("llama-3.1-70b"), get_hardware("h100-sxm"), get_profile(None, "h100-sxm")
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine="vllm", rate=None, concurrency=4,
+                           workload=Workload.fixed(1024, 128, num_requests=16))
+    # 70.6e9 bf16 parameters = 141 GB: TP 1 and 2 (70.6 GB per GPU of 72 usable) leave no useful cache
+    assert cfg.fleet.first.parallel.tp == 4
+    assert any("smallest TP" in n for n in cfg.engine_setup.notes)
+    fp8 = SimulationConfig(model=m, hardware=h, profile=p, engine="vllm", dtype="fp8", rate=None, concurrency=4,
+                           workload=Workload.fixed(1024, 128, num_requests=16))
+    assert fp8.fleet.first.parallel.tp == 2
+
+
+def test_bestserve_engine_is_todays_testbed():
+    m, h = get_model("codellama-34b"), get_hardware("ascend-910b3")
+    p = get_profile(None, "ascend-910b3")
+    wl = Workload.scenario("op2", num_requests=300)
+    old = simulate(SimulationConfig(model=m, hardware=h, profile=p, strategy="1p1d", tp=4, max_batch=16,
+                                    prefill_max_batch=4, rate=3.5, workload=wl))
+    new = simulate(SimulationConfig(model=m, hardware=h, profile=p, engine="bestserve", strategy="1p1d", rate=3.5,
+                                    workload=wl))
+    assert new.config.fleet == old.config.fleet
+    assert new.ttft_s.p90 == old.ttft_s.p90 and new.tpot_s.p90 == old.tpot_s.p90
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"concurrency": -1}, "concurrency=-1"),
+    ({"offline": True, "rate": 5.0}, "offline=True with rate=5.0"),
+    ({"engine": "tgi"}, "unknown engine 'tgi'"),
+    ({"prefix_hit": 1.0}, "prefix_hit=1.0"),
+    ({"kv_dtype": "fp8", "hardware": "a100-80g"}, "cannot hold a fp8 KV cache"),
+])
+def test_bad_api_input_is_a_spec_error(kw, needle):
+    hw = kw.pop("hardware", "h100-sxm")
+    base = dict(model=get_model("llama-3.1-8b"), hardware=get_hardware(hw), profile=get_profile(None, hw),
+                engine="vllm", tp=1, rate=None, workload=Workload.fixed(128, 8, num_requests=4))
+    base.update(kw)
+    if "offline" not in kw and "concurrency" not in kw:
+        base["concurrency"] = 2
+    with pytest.raises(SpecError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        SimulationConfig(**base)
+
+
+def test_lone_numbers_are_finite(h100):
+    cfg, res = _offline(h100, 20, "sglang")
+    assert math.isfinite(res.ttft_s.mean) and res.num_completed == 20
