@@ -82,7 +82,7 @@ def num_requests(concurrency: int) -> int:
     return max(4 * concurrency, 32)
 
 
-def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
+def predict(case: SiliconCase, step_overhead_s: float = 0.0, profile_name: str | None = None) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
@@ -90,7 +90,7 @@ def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
     t0 = time.perf_counter()
     par = case.parallel
     hw = get_hardware(case.hardware)
-    profile = get_profile(None, case.hardware)
+    profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=case.engine, strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
@@ -105,10 +105,10 @@ def predict(case: SiliconCase, step_overhead_s: float = 0.0) -> dict[str, Any]:
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, float]) -> tuple[str, dict[str, Any]]:
-    case, overhead = args
+def _predict_row(args: tuple[SiliconCase, float, str | None]) -> tuple[str, dict[str, Any]]:
+    case, overhead, profile_name = args
     try:
-        return case.row_id, predict(case, overhead)
+        return case.row_id, predict(case, overhead, profile_name)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -295,12 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-overhead-us", type=float, default=0.0, help="fixed host time per step (tuning knob)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--profile", default=None,
+                    help="efficiency profile for every row (default: each hardware's own; default-gpu = assumed factors)")
     args = ap.parse_args(argv)
     cases, skipped = covered_cases(args.sample)
     overhead = args.step_overhead_us * 1e-6
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, overhead) for c in cases], chunksize=4))
+        results = dict(pool.map(_predict_row, [(c, overhead, args.profile) for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
     for c in cases:
