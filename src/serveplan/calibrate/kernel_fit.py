@@ -34,6 +34,7 @@ from serveplan.specs.kernels import (
     KernelCurves,
     Provenance,
     bus_factor,
+    gemm_peak_flops,
 )
 from serveplan.units import DType
 
@@ -48,11 +49,8 @@ MIN_POINTS = 8
 
 
 def peak_flops_for(hardware: DeviceSpec, dtype: str) -> float:
-    """Datasheet dense peak of a GEMM format. ``fp4`` (not in every datasheet file) is taken as
-    twice the fp8 peak (Blackwell datasheets: NVFP4 dense = 2x FP8 dense)."""
-    if dtype == "fp4":
-        return 2.0 * hardware.flops(DType.FP8)
-    return hardware.flops(DType.parse("fp8" if dtype == "fp8_block" else dtype))
+    """Peak a GEMM curve is fitted against (:func:`serveplan.specs.kernels.gemm_peak_flops`)."""
+    return gemm_peak_flops(hardware, dtype)
 
 
 @dataclass(frozen=True, slots=True)

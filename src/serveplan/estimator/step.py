@@ -41,6 +41,7 @@ from serveplan.estimator.roofline import (
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.kernels import gemm_peak_flops
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import AttentionImpl, EfficiencyProfile, Phase
@@ -169,8 +170,8 @@ def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware:
     if profile.kernels is None:
         return None
     return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
-                              peak_flops=hardware.flops(dtype), attention_peak_flops=hardware.flops(DType.BF16),
-                              bandwidth=hardware.memory_bandwidth)
+                              peak_flops=gemm_peak_flops(hardware, dtype.value),
+                              attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth)
 
 
 class Estimator:

@@ -63,6 +63,22 @@ from serveplan.errors import SpecError
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 
+#: Weight formats whose GEMMs a curve of another key describes (same kernels' arithmetic).
+GEMM_CURVE_KEY = {"nvfp4": "fp4", "mxfp4": "fp4", "fp16": "bf16"}
+
+
+def gemm_peak_flops(hardware: Any, fmt: str) -> float:
+    """The peak a GEMM curve of format ``fmt`` is a fraction of: the datasheet's dense peak of the
+    format; ``fp4`` (NVFP4/MXFP4) where the datasheet file lists none is twice the fp8 peak
+    (Blackwell datasheets: FP4 dense = 2x FP8 dense). Fit and estimator both use this."""
+    from serveplan.units import DType
+
+    if GEMM_CURVE_KEY.get(fmt, fmt) == "fp4":
+        fp4 = next((v for d, v in hardware.peak_flops.items() if d.value == "fp4"), None)
+        return float(fp4) if fp4 else 2.0 * hardware.flops(DType.FP8)
+    return float(hardware.flops(DType.parse(fmt)))
+
+
 def bus_factor(op: str, ranks: int) -> float:
     """Bytes each rank moves per payload byte (nccl-tests PERFORMANCE.md bus bandwidth)."""
     if op == "all_reduce":
@@ -202,8 +218,9 @@ class KernelCurves:
     fit_date: str = ""
 
     def gemm_curve(self, dtype: str) -> GemmCurve | None:
-        """Curve of a weight format; fp16 uses bf16's, int8 and fp8 variants fall back to fp8."""
-        for key in (dtype, {"fp16": "bf16", "bf16": "fp16", "int8": "fp8", "fp8_block": "fp8"}.get(dtype, "")):
+        """Curve of a weight format; fp16 uses bf16's, NVFP4/MXFP4 fp4's, block-scaled fp8 fp8's.
+        Weight-only formats (w4a16, w8a16, int4) compute at 16 bits through other kernels: none."""
+        for key in (dtype, GEMM_CURVE_KEY.get(dtype, ""), {"bf16": "fp16", "fp8_block": "fp8"}.get(dtype, "")):
             if key in self.gemm:
                 return self.gemm[key]
         return None
