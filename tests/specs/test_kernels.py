@@ -128,3 +128,18 @@ def test_hardware_cli_says_which_default_profile_is_measured_and_from_what():
     assert rows["h100-sxm"]["profile"] == "measured-h100-sxm"
     assert "aiconfigurator h100_sxm" in rows["h100-sxm"]["profile_measured_from"]
     assert rows["t4"]["profile"] == "default-gpu" and rows["t4"]["profile_measured_from"] == ""
+
+
+def test_gemm_curve_keys_and_reference_peaks():
+    from serveplan.specs.catalog import get_hardware
+    from serveplan.specs.kernels import gemm_peak_flops
+
+    b200 = get_hardware("b200")
+    # datasheet: B200 FP8 4.5 PFLOP/s dense; FP4 dense is twice FP8 where the file lists no fp4
+    assert gemm_peak_flops(b200, "nvfp4") == gemm_peak_flops(b200, "fp4") == 9.0e15
+    assert gemm_peak_flops(b200, "fp8_block") == 4.5e15
+    k = get_profile("measured-b200").kernels
+    assert k.gemm_curve("nvfp4") is k.gemm["fp4"] and k.gemm_curve("fp16") is k.gemm["bf16"]
+    assert k.gemm_curve("fp8_block") is k.gemm["fp8"]
+    assert k.gemm_curve("w4a16") is None       # weight-only formats keep the factors
+    assert get_profile("measured-h100-sxm").kernels.gemm_curve("nvfp4") is None   # no FP4 on Hopper

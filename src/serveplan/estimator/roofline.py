@@ -18,18 +18,17 @@ Pipeline (all pure):
 4. :func:`layers_time` applies BestServe Algorithm 1 (dispatch/compute overlap) per layer kind and
    multiplies by the layer counts.
 
-Extending with shape-aware efficiency
--------------------------------------
-Efficiency enters in one place: :func:`phase_rates` gives every operator an inverse compute rate
+Shape-aware efficiency
+----------------------
+Efficiency enters in two places: :func:`phase_rates` gives every operator an inverse compute rate
 ``1 / (e_c S_c)`` and memory rate ``1 / (e_m S_m)`` from its family's factors, and
-:func:`op_terms` may replace the time of GEMM operators by ``ratio(rows) * max(W/S_c, Q/S_m)``
-(:class:`SizeCurve`, the profile's ``matmul_size_curve``). A measured, shape-dependent efficiency
-(GEMM ``(m, n, k)``, attention ``(batch, context)``, a collective's message size; per dtype) is a
-new curve of the same form: a function of one linear form of the batch features (the op's
-``rows``, or a new field of :class:`~serveplan.ops.base.Op`) giving time over peak roofline time,
-kept per operator family and per dtype, and evaluated in :func:`op_terms` next to :class:`SizeCurve`.
-The per-operator selection (which ops a curve applies to) is a boolean column of
-:class:`CompiledStep`, like ``is_gemm``.
+:func:`op_terms` replaces the terms of the operators a curve covers: a GEMM under a size curve
+takes ``ratio(rows) * max(W/S_c, Q/S_m)`` (:class:`SizeCurve`, the profile's
+``matmul_size_curve``); with a measured profile (``kernels:``) GEMMs, fused GQA attention and
+collectives take the measured curves of :mod:`serveplan.specs.kernels`, resolved once per
+estimator for its weight and KV formats (:class:`CurveRates`). A new curve follows the same path:
+a selection of operators (a column of :class:`CompiledStep` like ``is_gemm`` or ``attn_phase``)
+and a function of the batch features evaluated in :func:`op_terms`.
 """
 
 from __future__ import annotations
