@@ -54,6 +54,8 @@ WHEEL = "aiconfigurator-core==0.12.0"
 #: aiconfigurator system -> serveplan hardware id
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80g", "l40s": "l40s"}
 FRAMEWORK = "vllm"   # the default profile models a vLLM-style stack (default-gpu)
+#: other engines whose own GEMM and attention tables go to the profile's engine_kernels
+OTHER_ENGINES = ("trtllm", "sglang")
 SOURCE = "aiconfigurator-core 0.12.0 (Apache-2.0) {system}: {gemm} GEMM/attention, {nccl}"
 
 
@@ -91,6 +93,23 @@ def pct(v: float) -> str:
     return f"{v:.1%}"
 
 
+def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, dict]:
+    """GEMM and attention curves of TensorRT-LLM's and SGLang's own kernel tables (held out too)."""
+    curves, held = {}, {}
+    for eng in OTHER_ENGINES:
+        try:
+            ems = import_aiconfigurator(root, system, framework=eng,
+                                        kinds=("gemm", "context_attention", "generation_attention"))
+        except Exception as exc:  # a system without that engine's tables
+            print(f"  {eng}: {exc}")
+            continue
+        src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
+        curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
+                                                   collective_runtime="none")
+        print(f"  {eng}: {len(ems.rows)} rows ({runtime_version(ems, 'gemm')})")
+    return curves, held
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -122,12 +141,15 @@ def main() -> None:
                                          collective_runtime=nccl_runtime)
         fitted[system] = (hw, curves, ms)
         print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s")
+        engine_curves, engine_held = fit_other_engines(root, system, hw, today, args.seed)
         lines += [f"## {hw_id} (aiconfigurator `{system}`; {runtime_version(ms, 'gemm')}, {nccl_runtime})", "",
                   "| curve | fit rows | held-out rows | median | P90 |", "|---|---|---|---|---|"]
         lines += [f"| {h.what} | {h.train} | {h.test} | {pct(h.median)} | {pct(h.p90)} |" for h in held]
+        for eng, eh in engine_held.items():
+            lines += [f"| {eng}: {h.what} | {h.train} | {h.test} | {pct(h.median)} | {pct(h.p90)} |" for h in eh]
         lines.append("")
         if not args.no_write:
-            prof = base.with_(name=f"measured-{hw_id}", hardware=hw_id, kernels=curves,
+            prof = base.with_(name=f"measured-{hw_id}", hardware=hw_id, kernels=curves, engine_kernels=engine_curves,
                               description=f"vLLM-style stack on {hw.description or hw_id}: kernel curves fitted to "
                                           f"measured GEMM, attention and NCCL tables; other factors from default-gpu",
                               source=source,

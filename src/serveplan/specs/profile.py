@@ -125,6 +125,9 @@ class EfficiencyProfile:
         weight size and format; fused attention by length, parallelism and KV format; NCCL
         collectives by size and rank count). Where a curve covers an operator it replaces the
         factors and the size curve; other operators keep them.
+    engine_kernels:
+        GEMM and attention curves of other engines' kernels (``trtllm``, ``sglang``), keyed by
+        engine family; :meth:`for_engine` swaps them in (collectives stay ``kernels``').
     measured_from:
         One line naming the measurements a measured profile was fitted to (``serveplan hardware``).
     """
@@ -148,6 +151,7 @@ class EfficiencyProfile:
     uncertainty: Mapping[str, float] = field(default_factory=dict)
     matmul_size_curve: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
     kernels: KernelCurves | None = None
+    engine_kernels: Mapping[str, KernelCurves] = field(default_factory=dict)
     measured_from: str = ""
 
     def __post_init__(self) -> None:
@@ -175,6 +179,15 @@ class EfficiencyProfile:
     def efficiency(self, phase: Phase | str) -> PhaseEfficiency:
         """Factors of a phase (``prefill`` or ``decode``)."""
         return self.prefill if phase == Phase.PREFILL else self.decode
+
+    def for_engine(self, engine: str) -> EfficiencyProfile:
+        """This profile with the GEMM and attention curves measured for ``engine``'s own kernels
+        (``engine_kernels``), or unchanged when it has none for that engine."""
+        ek = self.engine_kernels.get(engine)
+        if ek is None or self.kernels is None:
+            return self
+        return self.with_(kernels=dataclasses.replace(self.kernels, gemm=ek.gemm or self.kernels.gemm,
+                                                      attention=ek.attention or self.kernels.attention))
 
     def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)
@@ -204,6 +217,8 @@ class EfficiencyProfile:
                if self.matmul_size_curve else {}),
             **({"measured_from": self.measured_from} if self.measured_from else {}),
             **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
+            **({"engine_kernels": {e: k.to_dict() for e, k in self.engine_kernels.items()}}
+               if self.engine_kernels else {}),
         }
 
 
@@ -260,6 +275,7 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
         matmul_size_curve=_size_curve(raw.get("matmul_size_curve"), name),
         kernels=kernel_curves_from_dict(raw.get("kernels"), f"profile {name!r}: kernels"),
+        engine_kernels=_engine_kernels(raw.get("engine_kernels"), name),
         measured_from=str(raw.get("measured_from", "")),
     )
 
@@ -278,4 +294,17 @@ def _size_curve(raw: Any, name: str) -> dict[str, tuple[tuple[float, ...], tuple
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"profile {name!r}: matmul_size_curve.{ph} needs numeric lists 'rows' and "
                             f"'time_over_roofline'") from None
+    return out
+
+
+def _engine_kernels(raw: Any, name: str) -> dict[str, KernelCurves]:
+    if not raw:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"profile {name!r}: engine_kernels must map engine families to kernel curves")
+    out = {}
+    for engine, section in raw.items():
+        curves = kernel_curves_from_dict(section, f"profile {name!r}: engine_kernels.{engine}")
+        if curves is not None:
+            out[str(engine)] = curves
     return out
