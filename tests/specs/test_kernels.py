@@ -168,3 +168,16 @@ def test_engine_estimator_uses_the_engines_own_kernels():
         times[eng] = {o.name: o.time_s for o in est.estimate(StepBatch.decode(64, 4096)).ops}
     # aiconfigurator's tables: TRT-LLM's decode attention over an fp8 cache is faster than vLLM's
     assert times["trtllm-1.2"]["decode.attention"] < times["vllm-0.11"]["decode.attention"]
+
+
+def test_simulation_config_of_an_engine_takes_its_kernels():
+    from serveplan import get_hardware, get_model
+    from serveplan.sim import SimulationConfig
+
+    p = get_profile(None, "h200")
+    cfg = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
+                           engine="trtllm", tp=1, rate=1.0)
+    assert cfg.profile.kernels.gemm == p.engine_kernels["trtllm"].gemm
+    plain = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
+                             strategy="1m", tp=1, rate=1.0)
+    assert plain.profile is p
