@@ -14,9 +14,8 @@ measured values (which are means over the measured run)::
     python benchmarks/validate_silicon.py --sample 60 --no-docs # a quick look
     python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json
 
-Nothing is fitted to these rows. ``--step-overhead-us`` adds a fixed host time per step (an
-engine constant of the kind one would tune); when it is set, the table reports H100 rows (where it
-would be tuned) apart from H200 and B200 rows.
+Nothing is fitted to these rows (the table reports H100, H200 and B200 rows apart, so that a
+constant tuned later on H100 rows shows its held-out effect).
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
@@ -82,7 +81,7 @@ def num_requests(concurrency: int) -> int:
     return max(4 * concurrency, 32)
 
 
-def predict(case: SiliconCase, step_overhead_s: float = 0.0, profile_name: str | None = None) -> dict[str, Any]:
+def predict(case: SiliconCase, profile_name: str | None = None) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
@@ -105,10 +104,10 @@ def predict(case: SiliconCase, step_overhead_s: float = 0.0, profile_name: str |
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, float, str | None]) -> tuple[str, dict[str, Any]]:
-    case, overhead, profile_name = args
+def _predict_row(args: tuple[SiliconCase, str | None]) -> tuple[str, dict[str, Any]]:
+    case, profile_name = args
     try:
-        return case.row_id, predict(case, overhead, profile_name)
+        return case.row_id, predict(case, profile_name)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -292,14 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=None, help="every k-th covered row, this many in all")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--aisimulate", type=Path, default=None, help="results of benchmarks/aisimulate_silicon.py")
-    ap.add_argument("--step-overhead-us", type=float, default=0.0, help="fixed host time per step (tuning knob)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--profile", default=None,
                     help="efficiency profile for every row (default: each hardware's own; default-gpu = assumed factors)")
     args = ap.parse_args(argv)
     cases, skipped = covered_cases(args.sample)
-    overhead = args.step_overhead_us * 1e-6
+    overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, overhead, args.profile) for c in cases], chunksize=4))
@@ -323,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
-                                    "jobs": args.jobs, "step_overhead_s": overhead}, indent=1))
+                                    "jobs": args.jobs, "step_overhead_s": overhead}))
     section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs)
     if not args.no_docs:
         write_docs(section)

@@ -271,3 +271,30 @@ def test_bad_api_input_is_a_spec_error(kw, needle):
 def test_lone_numbers_are_finite(h100):
     cfg, res = _offline(h100, 20, "sglang")
     assert math.isfinite(res.ttft_s.mean) and res.num_completed == 20
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--concurrency", "-4"), "concurrency=-4"),
+    (("--offline", "--rate", "10"), "--offline with --rate 10"),
+    (("--engine", "tgi"), "unknown engine 'tgi'"),
+    (("--dataset", "sharegpt"), "unknown dataset 'sharegpt'"),
+    (("--prefix-hit", "1"), "prefix_hit=1.0"),
+    (("--prefix-hit", "-0.1"), "prefix_hit=-0.1"),
+    (("--kv-dtype", "fp8", "--hardware", "a100-80g"), "cannot hold a fp8 KV cache"),
+    (("--kv-dtype", "fp5"), "unknown dtype 'fp5'"),
+    (("--concurrency", "4", "--offline"), "choose one load"),
+])
+def test_bad_cli_input_is_one_line_and_exit_code_2(args, needle):
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    base = ["simulate", "--model", "llama-3.1-8b", "--num-requests", "20"]
+    if "--dataset" not in args:
+        base += ["--input-len", "256", "--output-len", "8"]
+    if "--hardware" not in args:
+        base += ["--hardware", "h100-sxm"]
+    r = CliRunner().invoke(app, [*base, *args])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output

@@ -185,3 +185,38 @@ def _default_profile(hardware: str) -> dict[str, str]:
     """The profile a device uses by default, and what it was measured from ("" when assumed)."""
     pr = get_profile(None, hardware)
     return {"profile": pr.name, "profile_measured_from": pr.measured_from}
+
+
+@app.command("engines")
+@handle_errors
+def engines_cmd(
+    hardware: str = typer.Option("h100-sxm", "--hardware", "-H", help="Device whose limits to show."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the bundled serving engines and their defaults on one device (each cited in its data file)."""
+    from serveplan.specs.catalog import get_engine, list_engines
+
+    hw = get_hardware(hardware)
+    rows = []
+    for name in list_engines():
+        e = get_engine(name)
+        if e.name != name:
+            continue  # a family name: the versioned file is listed
+        on, off = e.limits(hw), e.limits(hw, offline=True)
+        rows.append({**e.describe(), "max_num_seqs": on.max_num_seqs, "token_budget_online": on.token_budget,
+                     "token_budget_offline": off.token_budget, "chunk_size": on.chunk_size,
+                     "default_for": e.engine if e.is_default else None})
+    if json_out:
+        emit_json(rows)
+        return
+    t = Table(title=f"serving engines, limits on {hw.name} (--engine NAME; data files in specs/data/engines)")
+    for col in ("engine", "version", "mechanism", "max seqs", "tokens/step online / offline", "chunk", "KV block",
+                "memory", "admission"):
+        t.add_column(col)
+    for r in rows:
+        mem = f"{r['memory_basis']} {r['memory_fraction']}" if r["memory_fraction"] else r["memory_basis"]
+        t.add_row(r["name"], r["version"], r["mechanism"], str(r["max_num_seqs"] or "from KV"),
+                  f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}",
+                  str(r["chunk_size"] or "-"),
+                  str(r["kv_block_size"]), mem, r["admission"])
+    console().print(t)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -12,37 +13,11 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
-from serveplan.sim import SLO, LengthDist, SimulationConfig, SimulationResult, Workload, simulate
-from serveplan.sim.workload import SCENARIOS
+from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate
+from serveplan.sim.workload import SCENARIOS, build_workload
 
-
-def build_workload(scenario: str | None, input_len: int | None, output_len: int | None,
-                   trace: str | None, length_dist: str | None, num_requests: int, arrival: str,
-                   cv: float, seed: int, dataset: str | None = None) -> Workload:
-    """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions,
-    dataset)."""
-    if num_requests < 1:
-        raise SpecError(f"num-requests={num_requests} must be a positive integer")
-    given = [n for n, v in (("--scenario", scenario), ("--input-len/--output-len", input_len or output_len),
-                            ("--trace", trace), ("--length-dist", length_dist), ("--dataset", dataset)) if v]
-    if len(given) > 1:
-        raise SpecError(f"give one request source; got {', '.join(given)}")
-    if dataset:
-        return Workload.from_dataset(dataset, num_requests, seed=seed, arrival=arrival, cv=cv)
-    if trace:
-        wl = Workload.from_trace(trace, num_requests=num_requests)
-        return wl
-    if length_dist:
-        parts = length_dist.split(";")
-        if len(parts) != 2:
-            raise SpecError(f"length-dist={length_dist!r}; expected 'INPUT;OUTPUT', e.g. 'normal:2048,512;uniform:16,128'")
-        return Workload.from_distributions(LengthDist.parse(parts[0]), LengthDist.parse(parts[1]), num_requests,
-                                           seed=seed, arrival=arrival, cv=cv)
-    if input_len is not None or output_len is not None:
-        if input_len is None or output_len is None:
-            raise SpecError("give both --input-len and --output-len (or a --scenario)")
-        return Workload.fixed(input_len, output_len, num_requests=num_requests, arrival=arrival, cv=cv)
-    return Workload.scenario(scenario or "op2", num_requests=num_requests, arrival=arrival, cv=cv)
+if TYPE_CHECKING:
+    from serveplan.calibrate.bands import Band
 
 
 def _load_rate(rate: float | None, offline: bool, levels: list[int] | None) -> float | None:
@@ -159,33 +134,53 @@ def simulate_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help="Catalog id or hardware YAML path."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
-    engine: str = typer.Option("vllm", "--engine", "-e", help="Serving engine whose scheduler and defaults apply: vllm (V1), sglang, trtllm, bestserve (the paper's testbed), a versioned id (vllm-0.11) or an engine YAML."),
-    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Nm (N collocated) or PpDd (P prefill, D decode); default 1m (bestserve: 1p1d)."),
-    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size of every instance (default: the smallest that fits with a useful KV cache)."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help=(
+        "Serving engine whose scheduler and defaults apply: vllm (V1), sglang, trtllm, bestserve (the paper's "
+        "testbed), a versioned id (vllm-0.11) or an engine YAML.")),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help=(
+        "Nm (N collocated) or PpDd (P prefill, D decode); default 1m (bestserve: 1p1d).")),
+    tp: int | None = typer.Option(None, "--tp", help=(
+        "Tensor-parallel size of every instance (default: the smallest that fits with a useful KV cache).")),
     prefill_tp: int | None = typer.Option(None, "--prefill-tp", help="TP of prefill instances (disaggregated)."),
     decode_tp: int | None = typer.Option(None, "--decode-tp", help="TP of decode instances (disaggregated)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages per instance."),
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks per instance."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default: the engine's; the weights' 16-bit format otherwise)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help=(
+        "KV-cache format (default: the engine's; the weights' 16-bit format otherwise).")),
     max_batch: int | None = typer.Option(None, "--max-batch", help="Sequences per step (default: the engine's)."),
-    prefill_max_batch: int | None = typer.Option(None, "--prefill-max-batch", help="Prompts per step (default: the engine's; 0: = max batch)."),
-    scheduler: str | None = typer.Option(None, "--scheduler", help="Override the engine's mechanism: prefill-first (vllm), chunked-prefill (sarathi), prefill-priority, inflight-no-evict."),
+    prefill_max_batch: int | None = typer.Option(None, "--prefill-max-batch", help=(
+        "Prompts per step (default: the engine's; 0: = max batch).")),
+    scheduler: str | None = typer.Option(None, "--scheduler", help=(
+        "Override the engine's mechanism: prefill-first (alias vllm), chunked-prefill (alias sarathi), "
+        "prefill-priority, inflight-no-evict.")),
     chunk_size: int | None = typer.Option(None, "--chunk-size", help="Largest prefill chunk (default: the engine's)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="New tokens per step (default: the engine's)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="New tokens per step (default: the engine's)."),
     router: str = typer.Option("round_robin", "--router", help="round_robin or least_outstanding."),
-    fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7)."),
-    scenario: str | None = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
+    fidelity: str = typer.Option("iteration", "--fidelity",
+                                 help="iteration (every step) or bestserve (Algorithms 2-7)."),
+    scenario: str | None = typer.Option(None, "--scenario", help="BestServe scenario: " + ", ".join(
+        f"{k} ({a}/{b})" for k, (a, b) in SCENARIOS.items()) + "; default op2."),
     input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length."),
     output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
     trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
-    length_dist: str | None = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
-    dataset: str | None = typer.Option(None, "--dataset", help="Real length mix: azure-conv, azure-code, arxiv-sum (Azure LLM inference traces 2023, arXiv summarization; via Vidur)."),
-    rate: float | None = typer.Option(None, "--rate", help="Arrival rate (requests/s); default 3.5 when neither --offline nor --concurrency."),
-    offline: bool = typer.Option(False, "--offline", help="Queue every request at t=0 and run to completion (offline throughput)."),
-    concurrency: str | None = typer.Option(None, "--concurrency", help="Closed loop: C clients each sending the next request when the last finishes; C[,C...] for a sweep (table and plot)."),
-    prefix_hit: float = typer.Option(0.0, "--prefix-hit", help="Share of prompt tokens found in the prefix cache, in [0, 1)."),
+    length_dist: str | None = typer.Option(None, "--length-dist", help=(
+        "'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' "
+        "(fixed, uniform, normal, lognormal, empirical).")),
+    dataset: str | None = typer.Option(None, "--dataset", help=(
+        "Real length mix: azure-conv, azure-code, arxiv-sum (Azure LLM inference traces 2023, arXiv "
+        "summarization; via Vidur).")),
+    rate: float | None = typer.Option(None, "--rate", help=(
+        "Arrival rate (requests/s); default 3.5 when neither --offline nor --concurrency.")),
+    offline: bool = typer.Option(False, "--offline", help=(
+        "Queue every request at t=0 and run to completion (offline throughput).")),
+    concurrency: str | None = typer.Option(None, "--concurrency", help=(
+        "Closed loop: C clients each sending the next request when the last finishes; C[,C...] for a sweep "
+        "(table and plot).")),
+    prefix_hit: float = typer.Option(0.0, "--prefix-hit", help=(
+        "Share of prompt tokens found in the prefix cache, in [0, 1).")),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
     num_requests: int = typer.Option(10000, "--num-requests", "-n", help="Requests to simulate."),
@@ -194,18 +189,23 @@ def simulate_cmd(
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     early_stop: bool = typer.Option(False, "--early-stop", help="Stop once the SLO is certainly missed."),
-    rate_sweep: str | None = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
+    rate_sweep: str | None = typer.Option(None, "--rate-sweep",
+                                          help="Comma-separated rates for the P90-vs-rate table/plot."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    out: Path | None = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
-    band: int = typer.Option(0, "--band", help="Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput."),
+    out: Path | None = typer.Option(None, "--out",
+                                    help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    band: int = typer.Option(0, "--band", help=(
+        "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
+        "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
 ) -> None:
     """Simulate a request stream through a fleet served by an engine (default: vLLM V1 with its
     defaults for the device, the smallest TP that fits; CodeLlama-34B on Ascend 910B3, op2, 3.5
     req/s, 10000 requests). ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4,
     prefill batch 4, decode batch 16)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
-    wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed,
-                        dataset)
+    wl = build_workload(scenario=scenario, input_len=input_len, output_len=output_len, trace=trace,
+                        length_dist=length_dist, num_requests=num_requests, arrival=arrival, cv=cv, seed=seed,
+                        dataset=dataset)
     levels = _concurrency(concurrency) if concurrency is not None else None
     rate = _load_rate(rate, offline, levels)
     from serveplan.specs.catalog import get_engine
@@ -239,13 +239,13 @@ def simulate_cmd(
 
         bands = simulation_band(cfg, res, band, seed=seed)
     sweep: list[SimulationResult] = []
-    if sweep_rates or out is not None:
+    if sweep_rates and (offline or levels):
+        raise SpecError("--rate-sweep is for open loops; drop --offline/--concurrency or the sweep")
+    if (sweep_rates or out is not None) and rate is not None:
         if sweep_rates is None and wl.arrival != "trace":
             sweep_rates = [round(rate * f, 6) for f in (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)]
         for r in sweep_rates or []:
             sweep.append(res if r == rate else simulate(dataclasses.replace(cfg, rate=r)))
-    if (sweep_rates or out is not None) and (offline or levels):
-        sweep = []
     if out is not None:
         _write_out(out, res, sweep)
     if json_out:
@@ -263,14 +263,17 @@ def simulate_cmd(
         _print_band(bands)
 
 
-def _print_band(bands: dict) -> None:  # type: ignore[type-arg]
+def _print_band(bands: dict[str, Band]) -> None:
     con = console()
     n = next(iter(bands.values())).samples
     con.print(f"band over {n} profiles sampled from the profile's uncertainty (P10 / P50 / P90):")
     for key, label, scale, unit in (("ttft_p90_s", "P90 TTFT", 1e3, "ms"), ("tpot_p90_s", "P90 TPOT", 1e3, "ms"),
                                     ("throughput_rps", "throughput", 1.0, "req/s")):
         b = bands[key]
-        f = (lambda v: f"{v * scale:,.1f}") if scale != 1.0 else (lambda v: f"{v:.3f}")  # noqa: E731
+
+        def f(v: float, scale: float = scale) -> str:
+            return f"{v * scale:,.1f}" if scale != 1.0 else f"{v:.3f}"
+
         con.print(f"  {label}: {f(b.p10)} / {f(b.p50)} / {f(b.p90)} {unit} (nominal {f(b.nominal)})")
 
 
@@ -297,7 +300,8 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
         con.print(f"closed loop, {cl.concurrency} clients: {cl.num_measured} requests in the steady window "
                   f"{cl.window_s[0]:.2f}-{cl.window_s[1]:.2f} s (warm-up and cool-down excluded): TTFT mean "
                   f"{cl.ttft_s.mean * 1e3:,.1f} ms, TPOT mean {cl.tpot_s.mean * 1e3:,.2f} ms, "
-                  f"{cl.tokens_per_s_per_user:,.1f} tokens/s/user, {cl.output_tokens_per_s_per_device:,.0f} tokens/s/GPU")
+                  f"{cl.tokens_per_s_per_user:,.1f} tokens/s/user, "
+                  f"{cl.output_tokens_per_s_per_device:,.0f} tokens/s/GPU")
     if res.prefill_tokens_saved:
         con.print(f"prefix cache: {cfg.prefix_hit:.0%} of prompt tokens hit, {res.prefill_tokens_saved:,} prefill "
                   "tokens not computed")

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from serveplan.units import DType, ceil_div
 BLOCK_SIZE = 16
 
 
-class Fidelity(StrEnum):
+class Fidelity(str, Enum):
     """How a simulation times its requests."""
 
     ITERATION = "iteration"    # every step of every instance (continuous batching, KV blocks)
@@ -491,12 +491,13 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
         if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
             raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
-        closed = ClosedLoop(range(wl.num_requests), clients, think_s, ramp_s=ramp_s or 0.0)
-        arrival = np.zeros(wl.num_requests)  # set as the clients send
+        n = len(wl.input_lengths)
+        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0)
+        arrival = np.zeros(n)  # set as the clients send
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("an offline run needs fidelity='iteration' and early_stop=False")
-        arrival = np.zeros(wl.num_requests)  # everything queued at t=0
+        arrival = np.zeros(len(wl.input_lengths))  # everything queued at t=0
     else:
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
     util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
@@ -513,7 +514,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     if cfg.fidelity is Fidelity.BESTSERVE:
         if cfg.prefix_hit:
             raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
-        stopped, insts = _run_bestserve(cfg, clocks, req), []
+        insts: list[Instance] = []
+        stopped = _run_bestserve(cfg, clocks, req)
     else:
         insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
     res = _result(cfg, req, insts, clocks, stopped)
@@ -683,7 +685,7 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
         # distinct (input, output) pairs in lexicographic order, as one int64 key each (token
         # counts are far below 2^32)
         keys, counts = np.unique((rec.input_len[done] << 32) | rec.output_len[done], return_counts=True)
-        for key, c in zip(keys.tolist(), counts.tolist()):
+        for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
             fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,
                                  m.num_attention_heads)
         fom /= span

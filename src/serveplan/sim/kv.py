@@ -33,7 +33,7 @@ class KVCache:
         Per-request block counts (shared list, indexed by request id).
     """
 
-    __slots__ = ("block_size", "total", "free", "peak", "blocks", "_releases")
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases")
 
     def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int]) -> None:
         self.block_size = block_size
@@ -41,7 +41,8 @@ class KVCache:
         self.free = self.total
         self.peak = 0
         self.blocks = blocks
-        self._releases: list[tuple[float, int]] = []  # (time, blocks) of caches still being sent
+        #: (time, blocks) of caches still being sent, earliest first (a heap)
+        self.releases: list[tuple[float, int]] = []
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks holding ``tokens`` tokens."""
@@ -50,15 +51,23 @@ class KVCache:
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = ceil_div(tokens, self.block_size)
+        b = -(-tokens // self.block_size)  # ceil_div written out: once per admission
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
-        self._track_peak()
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
 
-    def fits(self, tokens: int) -> bool:
-        """Whether ``tokens`` more tokens' blocks fit now."""
-        return ceil_div(tokens, self.block_size) <= self.free
+    def try_allocate(self, q: int, tokens: int) -> bool:
+        """:meth:`allocate` when the blocks fit now; whether they did."""
+        b = -(-tokens // self.block_size)  # ceil_div written out: once per lone request, a call costs ~3%
+        if b > self.free:
+            return False
+        self.free -= b
+        self.blocks[q] = b
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
+        return True
 
     # ---------------------------------------------------------------- grow
     def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
@@ -71,12 +80,17 @@ class KVCache:
                 self.free -= 1
         assert self.free >= 0, "KV blocks overcommitted"
 
-    def grow_to(self, run: Sequence[int], kv_len: Sequence[int]) -> None:
-        """The requests of ``run`` now hold ``kv_len`` tokens each (after a stretch of steps)."""
+    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
+        """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
+        generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
+        and request, the simulator's innermost loop)."""
         bs, blocks = self.block_size, self.blocks
         free = self.free
         for r in run:
-            nb = (kv_len[r] + bs - 1) // bs
+            generated[r] += k
+            k1 = kv_len[r] + k
+            kv_len[r] = k1
+            nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: this loop runs per request and step stretch
             free -= nb - blocks[r]
             blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
@@ -86,7 +100,7 @@ class KVCache:
         """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``
         whose new blocks fit (one step is known to fit)."""
         bs, blocks, free = self.block_size, self.blocks, self.free
-        if not run or len(run) * ceil_div(k_max, bs) <= free:
+        if not run or len(run) * -(-k_max // bs) <= free:  # ceil_div written out: once per stretch
             return k_max
 
         def need(k: int) -> int:
@@ -112,26 +126,21 @@ class KVCache:
         if t <= now:
             self.free += self.blocks[q]
         else:
-            heapq.heappush(self._releases, (t, self.blocks[q]))
+            heapq.heappush(self.releases, (t, self.blocks[q]))
         self.blocks[q] = 0
 
     def release_due(self, now: float) -> None:
         """Free the blocks of transfers finished by ``now``."""
-        rel = self._releases
+        rel = self.releases
         while rel and rel[0][0] <= now:
             self.free += heapq.heappop(rel)[1]
 
     @property
     def next_release(self) -> float:
         """When the next pending transfer frees its blocks (``inf``: none)."""
-        return self._releases[0][0] if self._releases else math.inf
+        return self.releases[0][0] if self.releases else math.inf
 
     # ---------------------------------------------------------------- usage
-    def _track_peak(self) -> None:
-        used = self.total - self.free
-        if used > self.peak:
-            self.peak = used
-
     @property
     def used(self) -> int:
         return self.total - self.free

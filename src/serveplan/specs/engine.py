@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from serveplan.errors import SpecError
@@ -32,7 +32,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.units import DType, GiB, MiB
 
 
-class Mechanism(StrEnum):
+class Mechanism(str, Enum):
     """Batching policies, named by what they do (the engines that use them in brackets)."""
 
     #: one token budget per step: running requests first (decodes, then the prompt in progress),
@@ -62,7 +62,7 @@ _SCHEDULER_OF = {
 }
 
 
-class MemoryBasis(StrEnum):
+class MemoryBasis(str, Enum):
     """How an engine's memory fraction sizes its KV cache."""
 
     #: ``fraction x device memory`` holds weights, activations and the KV cache
@@ -76,7 +76,7 @@ class MemoryBasis(StrEnum):
     FREE = "free"
 
 
-class Admission(StrEnum):
+class Admission(str, Enum):
     """What a waiting request must find free in the KV cache to be admitted."""
 
     #: its prompt (vLLM: blocks are allocated as tokens come, later shortage preempts).

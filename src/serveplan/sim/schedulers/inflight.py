@@ -45,6 +45,9 @@ class InflightNoEvictScheduler(Scheduler):
             if plan.admit:
                 return plan
         decodes = self.ready_decodes(view)[: view.max_batch]
+        # the reservation makes every decode's next block fit; a view that was not built by this
+        # policy (another policy's state) may not, and then preempts as vLLM does
+        decodes, free_after = self.fit_decodes(view, decodes, plan) if decodes else (decodes, view.free_blocks)
         plan.decode = decodes
         budget = view.token_budget - len(decodes)
         seqs = len(decodes)
@@ -58,9 +61,9 @@ class InflightNoEvictScheduler(Scheduler):
             plan.prefill.append((q, c))
             budget -= c
             seqs += 1
-        if view.waiting and budget > 0:
+        if view.waiting and budget > 0 and not plan.preempt:
             bs = view.block_size
-            free = view.free_blocks - self.future_blocks(view)
+            free = free_after - self.future_blocks(view)
             slots = view.max_running - len(view.running)
             for q in view.waiting:
                 if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
