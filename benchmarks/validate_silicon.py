@@ -294,13 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--profile", default=None,
-                    help="efficiency profile for every row (default: each hardware's own; default-gpu = assumed factors)")
+                    help="efficiency profile for every row (default: each hardware's own; "
+                         "default-gpu = assumed factors)")
     args = ap.parse_args(argv)
     cases, skipped = covered_cases(args.sample)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, overhead, args.profile) for c in cases], chunksize=4))
+        results = dict(pool.map(_predict_row, [(c, args.profile) for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
     for c in cases:
