@@ -110,7 +110,7 @@ def engine_for(engine: str, version: str) -> str:
     return older[-1] if older else bundled[0][1]
 
 
-def predict(case: SiliconCase) -> dict[str, Any]:
+def predict(case: SiliconCase, profile_name: str | None = None) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
@@ -118,7 +118,7 @@ def predict(case: SiliconCase) -> dict[str, Any]:
     t0 = time.perf_counter()
     par = case.parallel
     hw = get_hardware(case.hardware)
-    profile = get_profile(None, case.hardware)
+    profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=engine_for(case.engine, case.engine_version),
         strategy="1m",
@@ -134,10 +134,10 @@ def predict(case: SiliconCase) -> dict[str, Any]:
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, float]) -> tuple[str, dict[str, Any]]:
-    case, _ = args
+def _predict_row(args: tuple[SiliconCase, str | None]) -> tuple[str, dict[str, Any]]:
+    case, profile_name = args
     try:
-        return case.row_id, predict(case)
+        return case.row_id, predict(case, profile_name)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -323,12 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aisimulate", type=Path, default=None, help="results of benchmarks/aisimulate_silicon.py")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--profile", default=None,
+                    help="efficiency profile for every row (default: each hardware's own; "
+                         "default-gpu = assumed factors)")
     args = ap.parse_args(argv)
     cases, skipped = covered_cases(args.sample)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, overhead) for c in cases], chunksize=4))
+        results = dict(pool.map(_predict_row, [(c, args.profile) for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
     for c in cases:

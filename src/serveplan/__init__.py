@@ -7,6 +7,7 @@ The public API is re-exported here; see the subpackages for the layers
 from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError
 from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.operators import OperatorTime, attention_time, collective_time, gemm_time
 from serveplan.estimator.static import StaticMetrics, static_batch
 from serveplan.estimator.step import Estimator, MemoryEstimate, StepEstimate
 from serveplan.offload import (
@@ -54,3 +55,4 @@ __all__ += ["GoodputResult", "GoodputSettings", "SearchResult", "SearchSpace", "
 __all__ += ["HostSpec", "OffloadFrontier", "OffloadPlan", "OffloadPolicy", "evaluate_policy", "get_host",
             "list_hosts", "offload_frontier", "parse_policy", "plan_offload"]
 __all__ += ["Phase"]
+__all__ += ["OperatorTime", "attention_time", "collective_time", "gemm_time"]

@@ -51,7 +51,11 @@ def test_hardware_entry(name):
 
 def test_profile_default_for_hardware():
     assert get_profile(None, "ascend-910b3").name == "bestserve-910b3"
-    assert get_profile(None, "h100-sxm").name == "default-gpu"
+    # GPUs with measured kernel tables default to their measured profile; others to default-gpu
+    for hw in ("h100-sxm", "h200", "b200", "a100-80g", "l40s"):
+        assert get_profile(None, hw).name == f"measured-{hw}"
+        assert get_profile(None, hw).kernels is not None
+    assert get_profile(None, "t4").name == "default-gpu"
 
 
 def test_known_parameter_counts():

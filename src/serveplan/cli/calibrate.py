@@ -70,7 +70,8 @@ def profile_cmd(
 @app.command("calibrate")
 @handle_errors
 def calibrate_cmd(
-    measurements: Path = typer.Argument(..., help="CSV written by serveplan profile."),
+    measurements: Path = typer.Argument(
+        ..., help="CSV written by serveplan profile (with --from: the directory of the tables)."),
     hardware: str = typer.Option(
         ..., "--hardware", "-H", help="Catalog id or hardware YAML (e.g. from profile --hardware-out)."),
     out: Path = typer.Option(Path("profile.yaml"), "--out", "-o", help="Profile YAML to write."),
@@ -101,10 +102,28 @@ def calibrate_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of cross-validation folds and draws."),
     max_nfev: int | None = typer.Option(None, "--max-nfev", help="Cap on fit evaluations (default: scipy's)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    source: str | None = typer.Option(
+        None, "--from", help="Import public kernel tables instead: aiconfigurator (unpacked aiconfigurator-core "
+                             "wheel) or vidur (its repository's data/profiling)."),
+    system: str | None = typer.Option(
+        None, "--system", help="--from aiconfigurator: system folder (default: from --hardware, e.g. h100_sxm); "
+                               "--from vidur: GPU folder (h100, a100)."),
+    framework: str | None = typer.Option(
+        "vllm", "--framework", help="--from aiconfigurator: runtime whose GEMM/attention tables are used "
+                                    "(vllm, sglang, trtllm)."),
+    measurements_out: Path | None = typer.Option(
+        None, "--measurements-out", help="--from: also write the imported rows as a measurement CSV."),
 ) -> None:
     """Fit MFU, MBU and dispatch times to a measurement file by bounded least squares, report
     residuals, held-out error and parameter uncertainty, and write a profile YAML usable with
-    --profile by estimate, simulate, optimize and offload."""
+    --profile by estimate, simulate, optimize and offload. With --from aiconfigurator DIR or
+    --from vidur DIR, import those per-kernel tables and fit the shape-aware kernel curves
+    (GEMM, attention, collectives) instead."""
+    if source is not None:
+        _calibrate_from(source, measurements, hardware=hardware, out=out, system=system, framework=framework,
+                        base_profile=base_profile, name=name, seed=seed, measurements_out=measurements_out,
+                        json_out=json_out)
+        return
     from serveplan.calibrate.fit import calibrate, profile_yaml
     from serveplan.calibrate.measurements import read_measurements
     from serveplan.specs.catalog import get_hardware, get_model, get_profile
@@ -129,6 +148,70 @@ def calibrate_cmd(
         emit_json({"profile": cal.profile.to_dict(), **cal.summary(), "out": str(out)})
         return
     _print_report(cal, out)
+
+
+#: serveplan hardware id -> aiconfigurator system folder
+AICONFIGURATOR_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "a100-80g": "a100_sxm",
+                          "a100-40g": "a100_sxm", "l40s": "l40s"}
+
+
+def _calibrate_from(source: str, directory: Path, *, hardware: str, out: Path, system: str | None,
+                    framework: str | None, base_profile: str | None, name: str | None, seed: int,
+                    measurements_out: Path | None, json_out: bool) -> None:
+    """``calibrate --from aiconfigurator|vidur DIR``: import, fit the kernel curves, write a profile."""
+    import datetime as dt
+
+    import yaml
+
+    from serveplan.calibrate.importers import SOURCES, import_aiconfigurator, import_vidur
+    from serveplan.calibrate.kernel_fit import fit_kernel_curves
+    from serveplan.specs.catalog import get_hardware, get_profile
+
+    hw = get_hardware(hardware)
+    if source == "aiconfigurator":
+        sysname = system or AICONFIGURATOR_SYSTEMS.get(hw.name)
+        if sysname is None:
+            raise SpecError(f"--system is needed: no aiconfigurator system is known for hardware {hw.name!r}; "
+                            f"known: {', '.join(f'{k} ({v})' for k, v in AICONFIGURATOR_SYSTEMS.items())}")
+        ms = import_aiconfigurator(directory, sysname, framework=framework or None)
+        label = f"aiconfigurator {sysname}" + (f" ({framework})" if framework else "")
+    elif source == "vidur":
+        ms = import_vidur(directory, gpu=system)
+        label = "vidur" + (f" {system}" if system else "")
+        runtimes = sorted({r.name.rpartition("runtime=")[2] for r in ms.rows if r.kind == "collective"})
+        # Vidur measures each GPU in two network setups; the DGX one (NVSwitch) is the node's link
+        coll_runtime = next((r for r in runtimes if r.endswith("_dgx")), runtimes[0] if runtimes else None)
+    else:
+        raise SpecError(f"--from {source!r}; expected one of: {', '.join(SOURCES)}")
+    if source == "aiconfigurator":
+        runtimes = sorted({r.name.rpartition("runtime=")[2] for r in ms.rows if r.kind == "collective"})
+        coll_runtime = runtimes[-1] if runtimes else None   # the newest NCCL measured
+    if measurements_out:
+        ms.save(measurements_out)
+    today = dt.date.today().isoformat()
+    curves, held = fit_kernel_curves(ms, hw, source=f"{label}: {ms.metadata.get('source', '')}",
+                                     fit_date=today, seed=seed, gemm_dtypes=("bf16", "fp16", "fp8", "fp4"),
+                                     collective_runtime=coll_runtime)
+    if not (curves.gemm or curves.attention or curves.collectives):
+        raise SpecError(f"{directory}: too few rows to fit any kernel curve for {label}")
+    base = get_profile(base_profile or "default-gpu")
+    prof = base.with_(name=name or out.stem, hardware=hw.name, kernels=curves, source=ms.metadata.get("source", ""),
+                      measured_from=f"{label}, {len(ms.rows)} rows, fitted {today}")
+    text = yaml.safe_dump(prof.to_dict(), sort_keys=False)
+    out.write_text(text)
+    if json_out:
+        emit_json({"profile": prof.to_dict(), "rows": len(ms.rows), "held_out": [h.to_dict() for h in held],
+                   "out": str(out)})
+        return
+    t = Table(title=f"Kernel curves for {hw.name} from {label} ({len(ms.rows)} rows): held-out |relative error| "
+                    f"(fitted on half of the shapes, evaluated on the other half)")
+    for col in ("curve", "fit rows", "held-out rows", "median", "P90"):
+        t.add_column(col, justify="left" if col == "curve" else "right")
+    for h in held:
+        t.add_row(h.what, str(h.train), str(h.test), f"{h.median:.1%}", f"{h.p90:.1%}")
+    con = console()
+    con.print(t)
+    con.print(f"wrote {out}" + (f" and {measurements_out}" if measurements_out else ""))
 
 
 def _print_report(cal: object, out: Path) -> None:

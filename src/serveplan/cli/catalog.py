@@ -154,28 +154,44 @@ def hardware_cmd(
             "intra_node_bandwidth": hw.intra_node_link.bandwidth,
             "inter_node_bandwidth": hw.inter_node_link.bandwidth if hw.inter_node_link else None,
             "source": hw.source,
+            **_default_profile(name),
         })
     if json_out:
         emit_json({"hardware": rows, "profiles": list_profiles()})
         return
     t = Table(title="Bundled hardware")
-    for col in ("name", "bf16/fp16 TFLOP/s", "memory", "bandwidth", "per node", "intra-node", "description"):
+    for col in ("name", "bf16/fp16 TFLOP/s", "memory", "bandwidth", "per node", "intra-node", "default profile",
+                "description"):
         t.add_column(col)
     for r in rows:
         pf = r["peak_flops"]
         f16 = pf.get("bf16") or pf.get("fp16") or 0
+        prof = r["profile"] + (" (measured)" if r["profile_measured_from"] else " (assumed factors)")
         t.add_row(r["name"], f"{f16 / 1e12:.0f}", f"{r['memory_bytes'] / 1e9:.0f} GB",
                   f"{r['memory_bandwidth'] / 1e12:.2f} TB/s", str(r["devices_per_node"]),
-                  f"{r['intra_node_bandwidth'] / 1e9:.0f} GB/s", r["description"])
+                  f"{r['intra_node_bandwidth'] / 1e9:.0f} GB/s", prof, r["description"])
     console().print(t)
+    measured = [r for r in rows if r["profile_measured_from"]]
+    if measured:
+        console().print("measured profiles: " + "; ".join(f"{r['profile']} from {r['profile_measured_from']}"
+                                                           for r in measured))
     p = Table(title="Efficiency profiles")
-    for col in ("name", "for", "prefill MFU/MBU", "decode MFU/MBU", "description"):
+    for col in ("name", "for", "prefill MFU/MBU", "decode MFU/MBU", "kernel curves", "description"):
         p.add_column(col)
     for name in list_profiles():
         pr = get_profile(name)
+        k = pr.kernels
+        curves = (f"GEMM {'/'.join(k.gemm)}; attention {len(k.attention)}; collectives "
+                  f"{sum(len(v) for v in k.collectives.values())}" if k is not None else "-")
         p.add_row(name, pr.hardware or "any", f"{pr.prefill.compute:.2f}/{pr.prefill.memory:.2f}",
-                  f"{pr.decode.compute:.2f}/{pr.decode.memory:.2f}", pr.description)
+                  f"{pr.decode.compute:.2f}/{pr.decode.memory:.2f}", curves, pr.description)
     console().print(p)
+
+
+def _default_profile(hardware: str) -> dict[str, str]:
+    """The profile a device uses by default, and what it was measured from ("" when assumed)."""
+    pr = get_profile(None, hardware)
+    return {"profile": pr.name, "profile_measured_from": pr.measured_from}
 
 
 @app.command("engines")

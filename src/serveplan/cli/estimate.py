@@ -48,10 +48,27 @@ def estimate_cmd(
         False, "--band", help="P10/P50/P90 of the step time from a calibrated profile's uncertainty."),
     band_samples: int = typer.Option(200, "--band-samples", help="Profiles sampled for --band."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --band samples."),
+    op: str | None = typer.Option(None, "--op", help="Time one operator instead of a step: gemm, attention, "
+                                                     "allreduce, allgather, reducescatter, alltoall, sendrecv."),
+    op_m: int | None = typer.Option(None, "--m", help="--op gemm: rows (tokens) of the activations."),
+    op_n: int | None = typer.Option(None, "--n", help="--op gemm: output columns of the weight."),
+    op_k: int | None = typer.Option(None, "--k", help="--op gemm: inner dimension (input columns)."),
+    heads: int | None = typer.Option(None, "--heads", help="--op attention: query heads (on this device)."),
+    kv_heads: int | None = typer.Option(None, "--kv-heads", help="--op attention: KV heads (default: --heads)."),
+    head_dim: int = typer.Option(128, "--head-dim", help="--op attention: head dimension."),
+    op_bytes: float | None = typer.Option(None, "--bytes", help="--op <collective>: payload bytes per rank."),
+    ranks: int | None = typer.Option(None, "--ranks", help="--op <collective>: devices in the group."),
 ) -> None:
     """Time of one forward step per module and operator, memory per device, and (with
     --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
-    910B3, TP 4, batch 1, input 2048)."""
+    910B3, TP 4, batch 1, input 2048). With --op, the time the model gives one operator
+    (e.g. `--op gemm --m 16 --n 4096 --k 4096 --dtype fp8 -H h100-sxm`), to compare with a kernel
+    benchmark."""
+    if op is not None:
+        _operator(op, hardware=hardware, profile=profile, dtype=dtype, phase=phase, m=op_m, n=op_n, k=op_k,
+                  batch=batch, input_len=input_len, context_len=context_len, heads=heads, kv_heads=kv_heads,
+                  head_dim=head_dim, kv_dtype=kv_dtype, nbytes=op_bytes, ranks=ranks, json_out=json_out)
+        return
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
                    context_len=context_len)
@@ -107,3 +124,43 @@ def _step_band(res: EstimateResult, model: str, hardware: str, profile: str | No
          else StepBatch.decode(res.batch, res.context_len or 1))
     return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype, kv_dtype=res.kv_dtype).time(b),
                 pr, samples=samples, seed=seed)
+
+
+def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None, phase: str, m: int | None,
+              n: int | None, k: int | None, batch: int, input_len: int, context_len: int | None, heads: int | None,
+              kv_heads: int | None, head_dim: int, kv_dtype: str | None, nbytes: float | None, ranks: int | None,
+              json_out: bool) -> None:
+    """``estimate --op``: one operator's time (:mod:`serveplan.estimator.operators`)."""
+    from serveplan.errors import SpecError
+    from serveplan.estimator.operators import COLLECTIVE_NAMES, OPERATORS, attention_time, collective_time, gemm_time
+    from serveplan.specs.catalog import get_hardware, get_profile
+
+    hw = get_hardware(hardware)
+    pr = get_profile(profile, hw.name)
+    name = op.lower()
+    if name == "gemm":
+        missing = [f for f, v in (("--m", m), ("--n", n), ("--k", k)) if v is None]
+        if missing:
+            raise SpecError(f"--op gemm needs {', '.join(missing)} (the GEMM is m x k by k x n)")
+        res = gemm_time(m, n, k, hardware=hw, profile=pr, dtype=dtype or "bf16", phase=phase)  # type: ignore[arg-type]
+    elif name == "attention":
+        if heads is None:
+            raise SpecError("--op attention needs --heads (query heads on the device; also --kv-heads, --head-dim)")
+        length = input_len if phase == "prefill" else (context_len if context_len is not None else input_len)
+        res = attention_time(phase, batch=batch, length=length, heads=heads, kv_heads=kv_heads or heads,
+                             head_dim=head_dim, hardware=hw, profile=pr, kv_dtype=kv_dtype or "bf16")
+    elif name in COLLECTIVE_NAMES:
+        missing = [f for f, v in (("--bytes", nbytes), ("--ranks", ranks)) if v is None]
+        if missing:
+            raise SpecError(f"--op {op} needs {', '.join(missing)}")
+        res = collective_time(name, nbytes, ranks, hardware=hw, profile=pr, phase=phase)  # type: ignore[arg-type]
+    else:
+        raise SpecError(f"--op {op!r}; expected one of: {', '.join(OPERATORS)}")
+    if json_out:
+        emit_json({"hardware": hw.name, "profile": pr.name, **res.to_dict()})
+        return
+    shape = ", ".join(f"{k_}={v}" for k_, v in res.shape.items())
+    detail = (f"compute {fmt_ms(res.compute_s, 4)} ms, memory {fmt_ms(res.memory_s, 4)} ms, {res.bound} bound; "
+              f"{res.flops / 1e9:,.3f} GFLOP, {res.bytes / 1e6:,.3f} MB" if res.flops
+              else f"{res.bytes / 1e6:,.3f} MB payload")
+    console().print(f"{res.op} ({shape}) on {hw.name}: {fmt_ms(res.time_s, 4)} ms ({detail}); {res.model}")

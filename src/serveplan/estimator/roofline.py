@@ -18,18 +18,17 @@ Pipeline (all pure):
 4. :func:`layers_time` applies BestServe Algorithm 1 (dispatch/compute overlap) per layer kind and
    multiplies by the layer counts.
 
-Extending with shape-aware efficiency
--------------------------------------
-Efficiency enters in one place: :func:`phase_rates` gives every operator an inverse compute rate
+Shape-aware efficiency
+----------------------
+Efficiency enters in two places: :func:`phase_rates` gives every operator an inverse compute rate
 ``1 / (e_c S_c)`` and memory rate ``1 / (e_m S_m)`` from its family's factors, and
-:func:`op_terms` may replace the time of GEMM operators by ``ratio(rows) * max(W/S_c, Q/S_m)``
-(:class:`SizeCurve`, the profile's ``matmul_size_curve``). A measured, shape-dependent efficiency
-(GEMM ``(m, n, k)``, attention ``(batch, context)``, a collective's message size; per dtype) is a
-new curve of the same form: a function of one linear form of the batch features (the op's
-``rows``, or a new field of :class:`~serveplan.ops.base.Op`) giving time over peak roofline time,
-kept per operator family and per dtype, and evaluated in :func:`op_terms` next to :class:`SizeCurve`.
-The per-operator selection (which ops a curve applies to) is a boolean column of
-:class:`CompiledStep`, like ``is_gemm``.
+:func:`op_terms` replaces the terms of the operators a curve covers: a GEMM under a size curve
+takes ``ratio(rows) * max(W/S_c, Q/S_m)`` (:class:`SizeCurve`, the profile's
+``matmul_size_curve``); with a measured profile (``kernels:``) GEMMs, fused GQA attention and
+collectives take the measured curves of :mod:`serveplan.specs.kernels`, resolved once per
+estimator for its weight and KV formats (:class:`CurveRates`). A new curve follows the same path:
+a selection of operators (a column of :class:`CompiledStep` like ``is_gemm`` or ``attn_phase``)
+and a function of the batch features evaluated in :func:`op_terms`.
 """
 
 from __future__ import annotations
@@ -44,10 +43,12 @@ import numpy as np
 
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Op, Rate
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.kernels import AttentionCurve, CollectiveCurve, GemmCurve, KernelCurves
 from serveplan.specs.profile import CommModel, Module
 
 _NF = len(FEATURES)
 _N = FEATURE_INDEX["n"]
+_SP, _KVP, _ND, _KVD = (FEATURE_INDEX[f] for f in ("sp", "kvp", "nd", "kvd"))
 
 #: Order of the rates in :attr:`CompiledStep.rate` (0 = adapted roofline, then BestServe eq. 12's kappas).
 RATES: tuple[Rate, ...] = (Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST)
@@ -161,6 +162,13 @@ class CompiledStep:
     C: np.ndarray                        # (collectives, features) seconds at comm efficiency 1
     C_lat: np.ndarray                    # (collectives,) latency seconds when the step has tokens
     SC: np.ndarray                       # (blocks, collectives) 0/1: collective -> block
+    # measured kernel curves (specs/kernels.py) read these:
+    weight_elems: np.ndarray             # (ops,) weight elements k*n of a GEMM (W per row / 2), else 0
+    attn_phase: np.ndarray               # (ops,) 1: fused prefill attention, 2: fused decode attention, else 0
+    attn_heads: tuple[float, float, float]  # per-device query heads, KV heads, head dim (0: curves off)
+    comm_volume: np.ndarray              # (collectives, features) payload bytes per device
+    comm_kind: tuple[Collective, ...]
+    comm_group: tuple[int, ...]
 
     @property
     def num_blocks(self) -> int:
@@ -184,8 +192,14 @@ def collective_coefficients(kind: Collective, group_size: int, volume: np.ndarra
     return volume / bandwidth, latency_s  # send/recv
 
 
-def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model: CommModel) -> CompiledStep:
-    """Stack every group's operators and collectives into the matrices of a :class:`CompiledStep`."""
+def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model: CommModel, *,
+                 attention_heads: tuple[float, float, float] | None = None) -> CompiledStep:
+    """Stack every group's operators and collectives into the matrices of a :class:`CompiledStep`.
+
+    ``attention_heads`` = (query heads, KV heads per device, head dim) of a fused GQA attention
+    kernel lets measured attention curves apply to it (:class:`CurveRates`); ``None`` leaves the
+    attention ops on their family factors (eager attention, MLA).
+    """
     names: list[str] = []
     counts: list[float] = []
     blocks: list[tuple[int, Module]] = []
@@ -194,6 +208,9 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     comm_rows: list[np.ndarray] = []
     comm_lat: list[float] = []
     comm_block: list[int] = []
+    comm_vol: list[np.ndarray] = []
+    comm_kind: list[Collective] = []
+    comm_group: list[int] = []
     for gi, g in enumerate(groups):
         names.append(g.name)
         counts.append(float(g.count))
@@ -213,6 +230,9 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
                 comm_rows.append(row)
                 comm_lat.append(lat)
                 comm_block.append(bi)
+                comm_vol.append(feature_vector(c.volume))
+                comm_kind.append(c.kind)
+                comm_group.append(c.group_size)
     nb, no, nc = len(blocks), len(ops), len(comm_rows)
     S = np.zeros((nb, no))
     S[np.array(op_block, dtype=int), np.arange(no)] = 1.0
@@ -223,16 +243,31 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     def matrix(rows: list[np.ndarray]) -> np.ndarray:
         return np.array(rows) if rows else np.zeros((0, _NF))
 
+    F = matrix([feature_vector(o.flops) for o in ops])
+    is_gemm = np.array([o.rows is not None for o in ops], dtype=bool)
+    R = matrix([feature_vector(o.rows) if o.rows is not None else np.zeros(_NF) for o in ops])
+    # a GEMM's work is 2*k*n per row (its rows are one feature: n, ng under tile quantization, nout...)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(is_gemm, F.sum(axis=1) / (2.0 * R.sum(axis=1)), 0.0) if no else np.zeros(0)
+    attn_phase = np.zeros(no, dtype=int)
+    if attention_heads is not None:
+        only = {1: FEATURE_INDEX["apc"], 2: FEATURE_INDEX["kvd"]}
+        for i, o in enumerate(ops):
+            nz = np.flatnonzero(F[i])
+            if o.attention and o.rate is Rate.ROOFLINE and len(nz) == 1:
+                attn_phase[i] = next((ph for ph, col in only.items() if nz[0] == col), 0)
     return CompiledStep(
         group_names=tuple(names), counts=tuple(counts), blocks=tuple(blocks), ops=tuple(ops),
         op_block=np.array(op_block, dtype=int),
-        F=matrix([feature_vector(o.flops) for o in ops]),
+        F=F,
         B=matrix([feature_vector(o.bytes) for o in ops]),
-        R=matrix([feature_vector(o.rows) if o.rows is not None else np.zeros(_NF) for o in ops]),
+        R=R,
         rate=np.array([RATES.index(o.rate) for o in ops], dtype=int),
         family=np.array([_FAMILY_INDEX[kernel_family(o)] for o in ops], dtype=int),
-        is_gemm=np.array([o.rows is not None for o in ops], dtype=bool),
+        is_gemm=is_gemm,
         S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
+        weight_elems=weight, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
+        comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
     )
 
 
@@ -248,6 +283,57 @@ class PhaseRates:
     size_curve: SizeCurve | None
     dispatch: tuple[tuple[float, ...], ...]  # per group, per block: host dispatch seconds
     comm_efficiency: float
+    curves: CurveRates | None = None     # measured shape-aware curves (replace the factors they cover)
+
+
+_COLLECTIVE_OP = {Collective.ALL_REDUCE: "all_reduce", Collective.ALL_TO_ALL: "all_to_all",
+                  Collective.SEND_RECV: "send_recv"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CurveRates:
+    """The measured curves (:mod:`serveplan.specs.kernels`) one estimator uses, resolved for its
+    weight and KV formats: GEMMs, fused prefill and decode attention, and each collective.
+
+    A curve's time replaces the roofline terms of the operators it covers: the compute term
+    becomes ``t0 + W pad / (S_c e_c(shape))`` and the memory term ``t0 + Q / (S_m e_m(shape))``,
+    so ``max`` of both is the curve's time and the breakdown still says which one binds.
+    Collectives with a curve take ``latency + (f v + sqrt(f v ramp)) / B`` of their payload ``v``
+    (the profile's ``e_+`` no longer applies to them).
+    """
+
+    gemm: GemmCurve | None
+    prefill_attention: AttentionCurve | None
+    decode_attention: AttentionCurve | None
+    collectives: tuple[CollectiveCurve | None, ...]   # one per collective of the step
+    peak_flops: float
+    attention_peak_flops: float
+    bandwidth: float
+    # the operators each curve covers, precomputed for op_terms
+    gemm_index: np.ndarray
+    gemm_rows: np.ndarray               # (gemms, features)
+    gemm_weight: np.ndarray             # (gemms,) weight elements
+    prefill_index: np.ndarray
+    decode_index: np.ndarray
+    comm_index: tuple[int, ...]
+
+    @classmethod
+    def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
+                peak_flops: float, attention_peak_flops: float, bandwidth: float) -> CurveRates:
+        on = step.attn_heads[0] > 0
+        gi = np.flatnonzero(step.is_gemm)
+        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g)
+                     for k, g in zip(step.comm_kind, step.comm_group, strict=True))
+        return cls(
+            gemm=curves.gemm_curve(dtype),
+            prefill_attention=curves.attention_curve("prefill", kv_dtype) if on else None,
+            decode_attention=curves.attention_curve("decode", kv_dtype) if on else None,
+            collectives=coll,
+            peak_flops=peak_flops, attention_peak_flops=attention_peak_flops, bandwidth=bandwidth,
+            gemm_index=gi, gemm_rows=step.R[gi], gemm_weight=step.weight_elems[gi],
+            prefill_index=np.flatnonzero(step.attn_phase == 1), decode_index=np.flatnonzero(step.attn_phase == 2),
+            comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
+        )
 
 
 def dispatch_times(step: CompiledStep, dispatch: Callable[[Module], float]) -> tuple[tuple[float, ...], ...]:
@@ -261,7 +347,7 @@ def dispatch_times(step: CompiledStep, dispatch: Callable[[Module], float]) -> t
 def phase_rates(step: CompiledStep, *, efficiency: Mapping[OpFamily, tuple[float, float]], comm: float,
                 peak_flops: float, bandwidth: float, kappas: Sequence[float] = (0.0, 0.0, 0.0),
                 size_curve: SizeCurve | None = None,
-                dispatch: tuple[tuple[float, ...], ...]) -> PhaseRates:
+                dispatch: tuple[tuple[float, ...], ...], curves: CurveRates | None = None) -> PhaseRates:
     """Rates of one phase.
 
     Parameters
@@ -279,6 +365,9 @@ def phase_rates(step: CompiledStep, *, efficiency: Mapping[OpFamily, tuple[float
         GEMM time over peak roofline time by rows (replaces the factors for GEMMs).
     dispatch:
         Host dispatch time per group and block (:func:`dispatch_times`).
+    curves:
+        Measured shape-aware curves (:class:`CurveRates`); they take precedence over the size
+        curve and the factors for the operators they cover.
     """
     e_c = np.array([efficiency[f][0] for f in FAMILIES])[step.family]
     e_m = np.array([efficiency[f][1] for f in FAMILIES])[step.family]
@@ -291,7 +380,7 @@ def phase_rates(step: CompiledStep, *, efficiency: Mapping[OpFamily, tuple[float
     inv_comp = np.where(step.rate == 0, 1.0 / (e_c * peak_flops), 0.0)
     return PhaseRates(inv_compute=inv_comp, inv_memory=1.0 / mem_rate, inv_comm=1.0 / comm,
                       peak_inv=(1.0 / peak_flops, 1.0 / bandwidth), size_curve=size_curve,
-                      dispatch=dispatch, comm_efficiency=comm)
+                      dispatch=dispatch, comm_efficiency=comm, curves=curves)
 
 
 # ------------------------------------------------------------------------------ timing
@@ -323,8 +412,62 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
         g = step.is_gemm if single else step.is_gemm[:, None]
         comp = np.where(g, W * rates.peak_inv[0] * ratio, comp)
         mem = np.where(g, Q * rates.peak_inv[1] * ratio, mem)
+    if rates.curves is not None:
+        comp, mem, comm = _apply_curves(step, rates.curves, x, W, Q, comp, mem, comm)
     t_op = np.maximum(comp, mem)
     return W, Q, comp, mem, t_op, step.S @ t_op, step.SC @ comm
+
+
+def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: Any, comp: Any, mem: Any,
+                  comm: Any) -> tuple[Any, Any, Any]:
+    """Replace the terms of the operators and collectives a measured curve covers (in place on
+    the fresh ``comp``/``mem`` arrays of :func:`op_terms`; only the covered rows are computed)."""
+    vec = np.ndim(x) == 1
+    c = cr.gemm
+    gi = cr.gemm_index
+    if c is not None and len(gi):
+        m = np.maximum(cr.gemm_rows @ x, 1.0)
+        w = cr.gemm_weight if vec else cr.gemm_weight[:, None]
+        e_c = c.compute_max * m / (m + c.rows_half) * (w / (w + c.weight_half))
+        if c.tile_rows > 1:
+            e_c = e_c * m / (np.ceil(m / c.tile_rows) * c.tile_rows)
+        Wg, Qg = W[gi], Q[gi]
+        t0 = c.overhead_s * (Wg > 0)      # an op without work this step costs nothing
+        comp[gi] = t0 + Wg / (cr.peak_flops * e_c)
+        mem[gi] = t0 + Qg / (cr.bandwidth * c.memory)
+    hq, hkv, d = step.attn_heads
+    for curve, idx, ph in ((cr.prefill_attention, cr.prefill_index, 1), (cr.decode_attention, cr.decode_index, 2)):
+        if curve is None or not len(idx):
+            continue
+        if ph == 1:
+            seqs, keys, heads = x[_SP], x[_KVP], hq
+        else:
+            seqs, keys, heads = x[_ND], x[_KVD], hkv
+        length = keys / np.maximum(seqs, 1e-30)
+        pairs = seqs * heads
+        sat = length / (length + curve.len_half) * pairs / (pairs + curve.parallel_half + 1e-30)
+        Wa, Qa = W[idx], Q[idx]
+        t0 = curve.overhead_s * (Wa > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if ph == 1:
+                sat = sat * d / (d + curve.head_dim_half)
+                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max * sat)
+                ma = t0 + Qa / (cr.bandwidth * curve.memory_max)
+            else:
+                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max)
+                ma = t0 + Qa / (cr.bandwidth * curve.memory_max * sat)
+        on = Wa > 0
+        comp[idx] = np.where(on, ca, 0.0)
+        mem[idx] = np.where(on, ma, 0.0)
+    if cr.comm_index:
+        comm = np.array(comm, dtype=float, copy=True)
+        active = x[_N] > 0
+        vol = step.comm_volume @ x
+        for i in cr.comm_index:
+            cc = cr.collectives[i]
+            assert cc is not None
+            comm[i] = cc.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
+    return comp, mem, comm
 
 
 def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence[float]],

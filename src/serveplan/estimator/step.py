@@ -25,6 +25,8 @@ import numpy as np
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.roofline import (
+    CompiledStep,
+    CurveRates,
     OpFamily,
     PhaseRates,
     SizeCurve,
@@ -39,9 +41,10 @@ from serveplan.ops.base import FEATURE_INDEX, FEATURES, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.kernels import gemm_peak_flops
 from serveplan.specs.model import AttentionKind, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile, Phase
+from serveplan.specs.profile import AttentionImpl, EfficiencyProfile, Phase
 from serveplan.units import DType, ceil_div
 
 #: Fraction of device memory the engine may use (vLLM's ``gpu_memory_utilization`` default 0.9).
@@ -141,6 +144,36 @@ class StepEstimate:
         }
 
 
+def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Phase, *, peak_flops: float,
+                  bandwidth: float, curves: CurveRates | None) -> PhaseRates:
+    """Rates of one phase from a profile: family factors (GEMMs and streaming kernels share the
+    phase's MFU/MBU, attention may have its own), ``kappa`` rates, size curve, dispatch times
+    (none in decode under CUDA graphs) and the measured curves."""
+    eff = profile.efficiency(phase)
+    hidden = phase is Phase.DECODE and profile.dispatch_hidden_in_decode
+    curve = profile.matmul_size_curve.get(phase.value)
+    return phase_rates(
+        compiled,
+        efficiency={OpFamily.MATMUL: (eff.compute, eff.memory), OpFamily.STREAM: (eff.compute, eff.memory),
+                    OpFamily.ATTENTION: (eff.attn_compute, eff.attn_memory)},
+        comm=eff.comm, peak_flops=peak_flops, bandwidth=bandwidth,
+        kappas=(profile.kappa_update, profile.kappa_repeat_kv, profile.kappa_upcast),
+        size_curve=SizeCurve.from_points(*curve) if curve is not None else None,
+        dispatch=dispatch_times(compiled, lambda kind: 0.0 if hidden else profile.dispatch(kind)),
+        curves=curves,
+    )
+
+
+def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware: DeviceSpec, *, dtype: DType,
+                   kv_dtype: DType) -> CurveRates | None:
+    """The profile's measured curves for these formats, or ``None`` for a constant-factor profile."""
+    if profile.kernels is None:
+        return None
+    return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
+                              peak_flops=gemm_peak_flops(hardware, dtype.value),
+                              attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth)
+
+
 class Estimator:
     """Step-time oracle for one (model, hardware, profile, parallel layout, dtype).
 
@@ -185,7 +218,12 @@ class Estimator:
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
             expert_imbalance=profile.expert_imbalance,
         )
-        self.compiled = compile_step(self.groups, hardware, profile.comm_model)
+        fused_gqa = (profile.kernels is not None and profile.attention_impl is AttentionImpl.FUSED
+                     and model.attention is not AttentionKind.MLA)
+        heads = ((model.num_attention_heads / parallel.tp, max(model.num_key_value_heads / parallel.tp, 1.0),
+                  float(model.head_dim)) if fused_gqa else None)
+        self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads)
+        self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype)
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
@@ -199,19 +237,8 @@ class Estimator:
         self._cache: dict[StepBatch, float] = {}
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
-        p = self.profile
-        eff = p.efficiency(phase)
-        hidden = phase is Phase.DECODE and p.dispatch_hidden_in_decode
-        curve = p.matmul_size_curve.get(phase.value)
-        return phase_rates(
-            self.compiled,
-            efficiency={OpFamily.MATMUL: (eff.compute, eff.memory), OpFamily.STREAM: (eff.compute, eff.memory),
-                        OpFamily.ATTENTION: (eff.attn_compute, eff.attn_memory)},
-            comm=eff.comm, peak_flops=self.peak_flops, bandwidth=self.hardware.memory_bandwidth,
-            kappas=(p.kappa_update, p.kappa_repeat_kv, p.kappa_upcast),
-            size_curve=SizeCurve.from_points(*curve) if curve is not None else None,
-            dispatch=dispatch_times(self.compiled, lambda kind: 0.0 if hidden else p.dispatch(kind)),
-        )
+        return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
+                             bandwidth=self.hardware.memory_bandwidth, curves=self._curves)
 
     # ------------------------------------------------------------------ features
     def features(self, batch: StepBatch) -> np.ndarray:

@@ -173,6 +173,8 @@ class SimulationConfig:
         if kv is not None:
             _check_kv_format(hardware, kv)
         spec = get_engine(engine) if isinstance(engine, str) else engine
+        if spec is not None:   # a measured profile's curves of this engine's own kernels
+            profile = profile.for_engine(spec.engine)
         if spec is not None and engine_setup is None:
             fleet, engine_setup = _engine_fleet(spec, model, hardware, profile, fleet, fleet_settings,
                                                 workload if workload is not None else _default_workload(),

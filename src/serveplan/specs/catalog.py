@@ -57,7 +57,7 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
     if not p.is_file():
         raise SpecError(f"{kind} file {path!r} does not exist")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.load(p.read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         raise SpecError(f"{kind} file {path!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):

@@ -103,7 +103,7 @@ class DeviceSpec:
         MXFP4) runs weight-only at 16 bits on devices without FP4 tensor cores (as vLLM's Marlin
         FP4 kernels do on Hopper); weight-only formats always compute at 16 bits.
         """
-        dtype = DType.parse(dtype)
+        dtype = DType.parse(dtype)   # a format name ("fp16") is accepted too
         for cand in _FLOPS_FALLBACK.get(dtype.compute, (dtype.compute,)):
             if cand in self.peak_flops:
                 return cand

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from serveplan.errors import SpecError
+from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
 
 
 class Phase(str, Enum):
@@ -123,6 +124,16 @@ class EfficiencyProfile:
         interpolated linearly in ``log m`` and held constant outside the points. Replaces the
         phase's MFU/MBU for GEMMs when a calibration shows that their efficiency depends on the
         row count (e.g. CPU BLAS kernels slow down at 4-16 rows); fitted by ``serveplan calibrate``.
+    kernels:
+        Measured shape-aware curves (:class:`~serveplan.specs.kernels.KernelCurves`: GEMM by rows,
+        weight size and format; fused attention by length, parallelism and KV format; NCCL
+        collectives by size and rank count). Where a curve covers an operator it replaces the
+        factors and the size curve; other operators keep them.
+    engine_kernels:
+        GEMM and attention curves of other engines' kernels (``trtllm``, ``sglang``), keyed by
+        engine family; :meth:`for_engine` swaps them in (collectives stay ``kernels``').
+    measured_from:
+        One line naming the measurements a measured profile was fitted to (``serveplan hardware``).
     """
 
     name: str
@@ -143,6 +154,9 @@ class EfficiencyProfile:
     expert_imbalance: float = 1.0
     uncertainty: Mapping[str, float] = field(default_factory=dict)
     matmul_size_curve: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    kernels: KernelCurves | None = None
+    engine_kernels: Mapping[str, KernelCurves] = field(default_factory=dict)
+    measured_from: str = ""
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
@@ -170,6 +184,15 @@ class EfficiencyProfile:
         """Factors of a phase (``prefill`` or ``decode``)."""
         return self.prefill if phase == Phase.PREFILL else self.decode
 
+    def for_engine(self, engine: str) -> EfficiencyProfile:
+        """This profile with the GEMM and attention curves measured for ``engine``'s own kernels
+        (``engine_kernels``), or unchanged when it has none for that engine."""
+        ek = self.engine_kernels.get(engine)
+        if ek is None or self.kernels is None:
+            return self
+        return self.with_(kernels=dataclasses.replace(self.kernels, gemm=ek.gemm or self.kernels.gemm,
+                                                      attention=ek.attention or self.kernels.attention))
+
     def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)
 
@@ -196,6 +219,10 @@ class EfficiencyProfile:
             **({"matmul_size_curve": {ph: {"rows": list(r), "time_over_roofline": list(v)}
                                       for ph, (r, v) in self.matmul_size_curve.items()}}
                if self.matmul_size_curve else {}),
+            **({"measured_from": self.measured_from} if self.measured_from else {}),
+            **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
+            **({"engine_kernels": {e: k.to_dict() for e, k in self.engine_kernels.items()}}
+               if self.engine_kernels else {}),
         }
 
 
@@ -251,6 +278,9 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         expert_imbalance=float(raw.get("expert_imbalance", 1.0)),
         uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
         matmul_size_curve=_size_curve(raw.get("matmul_size_curve"), name),
+        kernels=kernel_curves_from_dict(raw.get("kernels"), f"profile {name!r}: kernels"),
+        engine_kernels=_engine_kernels(raw.get("engine_kernels"), name),
+        measured_from=str(raw.get("measured_from", "")),
     )
 
 
@@ -268,4 +298,17 @@ def _size_curve(raw: Any, name: str) -> dict[str, tuple[tuple[float, ...], tuple
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"profile {name!r}: matmul_size_curve.{ph} needs numeric lists 'rows' and "
                             f"'time_over_roofline'") from None
+    return out
+
+
+def _engine_kernels(raw: Any, name: str) -> dict[str, KernelCurves]:
+    if not raw:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"profile {name!r}: engine_kernels must map engine families to kernel curves")
+    out = {}
+    for engine, section in raw.items():
+        curves = kernel_curves_from_dict(section, f"profile {name!r}: engine_kernels.{engine}")
+        if curves is not None:
+            out[str(engine)] = curves
     return out

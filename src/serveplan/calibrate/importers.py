@@ -1,0 +1,334 @@
+"""Import public per-kernel measurements into the measurement format (:mod:`.measurements`).
+
+Two sources are read, whatever subset of their tables a directory holds:
+
+* **aiconfigurator** (NVIDIA, Apache-2.0; the ``aiconfigurator-core`` wheel, 0.12.0) keeps, per
+  system, ``aiconfigurator_core/systems/data/<system>/<kind>/<framework>/<version>/*.parquet``:
+  ``gemm_perf`` (``gemm_dtype, m, n, k, latency``), ``context_attention_perf`` and
+  ``generation_attention_perf`` (``batch_size, isl, num_heads, num_key_value_heads, head_dim,
+  kv_cache_dtype, step, window_size, latency``) and ``nccl_perf`` (``op_name, num_gpus,
+  nccl_dtype, message_size, latency``). Latencies are milliseconds; NCCL message sizes are
+  elements (an all-gather of N half elements takes the time of 2N int8 elements in the tables).
+  Older releases wrote the same columns as CSV text (``*.txt``/``*.csv``); both are read.
+* **Vidur** (Microsoft, MIT; ``data/profiling``): ``compute/<gpu>/<model>/mlp.csv`` holds
+  per-operator CUDA-event times (``time_stats.<op>.median``, milliseconds) of one layer at
+  ``num_tokens`` with the model's ``n_embd``, ``n_expanded_embd``, ``n_head``, ``n_kv_head`` and
+  ``num_tensor_parallel_workers``; ``network/<setup>/all_reduce.csv`` and ``send_recv.csv`` hold
+  collective times (``time_stats.<op>.median``, ms) by ``size`` (elements of fp16) and
+  ``num_workers``.
+
+Each row becomes a :class:`~serveplan.calibrate.measurements.Measurement` whose work and traffic
+are counted as the estimator counts the matching operator (``ops/graph.py``): a GEMM
+``m x k`` by ``k x n`` does ``2 m n k`` FLOP and moves ``a (m k + m n) + w k n`` bytes (``a`` = 2
+bytes of bf16 activations, ``w`` the weight format's bytes); fused prefill attention does
+``(4 d_q + 5 h_q)`` FLOP per causal score and reads Q, K, V and writes O; decode attention reads
+the KV cache. The shape is kept in ``name`` as ``key=value`` pairs
+(:func:`shape_of`), which the kernel-curve fit (:mod:`serveplan.calibrate.kernel_fit`) reads.
+
+Reading parquet needs ``pyarrow`` (``pip install 'serveplan[import]'``); nothing else does.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from serveplan.calibrate.measurements import Measurement, MeasurementSet
+from serveplan.errors import SpecError
+
+#: Bytes per element of the formats that appear in the tables.
+DTYPE_BYTES = {"bfloat16": 2.0, "bf16": 2.0, "float16": 2.0, "fp16": 2.0, "half": 2.0, "fp8": 1.0,
+               "fp8_block": 1.0, "int8": 1.0, "nvfp4": 0.5625, "fp4": 0.5625, "float32": 4.0, "fp32": 4.0}
+#: Canonical dtype names written to the measurement rows.
+DTYPE_NAME = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+              "fp8": "fp8", "fp8_block": "fp8_block", "int8": "int8", "nvfp4": "fp4", "fp4": "fp4",
+              "float32": "fp32", "fp32": "fp32"}
+#: Collective names of the tables, mapped to ours.
+COLLECTIVES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
+               "reduce_scatter": "reduce_scatter", "alltoall": "all_to_all", "all_to_all": "all_to_all",
+               "send_recv": "send_recv"}
+SOURCES = ("aiconfigurator", "vidur")
+_ACT_BYTES = 2.0  # bf16/fp16 activations in every table read here
+
+
+def shape_of(m: Measurement) -> dict[str, str]:
+    """The ``key=value`` pairs of a row's ``name`` (``"m=1 n=4096 k=4096 dtype=bf16"``)."""
+    out = {}
+    for part in m.name.split():
+        k, sep, v = part.partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def _name(**kv: Any) -> str:
+    return " ".join(f"{k}={v}" for k, v in kv.items())
+
+
+# ---------------------------------------------------------------------------------- table reading
+def _read_table(path: Path) -> Iterator[dict[str, Any]]:
+    """Rows of one parquet or CSV table as dictionaries."""
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise SpecError(f"{path}: reading parquet tables needs pyarrow; "
+                            "install it with: pip install 'serveplan[import]'") from None
+        table = pq.read_table(path).to_pydict()
+        cols = list(table)
+        for i in range(len(table[cols[0]]) if cols else 0):
+            yield {c: table[c][i] for c in cols}
+        return
+    with path.open(newline="") as f:
+        yield from csv.DictReader(line for line in f if not line.startswith("#"))
+
+
+def _num(row: Mapping[str, Any], key: str, where: Path) -> float:
+    try:
+        v = float(row[key])
+    except KeyError:
+        raise SpecError(f"{where}: column {key!r} is missing; found: {', '.join(row)}") from None
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: column {key!r}={row[key]!r} must be a number") from None
+    return v
+
+
+def _tables(root: Path, stem: str) -> list[Path]:
+    found = [p for ext in ("parquet", "csv", "txt") for p in root.rglob(f"{stem}.{ext}")]
+    return sorted(found)
+
+
+def _runtime(path: Path, system_dir: Path) -> tuple[str, str]:
+    """(framework, version) of a table at ``<system>/<kind>/<framework>/<version>/<table>``."""
+    rel = path.relative_to(system_dir).parts
+    return (rel[1], rel[2]) if len(rel) >= 4 else ("", "")
+
+
+# ---------------------------------------------------------------------------------- aiconfigurator
+def find_systems(root: str | Path) -> dict[str, Path]:
+    """System directories under ``root``: the ``systems/data`` folder of an unpacked wheel, any
+    folder above it, or one system's folder."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SpecError(f"aiconfigurator directory {str(root)!r} does not exist")
+    for cand in (root / "aiconfigurator_core" / "systems" / "data", root / "systems" / "data", root / "data", root):
+        if cand.is_dir():
+            subs = {p.name: p for p in sorted(cand.iterdir())
+                    if p.is_dir() and any(p.glob("*/*/*/*_perf.*"))}
+            if subs:
+                return subs
+    if any(root.glob("*/*/*/*_perf.*")):
+        return {root.name: root}
+    raise SpecError(f"{root}: no aiconfigurator tables found (expected <system>/<kind>/<framework>/"
+                    f"<version>/*_perf.parquet, e.g. aiconfigurator_core/systems/data/h100_sxm/gemm/...)")
+
+
+def import_aiconfigurator(root: str | Path, system: str, *, framework: str | None = None,
+                          kinds: Iterable[str] = ("gemm", "context_attention", "generation_attention", "nccl"),
+                          ) -> MeasurementSet:
+    """Read one system's GEMM, attention and NCCL tables into measurements.
+
+    Parameters
+    ----------
+    root:
+        Unpacked wheel, its ``systems/data`` folder, or the system's folder.
+    system:
+        aiconfigurator system name (``h100_sxm``, ``h200_sxm``, ``b200_sxm``, ``a100_sxm``, ``l40s``...).
+    framework:
+        Keep only tables of this runtime (``vllm``, ``sglang``, ``trtllm``); NCCL tables are kept
+        whatever it is. Default: every runtime; each row's ``name`` says which.
+
+    Raises
+    ------
+    SpecError
+        Unknown system, no table found, or a table without its columns.
+    """
+    systems = find_systems(root)
+    if system not in systems:
+        raise SpecError(f"aiconfigurator system {system!r} not found under {root}; "
+                        f"found: {', '.join(systems) or 'none'}")
+    sdir = systems[system]
+    rows: list[Measurement] = []
+    used: list[str] = []
+    kinds = tuple(kinds)
+    for stem, reader in (("gemm_perf", _gemm_rows), ("context_attention_perf", _context_rows),
+                         ("generation_attention_perf", _generation_rows), ("nccl_perf", _nccl_rows)):
+        if stem.removesuffix("_perf") not in kinds:
+            continue
+        for path in _tables(sdir, stem):
+            fw, ver = _runtime(path, sdir)
+            if framework and stem != "nccl_perf" and fw != framework:
+                continue
+            before = len(rows)
+            rows.extend(reader(path, f"{fw}-{ver}"))
+            used.append(f"{path.relative_to(sdir)} ({len(rows) - before} rows)")
+    if not rows:
+        raise SpecError(f"{sdir}: no GEMM, attention or NCCL rows"
+                        + (f" for framework {framework!r}" if framework else ""))
+    meta = {"source": "aiconfigurator-core 0.12.0 (Apache-2.0), systems/data/" + system,
+            "system": system, "tables": "; ".join(used), "time_unit_of_source": "ms"}
+    return MeasurementSet(tuple(rows), meta)
+
+
+def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        dt = str(r.get("gemm_dtype", ""))
+        if dt not in DTYPE_BYTES:
+            continue  # formats without a byte width here (e.g. w4a16 variants) are skipped
+        m, n, k = (_num(r, c, path) for c in ("m", "n", "k"))
+        t = _num(r, "latency", path) * 1e-3
+        if t <= 0 or min(m, n, k) <= 0:
+            continue
+        wb = DTYPE_BYTES[dt]
+        # activations of fp8/fp4 GEMMs are quantized too; output stays bf16
+        ab_in = wb if dt not in ("bfloat16", "float16") else _ACT_BYTES
+        yield Measurement(kind="gemm", phase="decode" if m <= 64 else "prefill", flops=2 * m * n * k,
+                          bytes=ab_in * m * k + _ACT_BYTES * m * n + wb * k * n, time_s=t, rows=m,
+                          name=_name(m=int(m), n=int(n), k=int(k), dtype=DTYPE_NAME[dt],
+                                     kernel=str(r.get("kernel_source", "")).replace(" ", "_"), runtime=runtime))
+
+
+def _attn_common(r: Mapping[str, Any], path: Path) -> tuple[float, float, float, float, float, str]:
+    b, hq, hkv, d = (_num(r, c, path) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+    kv = str(r.get("kv_cache_dtype", "bfloat16"))
+    win = float(r.get("window_size", 0) or 0)
+    return b, hq, hkv, d, win, kv
+
+
+def _context_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        b, hq, hkv, d, win, kv = _attn_common(r, path)
+        s = _num(r, "isl", path)
+        t = _num(r, "latency", path) * 1e-3
+        if win > 0 or t <= 0 or kv not in DTYPE_BYTES or hkv > hq:
+            continue  # sliding-window rows: a different kernel path
+        causal = b * s * (s + 1) / 2           # feature apc: causal score elements per head
+        flops = causal * (4 * hq * d + 5 * hq)  # fused attention, ops/graph.py
+        nbytes = b * s * 2 * _ACT_BYTES * hq * d + b * s * 2 * DTYPE_BYTES[kv] * hkv * d
+        yield Measurement(kind="attention", phase="prefill", flops=flops, bytes=nbytes, time_s=t, rows=b * s,
+                          name=_name(batch=int(b), seq=int(s), heads=int(hq), kv_heads=int(hkv), head_dim=int(d),
+                                     kv_dtype=DTYPE_NAME[kv], runtime=runtime))
+
+
+def _generation_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        b, hq, hkv, d, win, kv = _attn_common(r, path)
+        # generation rows: one new token after isl + step cached ones (aiconfigurator's
+        # generation attention is timed at step = context - isl)
+        ctx = _num(r, "isl", path) + _num(r, "step", path)
+        t = _num(r, "latency", path) * 1e-3
+        if win > 0 or t <= 0 or kv not in DTYPE_BYTES or hkv > hq:
+            continue
+        flops = b * ctx * (4 * hq * d + 5 * hq)
+        nbytes = b * 2 * _ACT_BYTES * hq * d + b * ctx * 2 * DTYPE_BYTES[kv] * hkv * d
+        yield Measurement(kind="attention", phase="decode", flops=flops, bytes=nbytes, time_s=t, rows=b,
+                          name=_name(batch=int(b), context=int(ctx), heads=int(hq), kv_heads=int(hkv),
+                                     head_dim=int(d), kv_dtype=DTYPE_NAME[kv], runtime=runtime))
+
+
+def _nccl_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        op = COLLECTIVES.get(str(r.get("op_name", "")))
+        dt = str(r.get("nccl_dtype", "half"))
+        if op is None or dt not in DTYPE_BYTES:
+            continue
+        g = _num(r, "num_gpus", path)
+        nbytes = _num(r, "message_size", path) * DTYPE_BYTES[dt]
+        t = _num(r, "latency", path) * 1e-3
+        if t <= 0 or g < 2:
+            continue
+        yield Measurement(kind="collective", phase="any", flops=0.0, bytes=nbytes, time_s=t,
+                          name=_name(op=op, ranks=int(g), dtype=DTYPE_NAME[dt],
+                                     runtime=f"nccl-{runtime.split('-')[-1]}"))
+
+
+# ---------------------------------------------------------------------------------- Vidur
+#: Vidur's MLP-side operators (``time_stats.<op>.median``) that are GEMMs: (rows, k, n) of each,
+#: in terms of tokens ``t``, hidden ``h``, expanded ``f``, heads ``a``, kv heads ``kv``, head
+#: dim ``d`` and tensor-parallel workers ``p`` (vidur/profiling/mlp/mlp_impl.py).
+_VIDUR_GEMMS: dict[str, Callable[[float, float, float, float, float, float], tuple[float, float]]] = {
+    "attn_pre_proj": lambda h, f, a, kv, d, p: (h, (a + 2 * kv) * d / p),
+    "attn_post_proj": lambda h, f, a, kv, d, p: (a * d / p, h),
+    "mlp_up_proj": lambda h, f, a, kv, d, p: (h, 2 * f / p),
+    "mlp_down_proj": lambda h, f, a, kv, d, p: (f / p, h),
+}
+
+
+def import_vidur(root: str | Path, *, gpu: str | None = None) -> MeasurementSet:
+    """Read Vidur's ``data/profiling`` tables (GEMMs of ``mlp.csv``; ``all_reduce.csv`` and
+    ``send_recv.csv``) into measurements. ``gpu`` keeps one compute folder (``h100``, ``a100``)
+    and the network folders whose name starts with it.
+
+    Raises
+    ------
+    SpecError
+        No Vidur table found under ``root``, or a table without its columns.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise SpecError(f"vidur directory {str(root)!r} does not exist")
+    base = next((c for c in (root / "data" / "profiling", root / "profiling", root) if c.is_dir()
+                 and (any(c.glob("compute/*/**/mlp.csv")) or any(c.glob("network/*/*.csv")))), None)
+    if base is None:
+        raise SpecError(f"{root}: no Vidur tables found (expected data/profiling/compute/<gpu>/<model>/mlp.csv "
+                        f"or data/profiling/network/<setup>/all_reduce.csv)")
+    rows: list[Measurement] = []
+    used = []
+    for path in sorted(base.glob("compute/*/**/mlp.csv")):
+        dev = path.relative_to(base).parts[1]
+        if gpu and dev != gpu:
+            continue
+        model = "/".join(path.relative_to(base).parts[2:-1])
+        before = len(rows)
+        rows.extend(_vidur_mlp(path, dev, model))
+        used.append(f"{path.relative_to(base)} ({len(rows) - before} rows)")
+    for stem in ("all_reduce", "send_recv"):
+        for path in sorted(base.glob(f"network/*/{stem}.csv")):
+            setup = path.parent.name
+            if gpu and not setup.startswith(gpu):
+                continue
+            before = len(rows)
+            rows.extend(_vidur_network(path, stem, setup))
+            used.append(f"{path.relative_to(base)} ({len(rows) - before} rows)")
+    if not rows:
+        raise SpecError(f"{base}: no Vidur rows" + (f" for gpu {gpu!r}" if gpu else ""))
+    return MeasurementSet(tuple(rows), {"source": "Vidur data/profiling (MIT)", "tables": "; ".join(used),
+                                        "time_unit_of_source": "ms"})
+
+
+def _vidur_mlp(path: Path, dev: str, model: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        h, f, a, kv, p, tok = (_num(r, c, path) for c in ("n_embd", "n_expanded_embd", "n_head", "n_kv_head",
+                                                        "num_tensor_parallel_workers", "num_tokens"))
+        d = h / a
+        for op, dims in _VIDUR_GEMMS.items():
+            key = f"time_stats.{op}.median"
+            if not r.get(key):
+                continue
+            t = float(r[key]) * 1e-3
+            k, n = dims(h, f, a, kv, d, p)
+            if t <= 0 or not math.isfinite(t):
+                continue
+            yield Measurement(kind="gemm", phase="decode" if tok <= 64 else "prefill", flops=2 * tok * n * k,
+                              bytes=_ACT_BYTES * tok * (k + n) + _ACT_BYTES * k * n, time_s=t, rows=tok,
+                              name=_name(m=int(tok), n=int(n), k=int(k), dtype="fp16", op=op, gpu=dev,
+                                         model=model.replace(" ", "_"), tp=int(p), runtime="vidur"))
+
+
+def _vidur_network(path: Path, stem: str, setup: str) -> Iterator[Measurement]:
+    for r in _read_table(path):
+        key = next((c for c in r if c.startswith("time_stats.") and c.endswith(".median")), None)
+        if key is None or not r.get(key):
+            continue
+        g = _num(r, "num_workers", path)
+        nbytes = _num(r, "size", path) * 2.0   # fp16 elements
+        t = float(r[key]) * 1e-3
+        if t <= 0 or g < 2:
+            continue
+        nodes = int(float(r.get("devices_per_node", g) or g))
+        yield Measurement(kind="collective", phase="any", flops=0.0, bytes=nbytes, time_s=t,
+                          name=_name(op=stem, ranks=int(g), dtype="fp16", setup=setup,
+                                     per_node=nodes, runtime=f"vidur-{setup}"))

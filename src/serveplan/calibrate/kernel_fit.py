@@ -1,0 +1,319 @@
+"""Fit the shape-aware kernel curves (:mod:`serveplan.specs.kernels`) to per-kernel measurements.
+
+Rows come from :mod:`serveplan.calibrate.importers` (aiconfigurator, Vidur) or any measurement
+file whose ``name`` carries the shape as ``key=value`` pairs. Each curve is fitted by bounded
+least squares (``scipy.optimize.least_squares``, soft-L1 loss of scale 0.1 on the log of
+predicted over measured time, so a few outliers such as mis-tuned kernels do not pull the curve)
+over the logarithms of its parameters. The relative standard deviation of each parameter is
+``sqrt(diag(s^2 (J^T J)^-1))`` at the optimum (Gauss-Newton, log parameters), with ``s^2`` the
+residual variance; a parameter the data do not constrain gets ``sd`` capped at 1.
+
+Held-out error: the shapes are split in two halves by a seeded draw of *shape groups* (a GEMM's
+``(n, k)``, an attention kernel's ``(heads, kv_heads, head_dim)``, a collective's message sizes
+alternately), the curve is fitted on one half and its median |relative error| reported on the
+other (:func:`held_out`). The bundled profiles are then fitted on all rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from serveplan.calibrate.importers import shape_of
+from serveplan.calibrate.measurements import Measurement, MeasurementSet
+from serveplan.errors import SpecError
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.kernels import (
+    AttentionCurve,
+    CollectiveCurve,
+    GemmCurve,
+    KernelCurves,
+    Provenance,
+    bus_factor,
+    gemm_peak_flops,
+)
+from serveplan.units import DType
+
+#: Tile sizes along the rows tried for each format (the one with the lowest held-out error is kept).
+TILE_CHOICES = (1, 64, 128)
+#: GEMMs fitted and validated: both weight dimensions at least this (layer projections; the
+#: tables' 32-256 wide shapes are not LLM layers) and at most this many rows.
+GEMM_MIN_DIM = 512
+GEMM_MAX_ROWS = 16384
+#: Fewest rows a curve is fitted on.
+MIN_POINTS = 8
+
+
+def peak_flops_for(hardware: DeviceSpec, dtype: str) -> float:
+    """Peak a GEMM curve is fitted against (:func:`serveplan.specs.kernels.gemm_peak_flops`)."""
+    return gemm_peak_flops(hardware, dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    t: np.ndarray
+    W: np.ndarray
+    Q: np.ndarray
+    a: np.ndarray        # rows m (GEMM) or length (attention) or bytes (collective)
+    b: np.ndarray        # weight elements (GEMM), (sequence, head) pairs (attention)
+    c: np.ndarray        # head dimension (attention)
+    group: np.ndarray    # shape group for the held-out split
+
+
+def _gemm_rows(rows: Sequence[Measurement]) -> _Rows:
+    sh = [shape_of(r) for r in rows]
+    n = np.array([float(s["n"]) for s in sh])
+    k = np.array([float(s["k"]) for s in sh])
+    return _Rows(np.array([r.time_s for r in rows]), np.array([r.flops for r in rows]),
+                 np.array([r.bytes for r in rows]), np.array([float(s["m"]) for s in sh]), n * k,
+                 np.zeros(len(rows)), n * 1e6 + k)
+
+
+def _attn_rows(rows: Sequence[Measurement], phase: str) -> _Rows:
+    sh = [shape_of(r) for r in rows]
+    length = np.array([float(s["seq" if phase == "prefill" else "context"]) for s in sh])
+    grp = np.array([float(s["heads"]) * 1e6 + float(s["kv_heads"]) * 1e3 + float(s["head_dim"]) for s in sh])
+    heads = "heads" if phase == "prefill" else "kv_heads"
+    pairs = np.array([float(s["batch"]) * float(s[heads]) for s in sh])
+    return _Rows(np.array([r.time_s for r in rows]), np.array([r.flops for r in rows]),
+                 np.array([r.bytes for r in rows]), length, pairs,
+                 np.array([float(s["head_dim"]) for s in sh]), grp)
+
+
+def _fit(model: Callable[[np.ndarray, _Rows], np.ndarray], p0: Sequence[float], d: _Rows,
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Log-parameter least squares on log(predicted / measured); returns (params, relative sd)."""
+    from scipy.optimize import least_squares
+
+    def resid(lp: np.ndarray) -> np.ndarray:
+        return np.asarray(np.log(model(np.exp(lp), d) / d.t))
+
+    res = least_squares(resid, np.log(np.asarray(p0, dtype=float)), loss="soft_l1", f_scale=0.1,
+                        bounds=(np.log(1e-12), np.log(1e12)), max_nfev=3000)
+    if res.status < 0 or not np.all(np.isfinite(res.x)):
+        raise SpecError(f"kernel curve fit did not converge: {res.message}")
+    J = res.jac
+    dof = max(len(d.t) - len(p0), 1)
+    s2 = float(np.sum(res.fun ** 2) / dof)
+    try:
+        cov = s2 * np.linalg.pinv(J.T @ J)
+        sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        sd = np.full(len(p0), np.inf)
+    return np.asarray(np.exp(res.x)), np.minimum(sd, 1.0)
+
+
+# ------------------------------------------------------------------------------------ GEMM
+def _gemm_model(peak: float, bw: float, tile: int) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+    def f(p: np.ndarray, d: _Rows) -> np.ndarray:
+        c = GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
+                      memory=min(p[4], 1.5), tile_rows=tile)
+        return np.asarray(c.time(d.a, d.b, d.W, d.Q, peak, bw))
+    return f
+
+
+def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, tile: int = 1,
+             provenance: Provenance | None = None) -> GemmCurve:
+    """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m``) to GEMM rows."""
+    if len(rows) < MIN_POINTS:
+        raise SpecError(f"gemm {dtype}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
+    d = _gemm_rows(rows)
+    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile),
+                 (5e-6, 0.8, 16.0, 1e6, 0.8), d)
+    names = ("overhead_s", "compute_max", "rows_half", "weight_half", "memory")
+    return GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
+                     memory=min(p[4], 1.5), tile_rows=tile, sd=dict(zip(names, sd.tolist(), strict=True)),
+                     provenance=provenance)
+
+
+def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str) -> np.ndarray:
+    d = _gemm_rows(rows)
+    return np.asarray(c.time(d.a, d.b, d.W, d.Q, peak_flops_for(hardware, dtype), hardware.memory_bandwidth))
+
+
+# ------------------------------------------------------------------------------------ attention
+def _attn_model(phase: str, peak: float, bw: float) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+    def f(p: np.ndarray, d: _Rows) -> np.ndarray:
+        c = AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
+                           parallel_half=p[4], head_dim_half=p[5] if phase == "prefill" else 0.0)
+        return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, peak, bw))
+    return f
+
+
+def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *,
+                  provenance: Provenance | None = None) -> AttentionCurve:
+    """Fit one phase's attention curve (``t0, c_max, m_max, len_half, parallel_half`` and, in
+    prefill, ``head_dim_half``) for one KV format."""
+    if len(rows) < MIN_POINTS:
+        raise SpecError(f"attention {phase}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
+    d = _attn_rows(rows, phase)
+    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else ())
+    p, sd = _fit(_attn_model(phase, hardware.flops(DType.BF16), hardware.memory_bandwidth), p0, d)
+    names = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half")
+    if phase == "decode":  # compute never binds a paged decode kernel: its ceiling is not identified
+        p[1], sd[1] = min(p[1], 1.0), 1.0
+    return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
+                          parallel_half=p[4], head_dim_half=p[5] if phase == "prefill" else 0.0,
+                          sd=dict(zip(names, sd.tolist(), strict=False)), provenance=provenance)  # decode: 5 of 6
+
+
+def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> np.ndarray:
+    d = _attn_rows(rows, phase)
+    return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, hardware.flops(DType.BF16), hardware.memory_bandwidth))
+
+
+# ------------------------------------------------------------------------------------ collectives
+def fit_collective(rows: Sequence[Measurement], op: str, ranks: int, *, link: str = "",
+                   provenance: Provenance | None = None) -> CollectiveCurve:
+    """Fit ``latency + (f bytes + sqrt(f bytes ramp_bytes)) / bus_bandwidth`` to one operation at
+    one rank count."""
+    if len(rows) < 3:
+        raise SpecError(f"{op} on {ranks} ranks: {len(rows)} rows; at least 3 are needed")
+    t = np.array([r.time_s for r in rows])
+    nbytes = np.array([r.bytes for r in rows])
+    f = bus_factor(op, ranks)
+    z = np.zeros_like(t)
+    d = _Rows(t, z, nbytes, nbytes, z, z, nbytes)
+    p, sd = _fit(lambda p, d: p[0] + (f * d.Q + np.sqrt(f * d.Q * p[2])) / p[1], (1e-5, 1e11, 1e6), d)
+    return CollectiveCurve(latency_s=p[0], bus_bandwidth=p[1], ramp_bytes=p[2], link=link,
+                           sd={"latency_s": float(sd[0]), "bus_bandwidth": float(sd[1]), "ramp_bytes": float(sd[2])},
+                           provenance=provenance)
+
+
+# ------------------------------------------------------------------------------------ selection and split
+def select(ms: MeasurementSet | Sequence[Measurement], kind: str, **shape: str) -> list[Measurement]:
+    """Rows of one kind whose ``name`` has every ``key=value`` given (``dtype="bf16"``)."""
+    rows = ms.rows if isinstance(ms, MeasurementSet) else ms
+    out = []
+    for r in rows:
+        if r.kind != kind:
+            continue
+        s = shape_of(r)
+        if all(s.get(k) == v for k, v in shape.items()):
+            out.append(r)
+    return out
+
+
+def split_by_group(groups: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Boolean mask of the training half: a seeded half of the distinct shape groups."""
+    keys = np.unique(groups)
+    rng = np.random.default_rng(seed)
+    train = set(rng.choice(keys, size=max(len(keys) // 2, 1), replace=False).tolist())
+    return np.array([g in train for g in groups.tolist()])
+
+
+def rel_errors(pred: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return np.asarray(pred / t - 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """Held-out |relative error| of one curve: fitted on ``train`` rows, evaluated on ``test`` rows."""
+
+    what: str
+    train: int
+    test: int
+    median: float
+    p90: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "train": self.train, "test": self.test, "median": self.median, "p90": self.p90}
+
+
+def summarize(what: str, err: np.ndarray, train: int) -> HeldOut:
+    a = np.abs(err)
+    return HeldOut(what, train, len(a), float(np.median(a)) if len(a) else math.nan,
+                   float(np.percentile(a, 90)) if len(a) else math.nan)
+
+
+def gemm_group(rows: Sequence[Measurement]) -> np.ndarray:
+    return _gemm_rows(rows).group
+
+
+def attention_group(rows: Sequence[Measurement], phase: str) -> np.ndarray:
+    return _attn_rows(rows, phase).group
+
+
+def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
+                      gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
+                      kv_dtypes: Sequence[str] = ("bf16", "fp8"),
+                      collective_runtime: str | None = None,
+                      ) -> tuple[KernelCurves, list[HeldOut]]:
+    """Fit every curve the measurements support; returns the curves (fitted on all rows) and the
+    held-out errors (fitted on half of the shape groups, evaluated on the other half).
+
+    A GEMM format's tile size is chosen among :data:`TILE_CHOICES` by that held-out error.
+    """
+    held: list[HeldOut] = []
+    gemm: dict[str, GemmCurve] = {}
+    for dt in gemm_dtypes:
+        rows = [r for r in select(ms, "gemm", dtype=dt) if r.rows <= GEMM_MAX_ROWS
+                and min(float(shape_of(r)["n"]), float(shape_of(r)["k"])) >= GEMM_MIN_DIM]
+        if len(rows) < 2 * MIN_POINTS:
+            continue
+        tr = split_by_group(gemm_group(rows), seed)
+        train = [r for r, m in zip(rows, tr, strict=True) if m]
+        test = [r for r, m in zip(rows, tr, strict=True) if not m]
+        t_test = np.array([r.time_s for r in test])
+        best: tuple[float, int, HeldOut] | None = None
+        for tile in TILE_CHOICES:
+            c = fit_gemm(train, hardware, dt, tile=tile)
+            ho = summarize(f"gemm {dt}", rel_errors(predict_gemm(c, test, hardware, dt), t_test), len(train))
+            if best is None or ho.median < best[0] - 1e-9:
+                best = (ho.median, tile, ho)
+        assert best is not None
+        held.append(best[2])
+        gemm[dt] = fit_gemm(rows, hardware, dt, tile=best[1],
+                            provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
+                                                  held_out_median=best[0]))
+    attention: dict[str, AttentionCurve] = {}
+    for phase in ("prefill", "decode"):
+        for kv in kv_dtypes:
+            rows = [r for r in select(ms, "attention", kv_dtype=kv) if r.phase == phase]
+            if len(rows) < 2 * MIN_POINTS:
+                continue
+            tr = split_by_group(attention_group(rows, phase), seed)
+            train = [r for r, m in zip(rows, tr, strict=True) if m]
+            test = [r for r, m in zip(rows, tr, strict=True) if not m]
+            ho_median = None
+            if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
+                ca = fit_attention(train, hardware, phase)
+                ho = summarize(f"{phase} attention, KV {kv}",
+                               rel_errors(predict_attention(ca, test, hardware, phase),
+                                          np.array([r.time_s for r in test])), len(train))
+                held.append(ho)
+                ho_median = ho.median
+            attention[f"{phase}/{kv}"] = fit_attention(
+                rows, hardware, phase, provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
+                                                             held_out_median=ho_median))
+    coll: dict[str, dict[int, CollectiveCurve]] = {}
+    crow = select(ms, "collective")
+    if collective_runtime:
+        crow = [r for r in crow if shape_of(r).get("runtime") == collective_runtime]
+    # the curves describe the intra-node link: rows whose ranks span nodes are left out
+    crow = [r for r in crow if int(shape_of(r).get("per_node", shape_of(r)["ranks"])) >= int(shape_of(r)["ranks"])]
+    keys = sorted({(shape_of(r)["op"], int(shape_of(r)["ranks"])) for r in crow})
+    link = hardware.link_for(2).name
+    for op, g in keys:
+        rows = sorted((r for r in crow if shape_of(r)["op"] == op and int(shape_of(r)["ranks"]) == g
+                       and shape_of(r).get("dtype") in ("fp16", "bf16")), key=lambda r: r.bytes)
+        if len(rows) < 6 or g > hardware.devices_per_node:
+            continue
+        # held out: every other message size
+        train, test = rows[::2], rows[1::2]
+        cc = fit_collective(train, op, g)
+        big = [r for r in test if 1 << 20 <= r.bytes <= 512 << 20]
+        if big:
+            pred = np.array([cc.time(op, g, r.bytes) for r in big])
+            ho = summarize(f"{op} {g} ranks, 1-512 MiB", rel_errors(pred, np.array([r.time_s for r in big])),
+                           len(train))
+            held.append(ho)
+        coll.setdefault(op, {})[g] = fit_collective(
+            rows, op, g, link=link,
+            provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
+                                  held_out_median=held[-1].median if big else None))
+    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, source=source, fit_date=fit_date), held

@@ -1,0 +1,347 @@
+"""Shape-aware kernel efficiency curves of a measured profile.
+
+A constant-factor profile gives every matrix multiply of a phase the same MFU and MBU. Measured
+kernels (aiconfigurator's per-kernel tables, Vidur's operator profiles, ``serveplan profile``)
+show that the attained fraction of the roofline depends on the shape, so a measured profile
+replaces the constants by a few small curves, each a formula with four to six fitted numbers
+(never a lookup table):
+
+**GEMM** (``m x k`` activations by a ``k x n`` weight, per weight format)::
+
+    t = t0 + max( W * pad(m) / (S_c * e_c(m, w)),  Q / (S_m * e_m) )
+    e_c(m, w) = c_max * m / (m + m_half) * w / (w + w_half)      w = n * k weight elements
+    pad(m)    = ceil(m / tile) * tile / m                        (tile quantization, Sarathi §4.4)
+
+Small ``m`` is memory bound (weight streaming at ``e_m``); large shapes approach ``c_max``, a
+format-specific ceiling; small weights fill few thread blocks (``w_half``); ``t0`` is the
+kernel's fixed latency.
+
+**Attention** (FlashAttention-class prefill and paged decode, per phase and KV format)::
+
+    prefill:  t = t0 + max( W / (S_c * c_max * sat(s, len_half) * sat(d, head_dim_half) * sat(b h_q, parallel_half)),
+                            Q / (S_m * m_max) )
+    decode:   t = t0 + max( W / (S_c * c_max),
+                            Q / (S_m * m_max * sat(c, len_half) * sat(b h_kv, parallel_half)) )
+    sat(x, x_half) = x / (x + x_half)
+
+with ``s`` the prompt length, ``c`` the context of a decode, ``d`` the head dimension and
+``b h`` the (sequence, head) pairs the kernel spreads over the SMs: short sequences, small heads
+and few (sequence, head) pairs leave tiles and memory pipelines idle. ``W`` and ``Q`` are counted
+as ``ops/graph.py`` counts the fused kernel, so a smaller KV format reads fewer bytes and may also
+have its own ceilings.
+
+**Collectives** (NCCL, per operation and rank count, on the link the table was measured on)::
+
+    t = latency + (f(op, g) * bytes + sqrt(f(op, g) * bytes * ramp_bytes)) / bus_bandwidth
+    f = 2(g-1)/g (all-reduce), (g-1)/g (all-gather, reduce-scatter, all-to-all), 1 (send/recv)
+
+the bus-bandwidth convention of nccl-tests (``PERFORMANCE.md``). The square-root term is the
+pipeline fill of a ring (chunks in flight grow with the message): without it, the latency plus
+bandwidth form misses NCCL's 1-64 MiB range by 13-23% on H100; with it, by 1-4% (held out,
+``docs/validation.md``). ``ramp_bytes`` is the size at which the fill equals the transfer. Rank counts between measured
+ones take the nearest measured count's bandwidth and latency.
+
+**Launch**: ``eager_launch_s`` is the host cost of one eager operator launch; ``graph_step_s`` the
+fixed cost of one replayed CUDA graph step.
+
+Every fitted number carries its relative standard deviation (``sd``), and the curves the
+source, fit date and number of points they were fitted on (:class:`Provenance`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from serveplan.errors import SpecError
+
+#: Collective operations with a curve, and their bus-bandwidth factor ``f(op, g)``.
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+#: Weight formats whose GEMMs a curve of another key describes (same kernels' arithmetic).
+GEMM_CURVE_KEY = {"nvfp4": "fp4", "mxfp4": "fp4", "fp16": "bf16"}
+
+
+def gemm_peak_flops(hardware: Any, fmt: str) -> float:
+    """The peak a GEMM curve of format ``fmt`` is a fraction of: the datasheet's dense peak of the
+    format; ``fp4`` (NVFP4/MXFP4) where the datasheet file lists none is twice the fp8 peak
+    (Blackwell datasheets: FP4 dense = 2x FP8 dense). Fit and estimator both use this."""
+    from serveplan.units import DType
+
+    if GEMM_CURVE_KEY.get(fmt, fmt) == "fp4":
+        fp4 = next((v for d, v in hardware.peak_flops.items() if d.value == "fp4"), None)
+        return float(fp4) if fp4 else 2.0 * hardware.flops(DType.FP8)
+    return float(hardware.flops(DType.parse(fmt)))
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """Bytes each rank moves per payload byte (nccl-tests PERFORMANCE.md bus bandwidth)."""
+    if op == "all_reduce":
+        return 2.0 * (ranks - 1) / ranks
+    if op == "send_recv":
+        return 1.0
+    return (ranks - 1) / ranks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Provenance:
+    """Where a curve's numbers come from."""
+
+    source: str
+    fit_date: str
+    points: int
+    held_out_median: float | None = None  # median |relative error| on rows not used in the fit
+
+    def to_dict(self, parent: Provenance | None = None) -> dict[str, Any]:
+        """Fields as written; source and fit date are left out where they are the parent's."""
+        d: dict[str, Any] = {}
+        if parent is None or self.source != parent.source:
+            d["source"] = self.source
+        if parent is None or self.fit_date != parent.fit_date:
+            d["fit_date"] = self.fit_date
+        d["points"] = self.points
+        if self.held_out_median is not None:
+            d["held_out_median"] = round(self.held_out_median, 4)
+        return d
+
+
+def _check_positive(obj: Any, names: tuple[str, ...], where: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise SpecError(f"{where}: {n}={v!r} must be a finite number >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmCurve:
+    """Efficiency of one weight format's GEMMs (see the module docstring)."""
+
+    overhead_s: float
+    compute_max: float
+    rows_half: float
+    weight_half: float
+    memory: float
+    tile_rows: int = 1
+    sd: Mapping[str, float] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("overhead_s", "rows_half", "weight_half"), "gemm curve")
+        for n in ("compute_max", "memory"):
+            v = getattr(self, n)
+            if not 0 < v <= 1.5:  # measured ceilings can exceed the datasheet slightly (boost clocks)
+                raise SpecError(f"gemm curve: {n}={v!r} must be in (0, 1.5]")
+
+    def time(self, m: Any, weight: Any, flops: Any, nbytes: Any, peak_flops: float, bandwidth: float) -> Any:
+        """Seconds for ``m`` rows by a weight of ``weight`` elements doing ``flops``/``nbytes``."""
+        m = np.maximum(m, 1.0)
+        pad = np.ceil(m / self.tile_rows) * self.tile_rows / m if self.tile_rows > 1 else 1.0
+        e_c = self.compute_max * m / (m + self.rows_half) * weight / (weight + self.weight_half)
+        return self.overhead_s + np.maximum(flops * pad / (peak_flops * e_c), nbytes / (bandwidth * self.memory))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionCurve:
+    """Efficiency of one phase's attention kernel for one KV format."""
+
+    overhead_s: float
+    compute_max: float
+    memory_max: float
+    len_half: float
+    head_dim_half: float = 0.0
+    parallel_half: float = 0.0
+    sd: Mapping[str, float] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half"), "attention curve")
+        for n in ("compute_max", "memory_max"):
+            v = getattr(self, n)
+            if not 0 < v <= 1.5:
+                raise SpecError(f"attention curve: {n}={v!r} must be in (0, 1.5]")
+
+    def time(self, phase: str, length: Any, pairs: Any, head_dim: Any, flops: Any, nbytes: Any,
+             peak_flops: float, bandwidth: float) -> Any:
+        """Seconds of a kernel whose sequences have ``length`` tokens (prompt or context) over
+        ``pairs`` (sequence, head) pairs (query heads in prefill, KV heads in decode)."""
+        sat = length / (length + self.len_half) * pairs / (pairs + self.parallel_half)
+        if phase == "prefill":
+            sat = sat * head_dim / (head_dim + self.head_dim_half)
+            return self.overhead_s + np.maximum(flops / (peak_flops * self.compute_max * sat),
+                                                nbytes / (bandwidth * self.memory_max))
+        return self.overhead_s + np.maximum(flops / (peak_flops * self.compute_max),
+                                            nbytes / (bandwidth * self.memory_max * sat))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveCurve:
+    """One collective at one rank count: ``latency + f * bytes / bus_bandwidth``."""
+
+    latency_s: float
+    bus_bandwidth: float
+    ramp_bytes: float = 0.0
+    link: str = ""
+    sd: Mapping[str, float] = field(default_factory=dict)
+    provenance: Provenance | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("latency_s", "ramp_bytes"), "collective curve")
+        if not self.bus_bandwidth > 0:
+            raise SpecError(f"collective curve: bus_bandwidth={self.bus_bandwidth!r} must be > 0 bytes/s")
+
+    def time(self, op: str, ranks: int, nbytes: Any) -> Any:
+        x = bus_factor(op, ranks) * np.asarray(nbytes, dtype=float)
+        return self.latency_s + (x + np.sqrt(x * self.ramp_bytes)) / self.bus_bandwidth
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelCurves:
+    """All curves of a measured profile.
+
+    ``gemm`` is keyed by weight format (``bf16``, ``fp8``, ``fp4``...), ``attention`` by
+    ``"<phase>/<kv format>"`` (``prefill/bf16``, ``decode/fp8``), ``collectives`` by operation
+    and then rank count.
+    """
+
+    gemm: Mapping[str, GemmCurve] = field(default_factory=dict)
+    attention: Mapping[str, AttentionCurve] = field(default_factory=dict)
+    collectives: Mapping[str, Mapping[int, CollectiveCurve]] = field(default_factory=dict)
+    eager_launch_s: float | None = None
+    graph_step_s: float | None = None
+    launch_provenance: str = ""
+    source: str = ""      # of every curve without its own
+    fit_date: str = ""
+
+    def gemm_curve(self, dtype: str) -> GemmCurve | None:
+        """Curve of a weight format; fp16 uses bf16's, NVFP4/MXFP4 fp4's, block-scaled fp8 fp8's.
+        Weight-only formats (w4a16, w8a16, int4) compute at 16 bits through other kernels: none."""
+        for key in (dtype, GEMM_CURVE_KEY.get(dtype, ""), {"bf16": "fp16", "fp8_block": "fp8"}.get(dtype, "")):
+            if key in self.gemm:
+                return self.gemm[key]
+        return None
+
+    def attention_curve(self, phase: str, kv_dtype: str) -> AttentionCurve | None:
+        for kv in (kv_dtype, "fp16" if kv_dtype == "bf16" else "bf16" if kv_dtype == "fp16" else ""):
+            c = self.attention.get(f"{phase}/{kv}")
+            if c is not None:
+                return c
+        return self.attention.get(f"{phase}/bf16")
+
+    def collective_curve(self, op: str, ranks: int) -> CollectiveCurve | None:
+        """The curve measured at ``ranks``, else at the nearest measured rank count."""
+        by_g = self.collectives.get(op) or (self.collectives.get("all_reduce") if op != "send_recv" else None)
+        if not by_g:
+            return None
+        g = min(by_g, key=lambda r: (abs(math.log(r) - math.log(max(ranks, 2))), r))
+        return by_g[g]
+
+    def to_dict(self) -> dict[str, Any]:
+        parent = Provenance(source=self.source, fit_date=self.fit_date, points=0)
+
+        def one(c: Any) -> dict[str, Any]:
+            d = {f.name: _round(getattr(c, f.name)) for f in fields(c) if f.name not in ("sd", "provenance")}
+            if c.sd:
+                d["sd"] = {k: float(f"{float(v):.2g}") for k, v in c.sd.items()}
+            if c.provenance is not None:
+                d["provenance"] = c.provenance.to_dict(parent)
+            return d
+
+        out: dict[str, Any] = {}
+        if self.source:
+            out["source"] = self.source
+        if self.fit_date:
+            out["fit_date"] = self.fit_date
+        if self.gemm:
+            out["gemm"] = {k: one(v) for k, v in self.gemm.items()}
+        if self.attention:
+            out["attention"] = {k: one(v) for k, v in self.attention.items()}
+        if self.collectives:
+            out["collectives"] = {op: {int(g): one(c) for g, c in by.items()} for op, by in self.collectives.items()}
+        launch: dict[str, Any] = {}
+        if self.eager_launch_s is not None:
+            launch["eager_launch_s"] = _round(self.eager_launch_s)
+        if self.graph_step_s is not None:
+            launch["graph_step_s"] = _round(self.graph_step_s)
+        if launch:
+            launch["source"] = self.launch_provenance
+            out["launch"] = launch
+        return out
+
+
+def _round(v: Any) -> Any:
+    return float(f"{v:.4g}") if isinstance(v, float) else v
+
+
+def _prov(raw: Any, where: str, parent: tuple[str, str]) -> Provenance | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not (raw.get("source") or parent[0]):
+        raise SpecError(f"{where}.provenance must map source (or the kernels' source), fit_date and points")
+    try:
+        return Provenance(source=str(raw.get("source") or parent[0]), fit_date=str(raw.get("fit_date") or parent[1]),
+                          points=int(raw.get("points", 0)),
+                          held_out_median=float(raw["held_out_median"]) if raw.get("held_out_median") is not None
+                          else None)
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}.provenance: points must be an integer, held_out_median a number") from None
+
+
+def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -> Any:
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} must be a mapping of fitted values")
+    names = {f.name for f in fields(cls)} - {"sd", "provenance"}
+    unknown = set(raw) - names - {"sd", "provenance"}
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected: {', '.join(sorted(names))}")
+    try:
+        kw = {k: (str(v) if k == "link" else int(v) if k == "tile_rows" else float(v)) for k, v in raw.items()
+              if k in names}
+        sd = {str(k): float(v) for k, v in (raw.get("sd") or {}).items()}
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: fitted values must be numbers, got {dict(raw)!r}") from None
+    try:
+        return cls(**kw, sd=sd, provenance=_prov(raw.get("provenance"), where, parent))
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | None:
+    """Build the curves from a profile's ``kernels:`` section (inverse of ``to_dict``)."""
+    if not raw:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} must map gemm, attention, collectives and launch to curves")
+    unknown = set(raw) - {"gemm", "attention", "collectives", "launch", "source", "fit_date"}
+    if unknown:
+        raise SpecError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; "
+                        f"expected: source, fit_date, gemm, attention, collectives, launch")
+    parent = (str(raw.get("source", "")), str(raw.get("fit_date", "")))
+    gemm = {str(k): _build(GemmCurve, v, f"{where}.gemm.{k}", parent) for k, v in (raw.get("gemm") or {}).items()}
+    attn = {}
+    for k, v in (raw.get("attention") or {}).items():
+        if str(k).split("/")[0] not in ("prefill", "decode"):
+            raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>'")
+        attn[str(k)] = _build(AttentionCurve, v, f"{where}.attention.{k}", parent)
+    coll: dict[str, dict[int, CollectiveCurve]] = {}
+    for op, by in (raw.get("collectives") or {}).items():
+        if op not in COLLECTIVE_OPS:
+            raise SpecError(f"{where}.collectives: operation {op!r}; expected one of: {', '.join(COLLECTIVE_OPS)}")
+        if not isinstance(by, Mapping):
+            raise SpecError(f"{where}.collectives.{op} must map rank counts to curves")
+        coll[str(op)] = {int(g): _build(CollectiveCurve, c, f"{where}.collectives.{op}.{g}", parent)
+                         for g, c in by.items()}
+    launch = raw.get("launch") or {}
+    try:
+        eager = float(launch["eager_launch_s"]) if launch.get("eager_launch_s") is not None else None
+        graph = float(launch["graph_step_s"]) if launch.get("graph_step_s") is not None else None
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}.launch: eager_launch_s and graph_step_s must be seconds") from None
+    return KernelCurves(gemm=gemm, attention=attn, collectives=coll, eager_launch_s=eager, graph_step_s=graph,
+                        launch_provenance=str(launch.get("source", "")), source=parent[0], fit_date=parent[1])

@@ -1,0 +1,203 @@
+"""Import of aiconfigurator and Vidur kernel tables, and the kernel-curve fit, on small tables
+written here in the public layouts (column names as in aiconfigurator-core 0.12.0 and Vidur)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from serveplan.calibrate.importers import import_aiconfigurator, import_vidur, shape_of
+from serveplan.calibrate.kernel_fit import fit_collective, fit_gemm, fit_kernel_curves, select
+from serveplan.cli import app
+from serveplan.errors import SpecError
+from serveplan.specs.catalog import get_hardware, get_profile
+from serveplan.specs.kernels import CollectiveCurve, GemmCurve
+
+runner = CliRunner()
+H100 = get_hardware("h100-sxm")
+# curves the synthetic tables are generated from (latencies in ms, as the tables store them)
+TRUE_GEMM = GemmCurve(overhead_s=4e-6, compute_max=0.8, rows_half=8.0, weight_half=1e5, memory=0.85)
+TRUE_AR = CollectiveCurve(latency_s=1.5e-5, bus_bandwidth=4e11, ramp_bytes=5e6)
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _gemm_table() -> list[dict]:
+    rows = []
+    for m in (1, 4, 16, 64, 256, 1024, 4096):
+        for n in (1024, 4096, 8192):
+            for k in (1024, 4096):
+                W, Q = 2.0 * m * n * k, 2.0 * (m * k + m * n) + 2.0 * k * n
+                t = float(TRUE_GEMM.time(float(m), float(n * k), W, Q, 989.4e12, 3.35e12))
+                rows.append({"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA H100 80GB HBM3",
+                             "op_name": "gemm", "kernel_source": "torch.nn.functional.linear",
+                             "gemm_dtype": "bfloat16", "m": m, "n": n, "k": k, "latency": t * 1e3})
+    return rows
+
+
+def _nccl_table() -> list[dict]:
+    rows = []
+    for g in (2, 4, 8):
+        for e in range(8, 29):
+            elems = 2 ** e
+            t = float(TRUE_AR.time("all_reduce", g, elems * 2.0))
+            rows.append({"framework": "TRTLLM", "version": "2.27.3", "device": "NVIDIA H100 80GB HBM3",
+                         "op_name": "all_reduce", "kernel_source": "NCCL", "nccl_dtype": "half", "num_gpus": g,
+                         "message_size": elems, "latency": t * 1e3})
+    return rows
+
+
+def _attention_tables() -> tuple[list[dict], list[dict]]:
+    common = {"framework": "VLLM", "version": "0.24.0", "device": "H100", "kernel_source": "fa3", "beam_width": 1,
+              "attn_dtype": "bfloat16", "window_size": 0}
+    ctx, gen = [], []
+    for b in (1, 4):
+        for s in (128, 1024, 4096):
+            for hq, hkv in ((32, 8), (64, 8), (16, 16), (8, 1)):
+                ctx.append({**common, "op_name": "context_attention", "batch_size": b, "isl": s, "num_heads": hq,
+                            "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16", "step": 0,
+                            "latency": 1e-3 * (0.01 + b * s * s * hq * 1e-9)})
+                gen.append({**common, "op_name": "generation_attention", "batch_size": b * 16, "isl": 1,
+                            "num_heads": hq, "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
+                            "step": s - 1, "latency": 1e-3 * (0.01 + b * s * hkv * 2e-6)})
+    ctx.append({**ctx[0], "window_size": 128})   # sliding window: skipped
+    return ctx, gen
+
+
+@pytest.fixture(scope="module")
+def aic_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("aic") / "aiconfigurator_core" / "systems" / "data" / "h100_sxm"
+    _write(root / "gemm" / "vllm" / "0.24.0" / "gemm_perf.csv", _gemm_table())
+    ctx, gen = _attention_tables()
+    _write(root / "attention" / "vllm" / "0.24.0" / "context_attention_perf.csv", ctx)
+    _write(root / "attention" / "vllm" / "0.24.0" / "generation_attention_perf.csv", gen)
+    _write(root / "comm" / "nccl" / "2.27.3" / "nccl_perf.csv", _nccl_table())
+    _write(root / "gemm" / "sglang" / "0.5.14" / "gemm_perf.csv", _gemm_table()[:5])
+    return root.parents[3]
+
+
+def test_aiconfigurator_rows_count_work_and_traffic_as_the_estimator(aic_dir):
+    ms = import_aiconfigurator(aic_dir, "h100_sxm", framework="vllm")
+    gemms = select(ms, "gemm")
+    assert len(gemms) == 7 * 3 * 2                       # the sglang table is left out
+    r = next(r for r in gemms if shape_of(r)["m"] == "16" and shape_of(r)["n"] == "4096"
+             and shape_of(r)["k"] == "1024")
+    assert r.flops == 2 * 16 * 4096 * 1024 and r.bytes == 2 * (16 * 1024 + 16 * 4096) + 2 * 1024 * 4096
+    assert r.phase == "decode" and r.rows == 16
+    att = select(ms, "attention")
+    assert len(att) == 2 * 24                             # the sliding-window row is skipped
+    dec = next(r for r in att if r.phase == "decode")
+    s = shape_of(dec)
+    ctx = int(s["context"])                              # isl + step
+    # query read and output written (bf16), K and V of every cached token read
+    assert dec.bytes == int(s["batch"]) * (2 * 2 * int(s["heads"]) * 128 + ctx * 2 * 2 * int(s["kv_heads"]) * 128)
+    coll = select(ms, "collective")
+    assert len(coll) == 3 * 21 and coll[0].bytes == 2 * 2 ** 8      # half elements -> bytes
+    assert ms.metadata["system"] == "h100_sxm"
+    assert len(import_aiconfigurator(aic_dir, "h100_sxm").rows) == len(ms.rows) + 5
+
+
+def test_import_errors_are_one_line(aic_dir, tmp_path):
+    with pytest.raises(SpecError, match="not found.*found: h100_sxm"):
+        import_aiconfigurator(aic_dir, "gb300")
+    with pytest.raises(SpecError, match="no aiconfigurator tables"):
+        import_aiconfigurator(tmp_path, "h100_sxm")
+    with pytest.raises(SpecError, match="does not exist"):
+        import_vidur(tmp_path / "missing")
+
+
+def test_fit_recovers_the_curves_that_generated_the_tables(aic_dir):
+    ms = import_aiconfigurator(aic_dir, "h100_sxm", framework="vllm")
+    g = fit_gemm(select(ms, "gemm"), H100, "bf16")
+    assert g.compute_max == pytest.approx(0.8, rel=0.02)
+    assert g.memory == pytest.approx(0.85, rel=0.02)
+    assert g.overhead_s == pytest.approx(4e-6, rel=0.1)
+    assert set(g.sd) == {"overhead_s", "compute_max", "rows_half", "weight_half", "memory"}
+    rows = [r for r in select(ms, "collective") if shape_of(r)["ranks"] == "8"]
+    c = fit_collective(rows, "all_reduce", 8)
+    assert c.bus_bandwidth == pytest.approx(4e11, rel=0.02) and c.latency_s == pytest.approx(1.5e-5, rel=0.05)
+
+
+def test_fit_kernel_curves_reports_held_out_errors(aic_dir):
+    ms = import_aiconfigurator(aic_dir, "h100_sxm", framework="vllm")
+    curves, held = fit_kernel_curves(ms, H100, source="synthetic", fit_date="2026-01-01")
+    assert set(curves.gemm) == {"bf16"} and {"prefill/bf16", "decode/bf16"} <= set(curves.attention)
+    assert set(curves.collectives["all_reduce"]) == {2, 4, 8}
+    gemm = next(h for h in held if h.what == "gemm bf16")
+    assert gemm.median < 0.01 and gemm.train + gemm.test == 42   # noise-free data: the curve is exact
+    assert curves.gemm["bf16"].provenance.points == 42
+
+
+def test_vidur_tables_import(tmp_path):
+    base = tmp_path / "data" / "profiling"
+    mlp = []
+    for tok in (1, 64, 512, 4096):
+        row = {"n_head": 32, "n_kv_head": 8, "n_embd": 4096, "n_expanded_embd": 14336, "vocab_size": 128256,
+               "use_gated_mlp": True, "num_tokens": tok, "num_tensor_parallel_workers": 2}
+        for op in ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "mlp_act"):
+            row[f"time_stats.{op}.median"] = 0.01 + tok * 1e-4
+        mlp.append(row)
+    _write(base / "compute" / "h100" / "meta-llama" / "Meta-Llama-3-8B" / "mlp.csv", mlp)
+    _write(base / "network" / "h100_dgx" / "all_reduce.csv",
+           [{"": i, "time_stats.all_reduce.median": 0.02 + i * 0.01, "rank": 0, "num_workers": 4, "size": 2048 * 2 ** i,
+             "collective": "all_reduce", "devices_per_node": 4, "max_devices_per_node": 8} for i in range(6)])
+    ms = import_vidur(tmp_path)
+    gemms = select(ms, "gemm")
+    assert len(gemms) == 4 * 4                          # mlp_act is not a GEMM
+    up = next(r for r in gemms if shape_of(r)["op"] == "mlp_up_proj" and r.rows == 512)
+    # gate and up projections of one TP rank: k = 4096, n = 2 * 14336 / 2
+    assert shape_of(up)["k"] == "4096" and shape_of(up)["n"] == "14336"
+    assert up.flops == 2 * 512 * 14336 * 4096 and up.time_s == pytest.approx((0.01 + 512e-4) * 1e-3)
+    coll = select(ms, "collective")
+    assert len(coll) == 6 and coll[0].bytes == 4096 and shape_of(coll[0])["ranks"] == "4"
+    with pytest.raises(SpecError, match="no Vidur rows"):
+        import_vidur(tmp_path, gpu="a40")
+
+
+def test_parquet_tables_read_with_pyarrow(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "h100_sxm"
+    rows = _gemm_table()
+    (root / "gemm" / "vllm" / "0.24.0").mkdir(parents=True)
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}),
+                   root / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet")
+    ms = import_aiconfigurator(root, "h100_sxm")
+    assert len(ms.rows) == len(rows)
+
+
+def test_cli_calibrate_from_aiconfigurator_writes_a_measured_profile(aic_dir, tmp_path):
+    out, csv_out = tmp_path / "p.yaml", tmp_path / "m.csv"
+    r = runner.invoke(app, ["calibrate", "--from", "aiconfigurator", str(aic_dir), "-H", "h100-sxm", "--out", str(out),
+                            "--measurements-out", str(csv_out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["rows"] > 100 and any(h["what"] == "gemm bf16" for h in d["held_out"])
+    prof = get_profile(str(out))
+    assert prof.kernels is not None and prof.kernels.gemm["bf16"].compute_max == pytest.approx(0.8, rel=0.02)
+    assert yaml.safe_load(out.read_text())["hardware"] == "h100-sxm"
+    assert csv_out.read_text().count("\n") > 100
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--from", "tensorrt", "DIR", "-H", "h100-sxm"], "expected one of: aiconfigurator, vidur"),
+    (["--from", "aiconfigurator", "DIR", "-H", "t4"], "--system is needed"),
+    (["--from", "vidur", "DIR", "-H", "h100-sxm"], "does not exist"),
+])
+def test_cli_calibrate_from_errors_exit_2(args, message, tmp_path):
+    args = [str(tmp_path / "nothing") if a == "DIR" else a for a in args]
+    r = runner.invoke(app, ["calibrate", *args, "--out", str(tmp_path / "p.yaml")])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (tmp_path / "p.yaml").exists()

@@ -1,0 +1,183 @@
+"""Kernel curves (specs/kernels.py) and the bundled measured profiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from serveplan.errors import SpecError
+from serveplan.specs.catalog import _data_dir, get_profile, list_profiles
+from serveplan.specs.kernels import (
+    AttentionCurve,
+    CollectiveCurve,
+    GemmCurve,
+    bus_factor,
+    kernel_curves_from_dict,
+)
+from serveplan.specs.profile import profile_from_dict
+
+MEASURED = ["measured-h100-sxm", "measured-h200", "measured-b200", "measured-a100-80g", "measured-l40s"]
+
+
+def test_bus_factors_follow_nccl_tests():
+    # nccl-tests PERFORMANCE.md: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n
+    assert bus_factor("all_reduce", 8) == 1.75
+    assert bus_factor("all_gather", 4) == 0.75
+    assert bus_factor("reduce_scatter", 2) == 0.5
+    assert bus_factor("send_recv", 2) == 1.0
+
+
+def test_gemm_curve_at_large_shapes_approaches_its_ceiling():
+    c = GemmCurve(overhead_s=0.0, compute_max=0.8, rows_half=10.0, weight_half=1e5, memory=0.9)
+    m, w = 1e6, 1e9
+    t = c.time(m, w, 2 * m * w, 0.0, 1e15, 1e12)
+    assert t == pytest.approx(2 * m * w / (1e15 * 0.8), rel=1e-3)
+
+
+def test_gemm_curve_small_rows_are_memory_bound_and_tile_pads_rows():
+    c = GemmCurve(overhead_s=2e-6, compute_max=0.8, rows_half=10.0, weight_half=1e5, memory=0.5, tile_rows=64)
+    w = 4096 * 4096
+    t1 = c.time(1, w, 2 * w, 2 * w, 1e15, 1e12)
+    assert t1 == pytest.approx(2e-6 + 2 * w / (1e12 * 0.5))
+    # 65 rows cost the compute of 128 (two tiles of 64), hand-computed
+    m = 65.0
+    e_c = 0.8 * m / (m + 10.0) * w / (w + 1e5)
+    assert c.time(m, w, 2 * m * w, 0.0, 1e15, 1e12) == pytest.approx(2e-6 + 2 * m * w * (128 / 65) / (1e15 * e_c))
+
+
+def test_attention_and_collective_times_grow_with_size():
+    a = AttentionCurve(overhead_s=1e-5, compute_max=0.6, memory_max=0.8, len_half=100.0, parallel_half=8.0,
+                       head_dim_half=16.0)
+    lengths = np.array([16, 256, 4096, 65536], dtype=float)
+    for phase in ("prefill", "decode"):
+        t = a.time(phase, lengths, 32.0, 128.0, lengths ** 2 * 1e4, lengths * 1e5, 1e15, 3e12)
+        assert np.all(np.diff(t) > 0)
+    c = CollectiveCurve(latency_s=1e-5, bus_bandwidth=3e11, ramp_bytes=3e6)
+    sizes = np.logspace(3, 9, 10)
+    assert np.all(np.diff(c.time("all_reduce", 8, sizes)) > 0)
+    # ring all-reduce of 1 GB on 8 ranks: 1.75 GB at the bus bandwidth, plus the fill and latency
+    assert c.time("all_reduce", 8, 1e9) == pytest.approx(1e-5 + (1.75e9 + np.sqrt(1.75e9 * 3e6)) / 3e11)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"gemm": {"bf16": {"overhead_s": 1e-6, "compute_max": 2.0, "rows_half": 1, "weight_half": 1, "memory": 0.8}}},
+     "compute_max"),
+    ({"gemm": {"bf16": {"overhead_s": 1e-6, "compute_max": 0.8, "rows_half": 1, "weight_half": 1}}}, "memory"),
+    ({"gemm": {"bf16": {"overhead_s": "x", "compute_max": 0.8, "rows_half": 1, "weight_half": 1, "memory": 1}}},
+     "numbers"),
+    ({"attention": {"sideways/bf16": {"overhead_s": 0, "compute_max": 1, "memory_max": 1, "len_half": 1}}},
+     "prefill|decode"),
+    ({"collectives": {"broadcast": {}}}, "broadcast"),
+    ({"collectives": {"all_reduce": {8: {"latency_s": 1e-5, "bus_bandwidth": 0}}}}, "bus_bandwidth"),
+    ({"tables": {}}, "unknown section"),
+    ({"gemm": {"bf16": {"overhead_s": 1e-6, "compute_max": 0.8, "rows_half": 1, "weight_half": 1, "memory": 0.8,
+                        "speed": 3}}}, "speed"),
+])
+def test_bad_kernel_sections_name_the_field(raw, message):
+    with pytest.raises(SpecError, match=message):
+        kernel_curves_from_dict(raw)
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_measured_profiles_carry_provenance_and_uncertainty(name):
+    assert name in list_profiles()
+    p = get_profile(name)
+    k = p.kernels
+    assert k is not None and p.measured_from
+    assert {"bf16"} <= set(k.gemm) and {"prefill/bf16", "decode/bf16"} <= set(k.attention)
+    assert {2, 4, 8} <= set(k.collectives["all_reduce"])
+    curves = [*k.gemm.values(), *k.attention.values(), *(c for by in k.collectives.values() for c in by.values())]
+    for c in curves:
+        assert c.provenance is not None and c.provenance.points > 0 and c.provenance.fit_date
+        assert "aiconfigurator" in c.provenance.source
+        assert c.sd and all(v >= 0 for v in c.sd.values())
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_measured_profiles_are_small_and_round_trip(name):
+    f = _data_dir("profiles").joinpath(f"{name}.yaml")
+    text = f.read_text()
+    assert len(text.encode()) < 16 * 1024   # vLLM curves ~7 KB, other engines' GEMM/attention ~5 KB
+    p = get_profile(name)
+    again = profile_from_dict(yaml.safe_load(yaml.safe_dump(p.to_dict())), name=name)
+    assert again.kernels == p.kernels
+
+
+def test_measured_profile_ceilings_are_physical():
+    # bf16 GEMMs on H100 reach 60-90% of the dense datasheet peak (cuBLAS); fp8 less of its 2x peak
+    k = get_profile("measured-h100-sxm").kernels
+    assert 0.6 < k.gemm["bf16"].compute_max < 0.95
+    assert k.gemm["fp8"].compute_max < k.gemm["bf16"].compute_max
+    # NVLink 4: 450 GB/s per direction; on NVSwitch systems NCCL's NVLS all-reduce reduces in the
+    # switch and reaches a bus bandwidth somewhat above it (the table: 445 GB/s at 512 MiB, still rising)
+    assert 2e11 < k.collectives["all_reduce"][8].bus_bandwidth < 5.5e11
+    assert 2e11 < k.collectives["all_gather"][8].bus_bandwidth < 4.5e11
+
+
+def test_hardware_cli_says_which_default_profile_is_measured_and_from_what():
+    import json
+
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    r = CliRunner().invoke(app, ["hardware", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads(r.output)["hardware"]}
+    assert rows["h100-sxm"]["profile"] == "measured-h100-sxm"
+    assert "aiconfigurator h100_sxm" in rows["h100-sxm"]["profile_measured_from"]
+    assert rows["t4"]["profile"] == "default-gpu" and rows["t4"]["profile_measured_from"] == ""
+
+
+def test_gemm_curve_keys_and_reference_peaks():
+    from serveplan.specs.catalog import get_hardware
+    from serveplan.specs.kernels import gemm_peak_flops
+
+    b200 = get_hardware("b200")
+    # datasheet: B200 FP8 4.5 PFLOP/s dense; FP4 dense is twice FP8 where the file lists no fp4
+    assert gemm_peak_flops(b200, "nvfp4") == gemm_peak_flops(b200, "fp4") == 9.0e15
+    assert gemm_peak_flops(b200, "fp8_block") == 4.5e15
+    k = get_profile("measured-b200").kernels
+    assert k.gemm_curve("nvfp4") is k.gemm["fp4"] and k.gemm_curve("fp16") is k.gemm["bf16"]
+    assert k.gemm_curve("fp8_block") is k.gemm["fp8"]
+    assert k.gemm_curve("w4a16") is None       # weight-only formats keep the factors
+    assert get_profile("measured-h100-sxm").kernels.gemm_curve("nvfp4") is None   # no FP4 on Hopper
+
+
+def test_engine_kernels_swap_gemm_and_attention_but_keep_collectives():
+    p = get_profile("measured-h200")
+    assert {"trtllm", "sglang"} <= set(p.engine_kernels)
+    t = p.for_engine("trtllm")
+    assert t.kernels.gemm == p.engine_kernels["trtllm"].gemm
+    assert t.kernels.attention == p.engine_kernels["trtllm"].attention
+    assert t.kernels.collectives == p.kernels.collectives
+    assert p.for_engine("vllm") is p and get_profile("default-gpu").for_engine("trtllm").kernels is None
+
+
+def test_engine_estimator_uses_the_engines_own_kernels():
+    from serveplan import ParallelConfig, get_hardware, get_model
+    from serveplan.estimator.batch import StepBatch
+    from serveplan.sim.serving import engine_estimator
+    from serveplan.specs.catalog import get_engine
+
+    m, hw, p = get_model("llama-3.1-8b"), get_hardware("h200"), get_profile(None, "h200")
+    times = {}
+    for eng in ("vllm-0.11", "trtllm-1.2"):
+        est, _, _ = engine_estimator(get_engine(eng), m, hw, p, ParallelConfig(tp=1), dtype="fp8", kv_dtype="fp8")
+        times[eng] = {o.name: o.time_s for o in est.estimate(StepBatch.decode(64, 4096)).ops}
+    # aiconfigurator's tables: TRT-LLM's decode attention over an fp8 cache is faster than vLLM's
+    assert times["trtllm-1.2"]["decode.attention"] < times["vllm-0.11"]["decode.attention"]
+
+
+def test_simulation_config_of_an_engine_takes_its_kernels():
+    from serveplan import get_hardware, get_model
+    from serveplan.sim import SimulationConfig
+
+    p = get_profile(None, "h200")
+    cfg = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
+                           engine="trtllm", tp=1, rate=1.0)
+    assert cfg.profile.kernels.gemm == p.engine_kernels["trtllm"].gemm
+    plain = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
+                             strategy="1m", tp=1, rate=1.0)
+    assert plain.profile is p
