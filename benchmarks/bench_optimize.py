@@ -49,7 +49,7 @@ def main() -> None:
     total_t = time.perf_counter() - t0
     total_sims = sum(r.num_simulations for r in results)
     total_evals = sum(r.num_evaluated for r in results)
-    for sc, res in zip(scenarios, results):
+    for sc, res in zip(scenarios, results, strict=True):
         lines.append(f"{sc}: {res.num_evaluated} strategies, {res.num_simulations} simulations, "
                      f"best {res.best.name} {res.best.goodput_per_device:.3f} req/s/device")
         ranking += [f"## {sc}", "", "| rank | strategy | devices | goodput (req/s) | per device | P90 TTFT (s) | "

@@ -119,7 +119,8 @@ def main() -> None:
                                    workload=Workload.scenario(scenario, num_requests=10000))
             timed(cfg)
             ts = [timed(cfg)[0] for _ in range(3)]
-            floor.append({"strategy": strategy, "scenario": scenario, "rate_rps": 0.1, "median_s": statistics.median(ts)})
+            floor.append({"strategy": strategy, "scenario": scenario, "rate_rps": 0.1,
+                          "median_s": statistics.median(ts)})
             print(f"0.1 req/s {strategy} {scenario}: {statistics.median(ts):.3f}s", flush=True)
     scaling = []
     for strategy, scenario in (("2m", "op2"), ("1p1d", "op4")):
@@ -147,9 +148,11 @@ def main() -> None:
              f"{'wall s':>7s} {'steps':>9s} {'P90 TTFT s':>10s} {'P90 TPOT ms':>11s}"]
     for r in rows:
         lines.append(f"{r['strategy']:8s} {r['scenario']:5s} {r['rate_rps']:8.3f} {r['capacity_rps']:9.3f} "
-                     f"{r['cold_s']:7.3f} {r['median_s']:9.3f} {r['wall_median_s']:7.3f} {r['num_steps']:9d} {r['ttft_p90_s']:10.3f} "
+                     f"{r['cold_s']:7.3f} {r['median_s']:9.3f} {r['wall_median_s']:7.3f} {r['num_steps']:9d} "
+                     f"{r['ttft_p90_s']:10.3f} "
                      f"{r['tpot_p90_s'] * 1e3:11.1f}")
-    lines += ["", "scheduler sarathi (chunk 512), 2m, same rates (warm, median of 3 CPU seconds; not part of the 1 s target):"]
+    lines += ["", "scheduler sarathi (chunk 512), 2m, same rates "
+              "(warm, median of 3 CPU seconds; not part of the 1 s target):"]
     for c in chunked:
         lines.append(f"  {c['scenario']}: {c['median_s']:.3f} s")
     lines += ["", "0.1 req/s with early stop (the optimizer's floor probe, SLO 1.65 s / 77 ms; warm, median of 3 CPU "

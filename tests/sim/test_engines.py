@@ -102,7 +102,8 @@ def test_concurrency_one_reproduces_the_lone_request_exactly(h100):
         cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, tp=1, dtype="fp8", rate=None,
                                concurrency=1, workload=Workload.fixed(1024, 64, num_requests=6))
         res = simulate(cfg)
-        est = sim_engine.step_clock(m, h, cfg.profile, cfg.fleet.first.parallel, cfg.dtype, kv_dtype=cfg.effective_kv_dtype,
+        est = sim_engine.step_clock(m, h, cfg.profile, cfg.fleet.first.parallel, cfg.dtype,
+                                    kv_dtype=cfg.effective_kv_dtype,
                                     memory_utilization=cfg.engine_setup.memory_utilization).est
         lone = static_batch(est, 1, 1024, 64)  # prefill step, then 63 decode steps at growing context
         cl = res.closed_loop

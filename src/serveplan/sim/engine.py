@@ -267,7 +267,7 @@ def _engine_fleet(spec: EngineSpec, model: ModelSpec, hardware: DeviceSpec, prof
                                scheduler=b.scheduler)
         return fleet, setup
     tp = settings.get("tp")
-    par = None
+    par: ParallelConfig | None = None
     if tp is not None:
         par = ParallelConfig(tp=tp, pp=settings.get("pp", 1), dp=settings.get("dp", 1), ep=settings.get("ep", 1))
     setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
