@@ -28,7 +28,7 @@ from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, 
 from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
 from serveplan.specs.hardware import DeviceSpec
-from serveplan.specs.model import AttentionKind, ModelSpec
+from serveplan.specs.model import AttentionKind, LayerType, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import CommModel, EfficiencyProfile, Module, PhaseEfficiency
 from serveplan.units import DType
@@ -242,6 +242,9 @@ class Estimator:
         # slowest boundary (least bandwidth, then most latency): it bounds the pipeline's rate
         self._pp_link = min(self._pp_links, key=lambda lk: (lk.bandwidth, -lk.latency_s)) if self._pp_links else None
         self.memory = self._memory()
+        m = model  # (attention layers, local ones, their window) for kv_equivalent_tokens
+        self._kv_layers = (m.num_attention_layers,
+                           m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
         self._fuse()
 
@@ -509,7 +512,7 @@ class Estimator:
     def kv_bytes_per_token_per_device(self) -> float:
         """KV bytes per token on one device of the largest stage (every attention layer, for a
         sequence within its windows)."""
-        m, p = self.model, self.parallel
+        m = self.model
         return m.kv_bytes_per_token(self.kv_dtype) * self._kv_device_fraction()
 
     def _kv_device_fraction(self) -> float:
@@ -529,6 +532,39 @@ class Estimator:
         state_frac = math.ceil(m.num_hidden_layers / self.parallel.pp) / m.num_hidden_layers / self.parallel.tp
         kv = m.kv_bytes_per_sequence(length, self.kv_dtype) - m.kv_bytes_per_sequence(0, self.kv_dtype)
         return kv * self._kv_device_fraction() + m.kv_bytes_per_sequence(0, self.kv_dtype) * state_frac
+
+    @property
+    def kv_is_bounded(self) -> bool:
+        """Whether some layers' caches stop growing (local windows) or are a fixed state."""
+        m = self.model
+        return bool(m.local_window) or m.num_attention_layers < m.num_hidden_layers
+
+    def kv_equivalent_tokens(self, length: int) -> float:
+        """Full-model tokens the growing part of a ``length``-token sequence's cache is worth:
+        ``(full layers * length + local layers * min(length, window)) / attention layers``
+        (at most ``length``); the fixed linear-attention state is charged separately
+        (:meth:`kv_capacity_tokens`). Chunked layers are charged a whole chunk."""
+        n_attn, n_local, window = self._kv_layers
+        if n_attn == 0:
+            return 0.0
+        return ((n_attn - n_local) * length + n_local * min(length, window)) / n_attn
+
+    def state_bytes_per_sequence(self) -> float:
+        """Linear-attention state one sequence holds on one device (0 without such layers)."""
+        return self.kv_bytes_per_sequence(0)
+
+    def kv_capacity_tokens(self, max_sequences: int) -> int:
+        """KV capacity (full-model tokens, whole instance) once the fixed linear-attention
+        states of up to ``max_sequences`` running sequences are set aside; assumed: at most
+        half the cache goes to states (vLLM V1 draws attention pages and Mamba-style states
+        from one pool, so states of idle slots take no memory; half bounds the reservation
+        for large batch limits)."""
+        cap = self.memory.kv_capacity_tokens
+        state = self.state_bytes_per_sequence()
+        if state <= 0 or self.memory.kv_bytes_per_token <= 0:
+            return cap
+        reserve = min(max_sequences * state / self.memory.kv_bytes_per_token, cap / 2)
+        return max(int(cap - reserve), 0)
 
     def activation_bytes(self, max_tokens: int = 2048) -> float:
         """Peak transient activations of a step of ``max_tokens`` new tokens (per device):

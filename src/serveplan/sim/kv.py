@@ -7,6 +7,12 @@ block every ``block_size`` tokens, a finished or preempted request frees its blo
 a request whose cache is still being sent (disaggregated prefill) frees them when the transfer
 ends. Memory is never overcommitted (asserted).
 
+Models with local layers (sliding window, chunked attention) hold less than one token's K/V per
+token of a long sequence: ``tokens_of(length)`` (from
+:meth:`Estimator.kv_equivalent_tokens <serveplan.estimator.step.Estimator.kv_equivalent_tokens>`)
+gives the full-model tokens a sequence's cache is worth, and blocks count those, so capacity
+follows the windows (vLLM V1's hybrid allocator frees sliding-window blocks that left the window).
+
 Per-request block counts live in one list indexed by request id (a request holds blocks on one
 instance at a time), shared with the schedulers, which read it to price preemptions.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from serveplan.units import ceil_div
 
@@ -33,10 +39,12 @@ class KVCache:
         Per-request block counts (shared list, indexed by request id).
     """
 
-    __slots__ = ("block_size", "total", "free", "peak", "blocks", "_releases")
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "_releases", "_eq")
 
-    def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int]) -> None:
+    def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int],
+                 tokens_of: Callable[[int], float] | None = None) -> None:
         self.block_size = block_size
+        self._eq = tokens_of  # sequence length -> full-model tokens its cache holds (<= length)
         self.total = capacity_tokens // block_size
         self.free = self.total
         self.peak = 0
@@ -44,13 +52,15 @@ class KVCache:
         self._releases: list[tuple[float, int]] = []  # (time, blocks) of caches still being sent
 
     def blocks_for(self, tokens: int) -> int:
-        """Blocks holding ``tokens`` tokens."""
+        """Blocks holding the cache of a ``tokens``-token sequence."""
+        if self._eq is not None:
+            return ceil_div(math.ceil(self._eq(tokens) - 1e-9), self.block_size)
         return ceil_div(tokens, self.block_size)
 
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = ceil_div(tokens, self.block_size)
+        b = self.blocks_for(tokens)
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -58,13 +68,20 @@ class KVCache:
 
     def fits(self, tokens: int) -> bool:
         """Whether ``tokens`` more tokens' blocks fit now."""
-        return ceil_div(tokens, self.block_size) <= self.free
+        return self.blocks_for(tokens) <= self.free
 
     # ---------------------------------------------------------------- grow
     def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
         """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens:
         a new block where the last one is full."""
         bs, blocks = self.block_size, self.blocks
+        if self._eq is not None:
+            for q in decodes:
+                nb = self.blocks_for(kv_len[q] + 1)
+                self.free -= nb - blocks[q]
+                blocks[q] = nb
+            assert self.free >= 0, "KV blocks overcommitted"
+            return
         for q in decodes:
             if kv_len[q] % bs == 0:
                 blocks[q] += 1
@@ -76,7 +93,7 @@ class KVCache:
         bs, blocks = self.block_size, self.blocks
         free = self.free
         for r in run:
-            nb = (kv_len[r] + bs - 1) // bs
+            nb = (kv_len[r] + bs - 1) // bs if self._eq is None else self.blocks_for(kv_len[r])
             free -= nb - blocks[r]
             blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
@@ -90,6 +107,8 @@ class KVCache:
             return k_max
 
         def need(k: int) -> int:
+            if self._eq is not None:
+                return sum(self.blocks_for(kv_len[q] + k) - blocks[q] for q in run)
             return sum(ceil_div(kv_len[q] + k, bs) - blocks[q] for q in run)
 
         lo, hi = 1, k_max
