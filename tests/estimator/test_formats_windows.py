@@ -80,7 +80,8 @@ def test_device_without_the_format_uses_the_closest_and_says_so():
         ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, DType.MXFP4, True, None),
         ({"quant_method": "awq", "bits": 4, "group_size": 128}, DType.W4A16, False, None),
         ({"quant_method": "gptq", "bits": 8}, DType.W8A16, False, None),
-        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, DType.NVFP4, False, DType.FP8),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"},
+         DType.NVFP4, False, DType.FP8),
         ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"},
           "input_activations": None}}, "ignore": ["re:.*self_attn.*"]}, DType.W4A16, True, None),
         ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"},
@@ -185,7 +186,8 @@ def test_gb200_nvl72_all_reduce_over_72_ranks_stays_on_nvlink():
     assert attn.comm_s == pytest.approx(ring, rel=1e-6)
     split = _est(m, get_hardware("gb200").with_(scale_up_domain=4), parallel=ParallelConfig(tp=72))
     # the same group over the 50 GB/s network when the domain ends at the 4-GPU tray
-    assert next(mt for mt in split.estimate(StepBatch.prefill(1, n)).modules if mt.name == "attention").comm_s > 2 * ring
+    attn_split = next(mt for mt in split.estimate(StepBatch.prefill(1, n)).modules if mt.name == "attention")
+    assert attn_split.comm_s > 2 * ring
 
 
 # ------------------------------------------------------------------------ one decode step per type
@@ -221,7 +223,8 @@ def test_decode_step_reads_active_weights_and_the_attended_cache(name):
         # the MLA builder charges the up-projections W^UQ, W^UK, W^UV to both its prefill path
         # and its absorbed decode path (ops/graph.py, notes A.5), so they are read twice here
         H, ql = m.num_attention_heads / t, m.q_lora_rank or m.hidden_size
-        dup = ql * H * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim)
+        dup = (ql * H * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+               + m.kv_lora_rank * H * (m.qk_nope_head_dim + m.v_head_dim))
         weights += m.num_hidden_layers * dup * layer_dt.bytes
     assert traffic == pytest.approx(weights + kv, rel=0.03)
     assert step.total_s >= traffic / get_hardware(hw).memory_bandwidth

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.specs.catalog import get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles
+from serveplan.specs.model import ModelSpec
 
 
 @app.command("models")
 @handle_errors
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the bundled models (any HF config.json also works with --model PATH)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_models():
         m = get_model(name)
         rows.append({
@@ -43,7 +45,7 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."
     console().print(t)
 
 
-def _layer_mix(m) -> str:  # type: ignore[no-untyped-def]
+def _layer_mix(m: ModelSpec) -> str:
     """``"18 full + 18 sliding(128)"``: layers per token mixer, with the local window."""
     from serveplan.specs.model import LayerType
 
@@ -177,7 +179,7 @@ def hardware_cmd(
                 "scale-up link", "description"):
         t.add_column(col, justify="left" if col in ("name", "description") else "right")
 
-    def peak(pf: dict, key: str) -> str:
+    def peak(pf: dict[str, float], key: str) -> str:
         v = pf.get(key) or (pf.get("fp16") if key == "bf16" else None)
         return f"{v / 1e12:,.0f}" if v else "-"
 

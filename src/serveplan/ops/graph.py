@@ -60,6 +60,7 @@ from serveplan.ops.base import (
     NOUT,
     NP,
     ONE,
+    SP,
     ZERO,
     Collective,
     Comm,
@@ -69,7 +70,6 @@ from serveplan.ops.base import (
     N,
     Op,
     Rate,
-    SP,
 )
 from serveplan.specs.model import AttentionKind, LayerType, MLPKind, ModelSpec, NormKind
 from serveplan.specs.parallel import ParallelConfig
