@@ -158,7 +158,7 @@ def hardware_cmd(
         path.write_text(text)
         typer.echo(f"wrote {path}; use it with --hardware {path}")
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_hardware():
         hw = get_hardware(name)
         rows.append({
