@@ -148,6 +148,7 @@ def test_local_attention_work_is_bounded_by_the_window():
 def test_simulator_kv_owner_follows_the_window():
     est = _est("mistral-7b-v0.1")
     assert est.kv_is_bounded and est.kv_equivalent_tokens(100_000) == 4096
+    assert est.kv_equivalent_tokens_fn()(100_000) == 4096 and est.kv_equivalent_tokens_fn()(100) == 100
     kv = KVCache(est.memory.kv_capacity_tokens, 16, [0, 0], est.kv_equivalent_tokens)
     kv.allocate(0, 100_000)   # a 100k-token prompt holds only its 4,096-token window: 256 blocks
     assert kv.blocks[0] == 256

@@ -17,6 +17,7 @@ a matrix of many batches (``step_times``) for the simulator's decode stretches.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -548,6 +549,15 @@ class Estimator:
         if n_attn == 0:
             return 0.0
         return ((n_attn - n_local) * length + n_local * min(length, window)) / n_attn
+
+    def kv_equivalent_tokens_fn(self) -> Callable[[int], float]:
+        """:meth:`kv_equivalent_tokens` as a closure over its constants (the simulator's KV owner
+        calls it for every running sequence of every decode stretch)."""
+        n_attn, n_local, window = self._kv_layers
+        if n_attn == 0:
+            return lambda length: 0.0
+        full, local = (n_attn - n_local) / n_attn, n_local / n_attn
+        return lambda length: full * length + local * (length if length < window else window)
 
     def state_bytes_per_sequence(self) -> float:
         """Linear-attention state one sequence holds on one device (0 without such layers)."""

@@ -54,7 +54,7 @@ class KVCache:
     def blocks_for(self, tokens: int) -> int:
         """Blocks holding the cache of a ``tokens``-token sequence."""
         if self._eq is not None:
-            return ceil_div(math.ceil(self._eq(tokens) - 1e-9), self.block_size)
+            return ceil_div(math.ceil(self._eq(tokens) - 1e-9), self.block_size)  # float -> whole tokens
         return ceil_div(tokens, self.block_size)
 
     # ---------------------------------------------------------------- admit
