@@ -21,7 +21,8 @@ from serveplan.offload import (
     parse_policy,
     plan_offload,
 )
-from serveplan.sim import SLO, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
+from serveplan.optimize import GoodputResult, GoodputSettings, SearchResult, SearchSpace, plan_serving
+from serveplan.sim import SLO, Fleet, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
 from serveplan.specs.catalog import (
     get_hardware,
     get_model,
@@ -45,6 +46,7 @@ __all__ = [
     "get_hardware", "get_model", "get_profile", "list_hardware", "list_models", "list_profiles",
     "model_from_hf_config", "static_batch",
 ]
-__all__ += ["LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]
+__all__ += ["Fleet", "LatencyStats", "SLO", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "simulate"]
+__all__ += ["GoodputResult", "GoodputSettings", "SearchResult", "SearchSpace", "plan_serving"]
 __all__ += ["HostSpec", "OffloadFrontier", "OffloadPlan", "OffloadPolicy", "evaluate_policy", "get_host",
             "list_hosts", "offload_frontier", "parse_policy", "plan_offload"]

@@ -13,7 +13,7 @@ from serveplan.optimize import goodput as goodput_mod
 from serveplan.optimize.goodput import GoodputSettings, capacity_bound, max_goodput
 from serveplan.optimize.search import CHECKPOINT, search
 from serveplan.optimize.space import SearchSpace, enumerate_space
-from serveplan.sim import SLO, Fleet, Workload
+from serveplan.sim import SLO, Fleet, SimulationConfig, Workload, simulate
 
 runner = CliRunner()
 
@@ -49,6 +49,15 @@ def test_goodput_meets_slo_at_goodput_and_misses_just_above():
     assert r.binding in ("ttft", "tpot")
     # capacity bound is an upper estimate of what the fleet can sustain
     assert r.goodput_rps <= 1.5 * capacity_bound(cand, s) * 2 ** 6
+    # just above: a rate within the search tolerance misses the (relaxed) SLO, simulated afresh
+    assert r.goodput_rps < r.miss_rps <= r.goodput_rps + 1.1 * max(s.abs_tol, s.rel_tol * r.goodput_rps)
+    runs = {rate: simulate(SimulationConfig(model=s.model, hardware=s.hardware, profile=s.profile, fleet=cand,
+                                            rate=rate, workload=s.workload, seed=s.seed))
+            for rate in (r.goodput_rps, r.miss_rps)}
+    meets = runs[r.goodput_rps]
+    assert meets.ttft_s.p90 <= 1.1 * 1.5 and meets.tpot_s.p90 <= 1.1 * 0.07 and not meets.overloaded
+    misses = runs[r.miss_rps]
+    assert misses.overloaded or misses.ttft_s.p90 > 1.1 * 1.5 or misses.tpot_s.p90 > 1.1 * 0.07
 
 
 def test_impossible_slo_rejects_with_reason():

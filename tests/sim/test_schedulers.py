@@ -97,7 +97,8 @@ def test_prefill_first_never_mixes_prefill_and_decode():
 
 
 def test_unknown_scheduler_lists_the_options():
-    with pytest.raises(SpecError, match="expected one of: chunked-prefill, decode-only, prefill-first, prefill-only, sarathi, vllm"):
+    options = "chunked-prefill, decode-only, prefill-first, prefill-only, sarathi, vllm"
+    with pytest.raises(SpecError, match=f"expected one of: {options}"):
         get_scheduler("fifo")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -15,25 +16,12 @@ from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
-from serveplan.sim import SLO, Workload
+from serveplan.sim import SLO, Fidelity, Workload
+from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
 
-
-def build_workloads(scenario: str | None, input_len: int | None, output_len: int | None,
-                    num_requests: int) -> list[Workload]:
-    """One workload per comma-separated scenario, or the fixed lengths given."""
-    if num_requests < 1:
-        raise SpecError(f"num-requests={num_requests} must be a positive integer")
-    if input_len is not None or output_len is not None:
-        if input_len is None or output_len is None:
-            raise SpecError("give both --input-len and --output-len (or a --scenario)")
-        if scenario:
-            raise SpecError("give either --scenario or --input-len/--output-len, not both")
-        return [Workload.fixed(input_len, output_len, num_requests=num_requests)]
-    names = [s.strip() for s in ("op2" if scenario is None else scenario).split(",")]
-    if not all(names):
-        raise SpecError(f"scenario={scenario!r} has an empty entry; expected a comma-separated list of op1, op2, op3, op4")
-    return [Workload.scenario(n, num_requests=num_requests) for n in names]
+if TYPE_CHECKING:
+    from serveplan.calibrate.bands import GoodputBand
 
 
 @app.command("optimize")
@@ -49,12 +37,14 @@ def optimize_cmd(
     ep: str = typer.Option("1", "--ep", help="Admissible expert-parallel sizes (MoE)."),
     max_batch: str = typer.Option("16", "--max-batch", help="Maximum batch sizes (decode slots) per instance."),
     prefill_max_batch: int = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0 = no limit)."),
-    schedulers: str = typer.Option("vllm", "--schedulers", help="Collocated schedulers: vllm, sarathi."),
-    chunk_sizes: str = typer.Option("512", "--chunk-sizes", help="Chunk sizes for sarathi."),
+    schedulers: str = typer.Option("prefill-first", "--schedulers", help=(
+        "Collocated schedulers: prefill-first (alias vllm), chunked-prefill (alias sarathi).")),
+    chunk_sizes: str = typer.Option("512", "--chunk-sizes", help="Chunk sizes of chunked-prefill."),
     no_collocated: bool = typer.Option(False, "--no-collocated", help="Only disaggregated strategies."),
     no_disaggregated: bool = typer.Option(False, "--no-disaggregated", help="Only collocated strategies."),
     same_tp: bool = typer.Option(False, "--same-tp", help="Prefill and decode instances share one TP size."),
-    scenario: str | None = typer.Option(None, "--scenario", help="op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated (default op2)."),
+    scenario: str | None = typer.Option(None, "--scenario", help=(
+        "op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated (default op2).")),
     input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length (instead of --scenario)."),
     output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
     num_requests: int = typer.Option(2000, "--num-requests", help="Requests per simulation."),
@@ -62,18 +52,23 @@ def optimize_cmd(
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     relaxation: float = typer.Option(0.1, "--relaxation", help="BestServe Algorithm 9 tau (0 = hard check)."),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="Relative width of the final goodput bracket (Algorithm 8 epsilon)."),
-    seeds: int = typer.Option(1, "--seeds", help="Repeat with this many seeds and report a 95 percent confidence interval."),
+    tolerance: float = typer.Option(0.05, "--tolerance",
+                                    help="Relative width of the final goodput bracket (Algorithm 8 epsilon)."),
+    seeds: int = typer.Option(1, "--seeds",
+                              help="Repeat with this many seeds and report a 95 percent confidence interval."),
     seed: int = typer.Option(0, "--seed", help="Base random seed."),
     fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype."),
     jobs: int | None = typer.Option(None, "--jobs", "-j", help="Parallel workers (default: all cores)."),
     backend: str = typer.Option("local", "--backend", help="local (processes) or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="host:port of a Ray head (default: local Ray)."),
-    out: Path | None = typer.Option(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint."),
+    out: Path | None = typer.Option(None, "--out",
+                                    help="Directory for ranking.csv, plots and the resumable checkpoint."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
-    band: int = typer.Option(0, "--band", help="Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed) and say which cannot be told apart from the best."),
+    band: int = typer.Option(0, "--band", help=(
+        "Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's "
+        "uncertainty (seeded by --seed) and say which cannot be told apart from the best.")),
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
@@ -99,22 +94,23 @@ def optimize_cmd(
         from serveplan.calibrate.bands import require_uncertainty
 
         require_uncertainty(pr)
-    workloads = build_workloads(scenario, input_len, output_len, num_requests)
+    workloads = build_workloads(scenarios=scenario, input_len=input_len, output_len=output_len,
+                                num_requests=num_requests)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,
-                                seed=seed, fidelity=fidelity, rel_tol=tolerance) for wl in workloads]
+                                seed=seed, fidelity=Fidelity.parse(fidelity), rel_tol=tolerance) for wl in workloads]
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
                           progress=progress and not json_out)
     multi = len(results) > 1
-    bands: list = []  # type: ignore[type-arg]
+    bands: list[list[GoodputBand]] = []
     if band:
         from serveplan.calibrate.bands import goodput_bands
 
         bands = [goodput_bands(list(res.strategies[:band_top]), st, band, seed=seed)
-                 for res, st in zip(results, settings)]
+                 for res, st in zip(results, settings, strict=True)]
     if out is not None:
-        for wl, res in zip(workloads, results):
+        for wl, res in zip(workloads, results, strict=True):
             tag = f"-{wl.name}" if multi else ""
             write_csv(res, out / f"ranking{tag}.csv")
             plot_goodput_bars(res, out / f"goodput{tag}.png", f"{m.name} on up to {devices} x {hw.name}, {wl.name}")
@@ -122,21 +118,21 @@ def optimize_cmd(
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
         dicts = [res.to_dict() for res in results]
-        for d, bs in zip(dicts, bands):
-            for row, b in zip(d["strategies"], bs):
+        for d, bs in zip(dicts, bands, strict=False):  # bands: empty without --band
+            for row, b in zip(d["strategies"], bs, strict=False):  # the top --band-top rows
                 row["goodput_band"] = b.to_dict()
         if multi:
-            emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts)]})
+            emit_json({"scenarios": [dict(d, scenario=wl.name) for wl, d in zip(workloads, dicts, strict=True)]})
         else:
             emit_json(dicts[0])
         return
-    for i, (wl, res) in enumerate(zip(workloads, results)):
+    for i, (wl, res) in enumerate(zip(workloads, results, strict=True)):
         _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
         if bands:
             _print_bands(bands[i], band)
 
 
-def _print_bands(bands: list, samples: int) -> None:  # type: ignore[type-arg]
+def _print_bands(bands: list[GoodputBand], samples: int) -> None:
     con = console()
     con.print(f"goodput band of the top {len(bands)} strategies over {samples} profiles sampled from the "
               f"profile's uncertainty (P10 / P50 / P90):")
@@ -177,6 +173,7 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
                   + (" ..." if len(res.rejected) > 3 else ""))
     if res.pruned:
         con.print(f"{len(res.pruned)} layouts pruned before simulation: "
-                  + "; ".join(f"{p.name} ({p.reason})" for p in res.pruned[:6]) + (" ..." if len(res.pruned) > 6 else ""))
+                  + "; ".join(f"{p.name} ({p.reason})" for p in res.pruned[:6])
+                  + (" ..." if len(res.pruned) > 6 else ""))
     con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
               f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")

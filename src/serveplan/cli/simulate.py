@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -12,34 +13,11 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
-from serveplan.sim import SLO, Fleet, LengthDist, SimulationConfig, SimulationResult, Workload, simulate
-from serveplan.sim.workload import SCENARIOS
+from serveplan.sim import SLO, Fleet, SimulationConfig, SimulationResult, simulate
+from serveplan.sim.workload import SCENARIOS, build_workload
 
-
-def build_workload(scenario: str | None, input_len: int | None, output_len: int | None,
-                   trace: str | None, length_dist: str | None, num_requests: int, arrival: str,
-                   cv: float, seed: int) -> Workload:
-    """The request stream from the CLI flags (one of scenario, fixed lengths, trace, distributions)."""
-    if num_requests < 1:
-        raise SpecError(f"num-requests={num_requests} must be a positive integer")
-    given = [n for n, v in (("--scenario", scenario), ("--input-len/--output-len", input_len or output_len),
-                            ("--trace", trace), ("--length-dist", length_dist)) if v]
-    if len(given) > 1:
-        raise SpecError(f"give one request source; got {', '.join(given)}")
-    if trace:
-        wl = Workload.from_trace(trace, num_requests=num_requests)
-        return wl
-    if length_dist:
-        parts = length_dist.split(";")
-        if len(parts) != 2:
-            raise SpecError(f"length-dist={length_dist!r}; expected 'INPUT;OUTPUT', e.g. 'normal:2048,512;uniform:16,128'")
-        return Workload.from_distributions(LengthDist.parse(parts[0]), LengthDist.parse(parts[1]), num_requests,
-                                           seed=seed, arrival=arrival, cv=cv)
-    if input_len is not None or output_len is not None:
-        if input_len is None or output_len is None:
-            raise SpecError("give both --input-len and --output-len (or a --scenario)")
-        return Workload.fixed(input_len, output_len, num_requests=num_requests, arrival=arrival, cv=cv)
-    return Workload.scenario(scenario or "op2", num_requests=num_requests, arrival=arrival, cv=cv)
+if TYPE_CHECKING:
+    from serveplan.calibrate.bands import Band
 
 
 def _rates(text: str) -> list[float]:
@@ -67,17 +45,24 @@ def simulate_cmd(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
     max_batch: int = typer.Option(16, "--max-batch", help="Sequences per step (decode and collocated instances)."),
-    prefill_max_batch: int | None = typer.Option(4, "--prefill-max-batch", help="Prompts per prefill step (0: = max batch)."),
-    scheduler: str = typer.Option("vllm", "--scheduler", help="Collocated scheduler: vllm or sarathi."),
-    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
-    token_budget: int | None = typer.Option(None, "--token-budget", help="New tokens per step (sarathi default: chunk size)."),
+    prefill_max_batch: int | None = typer.Option(4, "--prefill-max-batch",
+                                                 help="Prompts per prefill step (0: = max batch)."),
+    scheduler: str = typer.Option("prefill-first", "--scheduler", help=(
+        "Collocated scheduler: prefill-first (alias vllm) or chunked-prefill (alias sarathi).")),
+    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (chunked-prefill)."),
+    token_budget: int | None = typer.Option(None, "--token-budget",
+                                            help="New tokens per step (chunked-prefill default: chunk size)."),
     router: str = typer.Option("round_robin", "--router", help="round_robin or least_outstanding."),
-    fidelity: str = typer.Option("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7)."),
-    scenario: str | None = typer.Option(None, "--scenario", help=f"BestServe scenario: {', '.join(f'{k} ({a}/{b})' for k, (a, b) in SCENARIOS.items())}; default op2."),
+    fidelity: str = typer.Option("iteration", "--fidelity",
+                                 help="iteration (every step) or bestserve (Algorithms 2-7)."),
+    scenario: str | None = typer.Option(None, "--scenario", help="BestServe scenario: " + ", ".join(
+        f"{k} ({a}/{b})" for k, (a, b) in SCENARIOS.items()) + "; default op2."),
     input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length."),
     output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
     trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
-    length_dist: str | None = typer.Option(None, "--length-dist", help="'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' (fixed, uniform, normal, lognormal, empirical)."),
+    length_dist: str | None = typer.Option(None, "--length-dist", help=(
+        "'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' "
+        "(fixed, uniform, normal, lognormal, empirical).")),
     rate: float = typer.Option(3.5, "--rate", help="Arrival rate (requests/s)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
@@ -87,15 +72,20 @@ def simulate_cmd(
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
     early_stop: bool = typer.Option(False, "--early-stop", help="Stop once the SLO is certainly missed."),
-    rate_sweep: str | None = typer.Option(None, "--rate-sweep", help="Comma-separated rates for the P90-vs-rate table/plot."),
+    rate_sweep: str | None = typer.Option(None, "--rate-sweep",
+                                          help="Comma-separated rates for the P90-vs-rate table/plot."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    out: Path | None = typer.Option(None, "--out", help="Directory for requests.csv, histograms and the rate-sweep plot."),
-    band: int = typer.Option(0, "--band", help="Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput."),
+    out: Path | None = typer.Option(None, "--out",
+                                    help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    band: int = typer.Option(0, "--band", help=(
+        "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
+        "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
 ) -> None:
     """Simulate a request stream through a fleet (default: BestServe Table 4, 1p1d, CodeLlama-34B
     on Ascend 910B3, TP 4, prefill batch 4, decode batch 16, op2, 3.5 req/s, 10000 requests)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
-    wl = build_workload(scenario, input_len, output_len, trace, length_dist, num_requests, arrival, cv, seed)
+    wl = build_workload(scenario=scenario, input_len=input_len, output_len=output_len, trace=trace,
+                        length_dist=length_dist, num_requests=num_requests, arrival=arrival, cv=cv, seed=seed)
     fleet = Fleet.build(strategy, tp=tp, prefill_tp=prefill_tp, decode_tp=decode_tp, pp=pp, dp=dp, ep=ep,
                         max_batch=max_batch, prefill_max_batch=prefill_max_batch, scheduler=scheduler,
                         chunk_size=chunk_size, token_budget=token_budget)
@@ -140,14 +130,17 @@ def simulate_cmd(
         _print_band(bands)
 
 
-def _print_band(bands: dict) -> None:  # type: ignore[type-arg]
+def _print_band(bands: dict[str, Band]) -> None:
     con = console()
     n = next(iter(bands.values())).samples
     con.print(f"band over {n} profiles sampled from the profile's uncertainty (P10 / P50 / P90):")
     for key, label, scale, unit in (("ttft_p90_s", "P90 TTFT", 1e3, "ms"), ("tpot_p90_s", "P90 TPOT", 1e3, "ms"),
                                     ("throughput_rps", "throughput", 1.0, "req/s")):
         b = bands[key]
-        f = (lambda v: f"{v * scale:,.1f}") if scale != 1.0 else (lambda v: f"{v:.3f}")  # noqa: E731
+
+        def f(v: float, scale: float = scale) -> str:
+            return f"{v * scale:,.1f}" if scale != 1.0 else f"{v:.3f}"
+
         con.print(f"  {label}: {f(b.p10)} / {f(b.p50)} / {f(b.p90)} {unit} (nominal {f(b.nominal)})")
 
 

@@ -9,7 +9,7 @@ building per-sequence lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from serveplan.errors import SpecError
@@ -78,26 +78,45 @@ class StepBatch:
         return StepBatch.of(prefill, decode)
 
     @staticmethod
-    def of(prefill: Iterable[tuple[int, int]], decode_contexts: Iterable[int]) -> StepBatch:
+    def of(prefill: Sequence[tuple[int, int]], decode_contexts: Sequence[int]) -> StepBatch:
         """From prefill chunks ``(new_tokens, cached_context)`` and the cached contexts of the
         decodes (each computes one token attending ``context + 1`` keys); no validation (the
         simulator's per-step path)."""
-        np_ = sp = kvp = ap = apc = 0.0
-        for c, ctx in prefill:
-            np_ += c
-            sp += 1
-            kvp += ctx + c
-            ap += c * (ctx + c)
-            apc += c * (ctx + (c + 1) / 2)
-        nd = kvd = 0.0
-        for ctx in decode_contexts:
-            nd += 1
-            kvd += ctx + 1
-        return StepBatch(prefill_tokens=np_, decode_tokens=nd, prefill_seqs=sp, prefill_keys=kvp, decode_keys=kvd,
-                         prefill_scores=ap, prefill_causal_scores=apc)
+        return StepBatch.from_sums(step_sums(prefill, decode_contexts))
+
+    @staticmethod
+    def from_sums(sums: tuple[float, ...]) -> StepBatch:
+        """From the aggregates in field order (:func:`step_sums`)."""
+        return StepBatch(**dict(zip(SUM_FIELDS, sums, strict=True)))
 
     def __add__(self, other: StepBatch) -> StepBatch:
         return StepBatch(*(a + b for a, b in zip(_astuple(self), _astuple(other))))
+
+
+#: StepBatch fields in the order of :func:`step_sums`
+SUM_FIELDS = ("prefill_tokens", "decode_tokens", "prefill_seqs", "prefill_keys", "decode_keys", "prefill_scores",
+              "prefill_causal_scores")
+
+
+def step_sums(prefill: Sequence[tuple[int, int]], decode_contexts: Sequence[int]) -> tuple[float, ...]:
+    """The aggregates of a step (:data:`SUM_FIELDS` order) from its prefill chunks ``(new_tokens,
+    cached_context)`` and its decodes' cached contexts: the one place they are written. A tuple
+    hashes faster than a :class:`StepBatch`, so per-step memos key on it.
+
+    Every term is an integer or a half-integer far below 2^52, so summing in integers first
+    gives the same floats as any order of float additions."""
+    nd = len(decode_contexts)
+    kvd = float(sum(decode_contexts) + nd)
+    if not prefill:
+        return (0.0, float(nd), 0.0, 0.0, kvd, 0.0, 0.0)
+    np_ = kvp = ap = 0
+    apc = 0.0
+    for c, ctx in prefill:
+        np_ += c
+        kvp += ctx + c
+        ap += c * (ctx + c)
+        apc += c * (ctx + (c + 1) / 2)
+    return (float(np_), float(nd), float(len(prefill)), float(kvp), kvd, float(ap), apc)
 
 
 def _astuple(b: StepBatch) -> tuple[float, ...]:

@@ -2,10 +2,10 @@
 
 A run of steps that differ only in their context-dependent aggregates (a decode stretch whose
 context sum grows by the batch each step, a chunked prompt whose context grows by the chunk) is
-timed by one vectorised call: the steps share the feature vector of ``base`` except the
-columns given, which enter the features linearly (per data-parallel rank, as
-:meth:`Estimator.features` divides them). Fields that change the token counts (and through them
-tile quantization or MoE expert activity) cannot vary: time such steps one by one.
+timed by one vectorised call: the steps share the feature vector of ``base`` except the columns
+given, which enter the features linearly (per data-parallel rank, as :meth:`Estimator.features`
+divides them). Fields that change the token counts (and through them tile quantization or MoE
+expert activity) cannot vary: time such steps one by one.
 """
 
 from __future__ import annotations
@@ -16,28 +16,27 @@ from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.step import Estimator
 from serveplan.ops.base import FEATURE_INDEX
 
-#: StepBatch fields that may vary along a column, and their feature.
-VARYING = {
-    "prefill_keys": FEATURE_INDEX["kvp"],
-    "decode_keys": FEATURE_INDEX["kvd"],
-    "prefill_scores": FEATURE_INDEX["ap"],
-    "prefill_causal_scores": FEATURE_INDEX["apc"],
-}
+_KVP, _KVD, _AP, _APC = FEATURE_INDEX["kvp"], FEATURE_INDEX["kvd"], FEATURE_INDEX["ap"], FEATURE_INDEX["apc"]
 
 
-def step_times(est: Estimator, base: StepBatch, phase: str, **columns: np.ndarray) -> np.ndarray:
-    """Times (s) of the steps equal to ``base`` but for the ``columns`` (arrays of one length,
-    keyed by :class:`StepBatch` field, e.g. ``decode_keys=...``), all of phase ``phase``.
-
-    Raises
-    ------
-    KeyError
-        A column that is not one of :data:`VARYING`.
-    """
-    x0 = est.features(base)
-    k = len(next(iter(columns.values())))
-    X = np.repeat(x0[:, None], k, axis=1)
+def step_times(est: Estimator, base: StepBatch, phase: str, *, length: int | None = None,
+               prefill_keys: np.ndarray | None = None, decode_keys: np.ndarray | None = None,
+               prefill_scores: np.ndarray | None = None,
+               prefill_causal_scores: np.ndarray | None = None) -> np.ndarray:
+    """Times (s) of the steps of phase ``phase`` equal to ``base`` but for the :class:`StepBatch`
+    fields given as arrays (each step's value of the field; ``length``: their common length,
+    read from them when omitted)."""
+    if length is None:
+        given = [c for c in (prefill_keys, decode_keys, prefill_scores, prefill_causal_scores) if c is not None]
+        length = len(given[0])
+    X = np.repeat(est.features(base)[:, None], length, axis=1)
     dp = est.parallel.dp
-    for name, col in columns.items():
-        X[VARYING[name]] = col / dp
+    if prefill_keys is not None:
+        X[_KVP] = prefill_keys / dp
+    if prefill_scores is not None:
+        X[_AP] = prefill_scores / dp
+    if prefill_causal_scores is not None:
+        X[_APC] = prefill_causal_scores / dp
+    if decode_keys is not None:
+        X[_KVD] = decode_keys / dp
     return est.step_times(X, phase)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,7 @@ from serveplan.units import DType
 LOWER_RATE = 0.1
 
 
-class GoodputStatus(StrEnum):
+class GoodputStatus(str, Enum):
     """Outcome of a goodput search."""
 
     OK = "ok"                # a positive rate meets the SLO
@@ -91,6 +91,7 @@ class GoodputResult:
     binding: str = ""                   # which SLO fails first above the goodput: ttft, tpot
     bottleneck: str = ""                # prefill, decode, kv-memory
     capacity_bound_rps: float = 0.0
+    miss_rps: float = math.nan          # lowest simulated rate above the goodput that missed the SLO
     num_simulations: int = 0
     goodput_ci: tuple[float, float] | None = None
     goodput_samples: tuple[float, ...] = ()
@@ -110,7 +111,7 @@ class GoodputResult:
                 v = _num(v)
             elif isinstance(v, tuple):
                 v = list(v)
-            elif isinstance(v, StrEnum):
+            elif isinstance(v, Enum):
                 v = v.value
             d[_KEYS.get(f.name, f.name)] = v
         return d
@@ -148,7 +149,7 @@ def _nan(x: float | None) -> float:
     return math.nan if x is None else float(x)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Probe:
     rate: float
     feasible: bool
@@ -161,7 +162,7 @@ class _Probe:
     margin: float | None = None   # max(P TTFT / target, P TPOT / target) / (1 + tau); <= 1 meets the SLO
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Runner:
     cand: Fleet
     settings: GoodputSettings
@@ -191,12 +192,14 @@ class _Runner:
         pct = s.slo.percentile
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
         lim = 1.0 + s.relaxation
-        ok = (not res.stopped_early and not res.overloaded and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
+        ok = (not res.stopped_early and not res.overloaded
+              and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
         margin = None
         if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
             margin = max(ttft / s.slo.ttft_s, tpot / s.slo.tpot_s) / lim
-        p = _Probe(rate, ok, ttft, tpot, res.e2e_s.mean, res.throughput_rps, res.output_tokens_per_s,
-                   bool(res.num_preemptions) or bool(res.kv_limited), margin)
+        p = _Probe(rate=rate, feasible=ok, ttft=ttft, tpot=tpot, e2e=res.e2e_s.mean, throughput=res.throughput_rps,
+                   out_tps=res.output_tokens_per_s, kv_limited=bool(res.num_preemptions) or bool(res.kv_limited),
+                   margin=margin)
         self.probes.append(p)
         return p
 
@@ -333,7 +336,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     """
     s = runner.settings
     wl = s.workload
-    n = int(wl.num_requests)
+    n = len(wl.input_lengths)
     guess = max(LOWER_RATE, 0.8 * bound)  # goodput sits a little below the optimistic capacity
     n_small = max(1000, n // 5)
     step = 1.5
@@ -362,8 +365,8 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
                     if p_hi.feasible:
                         guess, known = hi_s.rate * step, (p_hi, None)
                     else:
-                        lo, hi = _narrow(runner, p_lo, p_hi, tol, None)
-                        return lo.rate, lo, hi
+                        ok, bad = _narrow(runner, p_lo, p_hi, tol, None)
+                        return ok.rate, ok, bad
             else:
                 guess = LOWER_RATE if lo_s is None else lo_s.rate  # prefix probes only guide the full ones
     lo, hi = _bracket(runner, guess, step, None, known)
@@ -389,7 +392,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
     rates, runs = [], 0
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
     for k in range(settings.seeds):
-        runner = _Runner(cand, settings, settings.seed + k)
+        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k)
         got = _search_rate(runner, bound, risky=margin0 > 0.85)
         runs += runner.runs
         rates.append(got[0])
@@ -420,7 +423,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
         candidate=cand, goodput_rps=goodput, goodput_per_device=goodput / cand.num_devices, status=GoodputStatus.OK,
         ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
         output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
-        num_simulations=runs, goodput_ci=ci, goodput_samples=tuple(rates),
+        miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci,
+        goodput_samples=tuple(rates),
     )
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +103,8 @@ def _check_ray_address(address: str) -> None:
     """Fail fast with a one-line error when a Ray head is not reachable (``host:port``)."""
     if address in ("auto", "local"):
         return
+    import socket  # only for a remote Ray head (keeps `import serveplan` light)
+
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
@@ -122,9 +122,14 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         for key, c, st in todo:
             on_done(key, max_goodput(c, st))
         return
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # multiprocessing: only when used
+
     # slowest first (most requests to simulate, largest fleets), so the pool drains evenly
-    order = sorted(todo, key=lambda t: (-t[2].workload.num_requests * float(sum(t[2].workload.output_lengths[:64])),
-                                        -t[1].num_devices))
+    def cost(t: Task) -> tuple[float, int]:
+        wl = t[2].workload
+        return -len(wl.input_lengths) * float(sum(wl.output_lengths[:64])), -t[1].num_devices
+
+    order = sorted(todo, key=cost)
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
         pending = {pool.submit(_evaluate, t) for t in order}
         while pending:
@@ -297,7 +302,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "workload": wl.name, "devices": space.devices,
         "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s, "percentile": settings.slo.percentile},
         "relaxation": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
-        "num_requests": int(wl.num_requests), "fidelity": settings.fidelity,
+        "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
     }
     result = SearchResult(

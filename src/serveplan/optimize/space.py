@@ -11,6 +11,7 @@ fit, a layout that does not divide the model) — never silently.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +68,8 @@ class SearchSpace:
         for fname in ("tp_sizes", "pp_sizes", "dp_sizes", "ep_sizes", "max_batches", "chunk_sizes"):
             vals = getattr(self, fname)
             if not vals:
-                raise SpecError(f"{fname.replace('_sizes', '').replace('_', '-')} set is empty; give at least one value")
+                flag = fname.replace("_sizes", "").replace("_", "-")
+                raise SpecError(f"{flag} set is empty; give at least one value")
             if any((not isinstance(v, int)) or v < 1 for v in vals):
                 raise SpecError(f"{fname}={vals!r}: every value must be a positive integer")
         if not self.schedulers:
@@ -88,7 +90,7 @@ class SearchSpace:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pruned:
     """A candidate layout removed before simulation, and why."""
 
@@ -140,14 +142,24 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
     layout whose KV capacity cannot hold one such request is pruned.
     """
     out = SpaceListing()
-    checks: dict[ParallelConfig, _LayoutCheck] = {}
+    layouts = _layouts(space, model, hardware, profile, dtype, request_tokens, out)
+    seen: set[Fleet] = set()
+    for par in layouts:
+        for mb in space.max_batches:
+            fleets = _collocated(space, par, mb) if space.collocated else iter(())
+            for c in itertools.chain(fleets, _disaggregated(space, par, layouts, mb) if space.disaggregated else ()):
+                if c not in seen and c.num_devices <= space.devices:
+                    seen.add(c)
+                    out.candidates.append(c)
+    out.candidates.sort(key=lambda c: (c.num_devices, c.name))
+    return out
+
+
+def _layouts(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+             dtype: DType | None, request_tokens: int, out: SpaceListing) -> list[ParallelConfig]:
+    """The instance layouts within the budget that hold the model and one request (the others go
+    to ``out.pruned`` with their reason)."""
     max_b = max(space.max_batches)
-
-    def check(par: ParallelConfig) -> _LayoutCheck:
-        if par not in checks:
-            checks[par] = _check_layout(model, hardware, profile, par, dtype, request_tokens, max_b)
-        return checks[par]
-
     layouts = []
     for tp, pp, dp, ep in itertools.product(space.tp_sizes, space.pp_sizes, space.dp_sizes, space.ep_sizes):
         if (tp * dp) % ep:
@@ -155,48 +167,42 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
         try:
             par = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep)
         except SpecError as exc:  # pragma: no cover - guarded above
-            out.pruned.append(Pruned(f"tp{tp}-pp{pp}-dp{dp}-ep{ep}", tp * pp * dp, str(exc)))
+            out.pruned.append(Pruned(name=f"tp{tp}-pp{pp}-dp{dp}-ep{ep}", num_devices=tp * pp * dp, reason=str(exc)))
             continue
         if par.num_devices > space.devices:
             continue
-        c = check(par)
+        c = _check_layout(model, hardware, profile, par, dtype, request_tokens, max_b)
         if not c.ok:
-            out.pruned.append(Pruned(par.label(), par.num_devices, c.reason, c.kind))
+            out.pruned.append(Pruned(name=par.label(), num_devices=par.num_devices, reason=c.reason, kind=c.kind))
             continue
         layouts.append(par)
+    return layouts
 
-    seen: set[Fleet] = set()
 
-    def add(c: Fleet) -> None:
-        if c not in seen and c.num_devices <= space.devices:
-            seen.add(c)
-            out.candidates.append(c)
+def _collocated(space: SearchSpace, par: ParallelConfig, max_batch: int) -> Iterator[Fleet]:
+    """``Nm`` fleets of layout ``par``: every count, scheduler and (chunked schedulers) chunk size."""
+    for n in range(1, space.devices // par.num_devices + 1):
+        for sched in space.schedulers:
+            chunks = space.chunk_sizes if get_scheduler(sched).chunked else (space.chunk_sizes[0],)
+            for cs in chunks:
+                yield Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
+                                  max_batch=max_batch, prefill_max_batch=space.prefill_max_batch, scheduler=sched,
+                                  chunk_size=cs)
 
-    for par in layouts:
-        per = par.num_devices
-        for mb in space.max_batches:
-            if space.collocated:
-                for n in range(1, space.devices // per + 1):
-                    for sched in space.schedulers:
-                        chunks = space.chunk_sizes if get_scheduler(sched).chunked else (space.chunk_sizes[0],)
-                        for cs in chunks:
-                            add(Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
-                                            max_batch=mb, prefill_max_batch=space.prefill_max_batch,
-                                            scheduler=sched, chunk_size=cs))
-            if space.disaggregated:
-                for par_d in layouts:
-                    if (par_d.pp, par_d.dp, par_d.ep) != (par.pp, par.dp, par.ep):
-                        continue
-                    if par_d.tp != par.tp and not space.mixed_tp:
-                        continue
-                    k = par.pp * par.dp
-                    for p in range(1, space.devices // per + 1):
-                        for d in range(1, space.devices + 1):
-                            if k * (p * par.tp + d * par_d.tp) > space.devices:
-                                break
-                            add(Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp,
-                                            pp=par.pp, dp=par.dp, ep=par.ep, max_batch=mb,
-                                            prefill_max_batch=space.prefill_max_batch,
-                                            chunk_size=space.chunk_sizes[0]))
-    out.candidates.sort(key=lambda c: (c.num_devices, c.name))
-    return out
+
+def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[ParallelConfig],
+                   max_batch: int) -> Iterator[Fleet]:
+    """``PpDd`` fleets with prefill layout ``par`` and a decode layout of the same PP/DP/EP."""
+    for par_d in layouts:
+        if (par_d.pp, par_d.dp, par_d.ep) != (par.pp, par.dp, par.ep):
+            continue
+        if par_d.tp != par.tp and not space.mixed_tp:
+            continue
+        k = par.pp * par.dp
+        for p in range(1, space.devices // par.num_devices + 1):
+            for d in range(1, space.devices + 1):
+                if k * (p * par.tp + d * par_d.tp) > space.devices:
+                    break
+                yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp, pp=par.pp,
+                                  dp=par.dp, ep=par.ep, max_batch=max_batch,
+                                  prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0])

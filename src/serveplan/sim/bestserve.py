@@ -146,9 +146,10 @@ def decode_sim(order: list[int], A: list[float], inp: list[int], out: list[int],
             T = max(t_free, A[order[i]])
 
 
-def collocated_sim(order: list[int], A: list[float], inp: list[int], out: list[int], b_max: int, n_inst: int,
-                   prefill_b_max: int, oracle: Oracle, D1: list[float], D2: list[float], inst_of: list[int], start: list[float],
-                   tau: float = TAU, on_time: Callable[[float], bool] | None = None) -> bool:
+def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step for step with the paper
+        order: list[int], A: list[float], inp: list[int], out: list[int], b_max: int, n_inst: int,
+        prefill_b_max: int, oracle: Oracle, D1: list[float], D2: list[float], inst_of: list[int], start: list[float],
+        tau: float = TAU, on_time: Callable[[float], bool] | None = None) -> bool:
     """Algorithms 4-7 (vLLM-like collocation). Returns True when ``on_time`` asked to stop."""
     status = ["decode"] * n_inst
     wip = [0.0] * n_inst                        # when_idle_prefill
@@ -253,7 +254,8 @@ def run_bestserve(A: np.ndarray, inp: np.ndarray, out: np.ndarray, *, disaggrega
                 D2[r] = D1[r]
         darr = np.array([D1[r] if ol[r] > 1 else math.nan for r in range(n)])
     else:
-        collocated_sim(order, Al, il, ol, decode_b_max, n_collocated, prefill_b_max, oracle_p, D1, D2, p_inst, start, tau)
+        collocated_sim(order, Al, il, ol, decode_b_max, n_collocated, prefill_b_max, oracle_p, D1, D2, p_inst, start,
+                       tau)
         for r in range(n):
             if ol[r] <= 1:
                 D2[r] = D1[r]

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -104,9 +104,15 @@ class EarlyStop:
         request arriving at ``a`` has TTFT at most ``h - a`` and TPOT at most
         ``(h - a) / (min output - 1)``, and so have the later ones (float subtraction and division
         are monotone). A check thus costs the requests in flight, not the whole stream."""
-        R, slo, limit, order, n = self.req, self.slo, self.limit, self.order, self.req.n
+        if self._ttft_misses(t) >= self.limit:
+            return True
+        return self.check_tpot and self._tpot_misses(t) >= self.limit
+
+    def _ttft_misses(self, t: float) -> int:
+        """Certain TTFT misses at ``t`` (counting stops at the limit)."""
+        R, limit, order, n = self.req, self.limit, self.order, self.req.n
         first, arrival = R.first_token, R.arrival
-        target = slo.ttft_s
+        target = self.slo.ttft_s
         i, late = self._i_first, self._late_first
         while i < n:
             q = order[i]
@@ -132,12 +138,13 @@ class EarlyStop:
                     count += 1
             elif a <= t and t - a > target:
                 count += 1
-        if count >= limit:
-            return True
-        if not self.check_tpot:
-            return False
-        fin, out = R.finish, R.out
-        target = slo.tpot_s
+        return count
+
+    def _tpot_misses(self, t: float) -> int:
+        """Certain TPOT misses at ``t`` (counting stops at the limit)."""
+        R, limit, order, n = self.req, self.limit, self.order, self.req.n
+        first, arrival, fin, out = R.first_token, R.arrival, R.finish, R.out
+        target = self.slo.tpot_s
         i, late = self._i_fin, self._late_fin
         while i < n:
             q = order[i]
@@ -164,9 +171,7 @@ class EarlyStop:
                 e = fin[q]
                 if ((e if e == e else t) - f) / max(o - 1, 1) > target:
                     count += 1
-        return count >= limit
-
-
+        return count
 
 
 # ---------------------------------------------------------------------- stages
@@ -294,8 +299,10 @@ class RouteAll:
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
         st, src = self.stage, self.source
-        for t, q in zip(src.times, src.ids):
-            st.route(t, q)
+        insts, assign = st.instances, st.assign
+        for i, t, q in zip(st.router.picks(insts, len(src.ids)), src.times, src.ids, strict=True):
+            insts[i].deliver(t, q)
+            assign(q, i)
         t_last = src.times[-1] if len(src.times) else 0.0
         return (_checks_from(st, 0.0, t_last, at_least_one=True),)
 
@@ -333,9 +340,9 @@ class ClosedLoop:
     clients: int
     think_s: float = 0.0
     t0: float = 0.0
-    _next: int = 0
-    _loop: EventLoop | None = None
-    _stage: Stage | None = None
+    _next: int = field(default=0, init=False)
+    _loop: EventLoop | None = field(default=None, init=False)
+    _stage: Stage | None = field(default=None, init=False)
 
     def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
         """The first request of every client, at ``t0``."""

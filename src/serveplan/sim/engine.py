@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ from serveplan.units import DType, ceil_div
 BLOCK_SIZE = 16
 
 
-class Fidelity(StrEnum):
+class Fidelity(str, Enum):
     """How a simulation times its requests."""
 
     ITERATION = "iteration"    # every step of every instance (continuous batching, KV blocks)
@@ -315,8 +315,9 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
-        closed = ClosedLoop(range(wl.num_requests), clients, think_s)
-        arrival = np.zeros(wl.num_requests)  # set as the clients send
+        n = len(wl.input_lengths)
+        closed = ClosedLoop(range(n), clients, think_s)
+        arrival = np.zeros(n)  # set as the clients send
     else:
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
     clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype)
@@ -328,7 +329,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         cap = math.inf if closed is not None else _default_cap(cfg, clocks, arrival, wl)
     req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
     if cfg.fidelity is Fidelity.BESTSERVE:
-        stopped, insts = _run_bestserve(cfg, clocks, req), []
+        insts: list[Instance] = []
+        stopped = _run_bestserve(cfg, clocks, req)
     else:
         insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
     return _result(cfg, req, insts, clocks, stopped)
@@ -468,7 +470,7 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
         # distinct (input, output) pairs in lexicographic order, as one int64 key each (token
         # counts are far below 2^32)
         keys, counts = np.unique((rec.input_len[done] << 32) | rec.output_len[done], return_counts=True)
-        for key, c in zip(keys.tolist(), counts.tolist()):
+        for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
             fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,
                                  m.num_attention_heads)
         fom /= span

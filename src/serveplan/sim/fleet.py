@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from serveplan.specs.parallel import ParallelConfig
 _STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
 
 
-class Role(StrEnum):
+class Role(str, Enum):
     """What an instance does in its fleet."""
 
     COLLOCATED = "collocated"
@@ -223,10 +223,11 @@ class Fleet:
 
     def instance(self, role: Role | str) -> InstanceConfig:
         """Configuration of the instances of ``role``."""
-        cfg = getattr(self, Role(role).value)
+        r = Role(role)
+        cfg = self.collocated if r is Role.COLLOCATED else self.prefill if r is Role.PREFILL else self.decode
         if cfg is None:
-            raise SpecError(f"fleet {self.strategy} has no {Role(role).value} instances")
-        return cfg  # type: ignore[no-any-return]  # getattr on a known field name
+            raise SpecError(f"fleet {self.strategy} has no {r.value} instances")
+        return cfg
 
     @property
     def first(self) -> InstanceConfig:

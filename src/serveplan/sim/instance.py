@@ -32,13 +32,14 @@ after its previous one left the last stage.
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
 from serveplan.estimator import columns
-from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.batch import StepBatch, step_sums
 from serveplan.estimator.step import Estimator
 from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache
@@ -46,6 +47,7 @@ from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 
 INF = math.inf
+INF_INT = 1 << 62  # larger than any token count
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
@@ -96,6 +98,8 @@ class StepClock:
         self.est = est
         self.pp = est.parallel.pp
         self._cache: dict[StepBatch, float] = {}
+        #: step times by their aggregates (a tuple hashes faster than a StepBatch)
+        self.by_sums: dict[tuple[float, ...], float] = {}
         self._blocks: dict[tuple[int, int], np.ndarray] = {}
         self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
@@ -104,6 +108,15 @@ class StepClock:
         self.prefill_times: dict[int, float] = {}
         #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
         self.lone_decode: dict[tuple[int, int], float] = {}
+
+    def time_of(self, sums: tuple[float, ...]) -> float:
+        """Time of the step with aggregates ``sums`` (:func:`~serveplan.estimator.batch.step_sums`)."""
+        t = self.by_sums.get(sums)
+        if t is None:
+            if len(self.by_sums) >= _MAX_STEPS:
+                self.by_sums.clear()
+            t = self.by_sums[sums] = self.time(StepBatch.from_sums(sums))
+        return t
 
     def time(self, batch: StepBatch) -> float:
         t = self._cache.get(batch)
@@ -118,7 +131,7 @@ class StepClock:
         """Step times of context sums ``[b*1024, (b+1)*1024)`` for ``nd`` decodes into ``out``."""
         size = 1 << _BLK_BITS
         base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
-        out[:] = columns.step_times(self.est, base, "decode",
+        out[:] = columns.step_times(self.est, base, "decode", length=size,
                                     decode_keys=np.arange(size, dtype=float) + (b << _BLK_BITS))
 
     def _block(self, nd: int, b: int) -> np.ndarray:
@@ -217,6 +230,7 @@ class Instance:
         self.token_budget = batching.step_token_budget
         self.chunk_size = batching.chunk_size
         self.handoff = handoff
+        self._hands_off = role is Role.PREFILL  # prompts leave after their prefill
         self.on_finish = on_finish
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
@@ -239,10 +253,9 @@ class Instance:
         self._repeat_chunk = fp is not None and fp.repeat_chunk
         self._prefill_t = clock.prefill_times
 
-    @property
-    def free_blocks(self) -> int:
-        """Free KV blocks (what a policy reads)."""
-        return self.kv.free
+    #: Free KV blocks (what a policy reads; ``KVCache.free``, read through a C-level getter: policies
+    #: read it at every step boundary)
+    free_blocks = property(operator.attrgetter("kv.free"))
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:
@@ -266,11 +279,12 @@ class Instance:
         return self.inbox_t[self.ptr] if self.ptr < len(self.inbox_t) else INF
 
     # ---------------------------------------------------------------- main loop
-    def run_until(self, until: float) -> None:
+    def run_until(self, until: float) -> None:  # noqa: C901 - the hot loop: shortcuts inlined for speed
         """Execute the steps that start before ``until``."""
         sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
+        rel = kv.releases
         fast = self.fast_decode
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
@@ -286,48 +300,46 @@ class Instance:
                 self.waiting.append(ir[p])
                 p += 1
             self.ptr = p
-            kv.release_due(now)
-            if lone and not self.running:
-                w = self.waiting
-                if not w:  # nothing to plan: the policies return no plan
-                    nxt = min(it[p] if p < n_in else INF, kv.next_release)
-                    if nxt >= until:
-                        if until < INF:
-                            self.now = until
-                        return
-                    self.now = nxt
-                    continue
-                if len(w) == 1 and self._lone(until):
-                    continue
-            elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
-                # the policy's plan for a view with nothing waiting: every running request
-                # decodes when each is ready and their new blocks fit (no preemption)
-                R = self.req
-                pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
-                bs = self.block_size
-                need = 0
-                for q in self.running:
-                    if pf[q] < pl[q] or ra[q] > now:
-                        need = -1
-                        break
-                    if kvl[q] % bs == 0:
-                        need += 1
-                if 0 <= need <= kv.free:
-                    self._decode_stretch(list(self.running), until)
-                    continue
-            plan = sched.plan_batch(self)
-            if plan is not None and (plan.admit or plan.preempt):
-                self._apply_admission(plan)
-            if plan is None or plan.is_empty:
+            if rel and rel[0][0] <= now:
+                kv.release_due(now)
+            if lone and not self.running and not self.waiting:
+                plan = None  # nothing to plan: the policies return no plan
+            else:
+                if lone and not self.running:
+                    if len(self.waiting) == 1 and self._lone(until):
+                        continue
+                elif all_decode and not self.waiting and len(self.running) <= self.max_batch:
+                    # the policy's plan for a view with nothing waiting: every running request
+                    # decodes when each is ready and their new blocks fit (no preemption)
+                    R = self.req
+                    pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
+                    bs = self.block_size
+                    need = 0
+                    for q in self.running:
+                        if pf[q] < pl[q] or ra[q] > now:
+                            need = -1
+                            break
+                        if kvl[q] % bs == 0:
+                            need += 1
+                    if 0 <= need <= kv.free:
+                        self._decode_stretch(list(self.running), until)
+                        continue
+                plan = sched.plan_batch(self)
+            if plan is None or not (plan.prefill or plan.decode):
                 if plan is not None and (plan.admit or plan.preempt):
-                    continue
-                nxt = min(it[p] if p < n_in else INF, kv.next_release, self._next_ready())
+                    self._apply_admission(plan)
+                    continue  # admitted without compute (transferred caches): plan again
+                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
+                if self.pp > 1:
+                    nxt = min(nxt, self._next_ready())
                 if nxt >= until:
                     if until < INF:
                         self.now = until
                     return
                 self.now = nxt
                 continue
+            if plan.admit or plan.preempt:
+                self._apply_admission(plan)
             if fast and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
                 if not plan.prefill:
                     self._decode_stretch(plan.decode, until)
@@ -353,20 +365,18 @@ class Instance:
         if R.kv_ready[q]:
             if not self._lone_transfer or R.ready_at[q] > now or R.prefilled[q] < R.prompt_len[q]:
                 return False
-            if not kv.fits(R.kv_len[q]):
+            if not kv.try_allocate(q, R.kv_len[q]):
                 return False
             self.waiting.popleft()
-            kv.allocate(q, R.kv_len[q])
             self.running.append(q)
             R.decode_start[q] = now
         else:
             if not self._lone_prompt or R.prefilled[q]:
                 return False
             c = R.prompt_len[q]
-            if not kv.fits(c):
+            if not kv.try_allocate(q, c):
                 return False
             self.waiting.popleft()
-            kv.allocate(q, c)
             self.running.append(q)
             t = self._prefill_t.get(c)
             if t is None:
@@ -383,7 +393,7 @@ class Instance:
             if self._emit_token(q, exit_t):
                 self._finish(q, exit_t)
                 return True
-            if self.role is Role.PREFILL:
+            if self._hands_off:
                 self._hand_off(q, exit_t)
                 return True
             now = exit_t
@@ -392,7 +402,7 @@ class Instance:
             p = self.ptr
             if p < len(self.inbox_t) and self.inbox_t[p] <= now:
                 return True
-            if kv.next_release <= now:
+            if kv.releases and kv.releases[0][0] <= now:
                 return True
         if R.kv_len[q] % self.block_size == 0 and kv.free < 1:
             return True  # the decode needs a block: the planned path decides
@@ -468,27 +478,22 @@ class Instance:
         now = self.now
         pf = R.prefilled
         kv = R.kv_len
-        for q, _ in plan.prefill:
-            if R.start[q] != R.start[q]:  # NaN: first computation for the request
-                R.start[q] = now
-        t = self.clock.time(StepBatch.of([(c, pf[q]) for q, c in plan.prefill], [kv[q] for q in plan.decode]))
+        chunks = []
+        st = R.start
+        for q, c in plan.prefill:
+            chunks.append((c, pf[q]))
+            if st[q] != st[q]:  # NaN: first computation for the request
+                st[q] = now
+        key = step_sums(chunks, [kv[q] for q in plan.decode] if plan.decode else ())
+        t = self.clock.by_sums.get(key)
+        if t is None:
+            t = self.clock.time_of(key)
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
             bubble = 0.0
         else:
-            sf = self.stage_free
-            end = now + t
-            sf[0] = end
-            bubble = 0.0
-            for s in range(1, self.pp):
-                idle_from = sf[s] if sf[s] > now else now
-                if end > idle_from:
-                    bubble += end - idle_from
-                end = (end if end > sf[s] else sf[s]) + t
-                sf[s] = end
-            exit_t = end
-            self.now = sf[0]
+            exit_t, bubble = self._through_pipeline(now, t)
         self.num_steps += 1
         done: list[int] = []
         for q, c in plan.prefill:
@@ -499,18 +504,40 @@ class Instance:
             if pf[q] >= R.prompt_len[q]:
                 if self._emit_token(q, exit_t):
                     done.append(q)
-                elif self.role is Role.PREFILL:
+                elif self._hands_off:
                     self._hand_off(q, exit_t)
-        self.kv.append_tokens(plan.decode, kv)
-        for q in plan.decode:
-            kv[q] += 1
-            R.gen[q] += 1
-            R.ready_at[q] = exit_t
-            R.bubble[q] += bubble
-            if R.gen[q] >= R.out[q]:
-                done.append(q)
+        dec = plan.decode
+        if dec:
+            gen, out = R.gen, R.out
+            self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
+            if self.pp == 1:  # a decode is ready again when its step ends, which is now
+                done += [q for q in dec if gen[q] >= out[q]]
+            else:
+                ra, bub = R.ready_at, R.bubble
+                for q in dec:
+                    ra[q] = exit_t
+                    bub[q] += bubble
+                    if gen[q] >= out[q]:
+                        done.append(q)
         for q in done:
             self._finish(q, exit_t)
+
+    def _through_pipeline(self, now: float, t: float) -> tuple[float, float]:
+        """A micro-batch of stage time ``t`` enters the pipeline at ``now``: when it leaves the
+        last stage, and the time stages idled waiting for it (its bubble). The instance may start
+        its next micro-batch when the first stage is free."""
+        sf = self.stage_free
+        end = now + t
+        sf[0] = end
+        bubble = 0.0
+        for s in range(1, self.pp):
+            idle_from = sf[s] if sf[s] > now else now
+            if end > idle_from:
+                bubble += end - idle_from
+            end = (end if end > sf[s] else sf[s]) + t
+            sf[s] = end
+        self.now = sf[0]
+        return end, bubble
 
     # ---------------------------------------------------------------- decode-only stretch (pp == 1)
     def _decode_stretch(self, run: list[int], until: float) -> None:
@@ -518,12 +545,13 @@ class Instance:
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         now = self.now
-        kvd0, k_max = self._stretch_bound(run, out[run[0]] - gen[run[0]])
+        kvd0, k_max, d_min = self._stretch_bound(run, out[run[0]] - gen[run[0]])
         wake = until
         if not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
-        if self.waiting:
-            wake = min(wake, self.kv.next_release)
+        kvc = self.kv
+        if self.waiting and kvc.releases:
+            wake = min(wake, kvc.releases[0][0])
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -535,18 +563,12 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        done = []
-        for r in run:
-            kv[r] += k
-            g = gen[r] + k
-            gen[r] = g
-            if g == out[r]:
-                done.append(r)
-        self.kv.grow_to(run, kv)
+        kvc.decode(run, k, kv, gen)
         self.num_steps += k
         self.now = end
-        for r in done:
-            self._finish(r, end)
+        if k == d_min:  # the stretch ends with the first completions
+            for r in (run if nd == 1 else [r for r in run if gen[r] == out[r]]):
+                self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
@@ -565,7 +587,7 @@ class Instance:
         run = plan.decode
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
-        kvd0, k_max = self._stretch_bound(run, k_chunks)
+        kvd0, k_max, _ = self._stretch_bound(run, k_chunks)
         if k_max < 2:
             return False
         now = self.now
@@ -573,7 +595,7 @@ class Instance:
         j = np.arange(k_max, dtype=float)
         ctx = ctx0 + c * j
         base = StepBatch(prefill_tokens=float(c), decode_tokens=float(nd), prefill_seqs=1.0)
-        times = columns.step_times(self.clock.est, base, "prefill", prefill_keys=ctx + c,
+        times = columns.step_times(self.clock.est, base, "prefill", length=k_max, prefill_keys=ctx + c,
                                    prefill_scores=c * (ctx + c), prefill_causal_scores=c * (ctx + (c + 1) / 2),
                                    decode_keys=kvd0 + nd * j)
         wake = until
@@ -591,30 +613,32 @@ class Instance:
         R.prefilled[q] += k * c
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
+        self.kv.decode(run, k, kv, gen)
         done = []
         for r in run:
-            kv[r] += k
-            gen[r] += k
             R.ready_at[r] = end
             if gen[r] >= out[r]:
                 done.append(r)
-        self.kv.grow_to(run, kv)
         self.num_steps += k
         self.now = end
         for r in done:
             self._finish(r, end)
         return True
 
-    def _stretch_bound(self, run: list[int], k_max: int) -> tuple[int, int]:
+    def _stretch_bound(self, run: list[int], k_max: int) -> tuple[int, int, int]:
         """Keys attended by the decodes of ``run`` in the first step (each context plus its new
-        token), and how many steps they can take together: at most ``k_max``, no request past its
-        last token, and no more than the free KV blocks allow."""
+        token), how many steps they can take together (at most ``k_max``, no request past its
+        last token, no more than the free KV blocks allow), and the fewest tokens any of them has
+        left (the stretch that runs that many steps ends with completions)."""
         R = self.req
         kv, gen, out = R.kv_len, R.gen, R.out
         kvd0 = len(run)
+        d_min = INF_INT
         for r in run:
             kvd0 += kv[r]
             d = out[r] - gen[r]
-            if d < k_max:
-                k_max = d
-        return kvd0, self.kv.steps_that_fit(run, kv, k_max)
+            if d < d_min:
+                d_min = d
+        if d_min < k_max:
+            k_max = d_min
+        return kvd0, self.kv.steps_that_fit(run, kv, k_max), d_min

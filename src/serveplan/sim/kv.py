@@ -9,7 +9,7 @@ ends. Memory is never overcommitted (asserted).
 
 Models with local layers (sliding window, chunked attention) hold less than one token's K/V per
 token of a long sequence: ``tokens_of(length)`` (from
-:meth:`Estimator.kv_equivalent_tokens <serveplan.estimator.step.Estimator.kv_equivalent_tokens>`)
+:meth:`Estimator.kv_equivalent_tokens_fn <serveplan.estimator.step.Estimator.kv_equivalent_tokens_fn>`)
 gives the full-model tokens a sequence's cache is worth, and blocks count those, so capacity
 follows the windows (vLLM V1's hybrid allocator frees sliding-window blocks that left the window).
 
@@ -37,25 +37,35 @@ class KVCache:
         Tokens per block.
     blocks:
         Per-request block counts (shared list, indexed by request id).
+    tokens_of:
+        Sequence length -> full-model tokens its cache holds (at most the length); None: equal.
     """
 
-    __slots__ = ("block_size", "total", "free", "peak", "blocks", "_releases", "_eq")
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases", "_eq")
 
     def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int],
                  tokens_of: Callable[[int], float] | None = None) -> None:
         self.block_size = block_size
-        self._eq = tokens_of  # sequence length -> full-model tokens its cache holds (<= length)
+        self._eq = tokens_of
         self.total = capacity_tokens // block_size
         self.free = self.total
         self.peak = 0
         self.blocks = blocks
-        self._releases: list[tuple[float, int]] = []  # (time, blocks) of caches still being sent
+        #: (time, blocks) of caches still being sent, earliest first (a heap)
+        self.releases: list[tuple[float, int]] = []
 
     def blocks_for(self, tokens: int) -> int:
-        """Blocks holding the cache of a ``tokens``-token sequence."""
+        """Blocks holding the cache of a ``tokens``-token sequence.
+
+        With ``tokens_of``, the equivalent tokens of the length rounded up to whole blocks: the
+        count then changes only where the plain count does, by at most one block (the
+        equivalence grows at most one token per token), so the plain ``ceil(tokens / block)``
+        that schedulers price admissions and decode growth with is never below it.
+        """
+        bs = self.block_size
         if self._eq is not None:
-            return ceil_div(math.ceil(self._eq(tokens) - 1e-9), self.block_size)  # float -> whole tokens
-        return ceil_div(tokens, self.block_size)
+            return ceil_div(math.ceil(self._eq(ceil_div(tokens, bs) * bs) - 1e-9), bs)
+        return ceil_div(tokens, bs)
 
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
@@ -64,16 +74,25 @@ class KVCache:
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
-        self._track_peak()
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
 
-    def fits(self, tokens: int) -> bool:
-        """Whether ``tokens`` more tokens' blocks fit now."""
-        return self.blocks_for(tokens) <= self.free
+    def try_allocate(self, q: int, tokens: int) -> bool:
+        """:meth:`allocate` when the blocks fit now; whether they did."""
+        b = self.blocks_for(tokens)
+        if b > self.free:
+            return False
+        self.free -= b
+        self.blocks[q] = b
+        if self.total - self.free > self.peak:
+            self.peak = self.total - self.free
+        return True
 
     # ---------------------------------------------------------------- grow
     def append_tokens(self, decodes: Sequence[int], kv_len: Sequence[int]) -> None:
-        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens:
-        a new block where the last one is full."""
+        """Each request of ``decodes`` writes one KV entry after its ``kv_len`` cached tokens (the
+        lengths before the step): a new block where the last one is full. (:meth:`decode` does the
+        same and advances the lengths.)"""
         bs, blocks = self.block_size, self.blocks
         if self._eq is not None:
             for q in decodes:
@@ -88,12 +107,19 @@ class KVCache:
                 self.free -= 1
         assert self.free >= 0, "KV blocks overcommitted"
 
-    def grow_to(self, run: Sequence[int], kv_len: Sequence[int]) -> None:
-        """The requests of ``run`` now hold ``kv_len`` tokens each (after a stretch of steps)."""
+    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
+        """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
+        generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
+        and request, the simulator's innermost loop)."""
         bs, blocks = self.block_size, self.blocks
         free = self.free
+        eq = self._eq
         for r in run:
-            nb = (kv_len[r] + bs - 1) // bs if self._eq is None else self.blocks_for(kv_len[r])
+            generated[r] += k
+            k1 = kv_len[r] + k
+            kv_len[r] = k1
+            # ceil_div(k1, bs), written out: this loop runs per request and step stretch
+            nb = -(-k1 // bs) if eq is None else self.blocks_for(k1)
             free -= nb - blocks[r]
             blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
@@ -131,26 +157,21 @@ class KVCache:
         if t <= now:
             self.free += self.blocks[q]
         else:
-            heapq.heappush(self._releases, (t, self.blocks[q]))
+            heapq.heappush(self.releases, (t, self.blocks[q]))
         self.blocks[q] = 0
 
     def release_due(self, now: float) -> None:
         """Free the blocks of transfers finished by ``now``."""
-        rel = self._releases
+        rel = self.releases
         while rel and rel[0][0] <= now:
             self.free += heapq.heappop(rel)[1]
 
     @property
     def next_release(self) -> float:
         """When the next pending transfer frees its blocks (``inf``: none)."""
-        return self._releases[0][0] if self._releases else math.inf
+        return self.releases[0][0] if self.releases else math.inf
 
     # ---------------------------------------------------------------- usage
-    def _track_peak(self) -> None:
-        used = self.total - self.free
-        if used > self.peak:
-            self.peak = used
-
     @property
     def used(self) -> int:
         return self.total - self.free

@@ -56,7 +56,9 @@ class RequestState:
         self.preemptions = [0] * n
 
     def records(self) -> RequestRecords:
-        f = lambda a: np.asarray(a, dtype=float)  # noqa: E731
+        def f(a: list[float]) -> np.ndarray:
+            return np.asarray(a, dtype=float)
+
         arrival, first, finish = f(self.arrival), f(self.first_token), f(self.finish)
         out = np.asarray(self.out, dtype=np.int64)
         ttft = first - arrival
@@ -104,7 +106,8 @@ class RequestRecords:
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.FIELDS:
             raise KeyError(name)
-        return getattr(self, name)
+        arr: np.ndarray = getattr(self, name)
+        return arr
 
     def __len__(self) -> int:
         return len(self.arrival)

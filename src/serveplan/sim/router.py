@@ -62,6 +62,12 @@ class Router:
         """Index of the instance that receives the next request."""
         raise NotImplementedError
 
+    def picks(self, instances: Sequence[Routable], count: int) -> list[int]:
+        """Indices for the next ``count`` requests at once (only for routers that do not read
+        load, whose choices do not depend on the instances' progress)."""
+        assert not self.reads_load, "a router that reads load picks one request at a time"
+        return [self.pick(instances) for _ in range(count)]
+
 
 @register_router("round_robin")
 class RoundRobinRouter(Router):
@@ -74,6 +80,11 @@ class RoundRobinRouter(Router):
         i = self._k % len(instances)
         self._k += 1
         return i
+
+    def picks(self, instances: Sequence[Routable], count: int) -> list[int]:
+        n, k0 = len(instances), self._k
+        self._k += count
+        return [(k0 + j) % n for j in range(count)]
 
 
 @register_router("least_outstanding")

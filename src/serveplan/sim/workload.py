@@ -117,7 +117,8 @@ class LengthDist:
             x = self.mean * np.exp(rng.normal(0.0, self.sigma, size=n))
         else:
             x = rng.choice(np.asarray(self.values, dtype=float), size=n, replace=True)
-        return np.clip(np.rint(x), self.low, self.high).astype(np.int64)
+        out: np.ndarray = np.clip(np.rint(x), self.low, self.high).astype(np.int64)
+        return out
 
 
 def _as_lengths(value: Any, n: int | None, name: str) -> np.ndarray:
@@ -256,7 +257,8 @@ class Workload:
         try:
             text = p.read_text()
         except OSError as exc:
-            raise SpecError(f"trace={str(path)!r} cannot be read ({exc.strerror or exc}); expected a CSV or JSONL file") from None
+            raise SpecError(f"trace={str(path)!r} cannot be read ({exc.strerror or exc}); "
+                            "expected a CSV or JSONL file") from None
         rows: list[dict[str, Any]] = []
         if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{"):
             for i, line in enumerate(text.splitlines(), 1):
@@ -269,7 +271,8 @@ class Workload:
         else:
             rows = list(csv.DictReader(text.splitlines()))
         if not rows:
-            raise SpecError(f"trace={str(path)!r} has no requests; expected rows with arrival, input and output lengths")
+            raise SpecError(f"trace={str(path)!r} has no requests; "
+                            "expected rows with arrival, input and output lengths")
         cols = {
             "arrival": ("arrival_s", "arrival", "arrival_time", "timestamp", "time"),
             "input": ("input_len", "input_length", "input_tokens", "prompt_len", "prompt_tokens"),
@@ -308,6 +311,52 @@ class Workload:
             lens = f"mean {inp.mean():.0f} in / {out.mean():.0f} out"
         arr = self.arrival + (f" cv {self.cv:g}" if self.arrival == "gamma" else "")
         return f"{self.name + ': ' if self.name else ''}{self.num_requests} requests, {lens}, {arr}"
+
+
+def build_workload(*, scenario: str | None = None, input_len: int | None = None, output_len: int | None = None,
+                   trace: str | Path | None = None, length_dist: str | None = None, num_requests: int = 10000,
+                   arrival: str = "poisson", cv: float = 1.0, seed: int = 0) -> Workload:
+    """A request stream from one source: a BestServe ``scenario`` (the default, ``op2``), fixed
+    ``input_len`` / ``output_len``, a ``trace`` file, or ``length_dist`` (``'INPUT;OUTPUT'``
+    distributions, e.g. ``'normal:2048,512;uniform:16,128'``, drawn with ``seed``).
+
+    Raises
+    ------
+    SpecError
+        More than one source, half a fixed pair, a malformed distribution, or ``num_requests < 1``.
+    """
+    if isinstance(num_requests, bool) or not isinstance(num_requests, (int, np.integer)) or num_requests < 1:
+        raise SpecError(f"num-requests={num_requests} must be a positive integer")
+    given = [n for n, v in (("scenario", scenario), ("input-len/output-len", input_len or output_len),
+                            ("trace", trace), ("length-dist", length_dist)) if v]
+    if len(given) > 1:
+        raise SpecError(f"give one request source; got {', '.join(given)}")
+    if trace:
+        return Workload.from_trace(trace, num_requests=num_requests)
+    if length_dist:
+        parts = length_dist.split(";")
+        if len(parts) != 2:
+            raise SpecError(f"length-dist={length_dist!r}; expected 'INPUT;OUTPUT', "
+                            "e.g. 'normal:2048,512;uniform:16,128'")
+        return Workload.from_distributions(LengthDist.parse(parts[0]), LengthDist.parse(parts[1]), num_requests,
+                                           seed=seed, arrival=arrival, cv=cv)
+    if input_len is not None or output_len is not None:
+        if input_len is None or output_len is None:
+            raise SpecError("give both input-len and output-len (or a scenario)")
+        return Workload.fixed(input_len, output_len, num_requests=num_requests, arrival=arrival, cv=cv)
+    return Workload.scenario(scenario or "op2", num_requests=num_requests, arrival=arrival, cv=cv)
+
+
+def build_workloads(*, scenarios: str | None = None, num_requests: int = 10000, **source: Any) -> list[Workload]:
+    """One workload per comma-separated scenario (``"op1,op2"``), or the single stream of the
+    other sources of :func:`build_workload` (``input_len``/``output_len``, ``trace``, ...)."""
+    if scenarios is None:
+        return [build_workload(num_requests=num_requests, **source)]
+    names = [s.strip() for s in scenarios.split(",")]
+    if not all(names):
+        raise SpecError(f"scenario={scenarios!r} has an empty entry; expected a comma-separated list of "
+                        f"{', '.join(SCENARIOS)}")
+    return [build_workload(scenario=n, num_requests=num_requests, **source) for n in names]
 
 
 def arrival_times(workload: Workload, rate: float | None, seed: int) -> np.ndarray:

@@ -105,17 +105,28 @@ class RequestView(Protocol):
 class InstanceView(Protocol):
     """What a policy may read (attributes of :class:`serveplan.sim.instance.Instance`)."""
 
-    now: float
-    waiting: deque[int]            # arrived, not running, FCFS (preempted requests in front)
-    running: list[int]             # holding KV, in admission order
-    free_blocks: int
-    block_size: int
-    max_batch: int                 # sequences per step
-    max_running: int               # sequences holding KV (max_batch x pipeline stages)
-    max_prompts: int               # new prompts per step
-    token_budget: float            # new tokens per step (inf = unlimited)
-    chunk_size: int                # largest prefill chunk of one request
-    req: RequestView
+    @property
+    def now(self) -> float: ...
+    @property
+    def waiting(self) -> deque[int]: ...         # arrived, not running, FCFS (preempted requests in front)
+    @property
+    def running(self) -> list[int]: ...          # holding KV, in admission order
+    @property
+    def free_blocks(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def max_batch(self) -> int: ...              # sequences per step
+    @property
+    def max_running(self) -> int: ...            # sequences holding KV (max_batch x pipeline stages)
+    @property
+    def max_prompts(self) -> int: ...            # new prompts per step
+    @property
+    def token_budget(self) -> float: ...         # new tokens per step (inf = unlimited)
+    @property
+    def chunk_size(self) -> int: ...             # largest prefill chunk of one request
+    @property
+    def req(self) -> RequestView: ...
 
 
 @dataclass(frozen=True, slots=True)
