@@ -10,6 +10,7 @@ from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.specs.catalog import get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles
+from serveplan.specs.model import ModelSpec
 
 
 @app.command("models")
@@ -24,19 +25,39 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."
             "active_params_b": m.num_active_parameters() / 1e9, "layers": m.num_hidden_layers,
             "hidden_size": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.num_key_value_heads,
             "attention": m.attention.value, "experts": m.num_experts,
-            "kv_bytes_per_token": m.kv_bytes_per_token(), "source": m.source,
+            "experts_per_token": m.num_experts_per_tok, "layer_mix": _layer_mix(m),
+            "window": m.local_window or None, "dtype": m.dtype.value,
+            "kv_bytes_per_token": m.kv_bytes_per_token(), "weight_bytes": m.weight_bytes(), "source": m.source,
         })
     if json_out:
         emit_json(rows)
         return
-    t = Table(title="Bundled models")
-    for col in ("name", "type", "params (B)", "active (B)", "layers", "hidden", "heads/kv", "attention", "KV/token"):
-        t.add_column(col, justify="right" if col not in ("name", "type", "attention") else "left")
+    t = Table(title="Bundled models (KV/token in the model's KV format, within every window)")
+    for col in ("name", "type", "params (B)", "active (B)", "layers", "heads/kv", "attention", "layers by kind",
+                "experts", "format", "KV/token"):
+        t.add_column(col, justify="right" if col not in ("name", "type", "attention", "layers by kind", "format")
+                     else "left")
     for r in rows:
+        experts = f"{r['experts_per_token']}/{r['experts']}" if r["experts"] else "-"
         t.add_row(r["name"], r["model_type"], f"{r['params_b']:.2f}", f"{r['active_params_b']:.2f}",
-                  str(r["layers"]), str(r["hidden_size"]), f"{r['heads']}/{r['kv_heads']}", r["attention"],
-                  f"{r['kv_bytes_per_token'] / 1e3:.1f} KB")
+                  str(r["layers"]), f"{r['heads']}/{r['kv_heads']}", r["attention"], r["layer_mix"], experts,
+                  r["dtype"], f"{r['kv_bytes_per_token'] / 1e3:.1f} KB")
     console().print(t)
+
+
+def _layer_mix(m: ModelSpec) -> str:
+    """``"18 full + 18 sliding(128)"``: layers per token mixer, with the local window."""
+    from serveplan.specs.model import LayerType
+
+    parts = []
+    for kind in LayerType:
+        n = m.count_layers(kind)
+        if n:
+            label = kind.value.split("_")[0]
+            if kind.is_local:
+                label += f"({m.local_window})"
+            parts.append(f"{n} {label}")
+    return " + ".join(parts)
 
 
 HARDWARE_TEMPLATE = """\
@@ -150,8 +171,9 @@ def hardware_cmd(
             "name": name, "description": hw.description,
             "peak_flops": {d.value: v for d, v in hw.peak_flops.items()},
             "memory_bytes": hw.memory_bytes, "memory_bandwidth": hw.memory_bandwidth,
-            "devices_per_node": hw.devices_per_node,
+            "devices_per_node": hw.devices_per_node, "domain_size": hw.domain_size,
             "intra_node_bandwidth": hw.intra_node_link.bandwidth,
+            "host_memory_bytes": hw.host_memory_bytes or None,
             "inter_node_bandwidth": hw.inter_node_link.bandwidth if hw.inter_node_link else None,
             "source": hw.source,
             **_default_profile(name),
@@ -159,16 +181,21 @@ def hardware_cmd(
     if json_out:
         emit_json({"hardware": rows, "profiles": list_profiles()})
         return
-    t = Table(title="Bundled hardware")
-    for col in ("name", "bf16/fp16 TFLOP/s", "memory", "bandwidth", "per node", "intra-node", "default profile",
-                "description"):
-        t.add_column(col)
+    t = Table(title="Bundled hardware (dense peak TFLOP/s by format; - = not native)")
+    for col in ("name", "bf16", "fp8", "fp4", "int8", "memory", "bandwidth", "per node", "domain",
+                "scale-up link", "default profile", "description"):
+        t.add_column(col, justify="left" if col in ("name", "description") else "right")
+
+    def peak(pf: dict[str, float], key: str) -> str:
+        v = pf.get(key) or (pf.get("fp16") if key == "bf16" else None)
+        return f"{v / 1e12:,.0f}" if v else "-"
+
     for r in rows:
         pf = r["peak_flops"]
-        f16 = pf.get("bf16") or pf.get("fp16") or 0
         prof = r["profile"] + (" (measured)" if r["profile_measured_from"] else " (assumed factors)")
-        t.add_row(r["name"], f"{f16 / 1e12:.0f}", f"{r['memory_bytes'] / 1e9:.0f} GB",
-                  f"{r['memory_bandwidth'] / 1e12:.2f} TB/s", str(r["devices_per_node"]),
+        t.add_row(r["name"], peak(pf, "bf16"), peak(pf, "fp8"), peak(pf, "fp4"), peak(pf, "int8"),
+                  f"{r['memory_bytes'] / 1e9:.0f} GB", f"{r['memory_bandwidth'] / 1e12:.2f} TB/s",
+                  str(r["devices_per_node"]), str(r["domain_size"]),
                   f"{r['intra_node_bandwidth'] / 1e9:.0f} GB/s", prof, r["description"])
     console().print(t)
     measured = [r for r in rows if r["profile_measured_from"]]

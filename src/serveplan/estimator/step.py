@@ -17,6 +17,7 @@ arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calib
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import gemm_peak_flops
-from serveplan.specs.model import AttentionKind, ModelSpec
+from serveplan.specs.model import AttentionKind, LayerType, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import AttentionImpl, EfficiencyProfile, Phase
 from serveplan.units import DType, ceil_div
@@ -234,6 +235,9 @@ class Estimator:
         # slowest boundary (least bandwidth, then most latency): it bounds the pipeline's rate
         self._pp_link = min(self._pp_links, key=lambda lk: (lk.bandwidth, -lk.latency_s)) if self._pp_links else None
         self.memory = self._memory()
+        m = model  # (attention layers, local ones, their window) for kv_equivalent_tokens
+        self._kv_layers = (m.num_attention_layers,
+                           m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
@@ -397,6 +401,48 @@ class Estimator:
         state_frac = ceil_div(m.num_hidden_layers, self.parallel.pp) / m.num_hidden_layers / self.parallel.tp
         kv = m.kv_bytes_per_sequence(length, self.kv_dtype) - m.kv_bytes_per_sequence(0, self.kv_dtype)
         return kv * self._kv_device_fraction() + m.kv_bytes_per_sequence(0, self.kv_dtype) * state_frac
+
+    @property
+    def kv_is_bounded(self) -> bool:
+        """Whether some layers' caches stop growing (local windows) or are a fixed state."""
+        m = self.model
+        return bool(m.local_window) or m.num_attention_layers < m.num_hidden_layers
+
+    def kv_equivalent_tokens(self, length: int) -> float:
+        """Full-model tokens the growing part of a ``length``-token sequence's cache is worth:
+        ``(full layers * length + local layers * min(length, window)) / attention layers``
+        (at most ``length``); the fixed linear-attention state is charged separately
+        (:meth:`kv_capacity_tokens`). Chunked layers are charged a whole chunk."""
+        n_attn, n_local, window = self._kv_layers
+        if n_attn == 0:
+            return 0.0
+        return ((n_attn - n_local) * length + n_local * min(length, window)) / n_attn
+
+    def kv_equivalent_tokens_fn(self) -> Callable[[int], float]:
+        """:meth:`kv_equivalent_tokens` as a closure over its constants (the simulator's KV owner
+        calls it for every running sequence of every decode stretch)."""
+        n_attn, n_local, window = self._kv_layers
+        if n_attn == 0:
+            return lambda length: 0.0
+        full, local = (n_attn - n_local) / n_attn, n_local / n_attn
+        return lambda length: full * length + local * (length if length < window else window)
+
+    def state_bytes_per_sequence(self) -> float:
+        """Linear-attention state one sequence holds on one device (0 without such layers)."""
+        return self.kv_bytes_per_sequence(0)
+
+    def kv_capacity_tokens(self, max_sequences: int) -> int:
+        """KV capacity (full-model tokens, whole instance) once the fixed linear-attention
+        states of up to ``max_sequences`` running sequences are set aside; assumed: at most
+        half the cache goes to states (vLLM V1 draws attention pages and Mamba-style states
+        from one pool, so states of idle slots take no memory; half bounds the reservation
+        for large batch limits)."""
+        cap = self.memory.kv_capacity_tokens
+        state = self.state_bytes_per_sequence()
+        if state <= 0 or self.memory.kv_bytes_per_token <= 0:
+            return cap
+        reserve = min(max_sequences * state / self.memory.kv_bytes_per_token, cap / 2)
+        return max(int(cap - reserve), 0)
 
     def activation_bytes(self, max_tokens: int = 2048) -> float:
         """Peak transient activations of a step of ``max_tokens`` new tokens (per device):

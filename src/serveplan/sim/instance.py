@@ -221,7 +221,9 @@ class Instance:
         self.req = req
         self.pp = clock.pp
         self.block_size = block_size
-        self.kv = KVCache(clock.est.memory.kv_capacity_tokens, block_size, req.blocks)
+        est = clock.est
+        self.kv = KVCache(est.kv_capacity_tokens(batching.max_batch * self.pp), block_size, req.blocks,
+                          est.kv_equivalent_tokens_fn() if est.kv_is_bounded else None)
         self.max_batch = batching.max_batch
         self.max_running = batching.max_batch * self.pp
         self.max_prompts = batching.max_prompts

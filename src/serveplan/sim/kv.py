@@ -7,6 +7,12 @@ block every ``block_size`` tokens, a finished or preempted request frees its blo
 a request whose cache is still being sent (disaggregated prefill) frees them when the transfer
 ends. Memory is never overcommitted (asserted).
 
+Models with local layers (sliding window, chunked attention) hold less than one token's K/V per
+token of a long sequence: ``tokens_of(length)`` (from
+:meth:`Estimator.kv_equivalent_tokens_fn <serveplan.estimator.step.Estimator.kv_equivalent_tokens_fn>`)
+gives the full-model tokens a sequence's cache is worth, and blocks count those, so capacity
+follows the windows (vLLM V1's hybrid allocator frees sliding-window blocks that left the window).
+
 Per-request block counts live in one list indexed by request id (a request holds blocks on one
 instance at a time), shared with the schedulers, which read it to price preemptions.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from serveplan.units import ceil_div
 
@@ -31,12 +37,16 @@ class KVCache:
         Tokens per block.
     blocks:
         Per-request block counts (shared list, indexed by request id).
+    tokens_of:
+        Sequence length -> full-model tokens its cache holds (at most the length); None: equal.
     """
 
-    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases")
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases", "_eq")
 
-    def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int]) -> None:
+    def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int],
+                 tokens_of: Callable[[int], float] | None = None) -> None:
         self.block_size = block_size
+        self._eq = tokens_of
         self.total = capacity_tokens // block_size
         self.free = self.total
         self.peak = 0
@@ -45,13 +55,22 @@ class KVCache:
         self.releases: list[tuple[float, int]] = []
 
     def blocks_for(self, tokens: int) -> int:
-        """Blocks holding ``tokens`` tokens."""
-        return ceil_div(tokens, self.block_size)
+        """Blocks holding the cache of a ``tokens``-token sequence.
+
+        With ``tokens_of``, the equivalent tokens of the length rounded up to whole blocks: the
+        count then changes only where the plain count does, by at most one block (the
+        equivalence grows at most one token per token), so the plain ``ceil(tokens / block)``
+        that schedulers price admissions and decode growth with is never below it.
+        """
+        bs = self.block_size
+        if self._eq is not None:
+            return ceil_div(math.ceil(self._eq(ceil_div(tokens, bs) * bs) - 1e-9), bs)
+        return ceil_div(tokens, bs)
 
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = ceil_div(tokens, self.block_size)
+        b = self.blocks_for(tokens)
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -60,7 +79,7 @@ class KVCache:
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
-        b = ceil_div(tokens, self.block_size)
+        b = self.blocks_for(tokens)
         if b > self.free:
             return False
         self.free -= b
@@ -75,6 +94,13 @@ class KVCache:
         lengths before the step): a new block where the last one is full. (:meth:`decode` does the
         same and advances the lengths.)"""
         bs, blocks = self.block_size, self.blocks
+        if self._eq is not None:
+            for q in decodes:
+                nb = self.blocks_for(kv_len[q] + 1)
+                self.free -= nb - blocks[q]
+                blocks[q] = nb
+            assert self.free >= 0, "KV blocks overcommitted"
+            return
         for q in decodes:
             if kv_len[q] % bs == 0:
                 blocks[q] += 1
@@ -87,11 +113,13 @@ class KVCache:
         and request, the simulator's innermost loop)."""
         bs, blocks = self.block_size, self.blocks
         free = self.free
+        eq = self._eq
         for r in run:
             generated[r] += k
             k1 = kv_len[r] + k
             kv_len[r] = k1
-            nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: this loop runs per request and step stretch
+            # ceil_div(k1, bs), written out: this loop runs per request and step stretch
+            nb = -(-k1 // bs) if eq is None else self.blocks_for(k1)
             free -= nb - blocks[r]
             blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
@@ -105,6 +133,8 @@ class KVCache:
             return k_max
 
         def need(k: int) -> int:
+            if self._eq is not None:
+                return sum(self.blocks_for(kv_len[q] + k) - blocks[q] for q in run)
             return sum(ceil_div(kv_len[q] + k, bs) - blocks[q] for q in run)
 
         lo, hi = 1, k_max

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError
+from serveplan.units import DType
 
 #: Collective operations with a curve, and their bus-bandwidth factor ``f(op, g)``.
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -71,8 +72,6 @@ def gemm_peak_flops(hardware: Any, fmt: str) -> float:
     """The peak a GEMM curve of format ``fmt`` is a fraction of: the datasheet's dense peak of the
     format; ``fp4`` (NVFP4/MXFP4) where the datasheet file lists none is twice the fp8 peak
     (Blackwell datasheets: FP4 dense = 2x FP8 dense). Fit and estimator both use this."""
-    from serveplan.units import DType
-
     if GEMM_CURVE_KEY.get(fmt, fmt) == "fp4":
         fp4 = next((v for d, v in hardware.peak_flops.items() if d.value == "fp4"), None)
         return float(fp4) if fp4 else 2.0 * hardware.flops(DType.FP8)

@@ -239,6 +239,18 @@ class ModelSpec:
             raise SpecError(
                 f"model {self.name!r}: MLA needs positive qk_nope_head_dim, qk_rope_head_dim, v_head_dim"
             )
+        kinds, moe_set = self._derive_layers()
+        set_ = object.__setattr__
+        set_(self, "attention", AttentionKind.MLA if is_mla else AttentionKind.GQA)
+        set_(self, "norm", NormKind.LAYER if self.model_type in _LAYERNORM_TYPES else NormKind.RMS)
+        set_(self, "mlp", MLPKind.PLAIN if self.model_type in _PLAIN_MLP_TYPES else MLPKind.GATED)
+        set_(self, "layer_kinds", kinds)
+        set_(self, "moe_layer_set", moe_set)
+        set_(self, "total_params", sum(self.layer_params(i) for i in range(self.num_hidden_layers))
+             + self.embedding_params())
+
+    def _derive_layers(self) -> tuple[tuple[LayerType, ...], frozenset[int]]:
+        """Token mixer of every layer and the MoE layer indices, checked against the fields."""
         L = self.num_hidden_layers
         kinds: tuple[LayerType, ...]
         if self.layer_types:
@@ -275,13 +287,7 @@ class ModelSpec:
             )
         else:
             moe_set = frozenset()
-        set_ = object.__setattr__
-        set_(self, "attention", AttentionKind.MLA if is_mla else AttentionKind.GQA)
-        set_(self, "norm", NormKind.LAYER if self.model_type in _LAYERNORM_TYPES else NormKind.RMS)
-        set_(self, "mlp", MLPKind.PLAIN if self.model_type in _PLAIN_MLP_TYPES else MLPKind.GATED)
-        set_(self, "layer_kinds", kinds)
-        set_(self, "moe_layer_set", moe_set)
-        set_(self, "total_params", sum(self.layer_params(i) for i in range(L)) + self.embedding_params())
+        return kinds, moe_set
 
     # ----------------------------------------------------------------------------- geometry
     @property
@@ -655,9 +661,10 @@ def quantization_from_config(qc: dict[str, Any], name: str) -> tuple[DType, bool
         dt = DType.NVFP4 if "FP4" in algo else DType.FP8
         kv = DType.FP8 if str(qc.get("kv_cache_quant_algo", "")).upper() == "FP8" else None
     elif method == "compressed-tensors":
-        groups = qc.get("config_groups") or {}
-        w = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
-        a = next(iter(groups.values()), {}).get("input_activations") if groups else None
+        groups: dict[str, Any] = qc.get("config_groups") or {}
+        first: dict[str, Any] = next(iter(groups.values()), {})
+        w: dict[str, Any] = first.get("weights") or {}
+        a = first.get("input_activations")
         bits, kind = int(w.get("num_bits", 8)), str(w.get("type", "int"))
         if kind == "float" and bits == 4:
             dt = DType.NVFP4
@@ -709,13 +716,158 @@ def _layer_types(cfg: dict[str, Any], mt: str, n_layers: int) -> tuple[str, ...]
     return ()
 
 
+class _Fields:
+    """Integer fields of one config with errors naming the model and the field."""
+
+    def __init__(self, cfg: dict[str, Any], name: str) -> None:
+        self.cfg, self.name = cfg, name
+
+    def need(self, *keys: str) -> int:
+        v = _get(self.cfg, *keys)
+        if v is None:
+            raise SpecError(f"model {self.name!r}: config.json field {keys[0]!r} is missing")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+            raise SpecError(f"model {self.name!r}: config.json field {keys[0]!r}={v!r} must be an integer")
+        return int(v)
+
+    def opt(self, key: str, default: Any = 0) -> Any:
+        return _get(self.cfg, key, default=default)
+
+
+def _kv_heads(f: _Fields, mt: str, heads: int) -> int:
+    cfg = f.cfg
+    if mt == "falcon":
+        if cfg.get("new_decoder_architecture"):
+            return int(f.opt("num_kv_heads", heads))
+        return 1 if cfg.get("multi_query", True) else heads
+    return int(f.opt("num_key_value_heads", heads) or heads)
+
+
+def _dense_width(f: _Fields, mt: str, hidden: int) -> int:
+    """Width of the dense MLP under each type's field name."""
+    if mt == "opt":
+        return f.need("ffn_dim", "intermediate_size")
+    if mt == "gptj":
+        return int(f.opt("n_inner", 0) or 4 * hidden)
+    if mt == "falcon":
+        return int(f.opt("ffn_hidden_size", 0) or 4 * hidden)
+    if mt == "llama4":
+        return f.need("intermediate_size_mlp")
+    if mt == "qwen3_5_moe" and f.opt("intermediate_size", None) is None:
+        return f.need("moe_intermediate_size")  # every layer is MoE: no dense width given
+    return f.need("intermediate_size")
+
+
+def _attention_fields(f: _Fields, mt: str, heads: int, kv_heads: int, head_dim: int) -> dict[str, Any]:
+    """Biases, q/k norms, partial rotary, block structure."""
+    cfg, kw = f.cfg, {}
+    rope: dict[str, Any] = cfg["rope_parameters"] if isinstance(cfg.get("rope_parameters"), dict) else {}
+    prf = f.opt("partial_rotary_factor", None) or rope.get("partial_rotary_factor")
+    if prf:
+        kw["partial_rotary_factor"] = float(prf)
+    if mt in ("gemma2", "gemma3"):
+        kw.update(tie_word_embeddings=True,  # Gemma ties the LM head to the embedding
+                  norms_per_layer=4)  # input, post-attention, pre- and post-feedforward RMSNorms
+    if mt in ("qwen3", "qwen3_moe", "gemma3", "qwen3_next", "qwen3_5_moe"):
+        kw["qk_norm_params"] = 2 * head_dim  # per-head RMSNorm on q and k
+    if mt == "minimax_m2" and cfg.get("use_qk_norm", True):
+        kw["qk_norm_params"] = (heads + kv_heads) * head_dim  # full-width q/k norms
+        if f.opt("rotary_dim", 0):
+            kw["partial_rotary_factor"] = float(f.opt("rotary_dim")) / head_dim
+    bias_default = {"opt": True, "qwen2": True, "qwen2_moe": True, "gpt_neox": True}
+    if mt == "opt":
+        kw["bias"] = bool(f.opt("enable_bias", True))
+    elif mt in ("qwen2", "qwen2_moe"):
+        kw["bias"] = True  # q/k/v biases
+    elif mt == "falcon":
+        kw["bias"] = bool(f.opt("bias", False))
+    elif mt not in ("gptj", "minimax_m2", "phi3", "mixtral", "llama4", "deepseek_v2", "deepseek_v3", "kimi_k2",
+                    "qwen3_next", "qwen3_5_moe"):
+        kw["bias"] = bool(f.opt("attention_bias", bias_default.get(mt, False)))
+    if mt in ("opt", "gptj", "gpt_neox"):
+        kw["mlp_bias"] = bool(kw.get("bias", True)) if mt == "opt" else True
+    if mt == "gptj":
+        kw.update(parallel_block=True, norms_per_layer=1, lm_head_bias=True,
+                  partial_rotary_factor=float(f.opt("rotary_dim", head_dim)) / head_dim)
+    elif mt == "gpt_neox":
+        kw.update(parallel_block=bool(f.opt("use_parallel_residual", True)),
+                  partial_rotary_factor=float(f.opt("rotary_pct", 1.0)))
+    elif mt == "falcon":
+        new_arch, parallel = bool(cfg.get("new_decoder_architecture")), bool(f.opt("parallel_attn", True))
+        kw.update(parallel_block=parallel or new_arch, norms_per_layer=2 if new_arch or not parallel else 1)
+    if mt in ("qwen3_next", "qwen3_5_moe"):
+        kw.update(
+            attn_output_gate=bool(f.opt("attn_output_gate", True)),
+            linear_num_key_heads=f.need("linear_num_key_heads"),
+            linear_num_value_heads=f.need("linear_num_value_heads"),
+            linear_key_head_dim=f.need("linear_key_head_dim"),
+            linear_value_head_dim=f.need("linear_value_head_dim"),
+            linear_conv_kernel_dim=f.need("linear_conv_kernel_dim"),
+        )
+    return kw
+
+
+def _moe_fields(f: _Fields, mt: str, layers: int, inter: int) -> dict[str, Any]:
+    """Experts, their widths and which layers hold them, under each type's field names."""
+    cfg = f.cfg
+    if mt == "mixtral":
+        return dict(num_experts=f.need("num_local_experts"), num_experts_per_tok=f.need("num_experts_per_tok"),
+                    moe_intermediate_size=inter)
+    if mt in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
+        step = int(f.opt("decoder_sparse_step", 1))
+        only = set(cfg.get("mlp_only_layers") or [])
+        shared = int(f.opt("shared_expert_intermediate_size", 0) or 0)
+        return dict(
+            num_experts=f.need("num_experts"), num_experts_per_tok=f.need("num_experts_per_tok"),
+            moe_intermediate_size=f.need("moe_intermediate_size"), num_shared_experts=1 if shared else 0,
+            shared_expert_intermediate_size=shared, shared_expert_gate=bool(shared),
+            # HF Qwen2MoeDecoderLayer: MoE where layer not in mlp_only_layers and (i+1) % step == 0
+            moe_layers=tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0),
+        )
+    if mt == "llama4":
+        step = int(f.opt("interleave_moe_layer_step", 1))
+        moe = cfg.get("moe_layers") or list(range(step - 1, layers, step))
+        return dict(num_experts=f.need("num_local_experts"), num_experts_per_tok=f.need("num_experts_per_tok"),
+                    moe_intermediate_size=f.need("intermediate_size"),
+                    num_shared_experts=1,  # Llama4TextMoe: one shared expert of the expert width
+                    moe_layers=tuple(int(i) for i in moe))
+    if mt == "gpt_oss":
+        return dict(num_experts=f.need("num_local_experts"),
+                    num_experts_per_tok=f.need("num_experts_per_tok", "experts_per_token"),
+                    moe_intermediate_size=f.need("intermediate_size"),
+                    expert_bias=True, router_bias=True, attention_sinks=True)
+    if mt == "minimax_m2":
+        kw: dict[str, Any] = dict(num_experts=f.need("num_local_experts"),
+                                  num_experts_per_tok=f.need("num_experts_per_tok"),
+                                  moe_intermediate_size=f.need("intermediate_size"))
+        shared = int(f.opt("shared_intermediate_size", 0) or 0)
+        if shared:
+            kw.update(num_shared_experts=1, shared_expert_intermediate_size=shared)
+        return kw
+    if mt in ("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"):
+        kw = dict(
+            num_experts=f.need("n_routed_experts"), num_experts_per_tok=f.need("num_experts_per_tok"),
+            num_shared_experts=int(f.opt("n_shared_experts", 0)), moe_intermediate_size=f.need("moe_intermediate_size"),
+            first_k_dense_replace=int(f.opt("first_k_dense_replace", 0)),
+            moe_layer_freq=int(f.opt("moe_layer_freq", 1)),
+        )
+        if mt != "glm4_moe":  # multi-head latent attention
+            kw.update(q_lora_rank=int(f.opt("q_lora_rank", 0) or 0), kv_lora_rank=f.need("kv_lora_rank"),
+                      qk_nope_head_dim=f.need("qk_nope_head_dim"), qk_rope_head_dim=f.need("qk_rope_head_dim"),
+                      v_head_dim=f.need("v_head_dim"))
+            kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+        return kw
+    return {}
+
+
 def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source: str = "") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary.
 
     Raises
     ------
     SpecError
-        If ``model_type`` is unsupported or a required field is missing or not a number.
+        If ``model_type`` is unsupported, a required field is missing or not a number, or the
+        ``quantization_config`` method is unknown.
     """
     if not isinstance(cfg, dict):
         raise SpecError(f"model config must be a mapping of config.json fields, got {type(cfg).__name__}")
@@ -729,181 +881,34 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     assert isinstance(mt, str)
-
-    def need(*keys: str) -> int:
-        v = _get(cfg, *keys)
-        if v is None:
-            raise SpecError(f"model {name!r}: config.json field {keys[0]!r} is missing")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
-            raise SpecError(f"model {name!r}: config.json field {keys[0]!r}={v!r} must be an integer")
-        return int(v)
-
-    hidden = need("hidden_size", "d_model", "n_embd")
-    heads = need("num_attention_heads", "n_head")
-    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads) or heads)
-    if mt == "falcon":
-        if cfg.get("new_decoder_architecture"):
-            kv_heads = int(_get(cfg, "num_kv_heads", default=heads))
-        elif cfg.get("multi_query", True):
-            kv_heads = 1
-        else:
-            kv_heads = heads
-    head_dim = int(_get(cfg, "head_dim", default=0) or (hidden // heads if heads else 0))
-    if mt == "opt":
-        inter = need("ffn_dim", "intermediate_size")
-    elif mt == "gptj":
-        inter = int(_get(cfg, "n_inner", default=0) or 4 * hidden)
-    elif mt == "falcon":
-        inter = int(_get(cfg, "ffn_hidden_size", default=0) or 4 * hidden)
-    elif mt == "llama4":
-        inter = need("intermediate_size_mlp")
-    elif mt == "gpt_oss":
-        inter = need("intermediate_size")  # no dense layers; kept for layout checks
-    elif mt == "qwen3_5_moe" and _get(cfg, "intermediate_size") is None:
-        inter = need("moe_intermediate_size")  # every layer is MoE: no dense width given
-    else:
-        inter = need("intermediate_size")
-    layers = need("num_hidden_layers", "n_layer", "num_layers")
-    dtype_raw = _get(cfg, "torch_dtype", "dtype", default="bfloat16")
+    f = _Fields(cfg, name)
+    hidden = f.need("hidden_size", "d_model", "n_embd")
+    heads = f.need("num_attention_heads", "n_head")
+    kv_heads = _kv_heads(f, mt, heads)
+    head_dim = int(f.opt("head_dim", 0) or (hidden // heads if heads else 0))
+    inter = _dense_width(f, mt, hidden)
+    layers = f.need("num_hidden_layers", "n_layer", "num_layers")
     try:
-        dtype = DType.parse(dtype_raw)
+        dtype = DType.parse(_get(cfg, "torch_dtype", "dtype", default="bfloat16"))
     except SpecError:
         dtype = DType.BF16
     experts_only, kv_dtype = False, None
     qc = cfg.get("quantization_config")
     if isinstance(qc, dict) and qc:
         dtype, experts_only, kv_dtype = quantization_from_config(qc, name)
-    tied_default = mt in ("opt", "gemma2", "gemma3", "falcon")
     kw: dict[str, Any] = dict(
-        name=name,
-        model_type=mt,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        vocab_size=need("vocab_size"),
+        name=name, model_type=mt, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=f.need("vocab_size"),
         max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions", default=4096)),
-        tie_word_embeddings=bool(_get(cfg, "tie_word_embeddings", default=tied_default)),
+        tie_word_embeddings=bool(f.opt("tie_word_embeddings", mt in ("opt", "gemma2", "gemma3", "falcon"))),
         hidden_act=str(_get(cfg, "hidden_act", "hidden_activation", "activation_function", default="silu")),
-        dtype=dtype,
-        quantized_experts_only=experts_only,
-        kv_dtype=kv_dtype,
-        source=source or str(cfg.get("source", "")),
-        layer_types=_layer_types(cfg, mt, layers),
-        sliding_window=int(_get(cfg, "sliding_window", default=0) or 0),
-        attention_chunk_size=int(_get(cfg, "attention_chunk_size", default=0) or 0),
+        dtype=dtype, quantized_experts_only=experts_only, kv_dtype=kv_dtype,
+        source=source or str(cfg.get("source", "")), layer_types=_layer_types(cfg, mt, layers),
+        sliding_window=int(f.opt("sliding_window", 0) or 0),
+        attention_chunk_size=int(f.opt("attention_chunk_size", 0) or 0),
     )
-    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    prf = _get(cfg, "partial_rotary_factor", default=None) or rope.get("partial_rotary_factor")
-    if prf:
-        kw["partial_rotary_factor"] = float(prf)
-    if mt in ("gemma2", "gemma3"):
-        kw["tie_word_embeddings"] = True  # Gemma ties the LM head to the embedding
-        kw["norms_per_layer"] = 4  # input, post-attention, pre- and post-feedforward RMSNorms
-    if mt in ("qwen3", "qwen3_moe", "gemma3", "qwen3_next", "qwen3_5_moe"):
-        kw["qk_norm_params"] = 2 * head_dim  # per-head RMSNorm on q and k
-    if mt == "minimax_m2" and cfg.get("use_qk_norm", True):
-        kw["qk_norm_params"] = heads * head_dim + kv_heads * head_dim  # full-width q/k norms
-        rd = _get(cfg, "rotary_dim", default=0)
-        if rd:
-            kw["partial_rotary_factor"] = float(rd) / head_dim
-    if mt == "opt":
-        kw["bias"] = bool(_get(cfg, "enable_bias", default=True))
-    elif mt in ("qwen2", "qwen2_moe"):
-        kw["bias"] = True  # q/k/v biases
-    elif mt in ("qwen3", "qwen3_moe", "llama", "mistral", "glm4_moe", "gpt_oss", "gemma2", "gemma3"):
-        kw["bias"] = bool(_get(cfg, "attention_bias", default=False))
-    elif mt == "gpt_neox":
-        kw["bias"] = bool(_get(cfg, "attention_bias", default=True))
-    elif mt == "falcon":
-        kw["bias"] = bool(_get(cfg, "bias", default=False))
-    if mt in ("opt", "gptj", "gpt_neox"):
-        kw["mlp_bias"] = bool(kw.get("bias", True)) if mt == "opt" else True
-    if mt == "gptj":
-        kw.update(parallel_block=True, norms_per_layer=1, lm_head_bias=True,
-                  partial_rotary_factor=float(_get(cfg, "rotary_dim", default=head_dim)) / head_dim)
-    elif mt == "gpt_neox":
-        kw.update(parallel_block=bool(_get(cfg, "use_parallel_residual", default=True)),
-                  partial_rotary_factor=float(_get(cfg, "rotary_pct", default=1.0)))
-    elif mt == "falcon":
-        new_arch = bool(cfg.get("new_decoder_architecture"))
-        kw.update(parallel_block=bool(_get(cfg, "parallel_attn", default=True)) or new_arch,
-                  norms_per_layer=2 if new_arch or not _get(cfg, "parallel_attn", default=True) else 1)
-    if mt == "mixtral":
-        kw.update(
-            num_experts=need("num_local_experts"),
-            num_experts_per_tok=need("num_experts_per_tok"),
-            moe_intermediate_size=inter,
-        )
-    elif mt in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
-        step = int(_get(cfg, "decoder_sparse_step", default=1))
-        only = set(cfg.get("mlp_only_layers") or [])
-        shared = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
-        kw.update(
-            num_experts=need("num_experts"),
-            num_experts_per_tok=need("num_experts_per_tok"),
-            moe_intermediate_size=need("moe_intermediate_size"),
-            num_shared_experts=1 if shared else 0,
-            shared_expert_intermediate_size=shared,
-            shared_expert_gate=bool(shared),
-            # HF Qwen2MoeDecoderLayer: MoE where layer not in mlp_only_layers and (i+1) % step == 0
-            moe_layers=tuple(i for i in range(layers) if i not in only and (i + 1) % step == 0),
-        )
-    elif mt == "llama4":
-        step = int(_get(cfg, "interleave_moe_layer_step", default=1))
-        moe = cfg.get("moe_layers") or list(range(step - 1, layers, step))
-        kw.update(
-            num_experts=need("num_local_experts"),
-            num_experts_per_tok=need("num_experts_per_tok"),
-            moe_intermediate_size=need("intermediate_size"),
-            num_shared_experts=1,  # Llama4TextMoe: one shared expert of the expert width
-            moe_layers=tuple(int(i) for i in moe),
-        )
-    elif mt == "gpt_oss":
-        kw.update(
-            num_experts=need("num_local_experts"),
-            num_experts_per_tok=need("num_experts_per_tok", "experts_per_token"),
-            moe_intermediate_size=need("intermediate_size"),
-            expert_bias=True, router_bias=True, attention_sinks=True,
-        )
-    elif mt == "minimax_m2":
-        kw.update(
-            num_experts=need("num_local_experts"),
-            num_experts_per_tok=need("num_experts_per_tok"),
-            moe_intermediate_size=need("intermediate_size"),
-        )
-        shared = int(_get(cfg, "shared_intermediate_size", default=0) or 0)
-        if shared:
-            kw.update(num_shared_experts=1, shared_expert_intermediate_size=shared)
-    elif mt in ("deepseek_v3", "deepseek_v2", "kimi_k2", "glm4_moe"):
-        kw.update(
-            num_experts=need("n_routed_experts"),
-            num_experts_per_tok=need("num_experts_per_tok"),
-            num_shared_experts=int(_get(cfg, "n_shared_experts", default=0)),
-            moe_intermediate_size=need("moe_intermediate_size"),
-            first_k_dense_replace=int(_get(cfg, "first_k_dense_replace", default=0)),
-            moe_layer_freq=int(_get(cfg, "moe_layer_freq", default=1)),
-        )
-        if mt != "glm4_moe":
-            kw.update(
-                q_lora_rank=int(_get(cfg, "q_lora_rank", default=0) or 0),
-                kv_lora_rank=need("kv_lora_rank"),
-                qk_nope_head_dim=need("qk_nope_head_dim"),
-                qk_rope_head_dim=need("qk_rope_head_dim"),
-                v_head_dim=need("v_head_dim"),
-            )
-            kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
-    if mt in ("qwen3_next", "qwen3_5_moe"):
-        kw.update(
-            attn_output_gate=bool(_get(cfg, "attn_output_gate", default=True)),
-            linear_num_key_heads=need("linear_num_key_heads"),
-            linear_num_value_heads=need("linear_num_value_heads"),
-            linear_key_head_dim=need("linear_key_head_dim"),
-            linear_value_head_dim=need("linear_value_head_dim"),
-            linear_conv_kernel_dim=need("linear_conv_kernel_dim"),
-        )
+    kw.update(_attention_fields(f, mt, heads, kv_heads, head_dim))
+    kw.update(_moe_fields(f, mt, layers, inter))
     return ModelSpec(**kw)
 
 
