@@ -267,10 +267,10 @@ def _engine_fleet(spec: EngineSpec, model: ModelSpec, hardware: DeviceSpec, prof
                                scheduler=b.scheduler)
         return fleet, setup
     tp = settings.get("tp")
-    par: ParallelConfig | None = None
+    layout: ParallelConfig | None = None
     if tp is not None:
-        par = ParallelConfig(tp=tp, pp=settings.get("pp", 1), dp=settings.get("dp", 1), ep=settings.get("ep", 1))
-    setup = resolve_engine(spec, model, hardware, profile, parallel=par, longest_request=workload.max_tokens,
+        layout = ParallelConfig(tp=tp, pp=settings.get("pp", 1), dp=settings.get("dp", 1), ep=settings.get("ep", 1))
+    setup = resolve_engine(spec, model, hardware, profile, parallel=layout, longest_request=workload.max_tokens,
                            offline=offline, dtype=dtype, kv_dtype=kv_dtype, max_batch=settings.get("max_batch"),
                            token_budget=settings.get("token_budget"), chunk_size=settings.get("chunk_size"),
                            prefill_max_batch=settings.get("prefill_max_batch"), scheduler=settings.get("scheduler"))
