@@ -139,10 +139,10 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
     pr = get_profile(profile, hw.name)
     name = op.lower()
     if name == "gemm":
-        missing = [f for f, v in (("--m", m), ("--n", n), ("--k", k)) if v is None]
-        if missing:
+        if m is None or n is None or k is None:
+            missing = [f for f, v in (("--m", m), ("--n", n), ("--k", k)) if v is None]
             raise SpecError(f"--op gemm needs {', '.join(missing)} (the GEMM is m x k by k x n)")
-        res = gemm_time(m, n, k, hardware=hw, profile=pr, dtype=dtype or "bf16", phase=phase)  # type: ignore[arg-type]
+        res = gemm_time(m, n, k, hardware=hw, profile=pr, dtype=dtype or "bf16", phase=phase)
     elif name == "attention":
         if heads is None:
             raise SpecError("--op attention needs --heads (query heads on the device; also --kv-heads, --head-dim)")
@@ -150,10 +150,10 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
         res = attention_time(phase, batch=batch, length=length, heads=heads, kv_heads=kv_heads or heads,
                              head_dim=head_dim, hardware=hw, profile=pr, kv_dtype=kv_dtype or "bf16")
     elif name in COLLECTIVE_NAMES:
-        missing = [f for f, v in (("--bytes", nbytes), ("--ranks", ranks)) if v is None]
-        if missing:
+        if nbytes is None or ranks is None:
+            missing = [f for f, v in (("--bytes", nbytes), ("--ranks", ranks)) if v is None]
             raise SpecError(f"--op {op} needs {', '.join(missing)}")
-        res = collective_time(name, nbytes, ranks, hardware=hw, profile=pr, phase=phase)  # type: ignore[arg-type]
+        res = collective_time(name, nbytes, ranks, hardware=hw, profile=pr, phase=phase)
     else:
         raise SpecError(f"--op {op!r}; expected one of: {', '.join(OPERATORS)}")
     if json_out:

@@ -20,6 +20,7 @@ bad input, 422 for an infeasible request, 429 when too many jobs run.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ def create_app(*, host: str = "127.0.0.1", max_running: int = 2, time_limit_s: f
     jobs = JobManager(max_running=max_running, time_limit_s=time_limit_s)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         jobs.warm()
         yield
         jobs.shutdown()
@@ -138,7 +139,11 @@ def _job_routes(app: FastAPI, jobs: JobManager) -> None:
     @app.delete("/api/jobs/{job_id}")
     def cancel(job_id: str) -> Any:
         job, err = _job(job_id)
-        return err or jobs.cancel(job_id).status()  # type: ignore[union-attr]
+        if err is not None:
+            return err
+        cancelled = jobs.cancel(job_id)
+        assert cancelled is not None  # _job found it
+        return cancelled.status()
 
     def _finished(job_id: str) -> Any:
         job, err = _job(job_id)

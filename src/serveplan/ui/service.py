@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import click
 import numpy as np
 import typer.main
 
@@ -88,7 +89,9 @@ def _command(name: str) -> Any:
     """The CLI's own command object (its options, defaults, types and parser)."""
 
 
-    return typer.main.get_command(cli_app).commands[name]  # type: ignore[attr-defined]
+    group = typer.main.get_command(cli_app)
+    assert isinstance(group, click.Group)  # an app with several commands is a click group
+    return group.commands[name]
 
 
 def _option(panel: Panel, name: str) -> Any:
