@@ -19,9 +19,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
-import click
 import numpy as np
 import typer.main
 
@@ -89,8 +88,8 @@ def _command(name: str) -> Any:
     """The CLI's own command object (its options, defaults, types and parser)."""
 
 
-    group = typer.main.get_command(cli_app)
-    assert isinstance(group, click.Group)  # an app with several commands is a click group
+    # an app with several commands is a group (typer's, of its own click): it has .commands
+    group = cast(Any, typer.main.get_command(cli_app))
     return group.commands[name]
 
 
