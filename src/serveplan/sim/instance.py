@@ -645,4 +645,9 @@ class Instance:
                 d_min = d
         if d_min < k_max:
             k_max = d_min
-        return kvd0, self.kv.steps_that_fit(run, kv, k_max), d_min
+        cache = self.kv
+        # the owner's search only when the stretch's new blocks may not fit (its own first test, inlined:
+        # this runs per stretch)
+        if run and len(run) * -(-k_max // cache.block_size) > cache.free:
+            k_max = cache.steps_that_fit(run, kv, k_max)
+        return kvd0, k_max, d_min

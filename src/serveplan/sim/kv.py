@@ -113,15 +113,23 @@ class KVCache:
         and request, the simulator's innermost loop)."""
         bs, blocks = self.block_size, self.blocks
         free = self.free
-        eq = self._eq
-        for r in run:
-            generated[r] += k
-            k1 = kv_len[r] + k
-            kv_len[r] = k1
-            # ceil_div(k1, bs), written out: this loop runs per request and step stretch
-            nb = -(-k1 // bs) if eq is None else self.blocks_for(k1)
-            free -= nb - blocks[r]
-            blocks[r] = nb
+        if self._eq is None:
+            for r in run:
+                generated[r] += k
+                k1 = kv_len[r] + k
+                kv_len[r] = k1
+                nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: the simulator's innermost loop
+                free -= nb - blocks[r]
+                blocks[r] = nb
+        else:
+            blocks_for = self.blocks_for
+            for r in run:
+                generated[r] += k
+                k1 = kv_len[r] + k
+                kv_len[r] = k1
+                nb = blocks_for(k1)
+                free -= nb - blocks[r]
+                blocks[r] = nb
         assert free >= 0, "KV blocks overcommitted"
         self.free = free
 

@@ -52,10 +52,11 @@ class InflightNoEvictScheduler(Scheduler):
         budget = view.token_budget - len(decodes)
         seqs = len(decodes)
         now = view.now
+        preempted = set(plan.preempt)
         for q in view.running:  # a long prompt in progress (chunked at the budget)
             if budget <= 0 or seqs >= view.max_batch:
                 break
-            if r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now:
+            if r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now or q in preempted:
                 continue
             c = int(min(r.prompt_len[q] - r.prefilled[q], budget))
             plan.prefill.append((q, c))
