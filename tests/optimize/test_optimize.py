@@ -206,3 +206,15 @@ def test_search_killed_with_sigkill_resumes(tmp_path):
     fresh = runner.invoke(app, args[3:-2] + ["--json"])
     f = json.loads(fresh.output)
     assert [s["name"] for s in d["strategies"]] == [s["name"] for s in f["strategies"]]
+
+
+def test_goodput_of_a_stream_too_short_to_load_the_fleet_is_capped_at_the_capacity_bound():
+    # 20 requests and SLOs no run can miss (TTFT 1000 s, TPOT 10 s): every rate "meets" the SLO,
+    # because the whole stream arrives as one burst the fleet absorbs. The search stops widening
+    # and reports the analytic capacity bound (not the last rate it tried), and says why.
+    s = settings(n=20, ttft=1000.0, tpot=10.0)
+    cand = Fleet.build("1m", tp=4, max_batch=16, prefill_max_batch=4)
+    r = max_goodput(cand, s)
+    bound = capacity_bound(cand, s)
+    assert r.status == "ok" and r.goodput_rps == pytest.approx(bound)
+    assert "too few to load this fleet" in r.reason and "20 requests" in r.reason

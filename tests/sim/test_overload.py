@@ -37,3 +37,26 @@ def test_early_stop_ends_a_hopeless_run_and_leaves_feasible_ones_alone(testbed):
     ok = simulate(SimulationConfig(**testbed, strategy="2m", rate=0.5, workload=wl, slo=slo, early_stop=True))
     assert not ok.stopped_early and ok.num_completed == 5000
     assert ok.ttft_s.p90 <= slo.ttft_s and ok.tpot_s.p90 <= slo.tpot_s
+
+
+def test_early_stop_checks_after_the_last_arrival_grow_geometrically(testbed, monkeypatch):
+    # 200 requests in a burst (1e6 req/s) drain for ~1e5 times as long as they took to arrive. With a
+    # check every t_last/50 the drain would take millions of checkpoints; doubling the interval past
+    # t_last takes 50 + log2(drain / step) of them. SLOs no run misses, so no check stops the run.
+    from serveplan.sim import cluster
+
+    seen = []
+    handle = cluster.Checkpoint.handle
+
+    def counted(self, loop):
+        seen.append(self.t)
+        return handle(self, loop)
+
+    monkeypatch.setattr(cluster.Checkpoint, "handle", counted)
+    slo = SLO(ttft_s=1e6, tpot_s=1e6, percentile=90)
+    res = simulate(SimulationConfig(**testbed, strategy="2m", rate=1e6, slo=slo, early_stop=True,
+                                    workload=Workload.scenario("op2", num_requests=200)))
+    assert not res.stopped_early and res.num_completed == 200
+    assert 0 < len(seen) < 50 + 64, len(seen)
+    gaps = [b - a for a, b in zip(seen[50:], seen[51:], strict=False)]
+    assert all(g2 >= g1 for g1, g2 in zip(gaps, gaps[1:], strict=False))  # never shrinking past t_last

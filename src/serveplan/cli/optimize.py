@@ -191,6 +191,11 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
         con.print(f"best collocated {coll.name}: {coll.goodput_per_device:.3f}/device; best disaggregated "
                   f"{dis.name}: {dis.goodput_per_device:.3f}/device -> {lead} wins here.")
+    capped = [r for r in res.strategies if r.reason]
+    if capped:
+        con.print(f"{len(capped)} strategies capped at their analytic capacity (the stream is too short to load "
+                  f"them; raise --num-requests): " + "; ".join(r.name for r in capped[:6])
+                  + (" ..." if len(capped) > 6 else ""))
     if res.rejected:
         con.print(f"{len(res.rejected)} strategies miss the SLO even at 0.1 req/s: "
                   + "; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:3])

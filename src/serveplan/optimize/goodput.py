@@ -422,8 +422,19 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
                              reason=why, capacity_bound_rps=bound, num_simulations=runs, goodput_samples=tuple(rates))
     binding, bottleneck = _diagnose(cand, settings, above)
+    note = ""
+    if above is None and bound > 0 and goodput > bound:
+        # the bracket stopped widening with the SLO still met, above the analytic capacity: the
+        # stream is too short to load this fleet (it arrives as one burst that the fleet absorbs),
+        # so no rate is sustainable-and-measured here; the capacity bound is the honest answer
+        n = len(settings.workload.input_lengths)
+        note = (f"SLO still met at {goodput:.3g} req/s, {goodput / bound:.0f}x the analytic capacity: "
+                f"{n} requests are too few to load this fleet, so the goodput is capped at the capacity "
+                f"bound {bound:.3g} req/s (simulate more requests)")
+        goodput = bound
     return GoodputResult(
         candidate=cand, goodput_rps=goodput, goodput_per_device=goodput / cand.num_devices, status=GoodputStatus.OK,
+        reason=note,
         ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
         output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
         miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci,
