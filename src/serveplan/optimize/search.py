@@ -142,12 +142,12 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
 
 def _run_ray(todo: list[Task], jobs: int, address: str | None,
              on_done: Callable[[int, GoodputResult], None]) -> None:
+    if address:  # first: an unreachable head is the same answer with or without Ray installed
+        _check_ray_address(address)
     try:
         import ray
     except ImportError:
         raise SpecError("backend='ray' needs Ray: pip install 'serveplan[ray]'") from None
-    if address:
-        _check_ray_address(address)
     started_here = not ray.is_initialized()
     if started_here:
         kwargs: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False,
