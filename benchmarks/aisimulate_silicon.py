@@ -5,9 +5,9 @@ that cannot build without NVIDIA's own index; ``pip install --pre --only-binary=
 installs a 0.13 development wheel (about 1.5 GB with JAX and its other dependencies). Install it
 into a virtual environment of its own and point this script at its ``aisimulate`` command::
 
-    python3 -m venv /work/cache/aisim-venv
-    /work/cache/aisim-venv/bin/pip install --pre --only-binary=:all: aisimulate
-    python benchmarks/aisimulate_silicon.py --aisimulate /work/cache/aisim-venv/bin/aisimulate \\
+    python3 -m venv ~/.cache/serveplan-bench/aisim-venv
+    ~/.cache/serveplan-bench/aisim-venv/bin/pip install --pre --only-binary=:all: aisimulate
+    python benchmarks/aisimulate_silicon.py --aisimulate ~/.cache/serveplan-bench/aisim-venv/bin/aisimulate \\
         --sample 320 --out benchmarks/results/aisimulate_silicon.json
 
 Each selected row (an aggregated row serveplan can state, see ``validate_silicon.py``) becomes one

@@ -5,7 +5,7 @@ and, for each fifth of the prompt-length distribution, 101 quantiles of the outp
 prompt/output correlation of each trace survives). Run once, with the three CSV files of
 ``data/processed_traces/`` of the public repository microsoft/vidur (MIT licence) in one folder::
 
-    python benchmarks/build_datasets.py --vidur /work/cache/vidur
+    python benchmarks/build_datasets.py --vidur DIR  # a snapshot of github.com/microsoft/vidur
 
 writes ``src/serveplan/specs/data/datasets/{azure-conv,azure-code,arxiv-sum}.yaml``.
 """

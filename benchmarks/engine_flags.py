@@ -2,7 +2,7 @@
 their released source, written as data for ``tests/report/test_deploy.py``.
 
 The engines are not installed (they need GPUs and CUDA); their wheels are fetched from PyPI with
-``pip download --no-deps`` into ``/work/cache/engines`` (or ``$SERVEPLAN_CACHE/engines``) and the
+``pip download --no-deps`` into ``$SERVEPLAN_BENCH_CACHE/engines`` (default ``~/.cache/serveplan-bench``) and the
 flag definitions are read with :mod:`ast`, never imported:
 
 * vLLM: every option string of ``add_argument`` in ``vllm/engine/arg_utils.py`` and
@@ -30,7 +30,7 @@ import zipfile
 from pathlib import Path
 
 VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "ai-dynamo": "1.6.1"}
-CACHE = Path(os.environ.get("SERVEPLAN_CACHE", "/work/cache")) / "engines"
+CACHE = Path(os.environ.get("SERVEPLAN_BENCH_CACHE", Path.home() / ".cache" / "serveplan-bench")) / "engines"
 OUT = Path(__file__).resolve().parents[1] / "tests" / "report" / "data" / "engine_flags.json"
 
 

@@ -1,11 +1,11 @@
 """Fit the bundled measured profiles to aiconfigurator's per-kernel tables and record held-out errors.
 
 One-time data step (never in tests or CI): the ``aiconfigurator-core`` 0.12.0 wheel (Apache-2.0)
-is fetched with ``pip download --no-deps`` into ``$SERVEPLAN_CACHE/wheels`` (default
-``/work/cache``; reused when already there) and its GEMM, attention and NCCL tables are unpacked
-to ``$SERVEPLAN_CACHE/aiconfigurator``. Reading the parquet tables needs ``pyarrow``
+is fetched with ``pip download --no-deps`` into ``$SERVEPLAN_BENCH_CACHE/wheels`` (default
+``~/.cache/serveplan-bench``; reused when already there) and its GEMM, attention and NCCL tables are
+unpacked to ``$SERVEPLAN_BENCH_CACHE/aiconfigurator``. Reading the parquet tables needs ``pyarrow``
 (``pip install 'serveplan[import]'``). Vidur's tables (MIT, ``microsoft/vidur`` repository,
-``data/profiling``) are read from ``$SERVEPLAN_CACHE/vidur`` when present, as a cross-source check.
+``data/profiling``) are read from ``$SERVEPLAN_BENCH_CACHE/vidur`` when present, as a cross-source check.
 
 For each GPU (aiconfigurator system -> serveplan hardware id) it
 
@@ -49,7 +49,7 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
 )
 from serveplan.specs.catalog import get_hardware, get_profile  # noqa: E402
 
-CACHE = Path(os.environ.get("SERVEPLAN_CACHE", "/work/cache"))
+CACHE = Path(os.environ.get("SERVEPLAN_BENCH_CACHE", Path.home() / ".cache" / "serveplan-bench"))
 WHEEL = "aiconfigurator-core==0.12.0"
 #: aiconfigurator system -> serveplan hardware id
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80g", "l40s": "l40s"}

@@ -1,8 +1,8 @@
 """Serving-level effect of the measured profiles: two validate_silicon.py runs side by side.
 
-    SERVEPLAN_BENCH_CACHE=/work/cache python benchmarks/validate_silicon.py --profile default-gpu --no-docs \\
+    python benchmarks/validate_silicon.py --profile default-gpu --no-docs \\
         --out benchmarks/results/silicon_validation_default_gpu.json
-    SERVEPLAN_BENCH_CACHE=/work/cache python benchmarks/validate_silicon.py --no-docs \\
+    python benchmarks/validate_silicon.py --no-docs \\
         --out benchmarks/results/silicon_validation_measured.json
     python benchmarks/silicon_profile_delta.py benchmarks/results/silicon_validation_default_gpu.json \\
         benchmarks/results/silicon_validation_measured.json
