@@ -24,7 +24,7 @@ def test_every_engine_loads_with_a_source_and_cites_its_limits(name: str) -> Non
 
 def test_family_name_picks_the_default_version() -> None:
     assert get_engine("vllm").name == "vllm-0.33"
-    assert get_engine("sglang").name == "sglang-0.5"
+    assert get_engine("sglang").name == "sglang-0.5.23"
     assert get_engine("trtllm").name == "trtllm-1.2"
 
 
@@ -87,3 +87,22 @@ def test_bestserve_engine_keeps_the_paper_testbed() -> None:
     lim = e.limits(get_hardware("ascend-910b3"))
     assert (lim.max_num_seqs, lim.prefill_max_batch, e.default_tp) == (16, 4, 4)
     assert e.mechanism is Mechanism.PREFILL_FIRST and lim.token_budget is None
+
+
+def test_sglang_0_5_23_running_requests_follow_capacity_over_context():
+    # mem_cache/kv_cache_configurator.py resolve_max_num_reqs (v0.5.23):
+    # min(clamp(capacity / context_len x 512, 2048, 4096), capacity // 2)
+    e = get_engine("sglang-0.5.23")
+    lim = e.limits(get_hardware("h100-sxm"))
+    assert e.max_num_seqs_for(lim, 500_000, context_len=131_072) == 2048     # 1953 -> floor 2048
+    assert e.max_num_seqs_for(lim, 500_000, context_len=8_192) == 4096       # 31250 -> cap 4096
+    assert e.max_num_seqs_for(lim, 3_000, context_len=131_072) == 1500       # capacity // 2 binds
+    assert e.max_num_seqs_for(lim, 1_000_000, context_len=131_072) == 3906   # inside the clamp
+    # 0.5.5: min(capacity // 2, 4096), no context term
+    assert get_engine("sglang-0.5").max_num_seqs_for(lim, 500_000, context_len=131_072) == 4096
+
+
+def test_sglang_0_5_23_chunks_4096_on_24_gb_gpus():
+    # arg_groups/memory_hook.py (v0.5.23): the 20-35 GiB row (A10, 4090, 5090) chunks at 4096 (0.5.5: 2048)
+    assert get_engine("sglang-0.5.23").limits(get_hardware("l4")).chunk_size == 4096
+    assert get_engine("sglang-0.5").limits(get_hardware("l4")).chunk_size == 2048

@@ -144,7 +144,7 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
     cap = est.memory.kv_capacity_tokens
     src = f"{engine.label} default"
     if max_batch is None:
-        max_batch = engine.max_num_seqs_for(lim, cap)
+        max_batch = engine.max_num_seqs_for(lim, cap, context_len=model.max_position_embeddings)
         where = f" on {hardware.name}" if lim.max_num_seqs is not None else ", from the KV cache"
         notes.append(f"max batch {max_batch} ({src}{where})")
     if token_budget is None and lim.token_budget is not None:

@@ -147,6 +147,10 @@ class EngineSpec:
         ``max_num_seqs`` is capped by the token budget (vLLM).
     max_num_seqs_kv_fraction, max_num_seqs_cap:
         When the tier gives no ``max_num_seqs``: ``min(KV tokens x fraction, cap)`` (SGLang).
+    max_num_seqs_per_context, max_num_seqs_floor:
+        With both set, the KV-derived default is instead ``min(clamp(KV tokens / context length x
+        per_context, floor, cap), KV tokens x fraction)`` (SGLang 0.5.23
+        ``KVCacheConfigurator.resolve_max_num_reqs``).
     kv_block_size:
         Tokens per KV block (page).
     memory_basis, memory_fraction:
@@ -187,6 +191,8 @@ class EngineSpec:
     max_num_seqs_le_budget: bool = False
     max_num_seqs_kv_fraction: float | None = None
     max_num_seqs_cap: int | None = None
+    max_num_seqs_per_context: float | None = None
+    max_num_seqs_floor: int | None = None
     kv_block_size: int
     memory_basis: MemoryBasis
     memory_fraction: float | None = None
@@ -235,12 +241,17 @@ class EngineSpec:
         return EngineLimits(max_num_seqs=seqs, token_budget=budget, chunk_size=t.chunk_size,
                             max_prefill_tokens=self.max_prefill_tokens, prefill_max_batch=self.prefill_max_batch)
 
-    def max_num_seqs_for(self, limits: EngineLimits, kv_capacity_tokens: int) -> int:
-        """Sequences per step, resolving a KV-derived default (SGLang ``max_running_requests``)."""
+    def max_num_seqs_for(self, limits: EngineLimits, kv_capacity_tokens: int, context_len: int | None = None) -> int:
+        """Sequences per step, resolving a KV-derived default (SGLang ``max_running_requests``);
+        ``context_len`` is the model's context length (used by ``max_num_seqs_per_context``)."""
         if limits.max_num_seqs is not None:
             return limits.max_num_seqs
         frac = self.max_num_seqs_kv_fraction or 1.0
         n = int(kv_capacity_tokens * frac)
+        if self.max_num_seqs_per_context and self.max_num_seqs_floor and context_len:
+            est = int(kv_capacity_tokens / context_len * self.max_num_seqs_per_context)
+            est = max(min(est, self.max_num_seqs_cap or est), self.max_num_seqs_floor)
+            return max(min(est, n), 1)
         if self.max_num_seqs_cap:
             n = min(n, self.max_num_seqs_cap)
         return max(n, 1)
@@ -347,6 +358,9 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         max_num_seqs_le_budget=bool(raw.get("max_num_seqs_le_budget", False)),
         max_num_seqs_kv_fraction=raw.get("max_num_seqs_kv_fraction"),
         max_num_seqs_cap=_opt_int(raw, "max_num_seqs_cap", where),
+        max_num_seqs_per_context=(float(raw["max_num_seqs_per_context"])
+                                  if raw.get("max_num_seqs_per_context") is not None else None),
+        max_num_seqs_floor=_opt_int(raw, "max_num_seqs_floor", where),
         kv_block_size=int(raw.get("kv_block_size", 16)), memory_basis=basis,
         memory_fraction=mem.get("fraction"),
         reserve_mib={k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()},
