@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
-from machine_info import describe  # noqa: E402
+from machine_info import describe, report  # noqa: E402
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
 from serveplan.ops.base import FEATURE_INDEX
 
@@ -63,11 +63,7 @@ def main() -> None:
         lines.append(f"  {model:14s} {hw:13s} tp{tp}: prefill {t_pre:6.1f}  decode {t_dec:6.1f}  "
                      f"vectorised decode {t_vec:5.2f} per step")
     lines.append(f"worst median: {worst:.1f} us (target <= 50 us): {'PASS' if worst <= 50 else 'FAIL'}")
-    text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "estimator.txt"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text + "\n")
+    report(lines, "estimator.txt")
 
 
 if __name__ == "__main__":

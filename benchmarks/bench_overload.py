@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
-from machine_info import describe  # noqa: E402
+from machine_info import describe, report  # noqa: E402
 from serveplan import SimulationConfig, Workload, get_hardware, get_model, get_profile, simulate
 
 CASES = [("2m", "op2"), ("1p1d", "op3"), ("2m", "op4")]
@@ -39,11 +39,7 @@ def main() -> None:
         lines.append(f"  {strategy:5s} {scenario}: capacity {cap:.3f} req/s, run at {10 * cap:.2f} req/s took "
                      f"{wall:.2f} s, overloaded={res.overloaded}, completed {res.num_completed}")
     lines.append(f"slowest: {worst:.2f} s (target <= {TARGET_S:g} s): {'PASS' if worst <= TARGET_S else 'FAIL'}")
-    text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "overload.txt"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text + "\n")
+    report(lines, "overload.txt")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
-from machine_info import describe  # noqa: E402
+from machine_info import describe, report  # noqa: E402
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import SimulationConfig, Workload, simulate
 
@@ -121,11 +121,7 @@ def main() -> None:
         f"{'throughput, sarathi TP-PP / TP-only (orca)':44s} {sar.throughput_rps / tp_only.throughput_rps:9.2f} "
         f"{PAPER['sarathi_over_tp_only']:7.2f}",
     ]
-    text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "pipeline-gpt3.txt"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text + "\n")
+    report(lines, "pipeline-gpt3.txt")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
-from machine_info import describe  # noqa: E402
+from machine_info import describe, report  # noqa: E402
 
 README_ESTIMATE = ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "2", "--batch", "8",
                    "--input-len", "1024", "-n", "128"]
@@ -106,11 +106,7 @@ def main() -> None:
                            f"idle 2-core machine, where wall ~ CPU): {'PASS' if cpu <= TARGET_S else 'FAIL'} on CPU "
                            f"time, {'PASS' if wall <= TARGET_S else 'FAIL'} on wall time here")
     lines.append(verdict)
-    text = "\n".join(lines)
-    print(text)
-    out = Path(__file__).parent / "results" / "startup.txt"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text + "\n")
+    report(lines, "startup.txt")
 
 
 if __name__ == "__main__":

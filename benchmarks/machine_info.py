@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from pathlib import Path
 
 import numpy as np
 
@@ -22,3 +23,13 @@ def describe() -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}, "
             f"load average {load}")
+
+
+def report(lines: list[str], name: str) -> str:
+    """Print a benchmark's lines and write them to ``benchmarks/results/<name>``; returns the text."""
+    text = "\n".join(lines)
+    print(text)
+    out = Path(__file__).parent / "results" / name
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text + "\n")
+    return text
