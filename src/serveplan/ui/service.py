@@ -37,6 +37,7 @@ from serveplan.optimize.space import SearchSpace, search_defaults
 from serveplan.report.deploy import deploy_plan
 from serveplan.report.documents import optimize_document, simulate_document
 from serveplan.sim import SCENARIOS, SLO, Fidelity, simulate, simulation_config
+from serveplan.sim.engine import FLEET_OPTIONS
 from serveplan.sim.schedulers import collocated_schedulers
 from serveplan.sim.workload import build_workload, build_workloads
 from serveplan.specs.catalog import get_hardware, get_model, list_hardware, list_models, list_profiles
@@ -306,10 +307,8 @@ def _prepare_simulate(o: dict[str, Any]) -> tuple[Any, ...]:
     if o.get("offline") or o.get("concurrency"):
         raise SpecError("the Simulate panel runs open-loop rates; use `serveplan simulate --offline` or "
                         "`--concurrency` for offline and closed-loop runs")
-    fleet_keys = ("tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch", "prefill_max_batch", "scheduler",
-                  "chunk_size", "token_budget")
     cfg = simulation_config(
-        engine=o.get("engine"), strategy=o["strategy"], fleet_options={k: o[k] for k in fleet_keys},
+        engine=o.get("engine"), strategy=o["strategy"], fleet_options={k: o[k] for k in FLEET_OPTIONS},
         model=m, hardware=hw, profile=pr, router=o["router"], fidelity=o["fidelity"],
         rate=_load_rate(o["rate"], False, None), workload=wl,
         slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]),
