@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from serveplan.calibrate.bands import Band
 
 
-def _load_rate(rate: float | None, offline: bool, levels: list[int] | None) -> float | None:
+def load_rate(rate: float | None, offline: bool, levels: list[int] | None) -> float | None:
     """The arrival rate of an open loop (3.5 req/s unless given); None for offline and closed
     loops, which set their own arrivals (giving a rate too is an error)."""
     if offline and rate is not None:
@@ -118,7 +118,7 @@ def _print_engine(cfg: SimulationConfig) -> None:
               f"{(kv.value if kv is not None else 'weights format')}, memory share {setup.memory_utilization:.3f}")
 
 
-def _rates(text: str) -> list[float]:
+def parse_rates(text: str) -> list[float]:
     try:
         out = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -207,7 +207,7 @@ def simulate_cmd(
                         length_dist=length_dist, num_requests=num_requests, arrival=arrival, cv=cv, seed=seed,
                         dataset=dataset)
     levels = _concurrency(concurrency) if concurrency is not None else None
-    rate = _load_rate(rate, offline, levels)
+    rate = load_rate(rate, offline, levels)
     cfg = simulation_config(
         engine=engine, strategy=strategy,
         fleet_options={"tp": tp, "prefill_tp": prefill_tp, "decode_tp": decode_tp, "pp": pp, "dp": dp, "ep": ep,
@@ -221,7 +221,7 @@ def simulate_cmd(
     if levels and len(levels) > 1:
         _concurrency_sweep(cfg, levels, json_out, out)
         return
-    sweep_rates = _rates(rate_sweep) if rate_sweep else None
+    sweep_rates = parse_rates(rate_sweep) if rate_sweep else None
     if band < 0:
         raise SpecError(f"band={band} must be a number of sampled profiles >= 0")
     if band:

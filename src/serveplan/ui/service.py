@@ -26,7 +26,7 @@ import typer.main
 
 from serveplan.cli import app as cli_app
 from serveplan.cli import parse_int_list
-from serveplan.cli.simulate import _load_rate, _rates
+from serveplan.cli.simulate import load_rate, parse_rates
 from serveplan.errors import InfeasibleError, SolverError, SpecError
 from serveplan.estimator.api import estimate, resolve_specs
 from serveplan.offload import get_host, list_hosts
@@ -310,12 +310,12 @@ def _prepare_simulate(o: dict[str, Any]) -> tuple[Any, ...]:
     cfg = simulation_config(
         engine=o.get("engine"), strategy=o["strategy"], fleet_options={k: o[k] for k in FLEET_OPTIONS},
         model=m, hardware=hw, profile=pr, router=o["router"], fidelity=o["fidelity"],
-        rate=_load_rate(o["rate"], False, None), workload=wl,
+        rate=load_rate(o["rate"], False, None), workload=wl,
         slo=SLO(ttft_s=o["slo_ttft"], tpot_s=o["slo_tpot"], percentile=o["percentile"]),
         seed=o["seed"], dtype=o["dtype"], early_stop=o["early_stop"], kv_dtype=o.get("kv_dtype"),
         prefix_hit=o.get("prefix_hit") or 0.0,
     )
-    rates = _rates(o["rate_sweep"]) if o["rate_sweep"] else []
+    rates = parse_rates(o["rate_sweep"]) if o["rate_sweep"] else []
     return cfg, rates
 
 
