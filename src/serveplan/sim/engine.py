@@ -26,6 +26,7 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.estimator.step import Estimator
 from serveplan.sim import bestserve as bs
@@ -44,6 +45,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
+from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType, ceil_div
 
 #: vLLM's KV block size (tokens per PagedAttention block, vLLM default ``block_size=16``).
@@ -66,7 +68,7 @@ class Fidelity(str, Enum):
 
 #: Flat fleet settings :class:`SimulationConfig` accepts as a shorthand for ``fleet=Fleet.build(...)``.
 FLEET_KEYWORDS = ("strategy", "tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch", "prefill_max_batch",
-                  "scheduler", "chunk_size", "token_budget")
+                  "scheduler", "chunk_size", "token_budget", "spec")
 
 
 def _default_workload() -> Workload:
@@ -208,6 +210,13 @@ class SimulationConfig:
             raise SpecError(f"max_time_s={self.max_time_s!r} must be positive seconds")
         if not self.tau > 0:
             raise SpecError(f"tau={self.tau!r} must be positive (BestServe eq. 9 default 2.5)")
+        if self.fleet.spec is not None:
+            if self.fidelity is Fidelity.BESTSERVE:
+                raise SpecError(f"spec_method={self.fleet.spec.method.value!r} needs fidelity='iteration' "
+                                "(BestServe's algorithms decode one token per step)")
+            if self.fleet.last.parallel.pp > 1:
+                raise SpecError(f"pp={self.fleet.last.parallel.pp} with speculative decoding: the drafter runs "
+                                "beside the whole model; use pp=1 with spec_method")
         if self.fidelity is Fidelity.BESTSERVE and self.fleet.first.parallel.pp > 1:
             raise SpecError(f"pp={self.fleet.first.parallel.pp}: the bestserve fidelity models tensor parallelism "
                             "only; use fidelity='iteration'")
@@ -279,7 +288,7 @@ def _engine_fleet(spec: EngineSpec, model: ModelSpec, hardware: DeviceSpec, prof
     built = Fleet.build(settings.get("strategy", "1m"), tp=p.tp, prefill_tp=settings.get("prefill_tp"),
                         decode_tp=settings.get("decode_tp"), pp=p.pp, dp=p.dp, ep=p.ep, max_batch=setup.max_batch,
                         prefill_max_batch=setup.prefill_max_batch, scheduler=setup.scheduler,
-                        chunk_size=setup.chunk_size, token_budget=budget)
+                        chunk_size=setup.chunk_size, token_budget=budget, spec=settings.get("spec"))
     return built, setup
 
 
@@ -426,19 +435,26 @@ def _spec_key(spec: Any) -> Any:
 
 def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
                dtype: DType | str | None, *, kv_dtype: DType | str | None = None,
-               memory_utilization: float | None = None) -> StepClock:
+               memory_utilization: float | None = None, spec: SpecDecodeConfig | None = None) -> StepClock:
     """The memoised :class:`StepClock` of one estimator, keyed by the specs' values (an equal spec
     built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
-    ``kv_dtype`` and ``memory_utilization`` default to the estimator's."""
-    key = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
-           None if dtype is None else DType.parse(dtype), None if kv_dtype is None else DType.parse(kv_dtype),
-           memory_utilization)
+    ``kv_dtype`` and ``memory_utilization`` default to the estimator's; an active ``spec``
+    (speculative decoding) times steps with a :class:`SpecEstimator`."""
+    key: tuple[Any, ...] = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
+                            None if dtype is None else DType.parse(dtype),
+                            None if kv_dtype is None else DType.parse(kv_dtype), memory_utilization)
+    if spec is not None and spec.is_active:
+        key += (spec,)
     clock = _CLOCKS.get(key)
     if clock is not None:
         _CLOCKS.move_to_end(key)
         return clock
     kw: dict[str, Any] = {} if memory_utilization is None else {"memory_utilization": memory_utilization}
-    est = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype, **kw)
+    if spec is not None and spec.is_active:
+        est: Estimator = SpecEstimator(model, hardware, profile, parallel, spec=spec, dtype=dtype, kv_dtype=kv_dtype,
+                                       **kw)
+    else:
+        est = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype, **kw)
     est.check_fits()
     clock = _CLOCKS[key] = StepClock(est)
     if len(_CLOCKS) > _MAX_CLOCKS:
@@ -527,7 +543,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
     util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
     clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype,
-                               kv_dtype=cfg.effective_kv_dtype, memory_utilization=util)
+                               kv_dtype=cfg.effective_kv_dtype, memory_utilization=util,
+                               spec=cfg.fleet.instance(role).spec)
               for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)
     if cfg.max_time_s is not None:
@@ -641,6 +658,9 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
                           batching=cfg_r.batching, block_size=cfg.block_size,
                           handoff=handoff if role is Role.PREFILL else None)
                  for i in range(strat.count(role))]
+        if cfg_r.spec is not None:  # each decode takes K + 1 tokens of the step's budget
+            for inst in insts:
+                inst.decode_tokens = cfg_r.spec.verify_tokens
         if cfg.engine is not None and cfg.engine.prefix_caching:
             for inst in insts:
                 inst.keep_prefix_on_preempt = True

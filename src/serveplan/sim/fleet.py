@@ -31,6 +31,7 @@ import numpy as np
 from serveplan.errors import SpecError
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.speculative import SpecDecodeConfig
 
 _STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
 
@@ -134,10 +135,18 @@ class Batching:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceConfig:
-    """Parallel layout and batching of the instances of one role."""
+    """Parallel layout and batching of the instances of one role, and their speculative decoding
+    (``spec``: ``None`` for plain decoding; set on the decoding roles only)."""
 
     parallel: ParallelConfig
     batching: Batching
+    spec: SpecDecodeConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.spec is not None and not isinstance(self.spec, SpecDecodeConfig):
+            raise SpecError(f"spec must be a SpecDecodeConfig, got {type(self.spec).__name__}")
+        if self.spec is not None and not self.spec.is_active:
+            object.__setattr__(self, "spec", None)  # K = 0 or method none: plain decoding, one description
 
     @property
     def num_devices(self) -> int:
@@ -174,9 +183,10 @@ class Fleet:
     def build(strategy: str | Strategy = "1p1d", *, tp: int = 4, prefill_tp: int | None = None,
               decode_tp: int | None = None, pp: int = 1, dp: int = 1, ep: int = 1, max_batch: int = 16,
               prefill_max_batch: int | None = None, scheduler: str = "prefill-first", chunk_size: int = 512,
-              token_budget: int | None = None) -> Fleet:
+              token_budget: int | None = None, spec: SpecDecodeConfig | None = None) -> Fleet:
         """A fleet from flat settings (CLI flags, keyword arguments); the module docstring lists
-        the defaults resolved here.
+        the defaults resolved here. ``spec`` (speculative decoding) applies to the decoding
+        instances (collocated or decode).
 
         ``prefill_max_batch`` (0 or ``None``: ``max_batch``) is the prompts per step of every
         instance and the max batch of prefill instances; ``prefill_tp`` / ``decode_tp`` override
@@ -200,7 +210,7 @@ class Fleet:
             budget = token_budget or (chunk_size if get_scheduler(sched).chunked else None)
             return Fleet(strategy=strat, collocated=InstanceConfig(
                 parallel=layout(None), batching=Batching(scheduler=sched, max_batch=max_batch, max_prompts=prompts,
-                                                         token_budget=budget, chunk_size=chunk_size)))
+                                                         token_budget=budget, chunk_size=chunk_size), spec=spec))
         budget = token_budget or None
         return Fleet(
             strategy=strat,
@@ -209,7 +219,7 @@ class Fleet:
                 chunk_size=chunk_size)),
             decode=InstanceConfig(parallel=layout(decode_tp), batching=Batching(
                 scheduler="decode-only", max_batch=max_batch, max_prompts=prompts, token_budget=budget,
-                chunk_size=chunk_size)),
+                chunk_size=chunk_size), spec=spec),
         )
 
     # ------------------------------------------------------------------ views
@@ -254,6 +264,11 @@ class Fleet:
         return "disaggregated" if self.is_disaggregated else self.first.batching.scheduler
 
     @property
+    def spec(self) -> SpecDecodeConfig | None:
+        """Speculative decoding of the decoding instances (``None``: off)."""
+        return self.last.spec
+
+    @property
     def num_devices(self) -> int:
         """Devices of the whole fleet."""
         return sum(self.strategy.count(r) * self.instance(r).num_devices for r in self.roles)
@@ -267,23 +282,26 @@ class Fleet:
         if self.is_disaggregated:
             tp_p, tp_d = par.tp, self.last.parallel.tp
             tp = f"tp{tp_p}" if tp_p == tp_d else f"tp{tp_p}/{tp_d}"
-            return f"{self.strategy}-{tp}{extra}-b{self.max_batch}"
+            sd = self.last.spec
+            return f"{self.strategy}-{tp}{extra}-b{self.max_batch}" + (f"-{sd.tag}" if sd is not None else "")
         b = self.first.batching
         tag = get_scheduler(b.scheduler).tag
         sched = tag if not get_scheduler(b.scheduler).chunked else f"{tag}{b.chunk_size}"
-        return f"{self.strategy}-tp{par.tp}{extra}-b{b.max_batch}-{sched}"
+        sd = self.first.spec
+        return f"{self.strategy}-tp{par.tp}{extra}-b{b.max_batch}-{sched}" + (f"-{sd.tag}" if sd is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record (the keys of the CLI flags; :meth:`from_dict` reads it back)."""
         first, last = self.first, self.last
         s = self.strategy
+        spec = {} if last.spec is None else last.spec.to_dict()  # keys only when speculation is on
         return {
             "name": self.name, "strategy": str(s), "num_devices": self.num_devices,
             "num_collocated": s.num_collocated, "num_prefill": s.num_prefill, "num_decode": s.num_decode,
             "tp": first.parallel.tp, "decode_tp": last.parallel.tp, "pp": first.parallel.pp,
             "dp": first.parallel.dp, "ep": first.parallel.ep, "max_batch": last.batching.max_batch,
             "prefill_max_batch": first.batching.max_prompts, "scheduler": self.scheduler,
-            "chunk_size": first.batching.chunk_size, "token_budget": first.batching.token_budget,
+            "chunk_size": first.batching.chunk_size, "token_budget": first.batching.token_budget, **spec,
         }
 
     @staticmethod
@@ -296,7 +314,10 @@ class Fleet:
                            pp=d["pp"], dp=d["dp"], ep=d["ep"], max_batch=d["max_batch"],
                            prefill_max_batch=d.get("prefill_max_batch"),
                            scheduler="prefill-first" if sched == "disaggregated" else sched,
-                           chunk_size=d["chunk_size"], token_budget=d.get("token_budget"))
+                           chunk_size=d["chunk_size"], token_budget=d.get("token_budget"),
+                           spec=SpecDecodeConfig.of(d.get("spec_method"), d.get("spec_tokens"),
+                                                    tuple(d["spec_acceptance"]) if d.get("spec_acceptance") else None,
+                                                    d.get("spec_draft_model")))
 
 
 def _positive_int(name: str, v: Any) -> None:

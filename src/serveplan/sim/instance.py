@@ -210,6 +210,9 @@ class Instance:
 
     #: Take the declared shortcuts and stretches (False: one planned step at a time, for cross-checks).
     fast_decode = True
+    #: Tokens one decode takes of a step's token budget: ``K + 1`` with speculative decoding (vLLM
+    #: V1 schedules ``num_tokens_with_spec - num_computed_tokens`` per running request), else 1
+    decode_tokens = 1
 
     def __init__(self, index: int, role: Role, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
                  batching: Batching, block_size: int = 16, handoff: Callable[[int, float], float] | None = None,
@@ -603,7 +606,7 @@ class Instance:
                                    prefill_scores=c * (ctx + c), prefill_causal_scores=c * (ctx + (c + 1) / 2),
                                    decode_keys=kvd0 + nd * j)
         wake = until
-        leftover = self.token_budget - nd - c
+        leftover = self.token_budget - nd * self.decode_tokens - c
         if leftover > 0 and not self.waiting and self.ptr < len(self.inbox_t):
             wake = min(wake, self.inbox_t[self.ptr])
         ends = times.cumsum()

@@ -126,6 +126,7 @@ class InstanceView(Protocol):
     def token_budget(self) -> float: ...         # new tokens per step (inf = unlimited)
     @property
     def chunk_size(self) -> int: ...             # largest prefill chunk of one request
+    # optional ``decode_tokens``: budget tokens per decode (K + 1 with speculative decoding; 1 if absent)
     @property
     def req(self) -> RequestView: ...
 

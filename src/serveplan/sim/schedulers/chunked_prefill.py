@@ -36,7 +36,8 @@ class ChunkedPrefillScheduler(Scheduler):
         else:
             free = view.free_blocks
         plan.decode = decodes
-        budget = view.token_budget - len(decodes)
+        # a decode takes K + 1 tokens with speculative decoding (InstanceView.decode_tokens)
+        budget = view.token_budget - len(decodes) * getattr(view, "decode_tokens", 1)
         seqs = len(decodes)
         now = view.now
         preempted = set(plan.preempt)

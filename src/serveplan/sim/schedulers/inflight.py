@@ -49,7 +49,8 @@ class InflightNoEvictScheduler(Scheduler):
         # policy (another policy's state) may not, and then preempts as vLLM does
         decodes, free_after = self.fit_decodes(view, decodes, plan) if decodes else (decodes, view.free_blocks)
         plan.decode = decodes
-        budget = view.token_budget - len(decodes)
+        # a decode takes K + 1 tokens with speculative decoding (InstanceView.decode_tokens)
+        budget = view.token_budget - len(decodes) * getattr(view, "decode_tokens", 1)
         seqs = len(decodes)
         now = view.now
         preempted = set(plan.preempt)
