@@ -14,7 +14,7 @@ from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
-from serveplan.optimize.space import SearchSpace, search_defaults
+from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
@@ -24,6 +24,19 @@ from serveplan.units import DType
 
 if TYPE_CHECKING:
     from serveplan.validate.bands import GoodputBand
+
+
+def parse_spec_tokens(text: str | None) -> list[int] | None:
+    """``--spec-tokens 0,1,2,3`` as draft lengths (non-negative integers)."""
+    if text is None:
+        return None
+    try:
+        out = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"spec-tokens={text!r} must be comma-separated integers >= 0, e.g. 0,1,2,3") from None
+    if not out or any(v < 0 for v in out):
+        raise SpecError(f"spec-tokens={text!r}: every draft length K must be an integer >= 0, e.g. 0,1,2,3")
+    return out
 
 
 @app.command("optimize")
@@ -84,6 +97,14 @@ def optimize_cmd(
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
     deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
                                        "commands (Dynamo YAML if disaggregated) and write them to this directory."),
+    spec_method: str | None = typer.Option(None, "--spec-method", help=(
+        "Speculative decoding of the decoding instances: draft, eagle, mtp, ngram or none.")),
+    spec_tokens: str | None = typer.Option(None, "--spec-tokens", help=(
+        "Draft lengths K to search, comma-separated (0 = plain decoding), e.g. 0,1,2,3; default: the method's K.")),
+    spec_acceptance: str | None = typer.Option(None, "--spec-acceptance", help=(
+        "Acceptance rate per draft position in [0, 1]: one rate or a comma list (default: the method's).")),
+    spec_draft_model: str | None = typer.Option(None, "--spec-draft-model", help=(
+        "Draft model (catalog id) for --spec-method draft.")),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -100,6 +121,8 @@ def optimize_cmd(
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
         collocated=not no_collocated, disaggregated=not no_disaggregated, mixed_tp=not same_tp,
+        specs=spec_choices(spec_method, parse_spec_tokens(spec_tokens), acceptance=spec_acceptance,
+                           draft_model=spec_draft_model),
     )
     if slo_ttft <= 0 or slo_tpot <= 0:
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")

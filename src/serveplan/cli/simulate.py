@@ -15,6 +15,7 @@ from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
 from serveplan.sim.workload import SCENARIOS, build_workload
+from serveplan.specs.speculative import SpecDecodeConfig
 
 if TYPE_CHECKING:
     from serveplan.calibrate.bands import Band
@@ -118,6 +119,17 @@ def _print_engine(cfg: SimulationConfig) -> None:
               f"{(kv.value if kv is not None else 'weights format')}, memory share {setup.memory_utilization:.3f}")
 
 
+def _print_spec(cfg: SimulationConfig) -> None:
+    sd = cfg.fleet.spec
+    if sd is None:
+        return
+    rates = ", ".join(f"{a:.3g}" for a in sd.rates)
+    draft = f" with {sd.draft_model}" if sd.draft_model else ""
+    console().print(f"speculative decoding: {sd.method.value}{draft}, K={sd.k}, acceptance per position {rates}: "
+                    f"{sd.expected_tokens:.3f} expected tokens per verify step of {sd.verify_tokens} tokens per "
+                    "sequence (decode-only steps; TPOT = step time / expected tokens)")
+
+
 def parse_rates(text: str) -> list[float]:
     try:
         out = [float(v) for v in text.split(",") if v.strip()]
@@ -197,6 +209,16 @@ def simulate_cmd(
     band: int = typer.Option(0, "--band", help=(
         "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
         "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
+    spec_method: str | None = typer.Option(None, "--spec-method", help=(
+        "Speculative decoding: draft (a draft model), eagle (EAGLE head), mtp (multi-token prediction layer), "
+        "ngram (prompt lookup) or none.")),
+    spec_tokens: int | None = typer.Option(None, "--spec-tokens", help=(
+        "Draft tokens per step K (default: the method's; 0 = off).")),
+    spec_acceptance: str | None = typer.Option(None, "--spec-acceptance", help=(
+        "Acceptance rate per draft position in [0, 1]: one rate or a comma list (default: the method's "
+        "published rate).")),
+    spec_draft_model: str | None = typer.Option(None, "--spec-draft-model", help=(
+        "Draft model (catalog id) for --spec-method draft.")),
 ) -> None:
     """Simulate a request stream through a fleet served by an engine (default: vLLM V1 with its
     defaults for the device, the smallest TP that fits; CodeLlama-34B on Ascend 910B3, op2, 3.5
@@ -217,6 +239,7 @@ def simulate_cmd(
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
         early_stop=early_stop, kv_dtype=kv_dtype, offline=offline,
         concurrency=levels[0] if levels else None, prefix_hit=prefix_hit,
+        spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model),
     )
     if levels and len(levels) > 1:
         _concurrency_sweep(cfg, levels, json_out, out)
@@ -297,6 +320,7 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
         con.print(f"prefix cache: {cfg.prefix_hit:.0%} of prompt tokens hit, {res.prefill_tokens_saved:,} prefill "
                   "tokens not computed")
     _print_engine(cfg)
+    _print_spec(cfg)
     if sweep:
         s = Table(title="rate sweep")
         for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)", "SLO met", "overloaded"):

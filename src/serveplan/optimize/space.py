@@ -24,6 +24,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
+from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType
 
 
@@ -48,6 +49,10 @@ class SearchSpace:
         Which architectures to include.
     mixed_tp:
         Let prefill and decode instances of a ``PpDd`` strategy use different TP sizes.
+    specs:
+        Speculative decoding settings of the decoding instances to try (``None``: plain
+        decoding), e.g. one per draft length ``K`` (:func:`spec_choices`); layouts with
+        ``pp > 1`` get plain decoding only.
     """
 
     devices: int = 8
@@ -62,6 +67,7 @@ class SearchSpace:
     collocated: bool = True
     disaggregated: bool = True
     mixed_tp: bool = True
+    specs: tuple[SpecDecodeConfig | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if self.devices < 1:
@@ -81,6 +87,11 @@ class SearchSpace:
                 raise SpecError(f"scheduler {s!r} is a disaggregation role; expected one of: "
                                 f"{', '.join(collocated_schedulers())}")
         object.__setattr__(self, "schedulers", tuple(dict.fromkeys(names)))
+        if not self.specs:
+            raise SpecError("specs is empty; give (None,) for plain decoding")
+        # inactive settings (K = 0) are plain decoding: one candidate, not two
+        object.__setattr__(self, "specs", tuple(dict.fromkeys(
+            sd if sd is not None and sd.is_active else None for sd in self.specs)))
         if not (self.collocated or self.disaggregated):
             raise SpecError("both architectures are disabled; enable collocated or disaggregated")
         smallest = min(self.tp_sizes) * min(self.pp_sizes) * min(self.dp_sizes)
@@ -186,9 +197,10 @@ def _collocated(space: SearchSpace, par: ParallelConfig, max_batch: int) -> Iter
         for sched in space.schedulers:
             chunks = space.chunk_sizes if get_scheduler(sched).chunked else (space.chunk_sizes[0],)
             for cs in chunks:
-                yield Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
-                                  max_batch=max_batch, prefill_max_batch=space.prefill_max_batch, scheduler=sched,
-                                  chunk_size=cs)
+                for sd in _specs_for(space, par):
+                    yield Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
+                                      max_batch=max_batch, prefill_max_batch=space.prefill_max_batch,
+                                      scheduler=sched, chunk_size=cs, spec=sd)
 
 
 def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[ParallelConfig],
@@ -204,9 +216,30 @@ def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[Parall
             for d in range(1, space.devices + 1):
                 if k * (p * par.tp + d * par_d.tp) > space.devices:
                     break
-                yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp, pp=par.pp,
-                                  dp=par.dp, ep=par.ep, max_batch=max_batch,
-                                  prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0])
+                for sd in _specs_for(space, par_d):
+                    yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp,
+                                      pp=par.pp, dp=par.dp, ep=par.ep, max_batch=max_batch,
+                                      prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0],
+                                      spec=sd)
+
+
+def _specs_for(space: SearchSpace, par: ParallelConfig) -> tuple[SpecDecodeConfig | None, ...]:
+    """The speculative settings a decoding layout may take (plain decoding only with ``pp > 1``)."""
+    return space.specs if par.pp == 1 else (None,)
+
+
+def spec_choices(method: str | None, tokens: list[int] | tuple[int, ...] | None, *,
+                 acceptance: str | tuple[float, ...] | None = None,
+                 draft_model: str | None = None) -> tuple[SpecDecodeConfig | None, ...]:
+    """The ``specs`` of a :class:`SearchSpace` from user options: one setting per draft length in
+    ``tokens`` (``0``: plain decoding), e.g. ``spec_choices("eagle", [0, 1, 2, 3])``; ``(None,)``
+    without a method."""
+    if method is None:
+        if tokens and any(tokens):
+            raise SpecError("spec_tokens needs spec_method (draft, eagle, mtp or ngram)")
+        return (None,)
+    ks: list[int | None] = list(tokens) if tokens else [None]
+    return tuple(dict.fromkeys(SpecDecodeConfig.of(method, k, acceptance, draft_model) for k in ks))
 
 
 def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str | None = None,
