@@ -1,0 +1,56 @@
+"""Simulations pinned by ``test_speculative_sim.py``: with speculation off (or ``K = 0``) every
+result must equal the one recorded before speculative decoding existed (commit 6c2f17b).
+
+Regenerate the golden file only from that commit's sources::
+
+    git archive 6c2f17b src | tar -x -C /tmp/base
+    PYTHONPATH=/tmp/base/src:tests/sim python tests/sim/spec_off_cases.py tests/golden/spec_off.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from serveplan import get_hardware, get_model, get_profile
+from serveplan.sim import Workload, simulate
+from serveplan.sim.engine import simulation_config
+
+#: (name, engine, model, hardware, fleet options, load, workload)
+CASES: list[tuple[str, str, str, str, dict[str, Any], dict[str, Any], tuple[int, int, int]]] = [
+    ("vllm-open", "vllm", "llama-3.1-8b", "h100-sxm", {"tp": 1}, {"rate": 20.0}, (512, 128, 300)),
+    ("sglang-closed", "sglang", "llama-3.1-8b", "h100-sxm", {"tp": 1}, {"rate": None, "concurrency": 16},
+     (1024, 64, 200)),
+    ("trtllm-offline", "trtllm", "qwen3-8b", "h100-sxm", {"tp": 1}, {"rate": None, "offline": True}, (256, 256, 200)),
+    ("bestserve-1p1d", "bestserve", "codellama-34b", "ascend-910b3", {}, {"rate": 2.0}, (512, 64, 150)),
+    ("vllm-disagg", "vllm", "llama-3.1-8b", "h100-sxm", {"tp": 1}, {"rate": 10.0, "strategy": "1p1d"},
+     (700, 100, 200)),
+]
+
+
+def run_case(case: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
+    """The pinned outputs of one case: summary numbers and every request's latencies."""
+    name, engine, model, hw, fleet, load, (inp, out, n) = case
+    load = dict(load)
+    strategy = load.pop("strategy", None)
+    cfg = simulation_config(engine=engine, strategy=strategy, fleet_options=fleet, model=get_model(model),
+                            hardware=get_hardware(hw), profile=get_profile(), workload=Workload.fixed(inp, out, n),
+                            **load, **extra)
+    res = simulate(cfg)
+    rec = res.requests
+    return {
+        "name": name, "fleet": cfg.fleet.name, "num_completed": res.num_completed, "num_steps": res.num_steps,
+        "num_preemptions": res.num_preemptions, "kv_capacity_tokens": res.kv_capacity_tokens,
+        "makespan_s": res.makespan_s, "output_tokens_per_s": res.output_tokens_per_s,
+        "ttft_s": [float(v) for v in np.asarray(rec.ttft)], "tpot_s": [float(v) for v in np.asarray(rec.tpot)],
+        "e2e_s": [float(v) for v in np.asarray(rec.e2e)],
+    }
+
+
+if __name__ == "__main__":
+    out = {c[0]: run_case(c) for c in CASES}
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f, indent=0)
