@@ -8,6 +8,7 @@ from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecErr
 from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.operators import OperatorTime, attention_time, collective_time, gemm_time
+from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import StaticMetrics, static_batch
 from serveplan.estimator.step import Estimator, MemoryEstimate, StepEstimate
 from serveplan.offload import (
@@ -38,6 +39,7 @@ from serveplan.specs.hardware import DeviceSpec, LinkSpec
 from serveplan.specs.model import ModelSpec, model_from_hf_config
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase, PhaseEfficiency
+from serveplan.specs.speculative import SpecDecodeConfig, SpecMethod
 from serveplan.units import DType
 
 __version__ = "0.1.0"
@@ -56,3 +58,4 @@ __all__ += ["HostSpec", "OffloadFrontier", "OffloadPlan", "OffloadPolicy", "eval
             "list_hosts", "offload_frontier", "parse_policy", "plan_offload"]
 __all__ += ["Phase"]
 __all__ += ["OperatorTime", "attention_time", "collective_time", "gemm_time"]
+__all__ += ["SpecDecodeConfig", "SpecEstimator", "SpecMethod"]

@@ -113,3 +113,17 @@ def test_a_draft_model_with_another_vocabulary_is_refused():
 def test_pipeline_parallelism_is_refused():
     with pytest.raises(SpecError, match="pp=2"):
         SpecEstimator(M, HW, PR, ParallelConfig(tp=1, pp=2), spec=SpecDecodeConfig(method="eagle"))
+
+
+def test_estimate_api_and_its_breakdown_of_the_verify_pass():
+    from serveplan import estimate
+
+    spec = SpecDecodeConfig(method="eagle", num_tokens=3)
+    res = estimate("llama-3.1-8b", "h100-sxm", parallel=TP1, batch=8, input_len=1000, output_len=50, phase="decode",
+                   spec=spec)
+    est = SpecEstimator(M, HW, get_profile(None, "h100-sxm"), TP1, spec=spec)
+    assert math.isclose(res.total_s, est.time(StepBatch.decode(8, res.context_len)), rel_tol=1e-12)
+    assert res.to_dict()["spec_method"] == "eagle"
+    plain = estimate("llama-3.1-8b", "h100-sxm", parallel=TP1, batch=8, input_len=1000, output_len=50,
+                     phase="decode")
+    assert res.static is not None and plain.static is not None and res.static.itl_s < plain.static.itl_s

@@ -11,6 +11,7 @@ from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
+from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import fmt_bytes, fmt_ms
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ def estimate_cmd(
     head_dim: int = typer.Option(128, "--head-dim", help="--op attention: head dimension."),
     op_bytes: float | None = typer.Option(None, "--bytes", help="--op <collective>: payload bytes per rank."),
     ranks: int | None = typer.Option(None, "--ranks", help="--op <collective>: devices in the group."),
+    spec_method: str | None = typer.Option(None, "--spec-method", help=(
+        "Speculative decoding: draft, eagle, mtp, ngram or none (decode steps verify K+1 tokens per sequence).")),
+    spec_tokens: int | None = typer.Option(None, "--spec-tokens", help="Draft tokens per step K (default: the "
+                                                                       "method's; 0 = off)."),
+    spec_acceptance: str | None = typer.Option(None, "--spec-acceptance", help=(
+        "Acceptance rate per draft position in [0, 1]: one rate or a comma list.")),
+    spec_draft_model: str | None = typer.Option(None, "--spec-draft-model",
+                                                help="Draft model for --spec-method draft."),
 ) -> None:
     """Time of one forward step per module and operator, memory per device, and (with
     --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
@@ -71,7 +80,8 @@ def estimate_cmd(
         return
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
-                   context_len=context_len)
+                   context_len=context_len,
+                   spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model))
     step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
     if json_out:
         d = res.to_dict()
@@ -106,6 +116,11 @@ def estimate_cmd(
             f"ITL {fmt_ms(s.itl_s)} ms, E2E {fmt_ms(s.e2e_s, 1)} ms, throughput {s.throughput_tokens_per_s:,.0f} tok/s "
             f"({s.output_tokens_per_s:,.0f} output tok/s), FOM {s.fom_flops_per_s / 1e12:.1f} TFLOP/s"
         )
+    if res.spec is not None:
+        sd = res.spec
+        con.print(f"speculative decoding: {sd.method.value}, K={sd.k}, {sd.expected_tokens:.3f} expected tokens per "
+                  f"verify step; the breakdown is the verify pass ({sd.verify_tokens} tokens per sequence), TOTAL of a "
+                  "decode step is (verify + draft) / expected tokens, per generated token")
     if step_band is not None:
         con.print(f"step time band from the profile's uncertainty ({step_band.samples} samples): "
                   f"P10 {fmt_ms(step_band.p10)} ms, P50 {fmt_ms(step_band.p50)} ms, P90 {fmt_ms(step_band.p90)} ms")

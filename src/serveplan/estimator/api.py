@@ -7,6 +7,7 @@ from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import StaticMetrics, static_batch
 from serveplan.estimator.step import Estimator, StepEstimate
 from serveplan.specs.catalog import get_hardware, get_model, get_profile
@@ -14,6 +15,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase
+from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType
 
 
@@ -33,6 +35,7 @@ class EstimateResult:
     step: StepEstimate
     static: StaticMetrics | None
     kv_dtype: str = ""
+    spec: SpecDecodeConfig | None = None
 
     @property
     def total_s(self) -> float:
@@ -47,6 +50,8 @@ class EstimateResult:
         }
         d.update(self.step.to_dict())
         d["static"] = self.static.to_dict() if self.static else None
+        if self.spec is not None:
+            d.update(self.spec.to_dict())
         return d
 
 
@@ -66,13 +71,15 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
              parallel: ParallelConfig | None = None, dtype: str | DType | None = None,
              kv_dtype: str | DType | None = None, batch: int = 1, input_len: int = 2048,
              output_len: int | None = None, phase: Phase | str = Phase.PREFILL,
-             context_len: int | None = None) -> EstimateResult:
+             context_len: int | None = None, spec: SpecDecodeConfig | None = None) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
 
     ``dtype`` is the weight format and ``kv_dtype`` the KV-cache format (default: see
     :class:`~serveplan.estimator.step.Estimator`); the KV format sets the cache's bytes per token,
-    hence the KV capacity, and the bytes attention reads from the cache.
+    hence the KV capacity, and the bytes attention reads from the cache. An active ``spec``
+    (speculative decoding) times decode steps as verify + draft over the expected tokens per step
+    and takes the drafter's memory (:class:`~serveplan.estimator.speculative.SpecEstimator`).
 
     Raises
     ------
@@ -82,7 +89,12 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         The weights do not fit in device memory.
     """
     m, hw, pr = resolve_specs(model, hardware, profile)
-    est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype, kv_dtype=kv_dtype)
+    if spec is not None and spec.is_active:
+        est: Estimator = SpecEstimator(m, hw, pr, parallel or ParallelConfig(), spec=spec, dtype=dtype,
+                                       kv_dtype=kv_dtype)
+    else:
+        spec = None
+        est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype, kv_dtype=kv_dtype)
     est.check_fits()
     try:
         ph = Phase(phase)
@@ -101,4 +113,4 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         static = static_batch(est, batch, input_len, output_len)
     return EstimateResult(model=m.name, hardware=hw.name, profile=pr.name, parallel=est.parallel,
                           dtype=est.dtype.value, batch=batch, input_len=input_len, phase=step.phase,
-                          context_len=context_len, step=step, static=static, kv_dtype=est.kv_dtype.value)
+                          context_len=context_len, step=step, static=static, kv_dtype=est.kv_dtype.value, spec=spec)

@@ -45,8 +45,9 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError
+from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.roofline import tile_quantized_rows
-from serveplan.estimator.step import DEFAULT_MEMORY_UTILIZATION, Estimator, MemoryEstimate
+from serveplan.estimator.step import DEFAULT_MEMORY_UTILIZATION, Estimator, MemoryEstimate, StepEstimate
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.catalog import get_model
 from serveplan.specs.hardware import DeviceSpec
@@ -229,6 +230,17 @@ class SpecEstimator(Estimator):
         t = super().step_times(self._verify(X), phase) + self._draft_times(X, phase)
         decode_only = (X[_NP] <= 0) & (X[_ND] > 0)
         return np.asarray(np.where(decode_only, t / self.expected_tokens, t))
+
+    def estimate(self, batch: StepBatch) -> StepEstimate:
+        """Breakdown of the step's verify pass (every decode computing ``K + 1`` tokens); its
+        ``total_s`` is the speculative step time (:meth:`step_time`: verify + draft, over the
+        expected tokens for a decode-only step)."""
+        if batch.decode_tokens <= 0:
+            return super().estimate(batch)
+        extra = batch.decode_tokens * self.k
+        verify = dataclasses.replace(batch, decode_tokens=batch.decode_tokens + extra,
+                                     decode_keys=batch.decode_keys + extra)
+        return dataclasses.replace(super().estimate(verify), total_s=self.time(batch))
 
     # ------------------------------------------------------------------ memory
     def drafter_weights_bytes(self) -> float:
