@@ -87,6 +87,7 @@ def test_mtp_module_of_deepseek_v3_is_one_moe_block():
     # DeepSeek-V3 tech report §2.2 / HF model card: the MTP module holds 14B parameters with the
     # embedding and output head (2 x 129,280 x 7,168 = 1.85B) it shares with the main model; the
     # block alone is one MoE layer (256 x 3 x 7,168 x 2,048 = 11.3B experts + MLA + shared expert)
+    assert get_model("deepseek-v3").num_mtp_layers == 1  # config.json num_nextn_predict_layers
     d = drafter_model(SpecDecodeConfig(method="mtp"), get_model("deepseek-v3"))
     assert d is not None and d.num_hidden_layers == 1 and d.moe_layer_set == frozenset({0})
     own = d.total_params - d.embedding_params()

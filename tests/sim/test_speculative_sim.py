@@ -156,6 +156,7 @@ BASE_ARGS = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--input-len", 
     (["--spec-method", "draft", "--spec-draft-model", "qwen3-8b"], "vocabulary"),
     (["--spec-method", "medusa"], "spec_method='medusa'"),
     (["--spec-tokens", "2"], "need spec_method"),
+    (["--spec-method", "mtp"], "has no multi-token-prediction module"),
 ])
 def test_cli_bad_speculation_is_one_line_exit_2(args, words):
     r = CliRunner().invoke(app, BASE_ARGS + args)
@@ -170,7 +171,8 @@ def test_cli_optimize_bad_k_list_exit_2():
 
 
 def test_cli_json_shows_speculation():
-    r = CliRunner().invoke(app, BASE_ARGS + ["--spec-method", "mtp", "--json"])
+    r = CliRunner().invoke(app, BASE_ARGS + ["--spec-method", "eagle", "--spec-tokens", "2", "--spec-acceptance",
+                                             "0.5", "--json"])
     assert r.exit_code == 0, r.output
     cfg = json.loads(r.output)["config"]
-    assert cfg["spec_method"] == "mtp" and cfg["spec_tokens"] == 1 and cfg["spec_expected_tokens"] == 1.875
+    assert cfg["spec_method"] == "eagle" and cfg["spec_tokens"] == 2 and cfg["spec_expected_tokens"] == 1.75

@@ -95,6 +95,9 @@ def drafter_model(spec: SpecDecodeConfig, model: ModelSpec) -> ModelSpec | None:
                          num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
                          vocab_size=min(model.vocab_size, EAGLE_DRAFT_VOCAB), tie_word_embeddings=True,
                          dtype=model.dtype, source="EAGLE-3 head (Li et al. 2025): one decoder layer + LM head")
+    if model.num_mtp_layers < 1:
+        raise SpecError(f"spec_method='mtp': {model.name} has no multi-token-prediction module "
+                        "(num_nextn_predict_layers=0); use eagle, draft or ngram")
     # MTP: one block of the model's last layer kind, MoE as in its MoE layers
     last = model.num_hidden_layers - 1
     kinds = model.layer_kinds[last]
@@ -248,12 +251,18 @@ class SpecEstimator(Estimator):
         dr = self.drafter
         if dr is None:
             return 0.0
-        return dr.weights_per_device() - _shared_embedding_bytes(self.spec, dr)
+        per_module = dr.weights_per_device() - _shared_embedding_bytes(self.spec, dr)
+        # every MTP module the checkpoint ships is loaded (MiniMax-M2.5: 3)
+        return per_module * (self.model.num_mtp_layers if self.spec.method is SpecMethod.MTP else 1)
 
     def drafter_kv_bytes_per_token(self) -> float:
         """Drafter cache bytes per token on one device."""
         dr = self.drafter
-        return 0.0 if dr is None else dr.kv_bytes_per_token_per_device()
+        if dr is None:
+            return 0.0
+        # MTP: module i drafts position i (reused beyond the last), each with its own one-layer cache
+        n = min(self.k, self.model.num_mtp_layers) if self.spec.method is SpecMethod.MTP else 1
+        return n * dr.kv_bytes_per_token_per_device()
 
     def _memory(self) -> MemoryEstimate:
         mem = super()._memory()

@@ -146,6 +146,9 @@ class ModelSpec:
     kv_dtype:
         KV-cache format the checkpoint declares (``kv_cache_scheme`` / ``kv_cache_quant_algo``);
         None = the engine's default.
+    num_mtp_layers:
+        Multi-token-prediction modules shipped with the weights (HF ``num_nextn_predict_layers``);
+        speculative decoding with ``mtp`` needs at least one.
     """
 
     name: str
@@ -201,6 +204,7 @@ class ModelSpec:
     dtype: DType = DType.BF16
     quantized_experts_only: bool = False
     kv_dtype: DType | None = None
+    num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the weights (DeepSeek-V3: 1)
     source: str = ""
     # derived in __post_init__
     attention: AttentionKind = field(init=False)
@@ -909,6 +913,10 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
     )
     kw.update(_attention_fields(f, mt, heads, kv_heads, head_dim))
     kw.update(_moe_fields(f, mt, layers, inter))
+    # multi-token-prediction modules (DeepSeek-V3 / GLM ``num_nextn_predict_layers``, Qwen3.5
+    # ``mtp_num_hidden_layers``, MiniMax ``num_mtp_modules``): what speculative ``mtp`` drafts with
+    mtp = _get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", default=0)
+    kw["num_mtp_layers"] = int(mtp) if isinstance(mtp, (int, float)) and not isinstance(mtp, bool) else 0
     return ModelSpec(**kw)
 
 
