@@ -176,3 +176,14 @@ def test_cli_json_shows_speculation():
     assert r.exit_code == 0, r.output
     cfg = json.loads(r.output)["config"]
     assert cfg["spec_method"] == "eagle" and cfg["spec_tokens"] == 2 and cfg["spec_expected_tokens"] == 1.75
+
+
+def test_plan_serving_ranks_draft_lengths():
+    from serveplan import SLO, plan_serving
+
+    space = SearchSpace(devices=1, tp_sizes=(1,), max_batches=(32,), prefill_max_batch=None, disaggregated=False,
+                        schedulers=("sarathi",), chunk_sizes=(1024,), specs=spec_choices("eagle", [0, 2]))
+    res = plan_serving(M, HW, profile=PR, space=space, workload=Workload.fixed(256, 128, 200),
+                       slo=SLO(ttft_s=1.0, tpot_s=0.012, percentile=90))
+    names = sorted(r.name for r in res.strategies)
+    assert len(names) == 2 and any(n.endswith("-eagle2") for n in names)
