@@ -47,9 +47,15 @@ def _same(a, b):
 def test_speculation_off_or_k0_gives_every_result_of_before(case, spec):
     # golden recorded from commit 6c2f17b (before speculative decoding), see spec_off_cases.py
     extra = {} if spec is None else {"spec": spec}
-    if case[1] == "bestserve" and spec is not None:
-        extra = {"spec": spec}
     _same(run_case(case, **extra), GOLDEN[case[0]])
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_k0_and_none_equal_no_setting_on_this_tree(case):
+    # the same invariant without the recorded golden (it holds whatever other changes the tree has)
+    plain = run_case(case)
+    _same(run_case(case, spec=SpecDecodeConfig(method="mtp", num_tokens=0)), plain)
+    _same(run_case(case, spec=SpecDecodeConfig(method="none")), plain)
 
 
 def _lone(spec, out=200):
