@@ -169,29 +169,38 @@ class SpecEstimator(Estimator):
         v[_NOUT] = x[_NOUT] + extra
         v[_NALL] = x[_NALL] + extra * self.parallel.dp
         v[_KVD] = x[_KVD] + extra
-        if self.tile:
-            if v.ndim == 1:
-                v[_NG] = tile_quantized_rows(float(v[_N]), self.tile)
-            else:
-                v[_NG] = [tile_quantized_rows(float(n), self.tile) for n in v[_N]]
-        else:
-            v[_NG] = v[_N]
-        m = self.model
-        if m.is_moe:
-            # expected experts with >= 1 routed token under uniform routing: E(1 - (1 - k/E)^n)
-            v[_EACT] = m.num_experts / self.parallel.ep * (1.0 - (1.0 - m.num_experts_per_tok / m.num_experts)
-                                                           ** v[_NALL])
+        self._set_rows(v)
+        self._set_experts(v)
         return v
 
-    @staticmethod
-    def _decode_only(x: np.ndarray) -> np.ndarray:
+    def _set_rows(self, v: np.ndarray) -> None:
+        """Feature ``ng`` (GEMM rows under tile quantization) from ``n``."""
+        if not self.tile:
+            v[_NG] = v[_N]
+        elif v.ndim == 1:
+            v[_NG] = tile_quantized_rows(float(v[_N]), self.tile)
+        else:
+            v[_NG] = [tile_quantized_rows(float(n), self.tile) for n in v[_N]]
+
+    def _set_experts(self, v: np.ndarray) -> None:
+        """Feature ``eact`` from ``nall`` (as :meth:`Estimator.features`): expected experts with
+        >= 1 routed token under uniform routing, ``E (1 - (1 - k/E)^n)`` per expert-parallel rank
+        (the MTP drafter shares the target's experts and layout)."""
+        m = self.model
+        if m.is_moe:
+            v[_EACT] = m.num_experts / self.parallel.ep * (1.0 - (1.0 - m.num_experts_per_tok / m.num_experts)
+                                                           ** v[_NALL])
+
+    def _decode_only(self, x: np.ndarray) -> np.ndarray:
         """The decode part of a step's features (prompt rows removed)."""
         d: np.ndarray = x.copy()
         for i in _PREFILL_ROWS:
             d[i] = 0.0
         d[_N] = x[_ND]
-        d[_NG] = x[_ND]
         d[_NOUT] = x[_ND]
+        self._set_rows(d)
+        d[_NALL] = x[_ND] * self.parallel.dp
+        self._set_experts(d)
         return d
 
     def _draft_time(self, x: np.ndarray) -> float:
