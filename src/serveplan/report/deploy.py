@@ -19,6 +19,10 @@ prefill token budget          ``--max-num-batched-tokens``     ``--max-prefill-t
 memory utilization            ``--gpu-memory-utilization``     ``--mem-fraction-static``
 KV cache format               ``--kv-cache-dtype``             ``--kv-cache-dtype``
 prefill / decode role         ``--kv-transfer-config`` (NIXL)  ``--disaggregation-mode``
+speculative decoding          ``--speculative-config``         ``--speculative-algorithm``,
+                              (method ``eagle3``, ``mtp``,     ``--speculative-num-steps`` K,
+                              ``ngram``, ``draft_model``;      ``--speculative-eagle-topk`` 1,
+                              ``num_speculative_tokens`` K)    ``--speculative-num-draft-tokens`` K+1
 ============================  ===============================  ====================================
 
 The ``prefill-first`` scheduler (whole prompts, prefill first; vLLM's without chunking) is served with
@@ -41,6 +45,8 @@ from serveplan.estimator.step import Estimator
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.sim import Fleet, Role
 from serveplan.sim.schedulers import get_scheduler
+from serveplan.specs.catalog import get_model
+from serveplan.specs.speculative import SpecDecodeConfig, SpecMethod
 from serveplan.units import DType
 
 #: Engine releases whose flags the commands use (argument lists in tests/report/data/engine_flags.json).
@@ -265,11 +271,12 @@ def deploy_plan(fleet: Fleet, settings: GoodputSettings, *, model_ref: str | Non
     for role in fleet.roles:
         shape = _Shape.of(fleet, role, max_input, max_model_len, util)
         count, devices = fleet.strategy.count(role), fleet.instance(role).num_devices
+        spec_v, spec_s = _spec_args(fleet.instance(role).spec, ref, notes)
         commands.append(EngineCommand(engine="vllm", version=VLLM_VERSION, role=role.value, instances=count,
-                                      devices_per_instance=devices, argv=_vllm_argv(ref, shape, dtype, kv),
+                                      devices_per_instance=devices, argv=_vllm_argv(ref, shape, dtype, kv) + spec_v,
                                       port=VLLM_PORT))
         commands.append(EngineCommand(engine="sglang", version=SGLANG_VERSION, role=role.value, instances=count,
-                                      devices_per_instance=devices, argv=_sglang_argv(ref, shape, dtype, kv),
+                                      devices_per_instance=devices, argv=_sglang_argv(ref, shape, dtype, kv) + spec_s,
                                       port=SGLANG_PORT))
     files: dict[str, str] = {}
     if fleet.is_disaggregated:
@@ -357,6 +364,46 @@ def _sglang_argv(ref: str, s: _Shape, dtype: DType, kv: DType) -> tuple[str, ...
     if s.role != "collocated":
         argv += ["--disaggregation-mode", s.role, "--disaggregation-transfer-backend", "nixl"]
     return tuple(argv)
+
+
+#: serveplan's drafting methods in each engine's words (vLLM ``vllm/config/speculative.py``
+#: ``SpeculativeMethod``; SGLang ``--speculative-algorithm``: NEXTN is its MTP, STANDALONE a draft model)
+_SPEC_VLLM = {SpecMethod.EAGLE: "eagle3", SpecMethod.MTP: "mtp", SpecMethod.NGRAM: "ngram",
+              SpecMethod.DRAFT: "draft_model"}
+_SPEC_SGLANG = {SpecMethod.EAGLE: "EAGLE3", SpecMethod.MTP: "NEXTN", SpecMethod.NGRAM: "NGRAM",
+                SpecMethod.DRAFT: "STANDALONE"}
+
+
+def _spec_args(spec: SpecDecodeConfig | None, ref: str,
+               notes: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The vLLM and SGLang flags of speculative decoding with draft length ``K`` (chain drafting,
+    as simulated); a note when the drafter's checkpoint must be named by hand."""
+    if spec is None:
+        return (), ()
+    k = spec.k
+    draft: str | None = None
+    if spec.method is SpecMethod.DRAFT:
+        assert spec.draft_model is not None
+        dm = get_model(spec.draft_model)
+        draft, note = model_reference(dm.source, dm.name)
+        if note and note not in notes:
+            notes.append(note)
+    elif spec.method is SpecMethod.EAGLE:
+        draft = f"EAGLE3-HEAD-FOR-{ref.rsplit('/', 1)[-1]}"
+        note = (f"replace '{draft}' by an EAGLE-3 head trained for {ref} (e.g. a yuhuili/EAGLE3-* or "
+                "RedHatAI/*-speculator.eagle3 checkpoint)")
+        if note not in notes:
+            notes.append(note)
+    cfg: dict[str, Any] = {"method": _SPEC_VLLM[spec.method], "num_speculative_tokens": k}
+    if draft is not None:
+        cfg["model"] = draft
+    vllm = ("--speculative-config", json.dumps(cfg, separators=(",", ":")))
+    sglang: tuple[str, ...] = ("--speculative-algorithm", _SPEC_SGLANG[spec.method])
+    if draft is not None:
+        sglang += ("--speculative-draft-model-path", draft)
+    sglang += ("--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+               "--speculative-num-draft-tokens", str(k + 1))
+    return vllm, sglang
 
 
 def _dynamo_yaml(name: str, vllm_cmds: list[EngineCommand]) -> str:
