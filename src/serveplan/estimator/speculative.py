@@ -28,9 +28,9 @@ reads it unchanged, because the two timing sinks, :meth:`Estimator.step_time` an
   time of a decode-only step is ``(verify + draft) / E``: per request, TPOT = step time /
   accepted tokens per step, and KV grows by one token per emitted token, as on average it does.
   This is expected-value acceptance (no acceptance variance in TPOT); it keeps runs
-  deterministic and every fast path of the simulator. A step mixing prompt chunks and decodes
-  keeps its full time and credits each decode one token (its prompt tokens progress at the
-  engine's real rate; the decodes of such steps are charged conservatively).
+  deterministic and the simulator's decode fast paths. A step mixing prompt chunks and decodes
+  keeps its full time (its prompt tokens progress at the engine's rate); the simulator advances
+  its decodes ``E`` tokens on average (``Instance._spec_mixed_decode``).
 * **Memory.** The drafter's weights (draft model; EAGLE layer and head; MTP block without the
   shared embedding and head) and its KV per token (draft model: its own cache; EAGLE and MTP:
   one layer's) are taken from the KV budget, and each running sequence holds ``K`` lookahead

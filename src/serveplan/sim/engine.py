@@ -661,6 +661,8 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
         if cfg_r.spec is not None:  # each decode takes K + 1 tokens of the step's budget
             for inst in insts:
                 inst.decode_tokens = cfg_r.spec.verify_tokens
+                inst.spec_expected_tokens = cfg_r.spec.expected_tokens
+                inst._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
         if cfg.engine is not None and cfg.engine.prefix_caching:
             for inst in insts:
                 inst.keep_prefix_on_preempt = True

@@ -213,6 +213,12 @@ class Instance:
     #: Tokens one decode takes of a step's token budget: ``K + 1`` with speculative decoding (vLLM
     #: V1 schedules ``num_tokens_with_spec - num_computed_tokens`` per running request), else 1
     decode_tokens = 1
+    #: Speculative decoding: expected tokens per verify step ``E`` (0: off). A decode-only step is
+    #: timed per token by the estimator (one token per step); a step mixing prompt chunks and
+    #: decodes keeps its full time and advances its decodes ``E`` tokens on average
+    #: (:meth:`_spec_mixed_decode`)
+    spec_expected_tokens = 0.0
+    _spec_carry = 0.0
 
     def __init__(self, index: int, role: Role, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
                  batching: Batching, block_size: int = 16, handoff: Callable[[int, float], float] | None = None,
@@ -516,7 +522,10 @@ class Instance:
         dec = plan.decode
         if dec:
             gen, out = R.gen, R.out
-            self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
+            if self.spec_expected_tokens and chunks:
+                self._spec_mixed_decode(dec, kv, gen, out)
+            else:
+                self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
             if self.pp == 1:  # a decode is ready again when its step ends, which is now
                 done += [q for q in dec if gen[q] >= out[q]]
             else:
@@ -528,6 +537,27 @@ class Instance:
                         done.append(q)
         for q in done:
             self._finish(q, exit_t)
+
+    def _spec_mixed_decode(self, dec: list[int], kv: list[int], gen: list[int], out: list[int]) -> None:
+        """The decodes of a step that also computed prompt chunks, under speculative decoding: each
+        advances ``n`` tokens, ``n`` the whole part of a running sum of ``E`` per such step (so
+        ``E`` on average, deterministically), at most what the free KV blocks hold (the policy made
+        room for one) and what each request has left."""
+        c = self._spec_carry + self.spec_expected_tokens
+        n = int(c)
+        self._spec_carry = c - n
+        if n > 1:
+            n = self.kv.steps_that_fit(dec, kv, n)
+        if n <= 1:
+            self.kv.decode(dec, 1, kv, gen)
+            return
+        short = [q for q in dec if out[q] - gen[q] < n]  # finishing with fewer than n tokens left
+        if not short:
+            self.kv.decode(dec, n, kv, gen)
+            return
+        self.kv.decode([q for q in dec if out[q] - gen[q] >= n], n, kv, gen)
+        for q in short:
+            self.kv.decode([q], out[q] - gen[q], kv, gen)
 
     def _through_pipeline(self, now: float, t: float) -> tuple[float, float]:
         """A micro-batch of stage time ``t`` enters the pipeline at ``now``: when it leaves the
