@@ -70,7 +70,9 @@ def print_prefix_cache(res: SimulationResult) -> None:
     t = Table(title=f"prefix cache: {pc.hit_rate:.1%} of {pc.prompt_tokens:,} prompt tokens hit")
     for col in ("", "tokens", "share of prompt"):
         t.add_column(col, justify="left" if not col else "right")
-    share = (lambda x: f"{x / pc.prompt_tokens:.1%}") if pc.prompt_tokens else (lambda x: "-")
+    def share(x: int) -> str:
+        return f"{x / pc.prompt_tokens:.1%}" if pc.prompt_tokens else "-"
+
     for label, v in (("cached on GPU", pc.gpu_tokens), ("loaded from CPU", pc.cpu_tokens),
                      ("loaded from disk", pc.disk_tokens), ("computed", pc.prompt_tokens - pc.hit_tokens)):
         t.add_row(label, f"{v:,}", share(v))

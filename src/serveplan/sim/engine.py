@@ -32,14 +32,20 @@ from serveplan.sim import bestserve as bs
 from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
+from serveplan.sim.kv import PrefixStats
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
-from serveplan.sim.kv import PrefixStats
 from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
-from serveplan.sim.sessions import (KVTiers, PrefixCacheReport, attach_prefix_caches, block_chains, prefix_report,
-                                    session_loop)
+from serveplan.sim.sessions import (
+    KVTiers,
+    PrefixCacheReport,
+    attach_prefix_caches,
+    block_chains,
+    prefix_report,
+    session_loop,
+)
 from serveplan.sim.workload import Workload, arrival_times
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -554,16 +560,11 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
             raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
         n = len(wl.input_lengths)
-        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0)
-        if wl.session is not None:
-            closed = session_loop(wl, starts=None, clients=clients)
+        closed = (ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0) if wl.session is None
+                  else session_loop(wl, starts=None, clients=clients))
         arrival = np.zeros(n)  # set as the clients send
-    elif wl.session is not None:  # sessions start open-loop (rate: sessions/s) or all at once offline
-        n_s = int(np.max(wl.session)) + 1
-        starts = (np.zeros(n_s) if cfg.offline else
-                  arrival_times(Workload(input_lengths=1, output_lengths=1, num_requests=n_s, arrival=wl.arrival,
-                                         cv=wl.cv), cfg.rate, cfg.seed))
-        closed = session_loop(wl, starts=starts.tolist(), clients=None)
+    elif wl.session is not None:
+        closed = _session_starts(cfg)
         arrival = np.zeros(len(wl.input_lengths))
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
@@ -591,12 +592,22 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     else:
         insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats)
     res = _result(cfg, req, insts, clocks, stopped)
-    if pstats is not None:
-        res = dataclasses.replace(res, prefix_cache=prefix_report(pstats, res.requests, cfg.kv_tiers))
-    if clients is not None or saved:
+    if clients is not None or saved or pstats is not None:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
-        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
+        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
+                                  else prefix_report(pstats, res.requests, cfg.kv_tiers))
     return res
+
+
+def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
+    """Sessions starting open-loop (``rate``: sessions/s, the workload's arrival process) or all
+    at once offline; each later turn follows its previous answer."""
+    wl = cfg.workload
+    n_s = int(np.max(wl.session)) + 1
+    starts = (np.zeros(n_s) if cfg.offline else
+              arrival_times(Workload(input_lengths=1, output_lengths=1, num_requests=n_s, arrival=wl.arrival,
+                                     cv=wl.cv), cfg.rate, cfg.seed))
+    return session_loop(wl, starts=starts.tolist(), clients=None)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:

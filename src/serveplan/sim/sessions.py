@@ -44,6 +44,7 @@ from serveplan.sim.events import EventLoop, Priority, Scheduled
 from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
 from serveplan.sim.metrics import LatencyStats
 from serveplan.sim.workload import Workload
+from serveplan.specs.catalog import get_session_dataset
 from serveplan.specs.host import HostSpec
 
 if TYPE_CHECKING:
@@ -83,6 +84,16 @@ def check_session_fields(wl: Workload, n: int) -> None:
             raise SpecError(f"hash_block={wl.hash_block!r} must be a positive number of tokens")
 
 
+def digest_session_fields(wl: Workload, h: Any) -> None:
+    """Feed the session / trace-hash fields to the workload's content digest ``h``."""
+    h.update(f"|{wl.think_s!r}|{wl.system_prompt_len}|{wl.hash_block}".encode())
+    for a in (wl.session, wl.turn):
+        if a is not None:
+            h.update(np.asarray(a).tobytes())
+    if wl.hash_ids is not None:
+        h.update(repr(wl.hash_ids).encode())
+
+
 def _quantiles(raw: dict[str, Any], key: str, name: str) -> np.ndarray:
     try:
         q = np.asarray(raw[key], dtype=float)
@@ -109,7 +120,6 @@ def session_workload(num_sessions: int, turns: int, *, think_s: float = 0.0, dat
         ``num_sessions`` or ``turns`` below 1, a negative think time or system prompt, or an
         unknown dataset.
     """
-    from serveplan.specs.catalog import get_session_dataset
     from serveplan.sim.workload import _LENGTH_STREAM
 
     for fname, v in (("sessions", num_sessions), ("turns", turns)):
@@ -128,7 +138,8 @@ def session_workload(num_sessions: int, turns: int, *, think_s: float = 0.0, dat
 
     def draw(q: np.ndarray, size: tuple[int, ...]) -> np.ndarray:
         x = np.interp(rng.random(size), np.linspace(0.0, 1.0, len(q)), q)
-        return np.maximum(np.rint(x), 1).astype(np.int64)
+        out: np.ndarray = np.maximum(np.rint(x), 1).astype(np.int64)
+        return out
 
     new = draw(q_new, (S, T))
     new[:, 0] = draw(q_first, (S,))

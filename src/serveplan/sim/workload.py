@@ -215,16 +215,7 @@ class Workload:
         for a in (inp, out) + ((tt,) if tt is not None else ()):
             h.update(a.tobytes())
         h.update(f"{self.arrival}|{self.cv!r}".encode())
-        if self.prefix_cached:
-            from serveplan.sim.sessions import check_session_fields
-
-            check_session_fields(self, n)
-            h.update(f"|{self.think_s!r}|{self.system_prompt_len}|{self.hash_block}".encode())
-            for a in (self.session, self.turn):
-                if a is not None:
-                    h.update(np.asarray(a).tobytes())
-            if self.hash_ids is not None:
-                h.update(repr(self.hash_ids).encode())
+        self._check_sessions(n, h)
         object.__setattr__(self, "_digest", h.hexdigest())
 
     # equality and hashing by content (arrays do not compare as scalars)
@@ -335,6 +326,13 @@ class Workload:
             t, inp, out = t[:num_requests], inp[:num_requests], out[:num_requests]
         return Workload(input_lengths=inp, output_lengths=out, arrival="trace", trace_times=t,
                         num_requests=len(t), name=p.name)
+
+    def _check_sessions(self, n: int, h: Any) -> None:
+        if self.prefix_cached:
+            from serveplan.sim.sessions import check_session_fields, digest_session_fields
+
+            check_session_fields(self, n)
+            digest_session_fields(self, h)
 
     # ------------------------------------------------------------------ helpers
     @property
