@@ -31,7 +31,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
-
 from serveplan.sim import SimulationConfig, simulate  # noqa: E402
 from serveplan.sim.kv import KVCache, PrefixCache, PrefixStats  # noqa: E402
 from serveplan.sim.sessions import KVTiers, block_chains  # noqa: E402
@@ -98,7 +97,8 @@ def lmcache_case() -> list[str]:
         f"{on.ttft_s.mean * 1e3 / pub_on - 1:+.0%} | {on.prefix_cache.hit_rate:.1%} |",
         f"| TTFT ratio with / without | {r_pub:.3f} | {r_sim:.3f} | {r_sim / r_pub - 1:+.0%} | |",
         "",
-        f"mean TPOT: published 48.47 -> 30.60 ms; predicted {off.tpot_s.mean * 1e3:.1f} -> {on.tpot_s.mean * 1e3:.1f} ms",
+        f"mean TPOT: published 48.47 -> 30.60 ms; predicted {off.tpot_s.mean * 1e3:.1f} -> "
+        f"{on.tpot_s.mean * 1e3:.1f} ms",
     ]
     return lines
 
@@ -131,8 +131,8 @@ def mooncake_case() -> list[str]:
         "| capacity | published | predicted | error |",
         "|---|---|---|---|",
         f"| unbounded | 41% (\"41% max\") | {unbounded:.1%} | {unbounded / 0.41 - 1:+.0%} |",
-        f"| 3M tokens (one node's DRAM) | below half the max (text, 5.3.1) | {local:.1%} ({local / unbounded:.0%} of max) "
-        "| |",
+        f"| 3M tokens (one node's DRAM) | below half the max (text, 5.3.1) | {local:.1%} "
+        f"({local / unbounded:.0%} of max) | |",
     ]
 
 
