@@ -288,6 +288,7 @@ class Instance:
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
         rel = kv.releases
+        cached = kv.prefix is not None  # the prefix cache looks up each prompt as it joins the queue
         fast = self.fast_decode
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
@@ -299,7 +300,7 @@ class Instance:
             now = self.now
             p = self.ptr
             n_in = len(it)
-            if kv.prefix is None:
+            if not cached:
                 while p < n_in and it[p] <= now:
                     self.waiting.append(ir[p])
                     p += 1
