@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
-
 from serveplan.sim import SimulationConfig, Workload, simulate  # noqa: E402
 from serveplan.sim.sessions import KVTiers, session_workload  # noqa: E402
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile  # noqa: E402
