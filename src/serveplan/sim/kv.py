@@ -116,6 +116,8 @@ class KVCache:
                 blocks[q] += 1
                 self.free -= 1
         assert self.free >= 0, "KV blocks overcommitted"
+        if self.prefix is not None and self.prefix.evictable > self.free:
+            self.prefix.make_room()
 
     def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
         """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
@@ -132,7 +134,12 @@ class KVCache:
                 nb = -(-k1 // bs) - shared[r]
                 free -= nb - blocks[r]
                 blocks[r] = nb
-        elif self._eq is None:
+            assert free >= 0, "KV blocks overcommitted"
+            self.free = free
+            if self.prefix.evictable > free:  # the new blocks took cached ones
+                self.prefix.make_room()
+            return
+        if self._eq is None:
             for r in run:
                 generated[r] += k
                 k1 = kv_len[r] + k
@@ -470,7 +477,7 @@ class PrefixCache:
             st.load_s[q] = load
         if load:
             self.loads[q] = load
-        self._make_room()
+        self.make_room()
         return (planned - hit) * bs if planned > hit else 0
 
     def step_with_loads(self, t: float, prefill: Sequence[tuple[int, int]]) -> float:
@@ -543,7 +550,7 @@ class PrefixCache:
             i += 1
         kv.free = free
         assert free >= 0, "KV blocks overcommitted"
-        self._make_room()
+        self.make_room()
 
     def release_at(self, q: int, own: int, kv_tokens: int, t: float, now: float) -> None:
         """``q``'s cache is sent until ``t`` (disaggregated prefill): released then."""
@@ -590,7 +597,7 @@ class PrefixCache:
             self.gpu_lru.pop(key, None)
         self._retier(key, node)
 
-    def _make_room(self) -> None:
+    def make_room(self) -> None:
         """Evict cached GPU blocks until the free pool has no more cached blocks than free
         blocks (an allocation takes empty blocks first), then the CPU and disk overflows."""
         kv = self.kv
