@@ -262,7 +262,7 @@ def hosts_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")
     """List the bundled hosts (CPU memory, disk and links per GPU): offload --host and simulate --kv-tiers."""
     from serveplan.specs.catalog import get_host, list_hosts
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in list_hosts():
         h = get_host(name)
         rows.append({"name": name, "gpu": h.gpu.name, "cpu_memory_bytes": h.cpu_memory_bytes,
