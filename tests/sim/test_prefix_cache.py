@@ -74,6 +74,9 @@ def test_load_time_of_a_cpu_hit_uses_the_host_bandwidth():
     pc = simulate(_cfg(wl, memory=50e9, tiers=tiers)).prefix_cache
     assert pc is not None and pc.cpu_tokens > 0 and pc.disk_tokens == 0
     assert pc.load_s.mean * pc.load_s.count == pytest.approx(pc.cpu_tokens * 131072 / 50e9, rel=1e-9)
+    sp = pc.ttft_split_s
+    assert sp["kv_load"] == pytest.approx(pc.load_s.mean * pc.load_s.count / pc.num_requests)
+    assert min(sp.values()) > 0
 
 
 def test_disk_hits_read_through_cpu_memory():

@@ -88,6 +88,10 @@ def print_prefix_cache(res: SimulationResult) -> None:
                       ("KV load (lower-tier hits)", pc.load_s)):
         s.add_row(label, f"{st.count:,}", ms(st.mean), ms(st.p50), ms(st.p90), ms(st.p99))
     con.print(s)
+    sp = pc.ttft_split_s
+    if sp:
+        con.print(f"mean TTFT {sum(sp.values()) * 1e3:,.1f} ms = queueing {sp['queue'] * 1e3:,.1f} + KV load "
+                  f"{sp['kv_load'] * 1e3:,.1f} + prefill {sp['prefill'] * 1e3:,.1f} ms")
     con.print(f"per request: {pc.cached_tokens:,.0f} prompt tokens cached, {pc.computed_tokens:,.0f} computed; "
               f"blocks spilled to CPU {pc.spilled_cpu_blocks:,}, to disk {pc.spilled_disk_blocks:,}, "
               f"dropped {pc.dropped_blocks:,}")

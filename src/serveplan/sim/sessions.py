@@ -378,6 +378,8 @@ class PrefixCacheReport:
     ``ttft_hit_s``/``ttft_miss_s`` are the TTFT of requests with and without a cached prefix;
     ``load_s`` the KV load time per request with a lower-tier hit; ``cached_tokens`` and
     ``computed_tokens`` the mean prompt tokens per request found cached and prefilled.
+    ``ttft_split_s`` splits the mean TTFT into queueing (arrival to the first step computing for
+    the request), KV load of lower-tier hits, and the prefill steps (the rest).
     """
 
     num_requests: int
@@ -395,6 +397,7 @@ class PrefixCacheReport:
     spilled_cpu_blocks: int
     spilled_disk_blocks: int
     dropped_blocks: int
+    ttft_split_s: dict[str, float] = field(default_factory=dict)
     tiers: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -405,7 +408,7 @@ class PrefixCacheReport:
                 "ttft_hit_s": self.ttft_hit_s.to_dict(), "ttft_miss_s": self.ttft_miss_s.to_dict(),
                 "load_s": self.load_s.to_dict(), "spilled_cpu_blocks": self.spilled_cpu_blocks,
                 "spilled_disk_blocks": self.spilled_disk_blocks, "dropped_blocks": self.dropped_blocks,
-                "tiers": self.tiers}
+                "ttft_split_s": dict(self.ttft_split_s), "tiers": self.tiers}
 
 
 def prefix_report(stats: PrefixStats, rec: RequestRecords, tiers: KVTiers | None) -> PrefixCacheReport:
@@ -423,11 +426,15 @@ def prefix_report(stats: PrefixStats, rec: RequestRecords, tiers: KVTiers | None
     d = int(disk[done].sum())
     m = int(done.sum())
     with_hit = done & (hit > 0)
+    split: dict[str, float] = {}
+    if m:
+        ttft, queue, ld = float(rec.ttft[done].mean()), float(rec.queue[done].mean()), float(load[done].mean())
+        split = {"queue": queue, "kv_load": ld, "prefill": ttft - queue - ld}
     return PrefixCacheReport(
         num_requests=m, prompt_tokens=prompt, hit_tokens=h, gpu_tokens=h - c - d, cpu_tokens=c, disk_tokens=d,
         hit_rate=h / prompt if prompt else 0.0, cached_tokens=h / m if m else 0.0,
         computed_tokens=(prompt - h) / m if m else 0.0,
         ttft_hit_s=LatencyStats.of(rec.ttft[with_hit]), ttft_miss_s=LatencyStats.of(rec.ttft[done & (hit == 0)]),
         load_s=LatencyStats.of(load[done & (load > 0)]), spilled_cpu_blocks=stats.spilled_cpu,
-        spilled_disk_blocks=stats.spilled_disk, dropped_blocks=stats.dropped,
+        spilled_disk_blocks=stats.spilled_disk, dropped_blocks=stats.dropped, ttft_split_s=split,
         tiers=None if tiers is None else tiers.to_dict())
