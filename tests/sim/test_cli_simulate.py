@@ -91,6 +91,8 @@ def test_bad_input_is_one_line_and_exit_code_2(args, needle):
     (["--host", "dgx-h100"], ["--kv-tiers"]),
     (["--system-prompt-len", "-5"], ["system-prompt-len=-5"]),
     (["--sessions", "4", "--scenario", "op2"], ["--sessions", "--scenario"]),
+    (["--sessions", "4", "--prefix-hit", "0.5"], ["prefix_hit=0.5"]),
+    (["--sessions", "4", "--fidelity", "bestserve"], ["fidelity"]),
 ])
 def test_bad_session_and_tier_values_give_one_line_and_exit_2(args, words):
     r = run("-m", "llama-3.1-8b", "-H", "h100-sxm", *args)

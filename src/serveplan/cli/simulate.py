@@ -97,7 +97,7 @@ def _title(cfg: SimulationConfig, load: str | None = None) -> str:
     budget = fleet.first.batching.token_budget
     if load is None:
         load = ("offline" if cfg.offline else f"concurrency {cfg.concurrency}" if cfg.concurrency
-                else f"rate {cfg.rate} req/s")
+                else f"rate {cfg.rate} {'sessions' if cfg.workload.session is not None else 'req'}/s")
     wl = cfg.workload.describe()
     if cfg.offline or cfg.concurrency:
         wl = wl.rsplit(",", 1)[0]  # the arrival process does not apply

@@ -78,6 +78,9 @@ def check_session_fields(wl: Workload, n: int) -> None:
             if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or (a.size and a.min() < 0):
                 raise SpecError(f"{name} must hold one non-negative integer per request ({n})")
     if wl.hash_ids is not None:
+        if L or wl.session is not None:
+            raise SpecError("a trace's hash_ids already say which prompt blocks are shared; "
+                            "drop system_prompt_len and sessions")
         if len(wl.hash_ids) != n:
             raise SpecError(f"hash_ids has {len(wl.hash_ids)} entries but there are {n} requests")
         if isinstance(wl.hash_block, bool) or not isinstance(wl.hash_block, int) or wl.hash_block < 1:
