@@ -133,3 +133,14 @@ def test_bad_session_values_are_spec_errors(kw):
     args = {"num_sessions": 2, "turns": 2, "think_s": 0.0} | kw
     with pytest.raises(SpecError):
         session_workload(args.pop("num_sessions"), args.pop("turns"), **args)
+
+
+def test_a_session_stays_on_the_instance_of_its_first_turn():
+    wl = session_workload(9, 3, think_s=2.0, seed=4)
+    cfg = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h100-sxm"),
+                           profile=get_profile("default-gpu"), engine="vllm", tp=1, strategy="3m", rate=1.0,
+                           workload=wl)
+    res = simulate(cfg)
+    inst = res.requests.prefill_instance.reshape(9, 3)
+    assert (inst == inst[:, :1]).all() and len(set(inst[:, 0].tolist())) == 3
+    assert res.prefix_cache is not None and res.prefix_cache.hit_rate == pytest.approx(_reusable_share(wl))

@@ -8,7 +8,10 @@ input and every output are drawn from a bundled session dataset (quantile tables
 ``benchmarks/build_sessions.py``). Sessions start at the arrival process's times (``rate`` is
 then sessions per second), all at t=0 offline, or back to back on ``concurrency`` clients; each
 next turn is sent ``think_s`` after the previous answer ends (:class:`SessionLoop`, the closed
-loop of :class:`~serveplan.sim.cluster.ClosedLoop` per session).
+loop of :class:`~serveplan.sim.cluster.ClosedLoop` per session). The fleet's router places a
+session's first turn; its later turns go to the same instance (session affinity, as the vLLM
+production stack's session router and SGLang's cache-aware router keep a conversation where its
+cache is).
 
 Mooncake traces (:func:`mooncake_workload`): JSONL rows ``{"timestamp": ms, "input_length",
 "output_length", "hash_ids": [...]}``, one hash per 512-token prompt block chaining its prefix
@@ -349,12 +352,31 @@ class SessionLoop(ClosedLoop):
     def on_finish(self, q: int, t: float) -> None:
         nxt = self.next_turn[q]
         assert self._loop is not None and self._stage is not None
-        if nxt >= 0:
-            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, ClientArrival(self._stage, nxt))
+        if nxt >= 0:  # the session stays on its instance (session affinity)
+            home = self._stage.instances[0].req.p_inst[q]
+            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, SessionTurn(self._stage, nxt, home))
         elif self.starts is None and self._session_next < len(self.first):
             q0 = self.first[self._session_next]
             self._session_next += 1
             self._loop.schedule(t + self.think_s, Priority.ARRIVAL, ClientArrival(self._stage, q0))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTurn:
+    """A session's next turn arrives (its arrival time is set now) at the instance that served
+    the session's earlier turns, and wakes it."""
+
+    stage: Stage
+    q: int
+    i: int
+
+    def handle(self, loop: EventLoop) -> list[Scheduled]:
+        t = loop.now
+        st, q, i = self.stage, self.q, self.i
+        st.instances[i].req.arrival[q] = t
+        st.instances[i].deliver(t, q)
+        st.assign(q, i)
+        return list(st.wake(i, t))
 
 
 def session_loop(wl: Workload, *, starts: Sequence[float] | None, clients: int | None) -> SessionLoop:
