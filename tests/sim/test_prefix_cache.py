@@ -144,3 +144,23 @@ def test_a_session_stays_on_the_instance_of_its_first_turn():
     inst = res.requests.prefill_instance.reshape(9, 3)
     assert (inst == inst[:, :1]).all() and len(set(inst[:, 0].tolist())) == 3
     assert res.prefix_cache is not None and res.prefix_cache.hit_rate == pytest.approx(_reusable_share(wl))
+
+
+# Results of main at 6c2f17b (before the prefix cache existed), same configurations: a workload
+# without shared prefixes must give them to the last digit.
+_BEFORE = [
+    ("2m", "op2", 3.0, 0.4218642720074575, 0.100174135241167, 677.9938636267425, 16214),
+    ("1p1d", "op3", 3.0, 0.17058547298365312, 0.052441892249994876, 677.553710208694, 15305),
+]
+
+
+@pytest.mark.parametrize("strategy, scenario, rate, ttft, tpot, makespan, steps", _BEFORE)
+def test_without_shared_prefixes_results_are_identical_to_before_the_cache(strategy, scenario, rate, ttft, tpot,
+                                                                            makespan, steps):
+    cfg = SimulationConfig(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
+                           profile=get_profile("bestserve-910b3"), tp=4, max_batch=16, prefill_max_batch=4,
+                           scheduler="vllm", strategy=strategy, rate=rate,
+                           workload=Workload.scenario(scenario, num_requests=2000))
+    r = simulate(cfg)
+    assert (r.ttft_s.mean, r.tpot_s.mean, r.makespan_s, r.num_steps) == (ttft, tpot, makespan, steps)
+    assert r.prefix_cache is None
