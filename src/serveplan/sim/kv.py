@@ -512,6 +512,7 @@ class PrefixCache:
         limit = kv_tokens // self.bs
         pins = self._pins.pop(q, 0)
         self.shared[q] = 0
+        self.loads.pop(q, None)  # preempted before its first prefill step: nothing was loaded
         free = kv.free
         i = 0
         for key, start, cap in self.chains.of(q):
