@@ -25,6 +25,9 @@ from serveplan.sim import SimulationConfig, Workload, simulate  # noqa: E402
 from serveplan.sim.sessions import KVTiers, session_workload  # noqa: E402
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile  # noqa: E402
 
+#: bench_sim.py's 2m op2 10k run, median CPU seconds pinned to one core (benchmarks/results/sim-20261125.txt)
+REFERENCE_IDLE_S = 0.147
+
 
 def sessions_config() -> SimulationConfig:
     wl = session_workload(2500, 4, think_s=30.0, seed=0)
@@ -70,6 +73,8 @@ def main() -> None:
         f"sessions run: wall {sw:.3f} s, CPU {sc:.3f} s (median of 3; target <= 2 s)",
         f"bench_sim 10k reference (2m op2 at 90% capacity): wall {rw:.3f} s, CPU {rc:.3f} s",
         f"ratio sessions / reference: wall {sw / rw:.2f}, CPU {sc / rc:.2f}",
+        f"on an idle core (the reference's {REFERENCE_IDLE_S} CPU s in results/sim-20261125.txt x the CPU ratio): "
+        f"{REFERENCE_IDLE_S * sc / rc:.2f} s",
     ]
     report(lines, "sessions.txt")
 
