@@ -264,7 +264,8 @@ class KVTiers:
         for fname, tier in (("cpu_bytes", "cpu"), ("disk_bytes", "disk")):
             v = getattr(self, fname)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise SpecError(f"kv_{tier}_gb={v if v is None else v / 1e9!r} must be a positive number of GB")
+                raise SpecError(f"kv_{tier}_gb={v / 1e9 if isinstance(v, (int, float)) else v!r} must be a positive "
+                                "number of GB per GPU")
         if "cpu" in t and self.capacity_bytes("cpu") <= 0:
             raise SpecError(f"kv_tiers='cpu': host {self.host.name!r} has no CPU memory; give --kv-cpu-gb")
         if "disk" in t and self.capacity_bytes("disk") <= 0:
