@@ -235,6 +235,9 @@ class Instance:
         #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
         #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
         self.keep_prefix_on_preempt = False
+        #: seconds of KV load of admitted requests' lower-tier hits, taken by their first prefill step
+        #: (the prefix cache's ``loads``; None: no prefix cache)
+        self.kv_loads: dict[int, float] | None = None
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
@@ -512,8 +515,10 @@ class Instance:
         t = self.clock.by_sums.get(key)
         if t is None:
             t = self.clock.time_of(key)
-        if self.kv.prefix is not None and self.kv.prefix.loads:
-            t = self.kv.prefix.step_with_loads(t, plan.prefill)
+        if self.kv_loads:
+            pc = self.kv.prefix
+            assert pc is not None
+            t = pc.step_with_loads(t, plan.prefill)
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
@@ -607,7 +612,7 @@ class Instance:
         R = self.req
         q, c = plan.prefill[0]
         rem = R.prompt_len[q] - R.prefilled[q]
-        if c >= rem or (self.kv.prefix is not None and q in self.kv.prefix.loads):
+        if c >= rem or (self.kv_loads and q in self.kv_loads):
             return False
         k_chunks = (rem - 1) // c          # steps whose chunk leaves at least one prompt token
         run = plan.decode

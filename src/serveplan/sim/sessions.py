@@ -326,6 +326,7 @@ def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains
         inst.kv.prefix = PrefixCache(inst.kv, chains, stats, cpu_blocks=cpu_blocks, disk_blocks=disk_blocks,
                                      cpu_block_s=cpu_s, disk_block_s=disk_s, recompute=recompute, layers=layers)
         inst.keep_prefix_on_preempt = False  # the cache itself keeps what a preempted request computed
+        inst.kv_loads = inst.kv.prefix.loads
 
 
 @dataclass(slots=True)
