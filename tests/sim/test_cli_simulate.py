@@ -89,6 +89,9 @@ def test_bad_input_is_one_line_and_exit_code_2(args, needle):
     (["--sessions", "4", "--kv-tiers", "cpu", "--host", "dgx-h100", "--kv-cpu-gb", "0"], ["kv-cpu-gb=0"]),
     (["--sessions", "4", "--kv-tiers", "cpu", "--host", "nope"], ["nope"]),
     (["--host", "dgx-h100"], ["--kv-tiers"]),
+    (["--sessions", "4", "--kv-tiers", "cpu", "--host", "dgx-h100", "--kv-connector", "mooncake"],
+     ["kv_connector='mooncake'", "lmcache"]),
+    (["--sessions", "4", "--kv-connector", "lmcache"], ["--kv-connector", "--kv-tiers"]),
     (["--system-prompt-len", "-5"], ["system-prompt-len=-5"]),
     (["--sessions", "4", "--scenario", "op2"], ["--sessions", "--scenario"]),
     (["--sessions", "4", "--prefix-hit", "0.5"], ["prefix_hit=0.5"]),
@@ -111,3 +114,12 @@ def test_sessions_json_reports_the_prefix_cache():
     assert 0 < pc["hit_rate"] < 1 and set(pc["hit_tokens_by_tier"]) == {"gpu", "cpu", "disk"}
     assert {"ttft_hit_s", "ttft_miss_s", "load_s"} <= set(pc)
     assert d["config"]["kv_tiers"]["host"] == "dgx-h100" and d["num_completed"] == 60
+
+
+def test_an_lmcache_connector_is_reported_in_the_json_config():
+    r = run("-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "1", "--sessions", "20", "--turns", "3",
+            "--think-time", "5", "--rate", "0.5", "--kv-tiers", "cpu", "--host", "dgx-h100",
+            "--kv-connector", "lmcache", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["config"]["kv_tiers"]["connector"] == "lmcache" and d["num_completed"] == 60

@@ -154,3 +154,55 @@ def test_lower_tier_hits_are_recomputed_when_loading_is_slower():
         assert pc.peek(2, 44) == hit
         assert kv.allocate(2, 44) == 0
         assert (pc.stats.cpu_tokens[2], pc.stats.load_s[2]) == ((40, 10 * load_s) if hit else (0, 0.0))
+
+
+def test_write_through_stores_whole_prompt_chunks_and_hits_only_them():
+    """LMCache-style write-through with 4-token blocks and 4-block (16-token) chunks, an 18-block GPU
+    cache. Session 0's first turn (40 tokens) stores 40 // 16 = 2 chunks = 8 blocks (store time
+    8 x 1 s); it leaves 10 full blocks cached. Session 1's 64-token prompt (16 blocks, 4 chunks
+    stored: 16 s) leaves 2 free blocks, so 8 of session 0's 10 cached blocks spill to CPU: GPU
+    blocks [0, 2), CPU [2, 10). Session 0's next turn (56 tokens, at most (56 - 1) // 4 = 13
+    blocks) finds only the stored chunks in CPU memory: blocks [2, 8) (not [2, 10): blocks 8-9
+    hold the answer and the partial chunk, never stored), a hit of 8 blocks = 32 tokens ending on a
+    chunk boundary. Its load starts at the chunk boundary below the GPU hit (block 0), so it copies
+    8 blocks (2 of them again) at 0.01 s: 0.08 s; it stores 56 // 16 = 3 chunks = 12 blocks less
+    the 8 stored: 4 s."""
+    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+
+    blocks = [0] * 3
+    kv = KVCache(18 * 4, 4, blocks)
+    st = PrefixStats(3)
+    pc = PrefixCache(kv, BlockChains(4, session=[0, 1, 0]), st, cpu_blocks=40, cpu_block_s=0.01,
+                     recompute=lambda b, c: 1.0 * b, chunk_blocks=4, store_block_s=1.0)
+    kv.prefix = pc
+    assert pc.peek(0, 40) == 0
+    kv.allocate(0, 40)
+    assert st.store_s[0] == 8.0 and pc.loads[0] == 8.0
+    kv.free_request(0, 40)
+    assert pc.peek(1, 64) == 0
+    kv.allocate(1, 64)
+    assert st.store_s[1] == 16.0
+    assert pc.nodes[0][:2] == [2, 10]
+    kv.free_request(1, 64)
+    assert pc.peek(2, 56) == 32
+    kv.allocate(2, 56)
+    assert (st.hit_tokens[2], st.cpu_tokens[2]) == (32, 24)
+    assert st.load_s[2] == pytest.approx(8 * 0.01)
+    assert st.store_s[2] == 4.0
+    assert pc.loads[2] == pytest.approx(4.08)
+
+
+def test_write_through_hit_is_cut_to_a_chunk_boundary():
+    """Without the connector the same CPU hit would reach block 10 (the cached answer blocks)."""
+    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+
+    blocks = [0] * 3
+    kv = KVCache(18 * 4, 4, blocks)
+    pc = PrefixCache(kv, BlockChains(4, session=[0, 1, 0]), PrefixStats(3), cpu_blocks=40, cpu_block_s=0.01,
+                     recompute=lambda b, c: 1.0 * b)
+    kv.prefix = pc
+    for q, n in ((0, 40), (1, 64)):
+        pc.peek(q, n)
+        kv.allocate(q, n)
+        kv.free_request(q, n)
+    assert pc.peek(2, 56) == 40

@@ -16,6 +16,7 @@ from serveplan.sim.workload import Workload
 def session_options(wl: Workload | None, *, sessions: int | None, turns: int | None, think_time: float | None,
                     session_dataset: str | None, system_prompt_len: int, kv_tiers: str | None, host: str | None,
                     kv_cpu_gb: float | None, kv_disk_gb: float | None, kv_load: str | None, seed: int,
+                    kv_connector: str | None = None,
                     arrival: str, cv: float, other_source: str | None) -> tuple[Workload | None, KVTiers | None]:
     """The session workload (or ``wl`` with its system prompt) and the KV tiers the flags ask for.
     ``wl`` is None when sessions replace the request source."""
@@ -43,7 +44,7 @@ def session_options(wl: Workload | None, *, sessions: int | None, turns: int | N
         wl = with_system_prompt(wl, system_prompt_len)
     tiers = None
     given = [f for f, v in (("--host", host), ("--kv-cpu-gb", kv_cpu_gb), ("--kv-disk-gb", kv_disk_gb),
-                            ("--kv-load", kv_load)) if v is not None]
+                            ("--kv-load", kv_load), ("--kv-connector", kv_connector)) if v is not None]
     if kv_tiers is None and given:
         raise SpecError(f"{', '.join(given)} configure KV tiers: give --kv-tiers cpu or cpu,disk")
     if kv_tiers is not None:
@@ -57,7 +58,8 @@ def session_options(wl: Workload | None, *, sessions: int | None, turns: int | N
             if v is not None and not (math.isfinite(v) and v > 0):
                 raise SpecError(f"{flag}={v} must be a positive number of GB per GPU")
         tiers = KVTiers(tiers=names, host=get_host(host), cpu_bytes=None if kv_cpu_gb is None else kv_cpu_gb * 1e9,
-                        disk_bytes=None if kv_disk_gb is None else kv_disk_gb * 1e9, load=kv_load)
+                        disk_bytes=None if kv_disk_gb is None else kv_disk_gb * 1e9, load=kv_load,
+                        connector=None if kv_connector is None else kv_connector.strip().lower())
     return wl, tiers
 
 

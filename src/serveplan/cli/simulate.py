@@ -200,6 +200,9 @@ def simulate_cmd(
     kv_disk_gb: float | None = typer.Option(None, "--kv-disk-gb", help="Disk tier GB per GPU (default: the host's)."),
     kv_load: str | None = typer.Option(None, "--kv-load", help=(
         "serial or layerwise loading of lower-tier hits (default: the engine's; sglang layerwise).")),
+    kv_connector: str | None = typer.Option(None, "--kv-connector", help=(
+        "lmcache: tiers filled write-through by vLLM's LMCache connector (every prompt stored in 256-token "
+        "chunks, synchronous copy after each step); default: filled by eviction at no step cost.")),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
     num_requests: int = typer.Option(10000, "--num-requests", "-n", help="Requests to simulate."),
@@ -232,7 +235,8 @@ def simulate_cmd(
     wl, tiers = session_options(wl, sessions=sessions, turns=turns, think_time=think_time,
                                 session_dataset=session_dataset, system_prompt_len=system_prompt_len,
                                 kv_tiers=kv_tiers, host=host, kv_cpu_gb=kv_cpu_gb, kv_disk_gb=kv_disk_gb,
-                                kv_load=kv_load, seed=seed, arrival=arrival, cv=cv, other_source=other)
+                                kv_load=kv_load, seed=seed, arrival=arrival, cv=cv, other_source=other,
+                                kv_connector=kv_connector)
     assert wl is not None
     levels = _concurrency(concurrency) if concurrency is not None else None
     rate = load_rate(rate, offline, levels)

@@ -311,6 +311,8 @@ class PrefixStats:
         self.disk_tokens = [0] * n
         #: seconds of KV load charged to the request's first prefill step
         self.load_s = [0.0] * n
+        #: seconds of synchronous KV store (write-through connector) charged to the same step
+        self.store_s = [0.0] * n
         #: blocks spilled from GPU to CPU and from CPU to disk, blocks dropped for good
         self.spilled_cpu = 0
         self.spilled_disk = 0
@@ -338,6 +340,9 @@ class PrefixCache:
       evicted GPU block spills to CPU memory, an evicted CPU block to disk, a disk block is
       dropped. A hit in a lower tier is loaded back when that is faster than recomputing the
       blocks (``recompute``), else the prefix stops at the first block not on the GPU.
+    * Write-through connector (``store_block_s > 0``, LMCache through vLLM's KV connector): every
+      prefilled prompt is stored in ``chunk_blocks``-block chunks as it is computed, and only
+      those chunks can be hit in the lower tiers (:meth:`_store`, :meth:`_decide`).
 
     ``free``/``blocks``: a running request's ``blocks[q]`` counts only its own blocks (not the
     shared hits, ``shared[q]``), so freeing a request returns exactly ``blocks[q]``.
@@ -345,7 +350,8 @@ class PrefixCache:
 
     def __init__(self, kv: KVCache, chains: BlockChains, stats: PrefixStats, *, cpu_blocks: int = 0,
                  disk_blocks: int = 0, cpu_block_s: float = 0.0, disk_block_s: float = 0.0,
-                 recompute: Callable[[int, int], float] | None = None, layers: int = 0) -> None:
+                 recompute: Callable[[int, int], float] | None = None, layers: int = 0,
+                 chunk_blocks: int = 1, store_block_s: float = 0.0) -> None:
         self.kv = kv
         self.layers = layers
         self.bs = kv.block_size
@@ -371,12 +377,18 @@ class PrefixCache:
         self._seq = 0
         #: seconds of KV load per admitted request, until its first prefill step takes it
         self.loads: dict[int, float] = {}
+        #: write-through connector: store chunk in blocks, seconds to store a block (0: no connector,
+        #: tiers fill by eviction) and, per node, the prefix of its blocks stored in the lower tier
+        self.chunk_blocks = chunk_blocks
+        self.store_block_s = store_block_s
+        self.stored: dict[int, int] | None = {} if store_block_s > 0 else None
 
     # ---------------------------------------------------------------- lookup
     def _walk(self, q: int, limit: int) -> tuple[int, int, int, int]:
         """Longest cached prefix of ``q``'s chain, at most ``limit`` blocks: (hit blocks, of
         which on CPU, on disk, GPU-only prefix)."""
         nodes = self.nodes
+        stored = self.stored
         hit = cpu = disk = 0
         gpu_prefix = -1
         for key, start, cap in self.chains.of(q):
@@ -388,8 +400,12 @@ class PrefixCache:
                 break
             g, c, d = node[0], node[1], node[2]
             tg = g if g < e else e
-            tc = (c if c < e else e) - tg
-            td = (d if d < e else e) - tg - tc
+            el = e
+            if stored is not None:  # write-through: only the stored prompt chunks are in the lower tier
+                sk = stored.get(key, 0)
+                el = tg if sk < tg else (sk if sk < e else e)
+            tc = (c if c < el else el) - tg
+            td = (d if d < el else el) - tg - tc
             if gpu_prefix < 0 and tg < e:
                 gpu_prefix = hit + tg
             hit += tg + tc + td
@@ -407,7 +423,22 @@ class PrefixCache:
         hit, cpu, disk, gpu_prefix = self._walk(q, limit)
         if not (cpu or disk):
             return hit, 0, 0, 0.0
-        load = cpu * self.cpu_block_s + disk * self.disk_block_s
+        recopy = 0
+        cb = self.chunk_blocks
+        if cb > 1:
+            # LMCache retrieves whole chunks (vllm_v1_adapter.py ``start_load_kv``): the hit ends on a
+            # chunk boundary (the rest is recomputed), and the load starts at the chunk boundary below
+            # vLLM's own GPU hit (``masked_token_count = vllm_cached // chunk * chunk``): the part of
+            # the GPU hit in that chunk is copied again
+            cut = hit - hit // cb * cb
+            if hit - cut <= gpu_prefix:
+                return gpu_prefix, 0, 0, 0.0
+            hit -= cut
+            d_cut = cut if cut < disk else disk
+            disk -= d_cut
+            cpu -= cut - d_cut
+            recopy = gpu_prefix - gpu_prefix // cb * cb
+        load = (cpu + recopy) * self.cpu_block_s + disk * self.disk_block_s
         rec = self.recompute(hit - gpu_prefix, gpu_prefix) if self.recompute is not None else math.inf
         if load < rec:
             return hit, cpu, disk, load
@@ -475,10 +506,46 @@ class PrefixCache:
             st.cpu_tokens[q] = cpu * bs
             st.disk_tokens[q] = disk * bs
             st.load_s[q] = load
+            if self.stored is not None:
+                store = self._store(q, prompt_len)
+                st.store_s[q] = store
+                load += store
         if load:
             self.loads[q] = load
         self.make_room()
         return (planned - hit) * bs if planned > hit else 0
+
+    def _store(self, q: int, prompt_len: int) -> float:
+        """Write-through: ``q``'s prompt is stored in whole chunks as it is prefilled; returns the
+        seconds of the synchronous GPU-to-CPU copy of the chunks not stored before.
+
+        LMCache through vLLM's KV connector (``vllm_v1_adapter.py``, LMCache 0.3): ``wait_for_save``
+        runs after each forward pass and blocks until the step's new KV is copied to CPU memory;
+        only whole chunks are saved (a partial last chunk, when ``save_unfull_chunk`` keeps it, has
+        a key no longer prompt matches), decode tokens are not (``save_decode_cache`` false), and
+        chunks already stored are skipped (``skip_leading_tokens``). The copy is charged to the
+        request's first prefill step (the sum over its prefill chunks is the same)."""
+        stored = self.stored
+        assert stored is not None
+        cb = self.chunk_blocks
+        end = prompt_len // self.bs // cb * cb   # blocks of the prompt in whole chunks
+        before = 0                               # stored prefix of the chain before this request
+        chain = self.chains.of(q)
+        for key, start, cap in chain:
+            s = stored.get(key, 0)
+            if cap >= 0 and s >= cap:
+                before = start + cap
+                continue
+            before = start + s
+            break
+        for key, start, cap in chain:
+            if start >= end:
+                break
+            want = end - start if cap < 0 or cap > end - start else cap
+            if stored.get(key, 0) < want:
+                stored[key] = want
+        new = end - before
+        return new * self.store_block_s if new > 0 else 0.0
 
     def step_with_loads(self, t: float, prefill: Sequence[tuple[int, int]]) -> float:
         """Time of a step of compute time ``t`` whose prompts first load their lower-tier hits.

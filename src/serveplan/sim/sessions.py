@@ -26,8 +26,11 @@ the offload planner's description, per GPU) take the blocks the GPU evicts. Per 
 ``block_size`` tokens is ``block_size x kv_bytes_per_token`` bytes (the device's shard); a CPU hit
 loads at the host's ``ctog_cache_bandwidth``, a disk hit reads at ``disk_read_bandwidth`` into CPU
 memory and then copies up (``1/disk_read + 1/ctog`` seconds per byte, store and forward, as
-LMCache's local-disk backend stages through CPU buffers). Spilling (GPU to CPU, CPU to disk) runs in
-the background and costs no step time (LMCache and HiCache offload asynchronously).
+LMCache's local-disk backend stages through CPU buffers). By default the lower tiers fill by
+eviction (write-back, SGLang HiCache ``write_back``): spilling runs in the background and costs no
+step time. ``connector="lmcache"`` models vLLM's LMCache connector instead: write-through of every
+prefilled prompt in 256-token chunks, a synchronous GPU-to-CPU copy after each forward pass
+(:meth:`~serveplan.sim.kv.PrefixCache._store`).
 """
 
 from __future__ import annotations
@@ -60,6 +63,12 @@ DEFAULT_SESSION_DATASET = "mooncake-conversation"
 MOONCAKE_BLOCK = 512
 TIERS = ("cpu", "disk")
 LOADS = ("serial", "layerwise")
+#: how the lower tiers fill: ``None`` by eviction (write-back, the module docstring); ``lmcache``
+#: write-through of every prefilled prompt in 256-token chunks (LMCache ``chunk_size`` default 256,
+#: ``lmcache/v1/config.py``; :meth:`~serveplan.sim.kv.PrefixCache._store`)
+CONNECTORS = ("lmcache",)
+#: LMCache's default chunk (tokens)
+LMCACHE_CHUNK = 256
 
 
 # ---------------------------------------------------------------------- workloads
@@ -243,6 +252,12 @@ class KVTiers:
     load:
         ``serial`` (the load precedes the step) or ``layerwise`` (overlapped layer by layer);
         None: the engine's way (:func:`default_load`).
+    connector:
+        None: blocks reach the lower tiers when the GPU evicts them, at no step cost (SGLang HiCache
+        ``write_back``). ``lmcache``: vLLM's LMCache connector, write-through: every prefilled
+        prompt is stored in 256-token chunks by a synchronous GPU-to-CPU copy after the forward
+        pass (at the host's ``gtoc_cache_bandwidth``), only those chunks are hit, and a hit is
+        loaded from the chunk boundary below vLLM's own GPU hit.
     """
 
     tiers: tuple[str, ...]
@@ -250,6 +265,7 @@ class KVTiers:
     cpu_bytes: float | None = None
     disk_bytes: float | None = None
     load: str | None = None
+    connector: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, HostSpec):
@@ -272,6 +288,8 @@ class KVTiers:
             raise SpecError(f"kv_tiers='disk': host {self.host.name!r} has no disk (disk_bytes=0); give --kv-disk-gb")
         if self.load is not None and self.load not in LOADS:
             raise SpecError(f"kv_load={self.load!r}; expected one of: {', '.join(LOADS)}")
+        if self.connector is not None and self.connector not in CONNECTORS:
+            raise SpecError(f"kv_connector={self.connector!r}; expected one of: {', '.join(CONNECTORS)}")
 
     def capacity_bytes(self, tier: str) -> float:
         """Bytes per GPU of ``tier`` (0 when the tier is not used)."""
@@ -283,7 +301,7 @@ class KVTiers:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tiers": list(self.tiers), "host": self.host.name, "cpu_bytes": self.capacity_bytes("cpu"),
-                "disk_bytes": self.capacity_bytes("disk"), "load": self.load}
+                "disk_bytes": self.capacity_bytes("disk"), "load": self.load, "connector": self.connector}
 
 
 def default_load(engine: str | None) -> str:
@@ -303,6 +321,8 @@ def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains
     cpu_blocks = disk_blocks = 0
     cpu_s = disk_s = 0.0
     layers = 0
+    chunk_blocks = 1
+    store_s = 0.0
     if tiers is not None and block_bytes > 0:
         host = tiers.host
         cpu_blocks = int(tiers.capacity_bytes("cpu") // block_bytes)
@@ -311,6 +331,9 @@ def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains
         disk_s = block_bytes / host.disk_read_bandwidth + cpu_s
         if (tiers.load or default_load(engine)) == "layerwise":
             layers = max(est.model.num_hidden_layers // est.parallel.pp, 1)
+        if tiers.connector == "lmcache":
+            chunk_blocks = max(LMCACHE_CHUNK // bs, 1)
+            store_s = block_bytes / host.gtoc_cache_bandwidth
     memo: dict[tuple[int, int], float] = {}
 
     def recompute(blocks: int, context: int) -> float:
@@ -324,7 +347,8 @@ def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains
 
     for inst in instances:
         inst.kv.prefix = PrefixCache(inst.kv, chains, stats, cpu_blocks=cpu_blocks, disk_blocks=disk_blocks,
-                                     cpu_block_s=cpu_s, disk_block_s=disk_s, recompute=recompute, layers=layers)
+                                     cpu_block_s=cpu_s, disk_block_s=disk_s, recompute=recompute, layers=layers,
+                                     chunk_blocks=chunk_blocks, store_block_s=store_s)
         inst.keep_prefix_on_preempt = False  # the cache itself keeps what a preempted request computed
         inst.kv_loads = inst.kv.prefix.loads
 
