@@ -76,3 +76,50 @@ def test_bad_input_is_one_line_and_exit_code_2(args, needle):
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sessions", "4", "--turns", "0"], ["turns=0"]),
+    (["--sessions", "4", "--think-time", "-1"], ["think-time=-1"]),
+    (["--sessions", "0"], ["sessions=0"]),
+    (["--turns", "3"], ["--turns=3", "--sessions"]),
+    (["--sessions", "4", "--kv-tiers", "cpu"], ["--host", "dgx-h100"]),
+    (["--sessions", "4", "--kv-tiers", "gpu", "--host", "dgx-h100"], ["kv_tiers='gpu'", "cpu,disk"]),
+    (["--sessions", "4", "--kv-tiers", "disk", "--host", "dgx-h100"], ["cpu,disk"]),
+    (["--sessions", "4", "--kv-tiers", "cpu", "--host", "dgx-h100", "--kv-cpu-gb", "0"], ["kv-cpu-gb=0"]),
+    (["--sessions", "4", "--kv-tiers", "cpu", "--host", "nope"], ["nope"]),
+    (["--host", "dgx-h100"], ["--kv-tiers"]),
+    (["--sessions", "4", "--kv-tiers", "cpu", "--host", "dgx-h100", "--kv-connector", "mooncake"],
+     ["kv_connector='mooncake'", "lmcache"]),
+    (["--sessions", "4", "--kv-connector", "lmcache"], ["--kv-connector", "--kv-tiers"]),
+    (["--system-prompt-len", "-5"], ["system-prompt-len=-5"]),
+    (["--sessions", "4", "--scenario", "op2"], ["--sessions", "--scenario"]),
+    (["--sessions", "4", "--prefix-hit", "0.5"], ["prefix_hit=0.5"]),
+    (["--sessions", "4", "--fidelity", "bestserve"], ["fidelity"]),
+])
+def test_bad_session_and_tier_values_give_one_line_and_exit_2(args, words):
+    r = run("-m", "llama-3.1-8b", "-H", "h100-sxm", *args)
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    for w in words:
+        assert w in r.output
+
+
+def test_sessions_json_reports_the_prefix_cache():
+    r = run("-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "1", "--sessions", "20", "--turns", "3",
+            "--think-time", "5", "--rate", "0.5", "--kv-tiers", "cpu", "--host", "dgx-h100", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    pc = d["prefix_cache"]
+    assert 0 < pc["hit_rate"] < 1 and set(pc["hit_tokens_by_tier"]) == {"gpu", "cpu", "disk"}
+    assert {"ttft_hit_s", "ttft_miss_s", "load_s"} <= set(pc)
+    assert d["config"]["kv_tiers"]["host"] == "dgx-h100" and d["num_completed"] == 60
+
+
+def test_an_lmcache_connector_is_reported_in_the_json_config():
+    r = run("-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "1", "--sessions", "20", "--turns", "3",
+            "--think-time", "5", "--rate", "0.5", "--kv-tiers", "cpu", "--host", "dgx-h100",
+            "--kv-connector", "lmcache", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["config"]["kv_tiers"]["connector"] == "lmcache" and d["num_completed"] == 60

@@ -1,4 +1,4 @@
-"""``serveplan models`` and ``serveplan hardware``."""
+"""``serveplan models``, ``serveplan hardware``, ``serveplan engines`` and ``serveplan hosts``."""
 
 from __future__ import annotations
 
@@ -253,4 +253,30 @@ def engines_cmd(
                   f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}",
                   str(r["chunk_size"] or "-"),
                   str(r["kv_block_size"]), mem, r["admission"])
+    console().print(t)
+
+
+@app.command("hosts")
+@handle_errors
+def hosts_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the bundled hosts (CPU memory, disk and links per GPU): offload --host and simulate --kv-tiers."""
+    from serveplan.specs.catalog import get_host, list_hosts
+
+    rows: list[dict[str, Any]] = []
+    for name in list_hosts():
+        h = get_host(name)
+        rows.append({"name": name, "gpu": h.gpu.name, "cpu_memory_bytes": h.cpu_memory_bytes,
+                     "disk_bytes": h.disk_bytes, "ctog_cache_bandwidth": h.ctog_cache_bandwidth,
+                     "disk_read_bandwidth": h.disk_read_bandwidth, "description": h.description,
+                     "source": h.source})
+    if json_out:
+        emit_json(rows)
+        return
+    t = Table(title="hosts per GPU (--host NAME; data files in specs/data/hosts)")
+    for col in ("host", "GPU", "CPU memory", "disk", "CPU->GPU", "disk read", "description"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["gpu"], f"{r['cpu_memory_bytes'] / 1e9:,.0f} GB", f"{r['disk_bytes'] / 1e12:,.2f} TB",
+                  f"{r['ctog_cache_bandwidth'] / 1e9:,.1f} GB/s", f"{r['disk_read_bandwidth'] / 1e9:,.1f} GB/s",
+                  r["description"])
     console().print(t)

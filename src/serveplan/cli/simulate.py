@@ -98,7 +98,7 @@ def _title(cfg: SimulationConfig, load: str | None = None) -> str:
     budget = fleet.first.batching.token_budget
     if load is None:
         load = ("offline" if cfg.offline else f"concurrency {cfg.concurrency}" if cfg.concurrency
-                else f"rate {cfg.rate} req/s")
+                else f"rate {cfg.rate} {'sessions' if cfg.workload.session is not None else 'req'}/s")
     wl = cfg.workload.describe()
     if cfg.offline or cfg.concurrency:
         wl = wl.rsplit(",", 1)[0]  # the arrival process does not apply
@@ -177,7 +177,9 @@ def simulate_cmd(
         f"{k} ({a}/{b})" for k, (a, b) in SCENARIOS.items()) + "; default op2."),
     input_len: int | None = typer.Option(None, "--input-len", help="Fixed input length."),
     output_len: int | None = typer.Option(None, "--output-len", help="Fixed output length."),
-    trace: str | None = typer.Option(None, "--trace", help="CSV/JSONL trace: arrival time, input and output lengths."),
+    trace: str | None = typer.Option(None, "--trace", help=(
+        "CSV/JSONL trace: arrival time, input and output lengths; or a Mooncake JSONL trace (timestamp ms, "
+        "input_length, output_length, hash_ids: the prefix cache reuses its blocks).")),
     length_dist: str | None = typer.Option(None, "--length-dist", help=(
         "'INPUT;OUTPUT' distributions, e.g. 'normal:2048,512;uniform:16,128' "
         "(fixed, uniform, normal, lognormal, empirical).")),
@@ -193,6 +195,26 @@ def simulate_cmd(
         "(table and plot).")),
     prefix_hit: float = typer.Option(0.0, "--prefix-hit", help=(
         "Share of prompt tokens found in the prefix cache, in [0, 1).")),
+    sessions: int | None = typer.Option(None, "--sessions", help=(
+        "Multi-turn conversations (each turn resends the conversation so far; prefix cache on); --rate is then "
+        "sessions/s, --concurrency C runs them back to back on C clients.")),
+    turns: int | None = typer.Option(None, "--turns", help="Turns per conversation (default 4)."),
+    think_time: float | None = typer.Option(None, "--think-time", help=(
+        "Seconds between an answer and the session's next turn (default 0).")),
+    session_dataset: str | None = typer.Option(None, "--session-dataset", help=(
+        "Turn lengths: mooncake-conversation (Kimi chat, Mooncake FAST'25 trace; the default).")),
+    system_prompt_len: int = typer.Option(0, "--system-prompt-len", help=(
+        "Tokens of a system prompt shared by every request (prefix cache on).")),
+    kv_tiers: str | None = typer.Option(None, "--kv-tiers", help=(
+        "Spill evicted prefix-cache blocks to cpu or cpu,disk of --host (loaded back when cheaper than recompute).")),
+    host: str | None = typer.Option(None, "--host", help="Host of the KV tiers (serveplan hosts; per GPU)."),
+    kv_cpu_gb: float | None = typer.Option(None, "--kv-cpu-gb", help="CPU tier GB per GPU (default: the host's)."),
+    kv_disk_gb: float | None = typer.Option(None, "--kv-disk-gb", help="Disk tier GB per GPU (default: the host's)."),
+    kv_load: str | None = typer.Option(None, "--kv-load", help=(
+        "serial or layerwise loading of lower-tier hits (default: the engine's; sglang layerwise).")),
+    kv_connector: str | None = typer.Option(None, "--kv-connector", help=(
+        "lmcache: tiers filled write-through by vLLM's LMCache connector (every prompt stored in 256-token "
+        "chunks, synchronous copy after each step); default: filled by eviction at no step cost.")),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival gaps."),
     num_requests: int = typer.Option(10000, "--num-requests", "-n", help="Requests to simulate."),
@@ -225,9 +247,19 @@ def simulate_cmd(
     req/s, 10000 requests). ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4,
     prefill batch 4, decode batch 16)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
-    wl = build_workload(scenario=scenario, input_len=input_len, output_len=output_len, trace=trace,
-                        length_dist=length_dist, num_requests=num_requests, arrival=arrival, cv=cv, seed=seed,
-                        dataset=dataset)
+    from serveplan.cli.sessions import print_prefix_cache, session_options
+
+    other = next((f for f, v in (("--scenario", scenario), ("--input-len", input_len), ("--trace", trace),
+                                 ("--length-dist", length_dist), ("--dataset", dataset)) if v), None)
+    wl = None if sessions is not None else build_workload(
+        scenario=scenario, input_len=input_len, output_len=output_len, trace=trace, length_dist=length_dist,
+        num_requests=num_requests, arrival=arrival, cv=cv, seed=seed, dataset=dataset)
+    wl, tiers = session_options(wl, sessions=sessions, turns=turns, think_time=think_time,
+                                session_dataset=session_dataset, system_prompt_len=system_prompt_len,
+                                kv_tiers=kv_tiers, host=host, kv_cpu_gb=kv_cpu_gb, kv_disk_gb=kv_disk_gb,
+                                kv_load=kv_load, seed=seed, arrival=arrival, cv=cv, other_source=other,
+                                kv_connector=kv_connector)
+    assert wl is not None
     levels = _concurrency(concurrency) if concurrency is not None else None
     rate = load_rate(rate, offline, levels)
     cfg = simulation_config(
@@ -240,6 +272,7 @@ def simulate_cmd(
         early_stop=early_stop, kv_dtype=kv_dtype, offline=offline,
         concurrency=levels[0] if levels else None, prefix_hit=prefix_hit,
         spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model),
+        **({"kv_tiers": tiers} if tiers is not None else {}),
     )
     if levels and len(levels) > 1:
         _concurrency_sweep(cfg, levels, json_out, out)
@@ -273,6 +306,7 @@ def simulate_cmd(
         emit_json(simulate_document(res, sweep, bands))
         return
     _print(res, sweep, out)
+    print_prefix_cache(res)
     if bands is not None:
         _print_band(bands)
 

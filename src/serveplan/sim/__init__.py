@@ -6,6 +6,9 @@ Public API::
 
 Engines (``SimulationConfig(engine="vllm", ...)``), offline runs (``rate=None, offline=True``) and
 closed loops (``rate=None, concurrency=C``, statistics in ``SimulationResult.closed_loop``).
+Multi-turn sessions (``session_workload``), a shared system prompt (``with_system_prompt``) and
+Mooncake traces run the prefix cache (``SimulationResult.prefix_cache``); ``KVTiers`` adds CPU and
+disk tiers.
 """
 
 from serveplan.sim.engine import (
@@ -20,11 +23,12 @@ from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords
 from serveplan.sim.serving import EngineSetup, resolve_engine
+from serveplan.sim.sessions import KVTiers, PrefixCacheReport, session_workload, with_system_prompt
 from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
 
 __all__ = [
     "SCENARIOS", "SLO", "Batching", "ClosedLoopStats", "EngineSetup", "Fidelity", "Fleet", "InstanceConfig",
-    "LatencyStats", "LengthDist",
+    "KVTiers", "LatencyStats", "LengthDist", "PrefixCacheReport",
     "RequestRecords", "Role", "SimulationConfig", "SimulationResult", "Strategy", "Workload", "arrival_times",
-    "resolve_engine", "simulate", "simulation_config",
+    "resolve_engine", "session_workload", "simulate", "simulation_config", "with_system_prompt",
 ]

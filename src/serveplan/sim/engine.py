@@ -33,11 +33,20 @@ from serveplan.sim import bestserve as bs
 from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
+from serveplan.sim.kv import PrefixStats
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
 from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
+from serveplan.sim.sessions import (
+    KVTiers,
+    PrefixCacheReport,
+    attach_prefix_caches,
+    block_chains,
+    prefix_report,
+    session_loop,
+)
 from serveplan.sim.workload import Workload, arrival_times
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -130,6 +139,10 @@ class SimulationConfig:
         (they still occupy KV blocks and are attended to).
     engine_setup:
         The resolved engine (set by the constructor; pass only when copying a config).
+    kv_tiers:
+        CPU memory and disk tiers of the prefix cache (:class:`~serveplan.sim.sessions.KVTiers`);
+        the cache runs when the workload shares prompt blocks (sessions, trace hashes, a system
+        prompt: ``Workload.prefix_cached``).
     """
 
     model: ModelSpec
@@ -152,6 +165,7 @@ class SimulationConfig:
     concurrency: int | None = None
     prefix_hit: float = 0.0
     engine_setup: EngineSetup | None = None
+    kv_tiers: KVTiers | None = None
 
     def __init__(self, *, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                  fleet: Fleet | None = None, router: str = "round_robin", fidelity: Fidelity | str = Fidelity.ITERATION,
@@ -159,7 +173,8 @@ class SimulationConfig:
                  dtype: DType | str | None = None, early_stop: bool = False, max_time_s: float | None = None,
                  tau: float = bs.TAU, engine: str | EngineSpec | None = None, kv_dtype: DType | str | None = None,
                  offline: bool = False, concurrency: int | None = None, prefix_hit: float = 0.0,
-                 engine_setup: EngineSetup | None = None, **fleet_settings: Any) -> None:
+                 engine_setup: EngineSetup | None = None, kv_tiers: KVTiers | None = None,
+                 **fleet_settings: Any) -> None:
         unknown = sorted(set(fleet_settings) - set(FLEET_KEYWORDS))
         if unknown:
             raise TypeError(f"SimulationConfig got unexpected keyword arguments: {', '.join(unknown)}")
@@ -189,7 +204,8 @@ class SimulationConfig:
                       slo=slo if slo is not None else SLO(), seed=seed,
                       dtype=None if dtype is None else DType.parse(dtype), early_stop=early_stop,
                       max_time_s=max_time_s, tau=tau, engine=spec, kv_dtype=kv, offline=bool(offline),
-                      concurrency=concurrency, prefix_hit=float(prefix_hit), engine_setup=engine_setup)
+                      concurrency=concurrency, prefix_hit=float(prefix_hit), engine_setup=engine_setup,
+                      kv_tiers=kv_tiers)
         for k, v in values.items():
             object.__setattr__(self, k, v)
         self.__post_init__()
@@ -217,6 +233,8 @@ class SimulationConfig:
             if self.fleet.last.parallel.pp > 1:
                 raise SpecError(f"pp={self.fleet.last.parallel.pp} with speculative decoding: the drafter runs "
                                 "beside the whole model; use pp=1 with spec_method")
+        if self.workload.prefix_cached or self.kv_tiers is not None:
+            _check_prefix_setup(self)
         if self.fidelity is Fidelity.BESTSERVE and self.fleet.first.parallel.pp > 1:
             raise SpecError(f"pp={self.fleet.first.parallel.pp}: the bestserve fidelity models tensor parallelism "
                             "only; use fidelity='iteration'")
@@ -240,6 +258,8 @@ class SimulationConfig:
             "kv_dtype": None if self.kv_dtype is None else self.kv_dtype.value, "offline": self.offline,
             "concurrency": self.concurrency, "prefix_hit": self.prefix_hit,
             "engine_setup": None if self.engine_setup is None else self.engine_setup.to_dict(),
+            **({"kv_tiers": self.kv_tiers.to_dict()} if self.kv_tiers is not None else {}),
+            **({"system_prompt_len": self.workload.system_prompt_len} if self.workload.system_prompt_len else {}),
         }
 
     @property
@@ -253,6 +273,26 @@ class SimulationConfig:
         if self.kv_dtype is not None:
             return self.kv_dtype
         return self.engine_setup.kv_dtype if self.engine_setup is not None else None
+
+
+def _check_prefix_setup(cfg: SimulationConfig) -> None:
+    """The prefix cache's settings against the rest (one line each, exit 2)."""
+    wl = cfg.workload
+    if cfg.kv_tiers is not None and not isinstance(cfg.kv_tiers, KVTiers):
+        raise SpecError(f"kv_tiers must be a KVTiers, got {type(cfg.kv_tiers).__name__}")
+    if cfg.kv_tiers is not None and not wl.prefix_cached:
+        raise SpecError("kv_tiers hold prefix-cache blocks: give sessions, a trace with hash_ids or a "
+                        "system prompt (--sessions, --trace, --system-prompt-len)")
+    if cfg.prefix_hit and wl.prefix_cached:
+        raise SpecError(f"prefix_hit={cfg.prefix_hit} is the quick knob for single-turn workloads; with sessions, "
+                        "trace hashes or a system prompt the hit rate comes from the prefix cache (drop prefix_hit)")
+    if cfg.fidelity is not Fidelity.ITERATION:
+        raise SpecError("the prefix cache needs fidelity='iteration' (BestServe's algorithms have no KV blocks)")
+    if wl.session is not None and cfg.early_stop:
+        raise SpecError("sessions are a closed loop per session: early_stop=False")
+    if cfg.model.local_window or cfg.model.num_attention_layers < cfg.model.num_hidden_layers:
+        raise SpecError(f"model={cfg.model.name!r} has local-attention or state layers: the prefix cache models "
+                        "full-attention KV only; use a full-attention model or drop sessions/system prompt/hash_ids")
 
 
 def _check_kv_format(hardware: DeviceSpec, kv: DType) -> None:
@@ -385,6 +425,7 @@ class SimulationResult:
     requests: RequestRecords
     closed_loop: ClosedLoopStats | None = None
     prefill_tokens_saved: int = 0
+    prefix_cache: PrefixCacheReport | None = None
 
     @property
     def bubble_s(self) -> np.ndarray:
@@ -412,6 +453,8 @@ class SimulationResult:
             "closed_loop": None if self.closed_loop is None else self.closed_loop.to_dict(),
             "prefill_tokens_saved": self.prefill_tokens_saved,
         }
+        if self.prefix_cache is not None:
+            d["prefix_cache"] = self.prefix_cache.to_dict()
         if include_requests:
             d["requests"] = self.requests.to_dict()
         return d
@@ -533,8 +576,12 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
             raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
         n = len(wl.input_lengths)
-        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0)
+        closed = (ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0) if wl.session is None
+                  else session_loop(wl, starts=None, clients=clients))
         arrival = np.zeros(n)  # set as the clients send
+    elif wl.session is not None:
+        closed = _session_starts(cfg)
+        arrival = np.zeros(len(wl.input_lengths))
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("an offline run needs fidelity='iteration' and early_stop=False")
@@ -553,18 +600,31 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
     req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
     saved = _apply_prefix_hit(req, cfg.prefix_hit)
+    pstats = PrefixStats(req.n) if wl.prefix_cached else None
     if cfg.fidelity is Fidelity.BESTSERVE:
         if cfg.prefix_hit:
             raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
         insts: list[Instance] = []
         stopped = _run_bestserve(cfg, clocks, req)
     else:
-        insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
+        insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats)
     res = _result(cfg, req, insts, clocks, stopped)
-    if clients is not None or saved:
+    if clients is not None or saved or pstats is not None:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
-        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
+        res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
+                                  else prefix_report(pstats, res.requests, cfg.kv_tiers))
     return res
+
+
+def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
+    """Sessions starting open-loop (``rate``: sessions/s, the workload's arrival process) or all
+    at once offline; each later turn follows its previous answer."""
+    wl = cfg.workload
+    n_s = int(np.max(wl.session)) + 1
+    starts = (np.zeros(n_s) if cfg.offline else
+              arrival_times(Workload(input_lengths=1, output_lengths=1, num_requests=n_s, arrival=wl.arrival,
+                                     cv=wl.cv), cfg.rate, cfg.seed))
+    return session_loop(wl, starts=starts.tolist(), clients=None)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:
@@ -625,7 +685,8 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
 
 
 def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
-                   closed: ClosedLoop | None = None) -> tuple[list[Instance], bool]:
+                   closed: ClosedLoop | None = None,
+                   pstats: PrefixStats | None = None) -> tuple[list[Instance], bool]:
     fleet = cfg.fleet
     strat = fleet.strategy
     stop = EarlyStop(req, cfg.slo) if cfg.early_stop else None
@@ -666,6 +727,9 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
         if cfg.engine is not None and cfg.engine.prefix_caching:
             for inst in insts:
                 inst.keep_prefix_on_preempt = True
+        if pstats is not None and role is not Role.DECODE:
+            attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
+                                 cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)
         stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
         first_index += len(insts)
     source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))

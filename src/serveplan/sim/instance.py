@@ -244,6 +244,9 @@ class Instance:
         #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
         #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
         self.keep_prefix_on_preempt = False
+        #: seconds of KV load of admitted requests' lower-tier hits, taken by their first prefill step
+        #: (the prefix cache's ``loads``; None: no prefix cache)
+        self.kv_loads: dict[int, float] | None = None
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
@@ -297,6 +300,7 @@ class Instance:
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
         rel = kv.releases
+        cached = kv.prefix is not None  # the prefix cache looks up each prompt as it joins the queue
         fast = self.fast_decode
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
@@ -308,9 +312,14 @@ class Instance:
             now = self.now
             p = self.ptr
             n_in = len(it)
-            while p < n_in and it[p] <= now:
-                self.waiting.append(ir[p])
-                p += 1
+            if not cached:
+                while p < n_in and it[p] <= now:
+                    self.waiting.append(ir[p])
+                    p += 1
+            else:
+                while p < n_in and it[p] <= now:
+                    self._queue_cached(ir[p])
+                    p += 1
             self.ptr = p
             if rel and rel[0][0] <= now:
                 kv.release_due(now)
@@ -421,6 +430,15 @@ class Instance:
         self._decode_stretch([q], until)
         return True
 
+    def _queue_cached(self, q: int) -> None:
+        """``q`` joins the queue with the prefix its prompt finds cached (prefix cache on)."""
+        R = self.req
+        pc = self.kv.prefix
+        assert pc is not None
+        if not R.kv_ready[q] and not R.prefilled[q]:
+            R.prefilled[q] = pc.peek(q, R.prompt_len[q])
+        self.waiting.append(q)
+
     def _next_ready(self) -> float:
         if self.pp == 1:
             return INF
@@ -435,12 +453,14 @@ class Instance:
         if plan.preempt:
             for q in plan.preempt:
                 self.running.remove(q)
-                kv.free_request(q)
+                kv.free_request(q, R.kv_len[q])
                 cached = R.kv_len[q] if self.keep_prefix_on_preempt else 0
                 R.kv_len[q] = 0
                 R.kv_ready[q] = False
                 R.prompt_len[q] = R.inp[q] + R.gen[q]
                 R.prefilled[q] = min(cached, R.prompt_len[q] - 1)
+                if kv.prefix is not None:  # what it computed stays cached as far as not evicted
+                    R.prefilled[q] = kv.prefix.peek(q, R.prompt_len[q])
                 R.preemptions[q] += 1
             self.num_preemptions += len(plan.preempt)
             # back to the front of the queue, earliest arrival first (vLLM recompute preemption)
@@ -448,7 +468,10 @@ class Instance:
         for q in plan.admit:
             head = self.waiting.popleft()
             assert head == q, "a plan admits from the head of the queue"
-            kv.allocate(q, R.kv_len[q] if R.kv_ready[q] else R.prompt_len[q])
+            late = kv.allocate(q, R.kv_len[q] if R.kv_ready[q] else R.prompt_len[q])
+            if late:  # cached blocks its plan counted on were evicted since: computed in this step
+                R.prefilled[q] -= late
+                plan.prefill[:] = [(r, c + late if r == q else c) for r, c in plan.prefill]
             self.running.append(q)
             if R.kv_ready[q]:
                 R.decode_start[q] = self.now
@@ -473,7 +496,7 @@ class Instance:
             R.last_finish = t
         self.running.remove(q)
         self.completed += 1
-        self.kv.free_at(q, t, self.now)
+        self.kv.free_at(q, t, self.now, R.kv_len[q])
         if self.on_finish is not None:
             self.on_finish(q, t)
             self.interrupted = True
@@ -483,7 +506,7 @@ class Instance:
         self.running.remove(q)
         self.completed += 1
         assert self.handoff is not None
-        self.kv.free_at(q, self.handoff(q, t), self.now)
+        self.kv.free_at(q, self.handoff(q, t), self.now, self.req.kv_len[q])
 
     # ---------------------------------------------------------------- one step (any pp)
     def _step(self, plan: BatchPlan) -> None:
@@ -501,6 +524,10 @@ class Instance:
         t = self.clock.by_sums.get(key)
         if t is None:
             t = self.clock.time_of(key)
+        if self.kv_loads:
+            pc = self.kv.prefix
+            assert pc is not None
+            t = pc.step_with_loads(t, plan.prefill)
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
@@ -618,7 +645,7 @@ class Instance:
         R = self.req
         q, c = plan.prefill[0]
         rem = R.prompt_len[q] - R.prefilled[q]
-        if c >= rem:
+        if c >= rem or (self.kv_loads and q in self.kv_loads):
             return False
         k_chunks = (rem - 1) // c          # steps whose chunk leaves at least one prompt token
         run = plan.decode

@@ -168,6 +168,16 @@ class Workload:
     num_requests: int | None = None
     name: str = ""
     _digest: str = field(default="", repr=False)
+    #: multi-turn sessions (:func:`serveplan.sim.sessions.session_workload`): each request's
+    #: session id and turn (0 first); its next turn is sent ``think_s`` after its answer ends
+    session: Any = None
+    turn: Any = None
+    think_s: float = 0.0
+    #: per request, the trace's prompt block hashes (Mooncake format), each of ``hash_block`` tokens
+    hash_ids: Any = None
+    hash_block: int = 512
+    #: tokens of a system prompt every request starts with (counted in ``input_lengths``)
+    system_prompt_len: int = 0
 
     def __post_init__(self) -> None:
         n = self.num_requests
@@ -205,6 +215,7 @@ class Workload:
         for a in (inp, out) + ((tt,) if tt is not None else ()):
             h.update(a.tobytes())
         h.update(f"{self.arrival}|{self.cv!r}".encode())
+        self._check_sessions(n, h)
         object.__setattr__(self, "_digest", h.hexdigest())
 
     # equality and hashing by content (arrays do not compare as scalars)
@@ -274,6 +285,10 @@ class Workload:
         except OSError as exc:
             raise SpecError(f"trace={str(path)!r} cannot be read ({exc.strerror or exc}); "
                             "expected a CSV or JSONL file") from None
+        if '"hash_ids"' in text[:4096]:  # the Mooncake format: milliseconds and block hashes
+            from serveplan.sim.sessions import mooncake_workload
+
+            return mooncake_workload(text, num_requests=num_requests, name=p.name)
         rows: list[dict[str, Any]] = []
         if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{"):
             for i, line in enumerate(text.splitlines(), 1):
@@ -312,7 +327,20 @@ class Workload:
         return Workload(input_lengths=inp, output_lengths=out, arrival="trace", trace_times=t,
                         num_requests=len(t), name=p.name)
 
+    def _check_sessions(self, n: int, h: Any) -> None:
+        if self.prefix_cached:
+            from serveplan.sim.sessions import check_session_fields, digest_session_fields
+
+            check_session_fields(self, n)
+            digest_session_fields(self, h)
+
     # ------------------------------------------------------------------ helpers
+    @property
+    def prefix_cached(self) -> bool:
+        """Whether requests share prompt blocks (sessions, trace hashes or a system prompt): the
+        simulator then runs its prefix cache."""
+        return self.session is not None or self.hash_ids is not None or self.system_prompt_len > 0
+
     @property
     def max_tokens(self) -> int:
         """Largest ``input + output`` of a request (KV tokens it needs at its last step)."""

@@ -182,3 +182,16 @@ def get_host(name: str) -> HostSpec:
         Unknown id (with a did-you-mean hint) or a malformed file.
     """
     return _load("hosts", "host", name, host_from_dict)
+
+
+def list_session_datasets() -> list[str]:
+    """Bundled multi-turn session datasets (``specs/data/sessions``)."""
+    return sorted(_entries("sessions"))
+
+
+def get_session_dataset(name: str) -> dict[str, Any]:
+    """The raw tables of a bundled session dataset (built by ``benchmarks/build_sessions.py``)."""
+    entries = _entries("sessions")
+    if name not in entries:
+        raise unknown_name("session dataset", name, entries)
+    return entries[name]
