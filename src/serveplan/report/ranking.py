@@ -12,8 +12,21 @@ from serveplan.report.plots import pyplot, save
 COLUMNS = [
     "rank", "name", "strategy", "num_devices", "tp", "decode_tp", "pp", "dp", "ep", "max_batch", "scheduler",
     "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
-    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "status", "reason",
+    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "slo_tolerance", "status", "reason",
 ]
+
+#: What "Pareto-optimal" is measured against (``serveplan.optimize.search.pareto_front``).
+PARETO_NOTE = ("* = Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean "
+               "end-to-end latency at its goodput rate")
+
+
+def tolerance_note(result: Any) -> str:
+    """How a goodput was judged: ``"SLO met within +10%"`` (the percentile may exceed each target by
+    the tolerance; BestServe Algorithm 9), or ``"SLO met strictly"`` at tolerance 0."""
+    tol = getattr(result, "slo_tolerance", None)
+    if tol is None:
+        return "SLO tolerance unknown"
+    return "SLO met strictly (tolerance 0)" if tol == 0 else f"SLO met within +{tol:.0%} (tolerance {tol:g})"
 
 
 def ranking_rows(result: Any) -> list[dict[str, Any]]:
@@ -22,11 +35,13 @@ def ranking_rows(result: Any) -> list[dict[str, Any]]:
         d = r.to_dict()
         d["rank"] = i
         d["pareto"] = r.name in result.pareto
+        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
     for r in result.rejected:
         d = r.to_dict()
         d["rank"] = ""
         d["pareto"] = False
+        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
     return rows
 

@@ -32,7 +32,7 @@ from serveplan.sim import bestserve as bs
 from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
-from serveplan.sim.metrics import SLO, LatencyStats
+from serveplan.sim.metrics import SLO, LatencyStats, QueueGrowth
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
@@ -543,7 +543,7 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         stopped = _run_bestserve(cfg, clocks, req)
     else:
         insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
-    res = _result(cfg, req, insts, clocks, stopped)
+    res = _result(cfg, req, insts, clocks, stopped, closed_loop=clients is not None)
     if clients is not None or saved:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
@@ -690,7 +690,7 @@ def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
 
 
 def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clocks: dict[Role, StepClock],
-            stopped: bool) -> SimulationResult:
+            stopped: bool, *, closed_loop: bool = False) -> SimulationResult:
     rec = req.records()
     done = np.isfinite(rec.finish)
     n = req.n
@@ -714,14 +714,11 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
             fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,
                                  m.num_attention_heads)
         fom /= span
-    # overload: the backlog when the last request arrives is a large share of the stream, or
-    # requests were still unfinished at the simulated-time cap
-    t_last = float(rec.arrival.max()) if n else 0.0
-    with np.errstate(invalid="ignore"):
-        backlog = int(np.count_nonzero(~(rec.finish <= t_last)))
-    fleet = cfg.fleet
-    slots = fleet.max_batch * fleet.strategy.num_instances * fleet.first.parallel.pp
-    overloaded = (not stopped and n_done < n) or backlog > max(0.1 * n, 2 * slots)
+    # overload: the queue grows (completions fall short of arrivals over the second half of the
+    # arrival span, beyond a stable queue's noise: QueueGrowth), or requests were still unfinished
+    # at the simulated-time cap
+    queue = None if closed_loop else QueueGrowth.of(rec.arrival, rec.finish)
+    overloaded = (not stopped and n_done < n) or (queue is not None and queue.growing)
     return SimulationResult(
         config=cfg, num_requests=n, num_completed=n_done,
         ttft_s=LatencyStats.of(rec.ttft[done]), tpot_s=LatencyStats.of(rec.tpot[done]),
