@@ -76,3 +76,16 @@ def test_bad_input_is_one_line_and_exit_code_2(args, needle):
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output
+
+
+def test_json_names_slo_meeting_throughput_not_goodput():
+    # goodput is the optimizer's answer (the highest rate meeting the SLO); a simulation at one rate
+    # reports the throughput of the requests that met it
+    r = run("--json", "--num-requests", "200", "--rate", "1", "--engine", "bestserve")
+    d = json.loads(r.output)
+    assert "goodput_rps" not in d
+    assert d["slo_met_throughput_rps"] == pytest.approx(d["slo_attainment"] * 200 / d["makespan_s"])
+    table = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve"],
+                          terminal_width=250)
+    text = " ".join(table.output.split())
+    assert "SLO target (at P90, strict)" in text and "not the goodput" in text

@@ -274,7 +274,7 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
     con = console()
     cfg = res.config
     t = Table(title=_title(cfg))
-    for col in ("latency (ms)", "mean", "P50", "P90", "P99", "SLO"):
+    for col in ("latency (ms)", "mean", "P50", "P90", "P99", f"SLO target (at P{cfg.slo.percentile:g}, strict)"):
         t.add_column(col, justify="left" if col.startswith("latency") else "right")
     for row in latency_rows(res):
         t.add_row(*row)
@@ -299,7 +299,8 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
     _print_engine(cfg)
     if sweep:
         s = Table(title="rate sweep")
-        for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)", "SLO met", "overloaded"):
+        for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)",
+                    "requests meeting the SLO (strict)", "overloaded (queue grows)"):
             s.add_column(col, justify="right")
         for r in sorted(sweep, key=lambda r: r.config.rate or 0):
             s.add_row(f"{r.config.rate:g}", f"{r.ttft_s.p90 * 1e3:,.1f}", f"{r.tpot_s.p90 * 1e3:,.1f}",

@@ -382,8 +382,10 @@ class SimulationResult:
         return self.requests.bubble
 
     @property
-    def goodput_rps(self) -> float:
-        """Completed requests meeting both targets, per second."""
+    def slo_met_throughput_rps(self) -> float:
+        """Completed requests meeting both targets, per second of this run (at this rate). Not the
+        goodput, which is the highest rate at which the SLO holds at its percentile (``serveplan
+        optimize``, :func:`serveplan.optimize.goodput.max_goodput`)."""
         return self.slo_attainment * self.num_requests / self.makespan_s if self.makespan_s > 0 else 0.0
 
     def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
@@ -393,7 +395,7 @@ class SimulationResult:
             "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
             "queue_s": self.queue_s.to_dict(),
             "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
-            "total_tokens_per_s": self.total_tokens_per_s, "goodput_rps": self.goodput_rps,
+            "total_tokens_per_s": self.total_tokens_per_s, "slo_met_throughput_rps": self.slo_met_throughput_rps,
             "slo_attainment": self.slo_attainment, "ttft_attainment": self.ttft_attainment,
             "tpot_attainment": self.tpot_attainment, "overloaded": self.overloaded,
             "stopped_early": self.stopped_early, "makespan_s": self.makespan_s, "fom_flops_per_s": self.fom,
