@@ -475,7 +475,7 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
 
 
 def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
-             ramp_s: float | None = None) -> SimulationResult:
+             ramp_s: float | None = None, not_before: np.ndarray | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
@@ -484,7 +484,10 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
     ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
     evenly over that many seconds (default: all at t=0, as ``vllm bench serve
-    --max-concurrency`` and aiconfigurator's measurements start).
+    --max-concurrency`` and aiconfigurator's measurements start). ``not_before`` (with
+    ``clients``) gives each request (in order) the earliest time it may be sent: an open-loop
+    stream with at most ``clients`` requests in flight, as ``vllm bench serve --request-rate R
+    --max-concurrency C`` sends it; latencies count from the send.
 
     Raises
     ------
@@ -509,6 +512,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     closed = None
     if clients is None and cfg.concurrency is not None:
         clients = cfg.concurrency
+    if not_before is not None and clients is None:
+        raise SpecError("not_before needs clients= (the cap on requests in flight)")
     if clients is not None:
         if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
             raise SpecError(f"clients={clients!r} must be a positive integer")
@@ -519,7 +524,12 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
             raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
         n = len(wl.input_lengths)
-        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0)
+        if not_before is not None:
+            nb = np.asarray(not_before, dtype=float)
+            if nb.shape != (n,) or not np.all(np.isfinite(nb)) or np.any(np.diff(nb) < 0):
+                raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
+            not_before = nb.tolist()
+        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=not_before)
         arrival = np.zeros(n)  # set as the clients send
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
