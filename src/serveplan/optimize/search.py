@@ -318,7 +318,8 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
         "workload": wl.name, "devices": space.devices,
         "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s, "percentile": settings.slo.percentile},
-        "relaxation": settings.relaxation, "slo_tolerance": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
+        "relaxation": settings.relaxation, "slo_tolerance": settings.relaxation, "seeds": settings.seeds,
+        "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
     }

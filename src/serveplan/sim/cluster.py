@@ -192,6 +192,8 @@ class Stage:
         self.stopped = False
         #: lockstep: time of each instance's pending Wake (inf: none)
         self.wake_at = [INF] * len(self.instances)
+        #: called after a drain runs an instance to the horizon (progress reports; None: nothing)
+        self.on_progress: Callable[[], None] | None = None
 
     def advance(self, t: float) -> None:
         """Run every instance's steps that start before ``t``."""
@@ -240,7 +242,13 @@ class Drain:
     stage: Stage
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
-        self.stage.advance(self.stage.cap)
+        st = self.stage
+        if st.on_progress is None:
+            st.advance(st.cap)
+            return ()
+        for inst in st.instances:
+            inst.run_until(st.cap)
+            st.on_progress()
         return ()
 
 

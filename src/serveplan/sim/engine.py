@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -37,6 +38,7 @@ from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
 from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
+from serveplan.sim.stream import check_size, run_windowed, windowed
 from serveplan.sim.workload import Workload, arrival_times
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -475,7 +477,8 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
 
 
 def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
-             ramp_s: float | None = None, not_before: np.ndarray | None = None) -> SimulationResult:
+             ramp_s: float | None = None, not_before: np.ndarray | None = None,
+             progress: Callable[[int], None] | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
@@ -487,7 +490,14 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     --max-concurrency`` and aiconfigurator's measurements start). ``not_before`` (with
     ``clients``) gives each request (in order) the earliest time it may be sent: an open-loop
     stream with at most ``clients`` requests in flight, as ``vllm bench serve --request-rate R
-    --max-concurrency C`` sends it; latencies count from the send.
+    --max-concurrency C`` sends it; latencies count from the send. ``progress`` is called now and
+    then (iteration fidelity) with the number of requests finished so far (of
+    ``workload.num_requests``; for a disaggregated fleet, prefills and decodes each count half).
+
+    Memory: an open-loop stream of more than :data:`~serveplan.sim.stream.WINDOW_MIN_REQUESTS`
+    requests through a collocated fleet runs windowed (:mod:`serveplan.sim.stream`), its running
+    state bounded by the requests in flight; at most :data:`~serveplan.sim.stream.MAX_REQUESTS`
+    requests per simulation.
 
     Raises
     ------
@@ -509,28 +519,15 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     """
     cfg = config
     wl = cfg.workload
+    check_size(len(wl.input_lengths))
     closed = None
     if clients is None and cfg.concurrency is not None:
         clients = cfg.concurrency
     if not_before is not None and clients is None:
         raise SpecError("not_before needs clients= (the cap on requests in flight)")
     if clients is not None:
-        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-            raise SpecError(f"clients={clients!r} must be a positive integer")
-        if not (math.isfinite(think_s) and think_s >= 0):
-            raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
-        if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
-            raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
-        if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
-            raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
-        n = len(wl.input_lengths)
-        if not_before is not None:
-            nb = np.asarray(not_before, dtype=float)
-            if nb.shape != (n,) or not np.all(np.isfinite(nb)) or np.any(np.diff(nb) < 0):
-                raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
-            not_before = nb.tolist()
-        closed = ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=not_before)
-        arrival = np.zeros(n)  # set as the clients send
+        closed = _closed_loop(cfg, clients, think_s, ramp_s, not_before)
+        arrival = np.zeros(len(wl.input_lengths))  # set as the clients send
     elif cfg.offline:
         if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
             raise SpecError("an offline run needs fidelity='iteration' and early_stop=False")
@@ -546,20 +543,51 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         cap = cfg.max_time_s
     else:
         cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
-    req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
-    saved = _apply_prefix_hit(req, cfg.prefix_hit)
-    if cfg.fidelity is Fidelity.BESTSERVE:
-        if cfg.prefix_hit:
-            raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
-        insts: list[Instance] = []
-        stopped = _run_bestserve(cfg, clocks, req)
+    if cfg.fidelity is Fidelity.BESTSERVE and cfg.prefix_hit:
+        raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
+    if windowed(len(arrival), offline=cfg.offline, closed=closed is not None,
+                disaggregated=cfg.fleet.strategy.is_disaggregated, early_stop=cfg.early_stop,
+                iteration=cfg.fidelity is Fidelity.ITERATION):
+        req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
+        stage = _stages(cfg, clocks, req, cap, None)[0]
+        store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
+                                    prefix_hit=cfg.prefix_hit, on_progress=progress)
+        insts, stopped, rec = stage.instances, False, store.records()
     else:
-        insts, stopped = _run_iteration(cfg, clocks, req, cap, closed)
-    res = _result(cfg, req, insts, clocks, stopped, closed_loop=clients is not None)
+        req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
+        saved = _apply_prefix_hit(req, cfg.prefix_hit)
+        if cfg.fidelity is Fidelity.BESTSERVE:
+            insts = []
+            stopped = _run_bestserve(cfg, clocks, req)
+        else:
+            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, progress)
+        rec = req.records()
+    res = _result(cfg, rec, insts, clocks, stopped, closed_loop=clients is not None)
     if clients is not None or saved:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved)
     return res
+
+
+def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: float | None,
+                 not_before: np.ndarray | None) -> ClosedLoop:
+    """The closed loop of :func:`simulate`'s ``clients`` (checked)."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise SpecError(f"clients={clients!r} must be a positive integer")
+    if not (math.isfinite(think_s) and think_s >= 0):
+        raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
+    if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
+        raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
+    if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
+        raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
+    n = len(cfg.workload.input_lengths)
+    sends = None
+    if not_before is not None:
+        nb = np.asarray(not_before, dtype=float)
+        if nb.shape != (n,) or not np.all(np.isfinite(nb)) or np.any(np.diff(nb) < 0):
+            raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
+        sends = nb.tolist()
+    return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:
@@ -567,12 +595,7 @@ def _apply_prefix_hit(req: RequestState, share: float) -> int:
     cache: those tokens count as prefilled. Returns the prompt tokens saved."""
     if not share:
         return 0
-    saved = 0
-    for q in range(req.n):
-        hit = min(int(share * req.inp[q]), req.inp[q] - 1)
-        req.prefilled[q] = hit
-        saved += hit
-    return saved
+    return req.apply_prefix_hit(share)
 
 
 def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload) -> None:
@@ -620,11 +643,36 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
 
 
 def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
-                   closed: ClosedLoop | None = None) -> tuple[list[Instance], bool]:
+                   closed: ClosedLoop | None = None,
+                   progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
+    handed: list[tuple[float, int]] = []
+    stages = _stages(cfg, clocks, req, cap, handed)
+    if progress is not None:
+        _report_progress(stages, progress)
+    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
+    run = run_fleet(stages, req, source=source, handed=handed)
+    return run.instances, run.stopped_early
+
+
+def _report_progress(stages: list[Stage], progress: Callable[[int], None]) -> None:
+    """Have every stage report, as it drains an instance, the requests finished (a disaggregated
+    fleet's prefill and decode stages each count half a request)."""
+    insts = [inst for st in stages for inst in st.instances]
+    k = len(stages)
+
+    def report() -> None:
+        progress(sum(inst.completed for inst in insts) // k)
+
+    for st in stages:
+        st.on_progress = report
+
+
+def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
+            handed: list[tuple[float, int]] | None) -> list[Stage]:
+    """The fleet's stages: its instances (their schedulers, KV caches, hand-off), routers and early stop."""
     fleet = cfg.fleet
     strat = fleet.strategy
     stop = EarlyStop(req, cfg.slo) if cfg.early_stop else None
-    handed: list[tuple[float, int]] = []
     transfer = None
     if strat.is_disaggregated:
         est_p, est_d = clocks[Role.PREFILL].est, clocks[Role.DECODE].est
@@ -638,7 +686,7 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
             return t
 
     def handoff(q: int, t: float) -> float:
-        assert transfer is not None
+        assert transfer is not None and handed is not None
         t_arrive = t + transfer(q)
         handed.append((t_arrive, q))
         return t_arrive
@@ -658,9 +706,7 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
                 inst.keep_prefix_on_preempt = True
         stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
         first_index += len(insts)
-    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
-    run = run_fleet(stages, req, source=source, handed=handed)
-    return run.instances, run.stopped_early
+    return stages
 
 
 def _assigner(req: RequestState, role: Role, offset: int) -> Any:
@@ -701,11 +747,10 @@ def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
     return False
 
 
-def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clocks: dict[Role, StepClock],
+def _result(cfg: SimulationConfig, rec: RequestRecords, insts: list[Instance], clocks: dict[Role, StepClock],
             stopped: bool, *, closed_loop: bool = False) -> SimulationResult:
-    rec = req.records()
     done = np.isfinite(rec.finish)
-    n = req.n
+    n = len(rec)
     n_done = int(done.sum())
     t0 = float(rec.arrival.min()) if n else 0.0
     t_end = float(np.max(rec.finish[done])) if n_done else t0

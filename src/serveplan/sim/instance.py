@@ -52,6 +52,10 @@ _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
+#: bytes of decode step-time tables one clock keeps (dense tables and blocks together); past it the
+#: tables are dropped and refilled on demand (a pure function of the estimator: same values). A
+#: long run at large batches would otherwise keep one table of up to 32 MB per batch size (GBs).
+_TABLE_BYTES = 256 << 20
 
 
 def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, float]:
@@ -104,6 +108,7 @@ class StepClock:
         self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
         self._ends_size = 0
+        self._table_bytes = 0  # held by _dense and _blocks (bounded by _TABLE_BYTES)
         #: prefill step time of one fresh prompt, by its length
         self.prefill_times: dict[int, float] = {}
         #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
@@ -138,9 +143,19 @@ class StepClock:
         key = (nd, b)
         blk = self._blocks.get(key)
         if blk is None:
+            if self._table_bytes + (8 << _BLK_BITS) > _TABLE_BYTES:
+                self._drop_tables()
+            self._table_bytes += 8 << _BLK_BITS
             blk = self._blocks[key] = np.empty(1 << _BLK_BITS)
             self._fill(nd, b, blk)
         return blk
+
+    def _drop_tables(self) -> None:
+        """Forget every decode table (they would pass ``_TABLE_BYTES``); arrays handed out stay
+        valid (a stretch holds its own reference), and tables are refilled on demand."""
+        self._dense.clear()
+        self._blocks.clear()
+        self._table_bytes = 0
 
     def decode_ends(self, nd: int, kvd0: int, k: int) -> np.ndarray:
         """``decode_times(nd, kvd0, k).cumsum()``; memoised for one sequence (a request alone
@@ -164,7 +179,12 @@ class StepClock:
             # one contiguous table per batch size (grown on demand): every stretch is a view
             tab = self._dense.get(nd)
             if tab is None or len(tab[0]) <= hi:
-                n_blk = max(b1 + 1, 2 * (len(tab[0]) >> _BLK_BITS) if tab is not None else 0)
+                old = len(tab[0]) if tab is not None else 0
+                n_blk = max(b1 + 1, 2 * (old >> _BLK_BITS))
+                if self._table_bytes + 8 * ((n_blk << _BLK_BITS) - old) > _TABLE_BYTES:
+                    self._drop_tables()
+                    tab, old, n_blk = None, 0, b1 + 1
+                self._table_bytes += 8 * ((n_blk << _BLK_BITS) - old)
                 arr = np.empty(n_blk << _BLK_BITS)
                 filled = bytearray(n_blk)
                 if tab is not None:
