@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -194,6 +195,8 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Path | None = typer.Option(None, "--out",
                                     help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=(
+        "Progress bar on stderr for runs longer than a few seconds (default: when stderr is a terminal).")),
     band: int = typer.Option(0, "--band", help=(
         "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
         "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
@@ -228,7 +231,7 @@ def simulate_cmd(
         from serveplan.calibrate.bands import require_uncertainty
 
         require_uncertainty(pr)
-    res = simulate(cfg)
+    res = _simulate_with_progress(cfg, progress)
     bands = None
     if band:
         from serveplan.validate.bands import simulation_band
@@ -252,6 +255,29 @@ def simulate_cmd(
     _print(res, sweep, out)
     if bands is not None:
         _print_band(bands)
+
+
+#: seconds a run goes before its progress bar appears (shorter runs show none)
+PROGRESS_DELAY_S = 3.0
+
+
+def _simulate_with_progress(cfg: SimulationConfig, enabled: bool | None) -> SimulationResult:
+    """``simulate(cfg)`` with a tqdm bar on stderr (requests finished) when ``enabled`` (None: when
+    stderr is a terminal), shown once the run has taken ``PROGRESS_DELAY_S``. The simulator calls
+    back once per chunk of requests or drained instance, never per step."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled or cfg.fidelity.value != "iteration":
+        return simulate(cfg)
+    from tqdm import tqdm
+
+    with tqdm(total=cfg.workload.num_requests, unit="req", desc="simulate", file=sys.stderr,
+              delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True) as bar:
+        def update(done: int) -> None:
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+        return simulate(cfg, progress=update)
 
 
 def _print_band(bands: dict[str, Band]) -> None:

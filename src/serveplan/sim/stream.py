@@ -40,7 +40,7 @@ from serveplan.sim.cluster import Stage
 from serveplan.sim.request import NAN, RequestRecords, RequestState
 
 #: Runs with more requests than this are windowed (when their kind allows it).
-WINDOW_MIN_REQUESTS = 1 << 17
+WINDOW_MIN_REQUESTS = 1 << 15
 #: Requests entering per chunk (a compaction per chunk).
 CHUNK = 1 << 14
 #: Requests one simulation may hold (each keeps an exact record of ~100 bytes, arrival and
