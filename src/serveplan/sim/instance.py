@@ -312,8 +312,9 @@ class Instance:
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
         self.interrupted = False
+        hooked = self.on_finish is not None   # only a completion hook interrupts
         while self.now < until:
-            if self.interrupted:
+            if hooked and self.interrupted:
                 self.interrupted = False
                 return
             now = self.now
@@ -532,17 +533,15 @@ class Instance:
                     self._hand_off(q, exit_t)
         dec = plan.decode
         if dec:
-            gen, out = R.gen, R.out
-            self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
-            if self.pp == 1:  # a decode is ready again when its step ends, which is now
-                done += [q for q in dec if gen[q] >= out[q]]
-            else:
+            # one token each: a KV entry, a generated token, blocks
+            last = self.kv.decode(dec, 1, kv, R.gen, R.out)
+            if last:
+                done += last
+            if self.pp > 1:  # (with one stage a decode is ready again when its step ends, which is now)
                 ra, bub = R.ready_at, R.bubble
                 for q in dec:
                     ra[q] = exit_t
                     bub[q] += bubble
-                    if gen[q] >= out[q]:
-                        done.append(q)
         for q in done:
             self._finish(q, exit_t)
 
@@ -569,13 +568,27 @@ class Instance:
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         now = self.now
-        kvd0, k_max, d_min = self._stretch_bound(run, out[run[0]] - gen[run[0]])
-        wake = until
-        if not self.waiting and self.ptr < len(self.inbox_t):
-            wake = min(wake, self.inbox_t[self.ptr])
+        # _stretch_bound(run, out - gen of the first), written out (this runs per stretch): the
+        # stretch is as long as the fewest tokens any request has left, or as the free blocks allow
+        kvd0 = nd
+        k_max = INF_INT
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
         kvc = self.kv
-        if self.waiting and kvc.releases:
-            wake = min(wake, kvc.releases[0][0])
+        if nd * -(-k_max // kvc.block_size) > kvc.free:
+            k_max = kvc.steps_that_fit(run, kv, k_max)
+        wake = until
+        if self.waiting:
+            rel = kvc.releases
+            if rel and rel[0][0] < wake:
+                wake = rel[0][0]
+        elif self.ptr < len(self.inbox_t):
+            t_in = self.inbox_t[self.ptr]
+            if t_in < wake:
+                wake = t_in
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -587,12 +600,11 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        kvc.decode(run, k, kv, gen)
+        done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
         self.now = end
-        if k == d_min:  # the stretch ends with the first completions
-            for r in (run if nd == 1 else [r for r in run if gen[r] == out[r]]):
-                self._finish(r, end)
+        for r in done:  # when the stretch ended with completions (k == d_min)
+            self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
@@ -637,12 +649,10 @@ class Instance:
         R.prefilled[q] += k * c
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
-        self.kv.decode(run, k, kv, gen)
-        done = []
+        done = self.kv.decode(run, k, kv, gen, out)
+        ra = R.ready_at
         for r in run:
-            R.ready_at[r] = end
-            if gen[r] >= out[r]:
-                done.append(r)
+            ra[r] = end
         self.num_steps += k
         self.now = end
         for r in done:

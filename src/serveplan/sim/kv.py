@@ -22,8 +22,25 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from serveplan.units import ceil_div
+
+
+class _Lengths(Protocol):
+    """Per-request lengths, indexed by request id."""
+
+    def __getitem__(self, q: int, /) -> float: ...
+
+
+class _Unbounded:
+    """An output length no request reaches (``KVCache.decode`` without ``output``)."""
+
+    def __getitem__(self, q: int, /) -> float:
+        return math.inf
+
+
+_UNBOUNDED = _Unbounded()
 
 
 class KVCache:
@@ -70,7 +87,7 @@ class KVCache:
     # ---------------------------------------------------------------- admit
     def allocate(self, q: int, tokens: int) -> None:
         """Reserve the blocks of ``tokens`` for request ``q`` (admission)."""
-        b = self.blocks_for(tokens)
+        b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)  # per admission
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -79,7 +96,7 @@ class KVCache:
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
-        b = self.blocks_for(tokens)
+        b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)
         if b > self.free:
             return False
         self.free -= b
@@ -107,31 +124,42 @@ class KVCache:
                 self.free -= 1
         assert self.free >= 0, "KV blocks overcommitted"
 
-    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
+    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int],
+               output: _Lengths | None = None) -> list[int]:
         """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
-        generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
-        and request, the simulator's innermost loop)."""
+        generated tokens and KV entries, and the blocks follow. Returns the requests of ``run``
+        (in order) that reached their ``output`` tokens (none without ``output``). One pass: this
+        runs per stretch and request, the simulator's innermost loop."""
+        lim: _Lengths = _UNBOUNDED if output is None else output
         bs, blocks = self.block_size, self.blocks
         free = self.free
+        done = []
         if self._eq is None:
             for r in run:
-                generated[r] += k
+                g = generated[r] + k
+                generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
                 nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: the simulator's innermost loop
                 free -= nb - blocks[r]
                 blocks[r] = nb
+                if g >= lim[r]:
+                    done.append(r)
         else:
             blocks_for = self.blocks_for
             for r in run:
-                generated[r] += k
+                g = generated[r] + k
+                generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
                 nb = blocks_for(k1)
                 free -= nb - blocks[r]
                 blocks[r] = nb
+                if g >= lim[r]:
+                    done.append(r)
         assert free >= 0, "KV blocks overcommitted"
         self.free = free
+        return done
 
     def steps_that_fit(self, run: Sequence[int], kv_len: Sequence[int], k_max: int) -> int:
         """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``
