@@ -434,9 +434,26 @@ def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfil
     """The memoised :class:`StepClock` of one estimator, keyed by the specs' values (an equal spec
     built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
     ``kv_dtype`` and ``memory_utilization`` default to the estimator's."""
+    last = _LAST_CLOCK[0]
+    if (last is not None and last[0] is model and last[1] is hardware and last[2] is profile
+            and last[3] == (parallel, dtype, kv_dtype, memory_utilization)):
+        return last[4]   # the same spec objects as the last call (held here, so their ids stay theirs)
     key = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
            None if dtype is None else DType.parse(dtype), None if kv_dtype is None else DType.parse(kv_dtype),
            memory_utilization)
+    clock = _step_clock(key, model, hardware, profile, parallel, dtype, kv_dtype, memory_utilization)
+    _LAST_CLOCK[0] = (model, hardware, profile, (parallel, dtype, kv_dtype, memory_utilization), clock)
+    return clock
+
+
+#: the last :func:`step_clock` call's spec objects and clock (a call with the very same objects,
+#: as every simulation of one search makes, skips hashing the specs)
+_LAST_CLOCK: list[tuple[Any, Any, Any, tuple[Any, ...], StepClock] | None] = [None]
+
+
+def _step_clock(key: tuple[Any, ...], model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                parallel: ParallelConfig, dtype: DType | str | None, kv_dtype: DType | str | None,
+                memory_utilization: float | None) -> StepClock:
     clock = _CLOCKS.get(key)
     if clock is not None:
         _CLOCKS.move_to_end(key)

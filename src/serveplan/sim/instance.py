@@ -49,6 +49,7 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 INF = math.inf
 INF_INT = 1 << 62  # larger than any token count
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+_SHORT = 24  # stretches of at most this many steps are summed in Python (cheaper than numpy calls)
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
@@ -65,6 +66,16 @@ def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, floa
     each continuing the previous total (the same sequential float additions as one ``cumsum``),
     so a stretch cut short by ``wake`` does not sum the steps it never runs."""
     k_max = len(times)
+    if k_max <= _SHORT:
+        # a short stretch in Python floats: the same sequential additions as ``cumsum`` (numpy
+        # accumulates in order), without the fixed cost of four numpy calls
+        acc = 0.0
+        final = k_max - 1
+        for i, t in enumerate(times.tolist()):
+            acc += t
+            e = acc + now
+            if i == final or not e < wake:   # the next step would start at or after ``wake``
+                return i + 1, e
     pos = 0
     m = 128  # first segment; each next one 4x longer (a 2,048-step decode takes at most 4 segments)
     last = None

@@ -134,17 +134,21 @@ class QueueGrowth:
 
     @staticmethod
     def of(arrival: np.ndarray, finish: np.ndarray) -> QueueGrowth:
-        """From per-request arrival and finish times (NaN: unfinished)."""
-        a = np.sort(np.asarray(arrival, dtype=float))
+        """From per-request arrival and finish times (NaN: unfinished), in one pass each (no sort):
+        every time is counted at the first sample time at or after it."""
+        a = np.asarray(arrival, dtype=float)
         if a.size == 0:
             return QueueGrowth(growth=0.0, arrivals=0, mean_backlog=0.0, last_backlog=0)
+        t0, t1 = float(a.min()), float(a.max())
+        if not t1 > t0:
+            return QueueGrowth.of_counts(np.array([a.size]), np.array([np.count_nonzero(finish <= t1)]), 0.0)
         f = np.asarray(finish, dtype=float)
-        f = np.sort(f[np.isfinite(f)])
-        t = sample_times(float(a[0]), float(a[-1]))
-        return QueueGrowth.of_counts(np.searchsorted(a, t, side="right"), np.searchsorted(f, t, side="right"),
-                                     float(a[-1] - a[0]))
+        f = f[f <= t1]    # NaN (unfinished) and later completions do not count
+        scale = BACKLOG_BINS / (t1 - t0)
 
+        def counts(x: np.ndarray) -> np.ndarray:
+            k = np.clip(np.ceil((x - t0) * scale), 0, BACKLOG_BINS).astype(np.int64)
+            return np.cumsum(np.bincount(k, minlength=BACKLOG_BINS + 1))
 
-def sample_times(t0: float, t_last: float) -> np.ndarray:
-    """The times :class:`QueueGrowth` samples the backlog at."""
-    return np.linspace(t0, t_last, BACKLOG_BINS + 1)
+        return QueueGrowth.of_counts(counts(a), counts(f), t1 - t0)
+
