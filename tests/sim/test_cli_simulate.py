@@ -90,6 +90,9 @@ def test_json_names_slo_meeting_throughput_not_goodput():
                           terminal_width=250)
     text = " ".join(table.output.split())
     assert "SLO target (at P90, strict)" in text and "not the goodput" in text
+    sweep = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve",
+                                "--rate-sweep", "0.5,1"], terminal_width=250)
+    assert "rate sweep (SLO P90 TTFT <= 1500 ms and TPOT <= 70 ms, strict" in " ".join(sweep.output.split())
 
 
 def test_progress_is_reported_per_chunk_and_drawn_on_stderr_only_when_asked(monkeypatch, capsys):

@@ -324,7 +324,9 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
                   "tokens not computed")
     _print_engine(cfg)
     if sweep:
-        s = Table(title="rate sweep")
+        slo = res.config.slo
+        s = Table(title=f"rate sweep (SLO P{slo.percentile:g} TTFT <= {slo.ttft_s * 1e3:g} ms and TPOT <= "
+                        f"{slo.tpot_s * 1e3:g} ms, strict; overloaded: the queue grows)")
         for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)",
                     "requests meeting the SLO (strict)", "overloaded (queue grows)"):
             s.add_column(col, justify="right")
