@@ -160,7 +160,7 @@ def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, e
 
 def _print_bands(bands: list[GoodputBand], samples: int, tolerance: str) -> None:
     con = console()
-    con.print(f"goodput band ({tolerance}) of the top {len(bands)} strategies over {samples} profiles sampled "
+    con.print(f"goodput band of the top {len(bands)} strategies ({tolerance}) over {samples} profiles sampled "
               f"from the profile's uncertainty (P10 / P50 / P90):")
     for i, b in enumerate(bands):
         g, d = b.goodput, b.per_device

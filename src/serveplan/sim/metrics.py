@@ -87,8 +87,15 @@ BACKLOG_BINS = 100
 #: span, mean the queue grows (a stable queue's backlog has no trend: completions match arrivals).
 OVERLOAD_DEFICIT = 0.02
 #: ... and the growth must exceed this many standard deviations of a Poisson count of the mean
-#: backlog (the noise of a stable queue near saturation, whose backlog wanders but does not trend).
+#: backlog (the noise of a stable queue near saturation, whose backlog wanders but does not trend)
 OVERLOAD_NOISE_SIGMAS = 4.0
+#: ... and this many of the half's arrival count (a short stream's arrivals alone vary by
+#: sqrt(count): 20 Poisson arrivals can come 13 early without any trend in the service)
+OVERLOAD_ARRIVAL_SIGMAS = 3.0
+#: Fewest arrivals in the second half for a trend verdict: a shorter stream (a few dozen requests,
+#: or a burst the fleet absorbs) never reaches a steady state whose trend could be told apart from
+#: its start; such a run is overloaded only when requests were unfinished at the time cap.
+OVERLOAD_MIN_ARRIVALS = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,10 +105,13 @@ class QueueGrowth:
     ``backlog`` is sampled at ``BACKLOG_BINS + 1`` evenly spaced times from the first to the last
     arrival (arrivals up to the time minus completions up to it). Over the second half of the
     span a least-squares line through the samples gives the growth (requests over that half);
-    the queue grows (``growing``) when that growth is above both ``OVERLOAD_DEFICIT`` of the
-    arrivals of the half (completions short of arrivals by more than 2%) and
+    the queue grows (``growing``) when that growth is above ``OVERLOAD_DEFICIT`` of the
+    arrivals of the half (completions short of arrivals by more than 2%),
     ``OVERLOAD_NOISE_SIGMAS`` times the square root of the mean backlog (the wander of a stable
-    queue). A stream that arrives at one instant (offline) has no span: no trend.
+    queue) and ``OVERLOAD_ARRIVAL_SIGMAS`` times the square root of the half's arrivals (the
+    noise of the arrival count of a short stream). A stream with fewer than
+    ``OVERLOAD_MIN_ARRIVALS`` arrivals in the second half, or one that arrives at one instant
+    (offline), gives no verdict (not growing).
     """
 
     growth: float            # requests the backlog gained over the second half (fitted line)
@@ -111,11 +121,12 @@ class QueueGrowth:
 
     @property
     def threshold(self) -> float:
-        return max(OVERLOAD_DEFICIT * self.arrivals, OVERLOAD_NOISE_SIGMAS * math.sqrt(self.mean_backlog + 1.0))
+        return max(OVERLOAD_DEFICIT * self.arrivals, OVERLOAD_NOISE_SIGMAS * math.sqrt(self.mean_backlog + 1.0),
+                   OVERLOAD_ARRIVAL_SIGMAS * math.sqrt(self.arrivals))
 
     @property
     def growing(self) -> bool:
-        return self.growth > self.threshold
+        return self.arrivals >= OVERLOAD_MIN_ARRIVALS and self.growth > self.threshold
 
     @staticmethod
     def of_counts(arrived: np.ndarray, finished: np.ndarray, span_s: float) -> QueueGrowth:
