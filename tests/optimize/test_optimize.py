@@ -218,3 +218,25 @@ def test_goodput_of_a_stream_too_short_to_load_the_fleet_is_capped_at_the_capaci
     bound = capacity_bound(cand, s)
     assert r.status == "ok" and r.goodput_rps == pytest.approx(bound)
     assert "too few to load this fleet" in r.reason and "20 requests" in r.reason
+
+
+def test_the_slo_tolerance_is_shown_beside_every_goodput_and_zero_is_strict(tmp_path):
+    base = ["optimize", "--devices", "4", "--tp", "4", "--scenario", "op3", "--num-requests", "200", "--jobs", "1",
+            "--no-progress", "--slo-ttft", "1.0"]
+    table = runner.invoke(app, base, terminal_width=250)
+    assert table.exit_code == 0, table.output
+    text = " ".join(table.output.split())
+    assert "tolerance 10%: met when P90 TTFT <= 1.1 s and TPOT <= 77 ms" in text
+    assert "goodput (req/s, SLO +10%)" in text and "SLO met within +10% (tolerance 0.1)" in text
+    assert "Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean" in text
+    loose = json.loads(runner.invoke(app, [*base, "--json", "--out", str(tmp_path)]).output)
+    assert loose["settings"]["slo_tolerance"] == 0.1
+    assert all(r["slo_tolerance"] == 0.1 for r in loose["strategies"])
+    assert "slo_tolerance" in (tmp_path / "ranking.csv").read_text().splitlines()[0]
+    strict = json.loads(runner.invoke(app, [*base, "--slo-tolerance", "0", "--json"]).output)
+    assert strict["settings"]["slo_tolerance"] == 0.0
+    for r in strict["strategies"]:   # the strict answer: every percentile within the target itself
+        assert r["slo_tolerance"] == 0.0 and r["ttft_p_s"] <= 1.0 and r["tpot_p_s"] <= 0.07
+    assert strict["strategies"][0]["goodput_rps"] <= loose["strategies"][0]["goodput_rps"]
+    table0 = runner.invoke(app, [*base, "--slo-tolerance", "0"], terminal_width=250)
+    assert "tolerance 0 (strict)" in " ".join(table0.output.split())

@@ -70,3 +70,50 @@ def test_ranking_csv_ranks_strategies_and_lists_rejected_last(tmp_path):
     with write_csv(result, tmp_path / "r.csv").open() as fh:
         got = list(csv.DictReader(fh))
     assert list(got[0]) == COLUMNS and [r["name"] for r in got] == ["2m", "1p1d", "4m"]
+
+
+def _many(n: int) -> SimpleNamespace:
+    """``n`` ranked strategies whose Pareto set is a dozen points close together."""
+    rng = __import__("numpy").random.default_rng(0)
+    rows = []
+    for i in range(n):
+        cand = SimpleNamespace(is_disaggregated=bool(i % 3 == 0), num_devices=8)
+        rows.append(SimpleNamespace(name=f"{i % 8 + 1}p{i % 5 + 1}d-tp{2 ** (i % 4)}-b{16 * (i + 1)}", candidate=cand,
+                                    goodput_per_device=1.0 - i / (2 * n), goodput_ci=None,
+                                    e2e_mean_s=float(5.0 + rng.normal(0, 0.05) + i * 0.01)))
+    front = sorted(rows, key=lambda r: r.e2e_mean_s)[:12]
+    return SimpleNamespace(strategies=rows, rejected=[], pareto={r.name for r in front}, slo_tolerance=0.1)
+
+
+def test_plots_stay_readable_for_any_number_of_strategies(tmp_path):
+    # 96 strategies made goodput.png 5,876 px wide and the Pareto labels overlap
+    import matplotlib.image as mpimg
+
+    from serveplan.report.plots import pyplot
+    from serveplan.report.ranking import TOP_BARS, plot_goodput_bars, plot_pareto
+
+    res = _many(96)
+    width = mpimg.imread(plot_goodput_bars(res, tmp_path / "g.png")).shape[1]
+    assert width <= 1600
+    plt = pyplot()
+    saved = plt.close
+    figs = []
+    plt.close = lambda fig=None: figs.append(fig)   # keep the figure to measure its labels
+    try:
+        plot_pareto(res, tmp_path / "p.png")
+        plot_goodput_bars(res, tmp_path / "g2.png")
+    finally:
+        plt.close = saved
+    pareto_fig, bars_fig = figs
+    assert len(bars_fig.axes[0].patches) == TOP_BARS
+    ax = pareto_fig.axes[0]
+    renderer = pareto_fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().isdigit()]
+    assert len(boxes) == 12
+    for i, a in enumerate(boxes):   # no two point labels overlap
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)
+    key = next(t.get_text() for t in ax.texts if t.get_text().startswith("Pareto-optimal"))
+    assert all(name in key for name in res.pareto)
+    for f in figs:
+        saved(f)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -123,3 +124,41 @@ def test_an_lmcache_connector_is_reported_in_the_json_config():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["config"]["kv_tiers"]["connector"] == "lmcache" and d["num_completed"] == 60
+def test_json_names_slo_meeting_throughput_not_goodput():
+    # goodput is the optimizer's answer (the highest rate meeting the SLO); a simulation at one rate
+    # reports the throughput of the requests that met it
+    r = run("--json", "--num-requests", "200", "--rate", "1", "--engine", "bestserve")
+    d = json.loads(r.output)
+    assert "goodput_rps" not in d
+    assert d["slo_met_throughput_rps"] == pytest.approx(d["slo_attainment"] * 200 / d["makespan_s"])
+    table = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve"],
+                          terminal_width=250)
+    text = " ".join(table.output.split())
+    assert "SLO target (at P90, strict)" in text and "not the goodput" in text
+    sweep = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve",
+                                "--rate-sweep", "0.5,1"], terminal_width=250)
+    assert "rate sweep (SLO P90 TTFT <= 1500 ms and TPOT <= 70 ms, strict" in " ".join(sweep.output.split())
+
+
+def test_progress_is_reported_per_chunk_and_drawn_on_stderr_only_when_asked(monkeypatch, capsys):
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.cli import simulate as cli_sim
+    from serveplan.sim import SimulationConfig, Workload, simulate
+
+    cfg = SimulationConfig(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
+                           profile=get_profile("bestserve-910b3"), strategy="2m", tp=4, max_batch=16,
+                           prefill_max_batch=4, rate=3.0, workload=Workload.scenario("op3", num_requests=40000))
+    seen: list[int] = []
+    res = simulate(cfg, progress=seen.append)
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == res.num_completed == 40000
+    small = dataclasses.replace(cfg, workload=Workload.scenario("op3", num_requests=300))
+    seen.clear()
+    simulate(small, progress=seen.append)   # not windowed: one report per drained instance
+    assert seen and seen[-1] == 300
+    monkeypatch.setattr(cli_sim, "PROGRESS_DELAY_S", 0.0)
+    capsys.readouterr()
+    cli_sim._simulate_with_progress(cfg, True)
+    err = capsys.readouterr().err
+    assert "simulate" in err and "req" in err
+    cli_sim._simulate_with_progress(cfg, False)
+    assert capsys.readouterr().err == ""

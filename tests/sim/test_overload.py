@@ -60,3 +60,39 @@ def test_early_stop_checks_after_the_last_arrival_grow_geometrically(testbed, mo
     assert 0 < len(seen) < 50 + 64, len(seen)
     gaps = [b - a for a, b in zip(seen[50:], seen[51:], strict=False)]
     assert all(g2 >= g1 for g1, g2 in zip(gaps, gaps[1:], strict=False))  # never shrinking past t_last
+
+
+def _vllm(strategy: str, rate: float, n: int = 10000):
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.sim import simulation_config
+
+    return simulate(simulation_config(engine="vllm", strategy=strategy, model=get_model("codellama-34b"),
+                                      hardware=get_hardware("ascend-910b3"), profile=get_profile("bestserve-910b3"),
+                                      rate=rate, workload=Workload.scenario("op2", num_requests=n)))
+
+
+def test_overload_is_the_queue_growing_not_a_batch_size_proxy():
+    # `serveplan simulate -s 6m --rate 10` (vLLM's max batch 256): completions fall behind arrivals
+    # (9.7 req/s at 10 req/s, the backlog gains ~240 requests over the second half of the stream,
+    # P90 TTFT 26 s) though the backlog never reaches the old threshold of 2 x 256 x 6 slots.
+    grows = _vllm("6m", 10.0)
+    assert grows.throughput_rps < 9.8 and grows.ttft_s.p90 > 20
+    assert grows.overloaded
+    # one instance more: the backlog wanders (200-300) with no trend; P90 TTFT 1.5 s
+    stable = _vllm("7m", 10.0)
+    assert not stable.overloaded and stable.num_completed == 10000
+
+
+def test_queue_growth_separates_a_trend_from_noise():
+    import numpy as np
+
+    from serveplan.sim.metrics import QueueGrowth
+
+    rng = np.random.default_rng(0)
+    a = np.cumsum(rng.exponential(0.1, 5000))
+    calm = a + rng.exponential(0.05, 5000)              # served as it comes
+    assert not QueueGrowth.of(a, calm).growing
+    slow = np.cumsum(np.full(5000, 0.1 / 0.9)) + 1.0   # served at 90% of the arrival rate
+    g = QueueGrowth.of(a, slow)
+    assert g.growing and 0.05 * 2500 < g.growth < 0.2 * 2500
+    assert not QueueGrowth.of(np.zeros(100), np.full(100, 5.0)).growing   # offline: no arrival span

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -79,3 +80,58 @@ def test_cli_bad_result_file_exits_2(tmp_path):
     bad.write_text("{not json")
     r = runner.invoke(app, ["compare", str(bad), *ARGS])
     assert r.exit_code == 2 and r.output.startswith("error:")
+
+
+def _synthetic(n: int, rate: object, max_concurrency: int | None = None) -> dict:
+    raw = {"request_rate": rate, "burstiness": 1.0, "completed": n, "duration": 10.0, "input_lens": [512] * n,
+           "output_lens": [128] * n, "ttfts": [0.05] * n, "itls": [[0.02] * 127] * n}
+    if max_concurrency is not None:
+        raw["max_concurrency"] = max_concurrency
+    return raw
+
+
+def _cfg():
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.sim import simulation_config
+
+    return simulation_config(engine="vllm", model=get_model("llama-2-7b"), hardware=get_hardware("a100-80g"),
+                             profile=get_profile("measured-a100-80g"), rate=1.0)
+
+
+def test_a_burst_at_infinite_rate_runs_every_request_to_completion():
+    # 1,500 requests sent at t=0 drain for far longer than 20 lone-request latencies (the default
+    # cap of a stream with no arrival span): all of them must finish, as they did in the benchmark
+    from serveplan.validate.compare import compare
+
+    cmp = compare(parse_vllm_result(_synthetic(1500, "inf")), _cfg())
+    assert cmp.simulated_completed == 1500 and "t=0" in cmp.load
+
+
+def test_max_concurrency_is_a_closed_loop():
+    from serveplan.sim import Workload, simulate
+    from serveplan.validate.compare import compare
+
+    # one client: every request runs alone, so every TTFT is a lone request's
+    one = compare(parse_vllm_result(_synthetic(40, "inf", 1)), _cfg())
+    ttft = {r.stat: r.simulated_s for r in one.rows if r.metric == "TTFT"}
+    lone = simulate(dataclasses.replace(_cfg(), workload=Workload.fixed(512, 128, num_requests=1)))
+    assert one.max_concurrency == 1 and "closed loop of 1 client" in one.load
+    assert ttft["p50"] == pytest.approx(lone.ttft_s.p50, rel=1e-9)
+    assert ttft["p99"] == pytest.approx(lone.ttft_s.p50, rel=1e-9)
+    # a finite rate with a cap that never binds is the open loop at that rate
+    free = compare(parse_vllm_result(_synthetic(200, 4.0, 10**6)), _cfg())
+    open_ = compare(parse_vllm_result(_synthetic(200, 4.0)), _cfg())
+    assert [r.simulated_s for r in free.rows] == pytest.approx([r.simulated_s for r in open_.rows], rel=1e-9)
+    # ... and a binding cap queues requests before they are sent: TTFT counts from the send
+    capped = compare(parse_vllm_result(_synthetic(200, 4.0, 2)), _cfg())
+    assert "at most 2 in flight" in capped.load and capped.simulated_completed == 200
+
+
+def test_compare_uses_the_engine_defaults_as_simulate_does(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_synthetic(50, 2.0)))
+    args = ["--model", "llama-2-7b", "--hardware", "a100-80g"]
+    cmp = json.loads(runner.invoke(app, ["compare", str(path), *args, "--json"]).output)
+    sim = json.loads(runner.invoke(app, ["simulate", *args, "--num-requests", "50", "--json"]).output)
+    for key in ("max_batch", "scheduler", "tp", "token_budget", "engine"):
+        assert cmp["config"][key] == sim["config"][key], key

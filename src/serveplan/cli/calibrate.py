@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -273,31 +274,43 @@ def compare_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML path."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
-    strategy: str = typer.Option("1m", "--strategy", "-s", help="Strategy of the benchmarked deployment (e.g. 1m)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size of each instance."),
-    max_batch: int = typer.Option(256, "--max-batch", help="Sequences per step (vLLM max_num_seqs)."),
-    scheduler: str = typer.Option("vllm", "--scheduler", help="vllm or sarathi (chunked prefill)."),
-    chunk_size: int = typer.Option(512, "--chunk-size", help="Prefill chunk (sarathi)."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help=(
+        "Engine whose scheduler and defaults apply, as in `simulate` (default vllm: the benchmark's server).")),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Strategy of the benchmarked deployment "
+                                        "(default 1m)."),
+    tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size of each instance (default: as simulate)."),
+    max_batch: int | None = typer.Option(None, "--max-batch", help=(
+        "Sequences per step (vLLM max_num_seqs; default: the engine's, as simulate).")),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Override the engine's mechanism "
+                                         "(prefill-first, chunked-prefill, ...)."),
+    chunk_size: int | None = typer.Option(None, "--chunk-size", help="Prefill chunk (default: the engine's)."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weight dtype (default: the model's)."),
     seed: int = typer.Option(0, "--seed", help="Arrival seed of the simulation."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99."""
+    """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99. The load is the
+    benchmark's: its rate (inf: every request at t=0) and its max_concurrency (a closed loop)."""
     from serveplan.estimator.api import resolve_specs
-    from serveplan.sim import SimulationConfig
-    from serveplan.validate.compare import compare, read_vllm_result
+    from serveplan.sim import simulation_config
+    from serveplan.validate.compare import compare, read_vllm_result, workload_of
 
     run = read_vllm_result(result)
     m, hw, pr = resolve_specs(model, hardware, profile)
-    cfg = SimulationConfig(model=m, hardware=hw, profile=pr, strategy=strategy, tp=tp, max_batch=max_batch,
-                           scheduler=scheduler, chunk_size=chunk_size, dtype=dtype, seed=seed)
+    cfg = simulation_config(engine=engine, strategy=strategy,
+                            fleet_options={"tp": tp, "max_batch": max_batch, "scheduler": scheduler,
+                                           "chunk_size": chunk_size},
+                            model=m, hardware=hw, profile=pr, dtype=dtype, seed=seed,
+                            workload=workload_of(run), rate=None if math.isinf(run.request_rate) else
+                            run.request_rate)
     cmp = compare(run, cfg)
     if json_out:
         emit_json(cmp.to_dict())
         return
     rate = "inf" if cmp.request_rate == float("inf") else f"{cmp.request_rate:g}"
-    t = Table(title=f"{result.name}: {cmp.num_requests} requests at {rate} req/s; {m.name} on {hw.name}, "
-                    f"{strategy}, tp {tp}, profile {pr.name}")
+    fleet = cfg.fleet
+    t = Table(title=f"{result.name}: {cmp.num_requests} requests at {rate} req/s ({cmp.load}); {m.name} on "
+                    f"{hw.name}, {cfg.engine.label if cfg.engine is not None else 'no engine'}, {fleet.strategy}, "
+                    f"{fleet.first.parallel.label()}, max batch {fleet.max_batch}, profile {pr.name}")
     for col in ("metric", "stat", "measured (ms)", "simulated (ms)", "error"):
         t.add_column(col, justify="left" if col in ("metric", "stat") else "right")
     for r in cmp.rows:

@@ -17,7 +17,7 @@ from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
-from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
+from serveplan.report.ranking import PARETO_NOTE, plot_goodput_bars, plot_pareto, tolerance_note, write_csv
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
@@ -76,7 +76,9 @@ def optimize_cmd(
     slo_ttft: float = typer.Option(1.5, "--slo-ttft", help="TTFT target (s)."),
     slo_tpot: float = typer.Option(0.07, "--slo-tpot", help="TPOT target (s)."),
     percentile: float = typer.Option(90.0, "--percentile", help="SLO percentile."),
-    relaxation: float = typer.Option(0.1, "--relaxation", help="BestServe Algorithm 9 tau (0 = hard check)."),
+    relaxation: float = typer.Option(0.1, "--slo-tolerance", "--relaxation", help=(
+        "Share by which a P-percentile may exceed its target and still meet the SLO (BestServe Algorithm 9 tau, "
+        "default 0.1 = 10%); 0 = the strict answer. Shown beside every goodput.")),
     tolerance: float = typer.Option(0.05, "--tolerance",
                                     help="Relative width of the final goodput bracket (Algorithm 8 epsilon)."),
     seeds: int = typer.Option(1, "--seeds",
@@ -162,9 +164,9 @@ def optimize_cmd(
                                     _deploy(results[0], settings[0], deploy, echo=False)))
         return
     for i, (wl, res) in enumerate(zip(workloads, results, strict=True)):
-        _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res)
+        _print_ranking(m.name, hw.name, pr.name, devices, wl, percentile, slo_ttft, slo_tpot, res, relaxation)
         if bands:
-            _print_bands(bands[i], band)
+            _print_bands(bands[i], band, tolerance_note(res))
     _deploy(results[0], settings[0], deploy, echo=True)
 
 
@@ -179,10 +181,10 @@ def _deploy(res: SearchResult, settings: GoodputSettings, out: Path | None, *, e
     return deployment
 
 
-def _print_bands(bands: list[GoodputBand], samples: int) -> None:
+def _print_bands(bands: list[GoodputBand], samples: int, tolerance: str) -> None:
     con = console()
-    con.print(f"goodput band of the top {len(bands)} strategies over {samples} profiles sampled from the "
-              f"profile's uncertainty (P10 / P50 / P90):")
+    con.print(f"goodput band of the top {len(bands)} strategies ({tolerance}) over {samples} profiles sampled "
+              f"from the profile's uncertainty (P10 / P50 / P90):")
     for i, b in enumerate(bands):
         g, d = b.goodput, b.per_device
         note = " (best)" if i == 0 else (" cannot be told apart from the best" if b.indistinguishable else "")
@@ -191,11 +193,16 @@ def _print_bands(bands: list[GoodputBand], samples: int) -> None:
 
 
 def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Workload, percentile: float,
-                   slo_ttft: float, slo_tpot: float, res: SearchResult) -> None:
+                   slo_ttft: float, slo_tpot: float, res: SearchResult, tolerance: float = 0.1) -> None:
     con = console()
+    lim = 1.0 + tolerance
+    tol = (f"tolerance {tolerance:.0%}: met when P{percentile:g} TTFT <= {lim * slo_ttft:.4g} s and TPOT <= "
+           f"{lim * slo_tpot * 1e3:.4g} ms" if tolerance else "tolerance 0 (strict)")
     t = Table(title=(f"{model} on up to {devices} x {hardware} ({profile}), {wl.name}, SLO P{percentile:g} "
-                     f"TTFT {slo_ttft:g} s / TPOT {slo_tpot * 1e3:g} ms, {wl.num_requests} requests per simulation"))
-    for col in ("rank", "strategy", "devices", "goodput (req/s)", "per device", f"P{percentile:g} TTFT (s)",
+                     f"TTFT {slo_ttft:g} s / TPOT {slo_tpot * 1e3:g} ms, {tol}, {wl.num_requests} requests per "
+                     "simulation"))
+    gp = f"goodput (req/s, SLO +{tolerance:.0%})" if tolerance else "goodput (req/s, strict SLO)"
+    for col in ("rank", "strategy", "devices", gp, "per device", f"P{percentile:g} TTFT (s)",
                 f"P{percentile:g} TPOT (ms)", "binds", "bottleneck"):
         t.add_column(col, justify="left" if col in ("strategy", "binds", "bottleneck") else "right")
     for i, r in enumerate(res.strategies, 1):
@@ -209,7 +216,8 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
     coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
     dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
     con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device "
-              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.")
+              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices; {tolerance_note(res)}).")
+    con.print(PARETO_NOTE + ".")
     if coll and dis:
         lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
         con.print(f"best collocated {coll.name}: {coll.goodput_per_device:.3f}/device; best disaggregated "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -228,6 +229,8 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Path | None = typer.Option(None, "--out",
                                     help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help=(
+        "Progress bar on stderr for runs longer than a few seconds (default: when stderr is a terminal).")),
     band: int = typer.Option(0, "--band", help=(
         "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
         "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
@@ -284,7 +287,7 @@ def simulate_cmd(
         from serveplan.calibrate.bands import require_uncertainty
 
         require_uncertainty(pr)
-    res = simulate(cfg)
+    res = _simulate_with_progress(cfg, progress)
     bands = None
     if band:
         from serveplan.validate.bands import simulation_band
@@ -311,6 +314,29 @@ def simulate_cmd(
         _print_band(bands)
 
 
+#: seconds a run goes before its progress bar appears (shorter runs show none)
+PROGRESS_DELAY_S = 3.0
+
+
+def _simulate_with_progress(cfg: SimulationConfig, enabled: bool | None) -> SimulationResult:
+    """``simulate(cfg)`` with a tqdm bar on stderr (requests finished) when ``enabled`` (None: when
+    stderr is a terminal), shown once the run has taken ``PROGRESS_DELAY_S``. The simulator calls
+    back once per chunk of requests or drained instance, never per step."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled or cfg.fidelity.value != "iteration":
+        return simulate(cfg)
+    from tqdm import tqdm
+
+    with tqdm(total=cfg.workload.num_requests, unit="req", desc="simulate", file=sys.stderr,
+              delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True) as bar:
+        def update(done: int) -> None:
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+        return simulate(cfg, progress=update)
+
+
 def _print_band(bands: dict[str, Band]) -> None:
     con = console()
     n = next(iter(bands.values())).samples
@@ -331,7 +357,7 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
     con = console()
     cfg = res.config
     t = Table(title=_title(cfg))
-    for col in ("latency (ms)", "mean", "P50", "P90", "P99", "SLO"):
+    for col in ("latency (ms)", "mean", "P50", "P90", "P99", f"SLO target (at P{cfg.slo.percentile:g}, strict)"):
         t.add_column(col, justify="left" if col.startswith("latency") else "right")
     for row in latency_rows(res):
         t.add_row(*row)
@@ -356,8 +382,11 @@ def _print(res: SimulationResult, sweep: list[SimulationResult], out: Path | Non
     _print_engine(cfg)
     _print_spec(cfg)
     if sweep:
-        s = Table(title="rate sweep")
-        for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)", "SLO met", "overloaded"):
+        slo = res.config.slo
+        s = Table(title=f"rate sweep (SLO P{slo.percentile:g} TTFT <= {slo.ttft_s * 1e3:g} ms and TPOT <= "
+                        f"{slo.tpot_s * 1e3:g} ms, strict; overloaded: the queue grows)")
+        for col in ("rate (req/s)", "P90 TTFT (ms)", "P90 TPOT (ms)", "throughput (req/s)",
+                    "requests meeting the SLO (strict)", "overloaded (queue grows)"):
             s.add_column(col, justify="right")
         for r in sorted(sweep, key=lambda r: r.config.rate or 0):
             s.add_row(f"{r.config.rate:g}", f"{r.ttft_s.p90 * 1e3:,.1f}", f"{r.tpot_s.p90 * 1e3:,.1f}",

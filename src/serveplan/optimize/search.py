@@ -45,10 +45,19 @@ class SearchResult:
     def best(self) -> GoodputResult:
         return self.strategies[0]
 
+    @property
+    def slo_tolerance(self) -> float | None:
+        """The share by which a percentile may exceed its target and still count as meeting it
+        (BestServe Algorithm 9's tau; ``GoodputSettings.relaxation``). None for a result built
+        without settings."""
+        tol = self.settings_summary.get("slo_tolerance", self.settings_summary.get("relaxation"))
+        return None if tol is None else float(tol)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings_summary,
-            "strategies": [r.to_dict() | {"pareto": r.name in self.pareto} for r in self.strategies],
+            "strategies": [r.to_dict() | {"pareto": r.name in self.pareto, "slo_tolerance": self.slo_tolerance}
+                           for r in self.strategies],
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
             "pareto": list(self.pareto),
@@ -178,7 +187,8 @@ def _run_ray(todo: list[Task], jobs: int, address: str | None,
 
 
 def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
-    """Strategies no other beats on both goodput per device (higher) and mean latency (lower)."""
+    """Strategies no other beats on both goodput per device (higher) and mean latency (lower):
+    the Pareto set of (goodput per device, mean end-to-end latency at the goodput rate)."""
     pts = [(r.e2e_mean_s, r.goodput_per_device, r.name) for r in results if r.status == GoodputStatus.OK]
     front = []
     for lat, thr, name in pts:
@@ -308,7 +318,8 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
         "workload": wl.name, "devices": space.devices,
         "slo": {"ttft_s": settings.slo.ttft_s, "tpot_s": settings.slo.tpot_s, "percentile": settings.slo.percentile},
-        "relaxation": settings.relaxation, "seeds": settings.seeds, "seed": settings.seed,
+        "relaxation": settings.relaxation, "slo_tolerance": settings.relaxation, "seeds": settings.seeds,
+        "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
     }

@@ -12,8 +12,21 @@ from serveplan.report.plots import pyplot, save
 COLUMNS = [
     "rank", "name", "strategy", "num_devices", "tp", "decode_tp", "pp", "dp", "ep", "max_batch", "scheduler",
     "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
-    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "status", "reason",
+    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "slo_tolerance", "status", "reason",
 ]
+
+#: What "Pareto-optimal" is measured against (``serveplan.optimize.search.pareto_front``).
+PARETO_NOTE = ("* = Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean "
+               "end-to-end latency at its goodput rate")
+
+
+def tolerance_note(result: Any) -> str:
+    """How a goodput was judged: ``"SLO met within +10%"`` (the percentile may exceed each target by
+    the tolerance; BestServe Algorithm 9), or ``"SLO met strictly"`` at tolerance 0."""
+    tol = getattr(result, "slo_tolerance", None)
+    if tol is None:
+        return "SLO tolerance unknown"
+    return "SLO met strictly (tolerance 0)" if tol == 0 else f"SLO met within +{tol:.0%} (tolerance {tol:g})"
 
 
 def ranking_rows(result: Any) -> list[dict[str, Any]]:
@@ -22,11 +35,13 @@ def ranking_rows(result: Any) -> list[dict[str, Any]]:
         d = r.to_dict()
         d["rank"] = i
         d["pareto"] = r.name in result.pareto
+        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
     for r in result.rejected:
         d = r.to_dict()
         d["rank"] = ""
         d["pareto"] = False
+        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
     return rows
 
@@ -41,11 +56,18 @@ def write_csv(result: Any, path: str | Path) -> Path:
     return path
 
 
-def plot_goodput_bars(result: Any, path: str | Path, title: str = "") -> Path:
-    """Normalized goodput (req/s per device) per strategy, collocated and disaggregated coloured apart."""
+#: Strategies drawn in ``goodput.png`` (best first; every strategy is in ``ranking.csv``).
+TOP_BARS = 30
+
+
+def plot_goodput_bars(result: Any, path: str | Path, title: str = "", *, top: int = TOP_BARS) -> Path:
+    """Normalized goodput (req/s per device) of the ``top`` best strategies, collocated and
+    disaggregated coloured apart; the figure's width is bounded whatever the number of strategies
+    (all of them are in the CSV)."""
     plt = pyplot()
-    items = list(result.strategies)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(items) + 2), 4.2))
+    everything = list(result.strategies)
+    items = everything[:top]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * len(items) + 2), 4.4))
     colors = ["#4C72B0" if not r.candidate.is_disaggregated else "#DD8452" for r in items]
     ax.bar(range(len(items)), [r.goodput_per_device for r in items], color=colors)
     for i, r in enumerate(items):
@@ -54,32 +76,71 @@ def plot_goodput_bars(result: Any, path: str | Path, title: str = "") -> Path:
             ax.plot([i, i], [lo, hi], color="black", lw=1)
     ax.set_xticks(range(len(items)))
     ax.set_xticklabels([r.name for r in items], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("goodput per device (req/s)")
+    ax.set_ylabel(f"goodput per device (req/s, {_tol_short(result)})")
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(color="#4C72B0", label="collocated"), Patch(color="#DD8452", label="disaggregated")],
               fontsize=8)
-    ax.set_title(title or "Normalized goodput by strategy (best first)")
+    shown = (f"best {len(items)} of {len(everything)} strategies (all in ranking.csv)" if len(everything) > len(items)
+             else "best first")
+    ax.set_title(f"{title or 'Normalized goodput by strategy'}, {shown}", fontsize=9)
     return save(fig, path, dpi=130)
 
 
+def _tol_short(result: Any) -> str:
+    tol = getattr(result, "slo_tolerance", None)
+    return "SLO" if tol is None else ("strict SLO" if tol == 0 else f"SLO +{tol:.0%}")
+
+
 def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
-    """Goodput per device against mean end-to-end latency at the goodput rate; Pareto set joined."""
+    """Goodput per device against mean end-to-end latency at the goodput rate; the Pareto set
+    joined. Only the Pareto-optimal points are labelled, by number (1 = lowest latency), with a
+    key beside the axes naming each, so labels never collide however many strategies there are."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     pts = [(r.e2e_mean_s, r.goodput_per_device, r) for r in result.strategies]
+    front = sorted((lat, thr, r.name) for lat, thr, r in pts if r.name in result.pareto)
+    fig, ax = plt.subplots(figsize=(8.6 if front else 6.4, 4.6))
     for lat, thr, r in pts:
         on = r.name in result.pareto
         ax.scatter(lat, thr, c="#C44E52" if on else "#8C8C8C", marker="s" if r.candidate.is_disaggregated else "o",
                    s=36 if on else 18, zorder=3)
-        if on:
-            ax.annotate(r.name, (lat, thr), fontsize=7, xytext=(4, 3), textcoords="offset points")
-    front = sorted((lat, thr) for lat, thr, r in pts if r.name in result.pareto)
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], color="#C44E52", lw=1)
+        _place_labels(fig, ax, [(lat, thr, str(k)) for k, (lat, thr, _) in enumerate(front, 1)])
+        key = "\n".join(f"{k}  {name}" for k, (_, _, name) in enumerate(front, 1))
+        ax.text(1.02, 1.0, "Pareto-optimal\n" + key, transform=ax.transAxes, va="top", ha="left", fontsize=7,
+                family="monospace")
     ax.set_xlabel("mean end-to-end latency at goodput (s)")
-    ax.set_ylabel("goodput per device (req/s)")
-    ax.set_title(title or "Throughput per device against latency (circles collocated, squares disaggregated)",
-                 fontsize=9)
+    ax.set_ylabel(f"goodput per device (req/s, {_tol_short(result)})")
+    ax.set_title(title or ("Throughput per device against latency (circles collocated, squares disaggregated)\n"
+                           "Pareto-optimal: no other strategy is both faster and serves more per device"), fontsize=8)
     ax.grid(alpha=0.3)
     return save(fig, path, dpi=130)
+
+
+def _place_labels(fig: Any, ax: Any, points: list[tuple[float, float, str]]) -> None:
+    """Label each point with its text at the first offset (rings of eight directions, growing)
+    where the label overlaps no label placed before it; a label away from its point gets a leader
+    line. Greedy, in display coordinates, once the axes' limits are final."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    dirs = [(1, 1), (-1, 1), (1, -1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0)]
+    style = {"textcoords": "offset points", "fontsize": 7, "color": "#C44E52", "ha": "center", "va": "center"}
+    for x, y, text in points:
+        chosen = (96.0, 96.0)   # nowhere free within reach: the outermost ring, up and to the right
+        for radius in (5, 10, 16, 24, 34, 46, 60, 76, 96):
+            free = None
+            for dx, dy in dirs:
+                t = ax.annotate(text, (x, y), xytext=(dx * radius, dy * radius), **style)
+                box = t.get_window_extent(renderer).expanded(1.15, 1.15)
+                t.remove()
+                if not any(box.overlaps(b) for b in placed):
+                    free = (dx * radius, dy * radius)
+                    break
+            if free is not None:
+                chosen = free
+                break
+        lead = {"arrowprops": {"arrowstyle": "-", "color": "#C44E52", "lw": 0.5}} if max(map(abs, chosen)) > 10 else {}
+        t = ax.annotate(text, (x, y), xytext=chosen, **style, **lead)
+        placed.append(t.get_window_extent(renderer).expanded(1.15, 1.15))

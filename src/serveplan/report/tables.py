@@ -28,7 +28,8 @@ def summary_lines(res: SimulationResult) -> list[str]:
         f"{res.total_tokens_per_s:,.0f} total tok/s",
         f"SLO (TTFT <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms) met by "
         f"{res.slo_attainment:.1%} of requests (TTFT {res.ttft_attainment:.1%}, TPOT {res.tpot_attainment:.1%}); "
-        f"SLO-meeting throughput {res.goodput_rps:.3f} req/s (the highest rate meeting the SLO: serveplan optimize); "
+        f"SLO-meeting throughput {res.slo_met_throughput_rps:.3f} req/s (not the goodput, the highest rate "
+        "meeting the SLO: serveplan optimize); "
         f"FOM {res.fom / 1e12:.1f} TFLOP/s",
     ]
     extra = []

@@ -192,6 +192,8 @@ class Stage:
         self.stopped = False
         #: lockstep: time of each instance's pending Wake (inf: none)
         self.wake_at = [INF] * len(self.instances)
+        #: called after a drain runs an instance to the horizon (progress reports; None: nothing)
+        self.on_progress: Callable[[], None] | None = None
 
     def advance(self, t: float) -> None:
         """Run every instance's steps that start before ``t``."""
@@ -240,7 +242,13 @@ class Drain:
     stage: Stage
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
-        self.stage.advance(self.stage.cap)
+        st = self.stage
+        if st.on_progress is None:
+            st.advance(st.cap)
+            return ()
+        for inst in st.instances:
+            inst.run_until(st.cap)
+            st.on_progress()
         return ()
 
 
@@ -347,6 +355,10 @@ class ClosedLoop:
     t0: float = 0.0
     #: first sends spread evenly over ``[t0, t0 + ramp_s)`` (client ``k`` at ``t0 + k ramp_s / C``)
     ramp_s: float = 0.0
+    #: earliest send time of each request (by id; None: none): an open-loop stream capped at
+    #: ``clients`` requests in flight, as ``vllm bench serve --request-rate R --max-concurrency C``
+    #: sends (a request waits for its arrival and then for a free slot, first come first served)
+    not_before: Sequence[float] | None = None
     _next: int = field(default=0, init=False)
     _loop: EventLoop | None = field(default=None, init=False)
     _stage: Stage | None = field(default=None, init=False)
@@ -355,8 +367,11 @@ class ClosedLoop:
         """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""
         self._loop, self._stage = loop, stage
         first: list[Scheduled] = []
+        nb = self.not_before
         for k in range(min(self.clients, len(self.ids))):
-            first.append((self.t0 + k * self.ramp_s / self.clients, Priority.ARRIVAL, self._take()))
+            ev = self._take()
+            t = self.t0 + k * self.ramp_s / self.clients
+            first.append((t if nb is None else max(t, nb[ev.q]), Priority.ARRIVAL, ev))
         return first
 
     def _take(self) -> ClientArrival:
@@ -369,7 +384,11 @@ class ClosedLoop:
         """A client's request finished: its next one arrives after the think time."""
         if self._next < len(self.ids):
             assert self._loop is not None
-            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, self._take())
+            ev = self._take()
+            t_send = t + self.think_s
+            if self.not_before is not None and self.not_before[ev.q] > t_send:
+                t_send = self.not_before[ev.q]
+            self._loop.schedule(t_send, Priority.ARRIVAL, ev)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -34,7 +35,7 @@ from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_tra
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
 from serveplan.sim.kv import PrefixStats
-from serveplan.sim.metrics import SLO, LatencyStats
+from serveplan.sim.metrics import SLO, LatencyStats, QueueGrowth
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
@@ -47,6 +48,7 @@ from serveplan.sim.sessions import (
     prefix_report,
     session_loop,
 )
+from serveplan.sim.stream import check_size, run_windowed, windowed
 from serveplan.sim.workload import Workload, arrival_times
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -432,8 +434,10 @@ class SimulationResult:
         return self.requests.bubble
 
     @property
-    def goodput_rps(self) -> float:
-        """Completed requests meeting both targets, per second."""
+    def slo_met_throughput_rps(self) -> float:
+        """Completed requests meeting both targets, per second of this run (at this rate). Not the
+        goodput, which is the highest rate at which the SLO holds at its percentile (``serveplan
+        optimize``, :func:`serveplan.optimize.goodput.max_goodput`)."""
         return self.slo_attainment * self.num_requests / self.makespan_s if self.makespan_s > 0 else 0.0
 
     def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
@@ -443,7 +447,7 @@ class SimulationResult:
             "ttft_s": self.ttft_s.to_dict(), "tpot_s": self.tpot_s.to_dict(), "e2e_s": self.e2e_s.to_dict(),
             "queue_s": self.queue_s.to_dict(),
             "throughput_rps": self.throughput_rps, "output_tokens_per_s": self.output_tokens_per_s,
-            "total_tokens_per_s": self.total_tokens_per_s, "goodput_rps": self.goodput_rps,
+            "total_tokens_per_s": self.total_tokens_per_s, "slo_met_throughput_rps": self.slo_met_throughput_rps,
             "slo_attainment": self.slo_attainment, "ttft_attainment": self.ttft_attainment,
             "tpot_attainment": self.tpot_attainment, "overloaded": self.overloaded,
             "stopped_early": self.stopped_early, "makespan_s": self.makespan_s, "fom_flops_per_s": self.fom,
@@ -483,11 +487,29 @@ def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfil
     built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
     ``kv_dtype`` and ``memory_utilization`` default to the estimator's; an active ``spec``
     (speculative decoding) times steps with a :class:`SpecEstimator`."""
+    sp = spec if spec is not None and spec.is_active else None
+    last = _LAST_CLOCK[0]
+    if (last is not None and last[0] is model and last[1] is hardware and last[2] is profile
+            and last[3] == (parallel, dtype, kv_dtype, memory_utilization, sp)):
+        return last[4]   # the same spec objects as the last call (held here, so their ids stay theirs)
     key: tuple[Any, ...] = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
                             None if dtype is None else DType.parse(dtype),
                             None if kv_dtype is None else DType.parse(kv_dtype), memory_utilization)
-    if spec is not None and spec.is_active:
-        key += (spec,)
+    if sp is not None:
+        key += (sp,)
+    clock = _step_clock(key, model, hardware, profile, parallel, dtype, kv_dtype, memory_utilization, sp)
+    _LAST_CLOCK[0] = (model, hardware, profile, (parallel, dtype, kv_dtype, memory_utilization, sp), clock)
+    return clock
+
+
+#: the last :func:`step_clock` call's spec objects and clock (a call with the very same objects,
+#: as every simulation of one search makes, skips hashing the specs)
+_LAST_CLOCK: list[tuple[Any, Any, Any, tuple[Any, ...], StepClock] | None] = [None]
+
+
+def _step_clock(key: tuple[Any, ...], model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                parallel: ParallelConfig, dtype: DType | str | None, kv_dtype: DType | str | None,
+                memory_utilization: float | None, spec: SpecDecodeConfig | None) -> StepClock:
     clock = _CLOCKS.get(key)
     if clock is not None:
         _CLOCKS.move_to_end(key)
@@ -532,7 +554,8 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
 
 
 def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
-             ramp_s: float | None = None) -> SimulationResult:
+             ramp_s: float | None = None, not_before: np.ndarray | None = None,
+             progress: Callable[[int], None] | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
@@ -541,7 +564,17 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
     ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
     evenly over that many seconds (default: all at t=0, as ``vllm bench serve
-    --max-concurrency`` and aiconfigurator's measurements start).
+    --max-concurrency`` and aiconfigurator's measurements start). ``not_before`` (with
+    ``clients``) gives each request (in order) the earliest time it may be sent: an open-loop
+    stream with at most ``clients`` requests in flight, as ``vllm bench serve --request-rate R
+    --max-concurrency C`` sends it; latencies count from the send. ``progress`` is called now and
+    then (iteration fidelity) with the number of requests finished so far (of
+    ``workload.num_requests``; for a disaggregated fleet, prefills and decodes each count half).
+
+    Memory: an open-loop stream of more than :data:`~serveplan.sim.stream.WINDOW_MIN_REQUESTS`
+    requests through a collocated fleet runs windowed (:mod:`serveplan.sim.stream`), its running
+    state bounded by the requests in flight; at most :data:`~serveplan.sim.stream.MAX_REQUESTS`
+    requests per simulation.
 
     Raises
     ------
@@ -563,22 +596,17 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     """
     cfg = config
     wl = cfg.workload
+    check_size(len(wl.input_lengths))
     closed = None
     if clients is None and cfg.concurrency is not None:
         clients = cfg.concurrency
+    if not_before is not None and clients is None:
+        raise SpecError("not_before needs clients= (the cap on requests in flight)")
     if clients is not None:
-        if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-            raise SpecError(f"clients={clients!r} must be a positive integer")
-        if not (math.isfinite(think_s) and think_s >= 0):
-            raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
-        if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
-            raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
-        if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
-            raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
-        n = len(wl.input_lengths)
-        closed = (ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0) if wl.session is None
-                  else session_loop(wl, starts=None, clients=clients))
-        arrival = np.zeros(n)  # set as the clients send
+        closed = _closed_loop(cfg, clients, think_s, ramp_s, not_before)
+        if wl.session is not None:  # each session's turns follow one another on one of the clients
+            closed = session_loop(wl, starts=None, clients=clients)
+        arrival = np.zeros(len(wl.input_lengths))  # set as the clients send
     elif wl.session is not None:
         closed = _session_starts(cfg)
         arrival = np.zeros(len(wl.input_lengths))
@@ -598,17 +626,27 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         cap = cfg.max_time_s
     else:
         cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
-    req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
-    saved = _apply_prefix_hit(req, cfg.prefix_hit)
-    pstats = PrefixStats(req.n) if wl.prefix_cached else None
-    if cfg.fidelity is Fidelity.BESTSERVE:
-        if cfg.prefix_hit:
-            raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
-        insts: list[Instance] = []
-        stopped = _run_bestserve(cfg, clocks, req)
+    if cfg.fidelity is Fidelity.BESTSERVE and cfg.prefix_hit:
+        raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
+    pstats = PrefixStats(len(arrival)) if wl.prefix_cached else None
+    if pstats is None and windowed(len(arrival), offline=cfg.offline, closed=closed is not None,
+                                   disaggregated=cfg.fleet.strategy.is_disaggregated, early_stop=cfg.early_stop,
+                                   iteration=cfg.fidelity is Fidelity.ITERATION):
+        req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
+        stage = _stages(cfg, clocks, req, cap, None)[0]
+        store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
+                                    prefix_hit=cfg.prefix_hit, on_progress=progress)
+        insts, stopped, rec = stage.instances, False, store.records()
     else:
-        insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats)
-    res = _result(cfg, req, insts, clocks, stopped)
+        req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
+        saved = _apply_prefix_hit(req, cfg.prefix_hit)
+        if cfg.fidelity is Fidelity.BESTSERVE:
+            insts = []
+            stopped = _run_bestserve(cfg, clocks, req)
+        else:
+            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress)
+        rec = req.records()
+    res = _result(cfg, rec, insts, clocks, stopped, closed_loop=clients is not None)
     if clients is not None or saved or pstats is not None:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
@@ -627,17 +665,33 @@ def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
     return session_loop(wl, starts=starts.tolist(), clients=None)
 
 
+def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: float | None,
+                 not_before: np.ndarray | None) -> ClosedLoop:
+    """The closed loop of :func:`simulate`'s ``clients`` (checked)."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise SpecError(f"clients={clients!r} must be a positive integer")
+    if not (math.isfinite(think_s) and think_s >= 0):
+        raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
+    if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
+        raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
+    if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
+        raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
+    n = len(cfg.workload.input_lengths)
+    sends = None
+    if not_before is not None:
+        nb = np.asarray(not_before, dtype=float)
+        if nb.shape != (n,) or not np.all(np.isfinite(nb)) or np.any(np.diff(nb) < 0):
+            raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
+        sends = nb.tolist()
+    return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends)
+
+
 def _apply_prefix_hit(req: RequestState, share: float) -> int:
     """Mark ``share`` of every prompt (at least one token left to compute) as found in the prefix
     cache: those tokens count as prefilled. Returns the prompt tokens saved."""
     if not share:
         return 0
-    saved = 0
-    for q in range(req.n):
-        hit = min(int(share * req.inp[q]), req.inp[q] - 1)
-        req.prefilled[q] = hit
-        saved += hit
-    return saved
+    return req.apply_prefix_hit(share)
 
 
 def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload) -> None:
@@ -686,11 +740,36 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
 
 def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
                    closed: ClosedLoop | None = None,
-                   pstats: PrefixStats | None = None) -> tuple[list[Instance], bool]:
+                   pstats: PrefixStats | None = None,
+                   progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
+    handed: list[tuple[float, int]] = []
+    stages = _stages(cfg, clocks, req, cap, handed, pstats)
+    if progress is not None:
+        _report_progress(stages, progress)
+    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
+    run = run_fleet(stages, req, source=source, handed=handed)
+    return run.instances, run.stopped_early
+
+
+def _report_progress(stages: list[Stage], progress: Callable[[int], None]) -> None:
+    """Have every stage report, as it drains an instance, the requests finished (a disaggregated
+    fleet's prefill and decode stages each count half a request)."""
+    insts = [inst for st in stages for inst in st.instances]
+    k = len(stages)
+
+    def report() -> None:
+        progress(sum(inst.completed for inst in insts) // k)
+
+    for st in stages:
+        st.on_progress = report
+
+
+def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
+            handed: list[tuple[float, int]] | None, pstats: PrefixStats | None = None) -> list[Stage]:
+    """The fleet's stages: its instances (their schedulers, KV caches, hand-off), routers and early stop."""
     fleet = cfg.fleet
     strat = fleet.strategy
     stop = EarlyStop(req, cfg.slo) if cfg.early_stop else None
-    handed: list[tuple[float, int]] = []
     transfer = None
     if strat.is_disaggregated:
         est_p, est_d = clocks[Role.PREFILL].est, clocks[Role.DECODE].est
@@ -704,7 +783,7 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
             return t
 
     def handoff(q: int, t: float) -> float:
-        assert transfer is not None
+        assert transfer is not None and handed is not None
         t_arrive = t + transfer(q)
         handed.append((t_arrive, q))
         return t_arrive
@@ -732,9 +811,7 @@ def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
                                  cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)
         stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
         first_index += len(insts)
-    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
-    run = run_fleet(stages, req, source=source, handed=handed)
-    return run.instances, run.stopped_early
+    return stages
 
 
 def _assigner(req: RequestState, role: Role, offset: int) -> Any:
@@ -775,11 +852,10 @@ def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
     return False
 
 
-def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clocks: dict[Role, StepClock],
-            stopped: bool) -> SimulationResult:
-    rec = req.records()
+def _result(cfg: SimulationConfig, rec: RequestRecords, insts: list[Instance], clocks: dict[Role, StepClock],
+            stopped: bool, *, closed_loop: bool = False) -> SimulationResult:
     done = np.isfinite(rec.finish)
-    n = req.n
+    n = len(rec)
     n_done = int(done.sum())
     t0 = float(rec.arrival.min()) if n else 0.0
     t_end = float(np.max(rec.finish[done])) if n_done else t0
@@ -800,14 +876,11 @@ def _result(cfg: SimulationConfig, req: RequestState, insts: list[Instance], clo
             fom += c * fom_flops(1, key >> 32, key & 0xFFFFFFFF, m.num_hidden_layers, m.hidden_size,
                                  m.num_attention_heads)
         fom /= span
-    # overload: the backlog when the last request arrives is a large share of the stream, or
-    # requests were still unfinished at the simulated-time cap
-    t_last = float(rec.arrival.max()) if n else 0.0
-    with np.errstate(invalid="ignore"):
-        backlog = int(np.count_nonzero(~(rec.finish <= t_last)))
-    fleet = cfg.fleet
-    slots = fleet.max_batch * fleet.strategy.num_instances * fleet.first.parallel.pp
-    overloaded = (not stopped and n_done < n) or backlog > max(0.1 * n, 2 * slots)
+    # overload: the queue grows (completions fall short of arrivals over the second half of the
+    # arrival span, beyond a stable queue's noise: QueueGrowth), or requests were still unfinished
+    # at the simulated-time cap
+    queue = None if closed_loop else QueueGrowth.of(rec.arrival, rec.finish)
+    overloaded = (not stopped and n_done < n) or (queue is not None and queue.growing)
     return SimulationResult(
         config=cfg, num_requests=n, num_completed=n_done,
         ttft_s=LatencyStats.of(rec.ttft[done]), tpot_s=LatencyStats.of(rec.tpot[done]),

@@ -49,9 +49,14 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 INF = math.inf
 INF_INT = 1 << 62  # larger than any token count
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+_SHORT = 24  # stretches of at most this many steps are summed in Python (cheaper than numpy calls)
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
 _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
+#: bytes of decode step-time tables one clock keeps (dense tables and blocks together); past it the
+#: tables are dropped and refilled on demand (a pure function of the estimator: same values). A
+#: long run at large batches would otherwise keep one table of up to 32 MB per batch size (GBs).
+_TABLE_BYTES = 256 << 20
 
 
 def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, float]:
@@ -61,6 +66,16 @@ def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, floa
     each continuing the previous total (the same sequential float additions as one ``cumsum``),
     so a stretch cut short by ``wake`` does not sum the steps it never runs."""
     k_max = len(times)
+    if k_max <= _SHORT:
+        # a short stretch in Python floats: the same sequential additions as ``cumsum`` (numpy
+        # accumulates in order), without the fixed cost of four numpy calls
+        acc = 0.0
+        final = k_max - 1
+        for i, t in enumerate(times.tolist()):
+            acc += t
+            e = acc + now
+            if i == final or not e < wake:   # the next step would start at or after ``wake``
+                return i + 1, e
     pos = 0
     m = 128  # first segment; each next one 4x longer (a 2,048-step decode takes at most 4 segments)
     last = None
@@ -104,6 +119,7 @@ class StepClock:
         self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
         self._ends: dict[tuple[int, int], np.ndarray] = {}
         self._ends_size = 0
+        self._table_bytes = 0  # held by _dense and _blocks (bounded by _TABLE_BYTES)
         #: prefill step time of one fresh prompt, by its length
         self.prefill_times: dict[int, float] = {}
         #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
@@ -138,9 +154,19 @@ class StepClock:
         key = (nd, b)
         blk = self._blocks.get(key)
         if blk is None:
+            if self._table_bytes + (8 << _BLK_BITS) > _TABLE_BYTES:
+                self._drop_tables()
+            self._table_bytes += 8 << _BLK_BITS
             blk = self._blocks[key] = np.empty(1 << _BLK_BITS)
             self._fill(nd, b, blk)
         return blk
+
+    def _drop_tables(self) -> None:
+        """Forget every decode table (they would pass ``_TABLE_BYTES``); arrays handed out stay
+        valid (a stretch holds its own reference), and tables are refilled on demand."""
+        self._dense.clear()
+        self._blocks.clear()
+        self._table_bytes = 0
 
     def decode_ends(self, nd: int, kvd0: int, k: int) -> np.ndarray:
         """``decode_times(nd, kvd0, k).cumsum()``; memoised for one sequence (a request alone
@@ -164,7 +190,12 @@ class StepClock:
             # one contiguous table per batch size (grown on demand): every stretch is a view
             tab = self._dense.get(nd)
             if tab is None or len(tab[0]) <= hi:
-                n_blk = max(b1 + 1, 2 * (len(tab[0]) >> _BLK_BITS) if tab is not None else 0)
+                old = len(tab[0]) if tab is not None else 0
+                n_blk = max(b1 + 1, 2 * (old >> _BLK_BITS))
+                if self._table_bytes + 8 * ((n_blk << _BLK_BITS) - old) > _TABLE_BYTES:
+                    self._drop_tables()
+                    tab, old, n_blk = None, 0, b1 + 1
+                self._table_bytes += 8 * ((n_blk << _BLK_BITS) - old)
                 arr = np.empty(n_blk << _BLK_BITS)
                 filled = bytearray(n_blk)
                 if tab is not None:
@@ -305,8 +336,9 @@ class Instance:
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
         self.interrupted = False
+        hooked = self.on_finish is not None   # only a completion hook interrupts
         while self.now < until:
-            if self.interrupted:
+            if hooked and self.interrupted:
                 self.interrupted = False
                 return
             now = self.now
@@ -548,24 +580,20 @@ class Instance:
                     self._hand_off(q, exit_t)
         dec = plan.decode
         if dec:
-            gen, out = R.gen, R.out
-            if self.spec_expected_tokens and chunks:
-                self._spec_mixed_decode(dec, kv, gen, out)
-            else:
-                self.kv.decode(dec, 1, kv, gen)  # one token each: a KV entry, a generated token, blocks
-            if self.pp == 1:  # a decode is ready again when its step ends, which is now
-                done += [q for q in dec if gen[q] >= out[q]]
-            else:
+            # one token each (a KV entry, a generated token, blocks), or speculative tokens beside chunks
+            last = (self._spec_mixed_decode(dec, kv, R.gen, R.out) if self.spec_expected_tokens and chunks
+                    else self.kv.decode(dec, 1, kv, R.gen, R.out))
+            if last:
+                done += last
+            if self.pp > 1:  # (with one stage a decode is ready again when its step ends, which is now)
                 ra, bub = R.ready_at, R.bubble
                 for q in dec:
                     ra[q] = exit_t
                     bub[q] += bubble
-                    if gen[q] >= out[q]:
-                        done.append(q)
         for q in done:
             self._finish(q, exit_t)
 
-    def _spec_mixed_decode(self, dec: list[int], kv: list[int], gen: list[int], out: list[int]) -> None:
+    def _spec_mixed_decode(self, dec: list[int], kv: list[int], gen: list[int], out: list[int]) -> list[int]:
         """The decodes of a step that also computed prompt chunks, under speculative decoding: each
         advances ``n`` tokens, ``n`` the whole part of a running sum of ``E`` per such step (so
         ``E`` on average, deterministically), at most what the free KV blocks hold (the policy made
@@ -576,15 +604,14 @@ class Instance:
         if n > 1:
             n = self.kv.steps_that_fit(dec, kv, n)
         if n <= 1:
-            self.kv.decode(dec, 1, kv, gen)
-            return
+            return self.kv.decode(dec, 1, kv, gen, out)
         short = [q for q in dec if out[q] - gen[q] < n]  # finishing with fewer than n tokens left
         if not short:
-            self.kv.decode(dec, n, kv, gen)
-            return
+            return self.kv.decode(dec, n, kv, gen, out)
         self.kv.decode([q for q in dec if out[q] - gen[q] >= n], n, kv, gen)
         for q in short:
             self.kv.decode([q], out[q] - gen[q], kv, gen)
+        return [q for q in dec if gen[q] >= out[q]]
 
     def _through_pipeline(self, now: float, t: float) -> tuple[float, float]:
         """A micro-batch of stage time ``t`` enters the pipeline at ``now``: when it leaves the
@@ -609,13 +636,27 @@ class Instance:
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
         now = self.now
-        kvd0, k_max, d_min = self._stretch_bound(run, out[run[0]] - gen[run[0]])
-        wake = until
-        if not self.waiting and self.ptr < len(self.inbox_t):
-            wake = min(wake, self.inbox_t[self.ptr])
+        # _stretch_bound(run, out - gen of the first), written out (this runs per stretch): the
+        # stretch is as long as the fewest tokens any request has left, or as the free blocks allow
+        kvd0 = nd
+        k_max = INF_INT
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
         kvc = self.kv
-        if self.waiting and kvc.releases:
-            wake = min(wake, kvc.releases[0][0])
+        if nd * -(-k_max // kvc.block_size) > kvc.free:
+            k_max = kvc.steps_that_fit(run, kv, k_max)
+        wake = until
+        if self.waiting:
+            rel = kvc.releases
+            if rel and rel[0][0] < wake:
+                wake = rel[0][0]
+        elif self.ptr < len(self.inbox_t):
+            t_in = self.inbox_t[self.ptr]
+            if t_in < wake:
+                wake = t_in
         if nd == 1:
             # step i ends at now + cum[i] (one float addition, as ``cum + now`` elementwise)
             cum = self.clock.decode_ends(1, kvd0, k_max)
@@ -627,12 +668,11 @@ class Instance:
             end = float(cum[k - 1]) + now
         else:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
-        kvc.decode(run, k, kv, gen)
+        done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
         self.now = end
-        if k == d_min:  # the stretch ends with the first completions
-            for r in (run if nd == 1 else [r for r in run if gen[r] == out[r]]):
-                self._finish(r, end)
+        for r in done:  # when the stretch ended with completions (k == d_min)
+            self._finish(r, end)
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
@@ -677,12 +717,10 @@ class Instance:
         R.prefilled[q] += k * c
         kv[q] = R.prefilled[q]
         R.ready_at[q] = end
-        self.kv.decode(run, k, kv, gen)
-        done = []
+        done = self.kv.decode(run, k, kv, gen, out)
+        ra = R.ready_at
         for r in run:
-            R.ready_at[r] = end
-            if gen[r] >= out[r]:
-                done.append(r)
+            ra[r] = end
         self.num_steps += k
         self.now = end
         for r in done:

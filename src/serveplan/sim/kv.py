@@ -23,8 +23,25 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from serveplan.units import ceil_div
+
+
+class _Lengths(Protocol):
+    """Per-request lengths, indexed by request id."""
+
+    def __getitem__(self, q: int, /) -> float: ...
+
+
+class _Unbounded:
+    """An output length no request reaches (``KVCache.decode`` without ``output``)."""
+
+    def __getitem__(self, q: int, /) -> float:
+        return math.inf
+
+
+_UNBOUNDED = _Unbounded()
 
 
 class KVCache:
@@ -76,7 +93,7 @@ class KVCache:
         returns the prompt tokens its plan counted as cached that were evicted meanwhile."""
         if self.prefix is not None:
             return self.prefix.admit(q, tokens)
-        b = self.blocks_for(tokens)
+        b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)  # per admission
         self.free -= b
         self.blocks[q] = b
         assert self.free >= 0, "KV blocks overcommitted"
@@ -86,7 +103,7 @@ class KVCache:
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
-        b = self.blocks_for(tokens)
+        b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)
         if b > self.free:
             return False
         if self.prefix is not None:
@@ -119,45 +136,59 @@ class KVCache:
         if self.prefix is not None and self.prefix.evictable > self.free:
             self.prefix.make_room()
 
-    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int]) -> None:
+    def decode(self, run: Sequence[int], k: int, kv_len: list[int], generated: list[int],
+               output: _Lengths | None = None) -> list[int]:
         """Each request of ``run`` decodes ``k`` tokens (a stretch of ``k`` steps): ``k`` more
-        generated tokens and KV entries, and the blocks follow (one pass: this runs per stretch
-        and request, the simulator's innermost loop)."""
+        generated tokens and KV entries, and the blocks follow. Returns the requests of ``run``
+        (in order) that reached their ``output`` tokens (none without ``output``). One pass: this
+        runs per stretch and request, the simulator's innermost loop."""
+        lim: _Lengths = _UNBOUNDED if output is None else output
         bs, blocks = self.block_size, self.blocks
         free = self.free
+        done = []
         if self.prefix is not None:  # own blocks: the span less the shared cached hits
             shared = self.prefix.shared
             for r in run:
-                generated[r] += k
+                g = generated[r] + k
+                generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
                 nb = -(-k1 // bs) - shared[r]
                 free -= nb - blocks[r]
                 blocks[r] = nb
+                if g >= lim[r]:
+                    done.append(r)
             assert free >= 0, "KV blocks overcommitted"
             self.free = free
             if self.prefix.evictable > free:  # the new blocks took cached ones
                 self.prefix.make_room()
-            return
+            return done
         if self._eq is None:
             for r in run:
-                generated[r] += k
+                g = generated[r] + k
+                generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
                 nb = -(-k1 // bs)  # ceil_div(k1, bs), written out: the simulator's innermost loop
                 free -= nb - blocks[r]
                 blocks[r] = nb
+                if g >= lim[r]:
+                    done.append(r)
         else:
             blocks_for = self.blocks_for
             for r in run:
-                generated[r] += k
+                g = generated[r] + k
+                generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
                 nb = blocks_for(k1)
                 free -= nb - blocks[r]
                 blocks[r] = nb
+                if g >= lim[r]:
+                    done.append(r)
         assert free >= 0, "KV blocks overcommitted"
         self.free = free
+        return done
 
     def steps_that_fit(self, run: Sequence[int], kv_len: Sequence[int], k_max: int) -> int:
         """Largest number of decode steps (``1 <= k <= k_max``) of every request of ``run``

@@ -79,3 +79,87 @@ def certain_misses(n_total: int, percentile: float) -> int:
     ``floor(p/100 (n-1))`` is then above the target."""
     k = int(math.floor(percentile / 100.0 * (n_total - 1)))
     return n_total - k
+
+
+#: Bins of the arrival span in which the backlog (arrived, not yet finished) is sampled.
+BACKLOG_BINS = 100
+#: Completions short of arrivals by more than this share, over the second half of the arrival
+#: span, mean the queue grows (a stable queue's backlog has no trend: completions match arrivals).
+OVERLOAD_DEFICIT = 0.02
+#: ... and the growth must exceed this many standard deviations of a Poisson count of the mean
+#: backlog (the noise of a stable queue near saturation, whose backlog wanders but does not trend)
+OVERLOAD_NOISE_SIGMAS = 4.0
+#: ... and this many of the half's arrival count (a short stream's arrivals alone vary by
+#: sqrt(count): 20 Poisson arrivals can come 13 early without any trend in the service)
+OVERLOAD_ARRIVAL_SIGMAS = 3.0
+#: Fewest arrivals in the second half for a trend verdict: a shorter stream (a few dozen requests,
+#: or a burst the fleet absorbs) never reaches a steady state whose trend could be told apart from
+#: its start; such a run is overloaded only when requests were unfinished at the time cap.
+OVERLOAD_MIN_ARRIVALS = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueGrowth:
+    """The backlog's trend over the second half of the arrival span.
+
+    ``backlog`` is sampled at ``BACKLOG_BINS + 1`` evenly spaced times from the first to the last
+    arrival (arrivals up to the time minus completions up to it). Over the second half of the
+    span a least-squares line through the samples gives the growth (requests over that half);
+    the queue grows (``growing``) when that growth is above ``OVERLOAD_DEFICIT`` of the
+    arrivals of the half (completions short of arrivals by more than 2%),
+    ``OVERLOAD_NOISE_SIGMAS`` times the square root of the mean backlog (the wander of a stable
+    queue) and ``OVERLOAD_ARRIVAL_SIGMAS`` times the square root of the half's arrivals (the
+    noise of the arrival count of a short stream). A stream with fewer than
+    ``OVERLOAD_MIN_ARRIVALS`` arrivals in the second half, or one that arrives at one instant
+    (offline), gives no verdict (not growing).
+    """
+
+    growth: float            # requests the backlog gained over the second half (fitted line)
+    arrivals: int            # requests that arrived in the second half
+    mean_backlog: float      # over the second half
+    last_backlog: int        # at the last arrival
+
+    @property
+    def threshold(self) -> float:
+        return max(OVERLOAD_DEFICIT * self.arrivals, OVERLOAD_NOISE_SIGMAS * math.sqrt(self.mean_backlog + 1.0),
+                   OVERLOAD_ARRIVAL_SIGMAS * math.sqrt(self.arrivals))
+
+    @property
+    def growing(self) -> bool:
+        return self.arrivals >= OVERLOAD_MIN_ARRIVALS and self.growth > self.threshold
+
+    @staticmethod
+    def of_counts(arrived: np.ndarray, finished: np.ndarray, span_s: float) -> QueueGrowth:
+        """From cumulative counts at the ``BACKLOG_BINS + 1`` sample times over a span of ``span_s``."""
+        backlog = np.asarray(arrived, dtype=float) - np.asarray(finished, dtype=float)
+        if not span_s > 0 or len(backlog) < 3:
+            last = int(backlog[-1]) if len(backlog) else 0
+            return QueueGrowth(growth=0.0, arrivals=0, mean_backlog=float(max(last, 0)), last_backlog=last)
+        half = (len(backlog) - 1) // 2
+        y = backlog[half:]
+        x = np.linspace(0.0, 1.0, len(y))   # time as a share of the half span
+        xm = x.mean()
+        slope = float(((x - xm) * (y - y.mean())).sum() / ((x - xm) ** 2).sum())
+        return QueueGrowth(growth=slope, arrivals=int(arrived[-1] - arrived[half]), mean_backlog=float(y.mean()),
+                           last_backlog=int(backlog[-1]))
+
+    @staticmethod
+    def of(arrival: np.ndarray, finish: np.ndarray) -> QueueGrowth:
+        """From per-request arrival and finish times (NaN: unfinished), in one pass each (no sort):
+        every time is counted at the first sample time at or after it."""
+        a = np.asarray(arrival, dtype=float)
+        if a.size == 0:
+            return QueueGrowth(growth=0.0, arrivals=0, mean_backlog=0.0, last_backlog=0)
+        t0, t1 = float(a.min()), float(a.max())
+        if not t1 > t0:
+            return QueueGrowth.of_counts(np.array([a.size]), np.array([np.count_nonzero(finish <= t1)]), 0.0)
+        f = np.asarray(finish, dtype=float)
+        f = f[f <= t1]    # NaN (unfinished) and later completions do not count
+        scale = BACKLOG_BINS / (t1 - t0)
+
+        def counts(x: np.ndarray) -> np.ndarray:
+            k = np.clip(np.ceil((x - t0) * scale), 0, BACKLOG_BINS).astype(np.int64)
+            return np.cumsum(np.bincount(k, minlength=BACKLOG_BINS + 1))
+
+        return QueueGrowth.of_counts(counts(a), counts(f), t1 - t0)
+

@@ -55,6 +55,44 @@ class RequestState:
         self.bubble = [0.0] * n
         self.preemptions = [0] * n
 
+    #: the per-request lists (all indexed by request)
+    SLOTS = ("arrival", "inp", "out", "prompt_len", "prefilled", "kv_len", "gen", "blocks", "ready_at", "kv_ready",
+             "first_token", "finish", "start", "decode_arrival", "decode_start", "p_inst", "d_inst", "bubble",
+             "preemptions")
+
+    def add(self, arrival: list[float], inp: list[int], out: list[int]) -> None:
+        """Append requests (a windowed run's next chunk, :mod:`serveplan.sim.stream`)."""
+        k = len(arrival)
+        self.arrival += arrival
+        self.inp += inp
+        self.out += out
+        self.prompt_len += inp
+        for name, zero in (("prefilled", 0), ("kv_len", 0), ("gen", 0), ("blocks", 0), ("ready_at", 0.0),
+                           ("kv_ready", False), ("first_token", NAN), ("finish", NAN), ("start", NAN),
+                           ("decode_arrival", NAN), ("decode_start", NAN), ("p_inst", -1), ("d_inst", -1),
+                           ("bubble", 0.0), ("preemptions", 0)):
+            getattr(self, name).extend([zero] * k)
+        self.n += k
+
+    def keep(self, slots: list[int]) -> None:
+        """Keep only the requests ``slots`` (in that order), renumbered from 0; every list is
+        changed in place (the KV cache and the schedulers hold references to them)."""
+        for name in self.SLOTS:
+            lst = getattr(self, name)
+            lst[:] = [lst[q] for q in slots]
+        self.n = len(slots)
+
+    def apply_prefix_hit(self, share: float, start: int = 0) -> int:
+        """Mark ``share`` of the prompt of every request from ``start`` on (at least one token left
+        to compute) as found in the prefix cache: those tokens count as prefilled. Returns the
+        prompt tokens saved."""
+        saved = 0
+        for q in range(start, self.n):
+            hit = min(int(share * self.inp[q]), self.inp[q] - 1)
+            self.prefilled[q] = hit
+            saved += hit
+        return saved
+
     def records(self) -> RequestRecords:
         def f(a: list[float]) -> np.ndarray:
             return np.asarray(a, dtype=float)

@@ -3,8 +3,17 @@
 Reads the JSON that vLLM's serving benchmark saves (``benchmarks/benchmark_serving.py
 --save-result``; ``vllm bench serve``): per-request ``ttfts`` and inter-token latencies ``itls``
 (seconds), ``input_lens``, ``output_lens``, and the run's ``request_rate``, ``burstiness``,
-``completed`` and ``duration``. The same workload (those lengths, the same arrival process and
-rate) is simulated, and TTFT and TPOT (mean, P50, P90, P99) are put side by side.
+``completed``, ``duration`` and ``max_concurrency``. The same workload (those lengths, the same
+arrival process and rate) is simulated, and TTFT and TPOT (mean, P50, P90, P99) are put side by
+side. The load is the benchmark's:
+
+* ``request_rate: inf`` without ``max_concurrency``: every request sent at t=0, run to completion
+  (no simulated-time cap: a burst of thousands of requests drains for a long time);
+* ``max_concurrency: C`` with ``request_rate: inf``: a closed loop of ``C`` clients, each sending
+  its next request as soon as its previous one finished (``vllm bench serve --max-concurrency``);
+* ``max_concurrency: C`` with a finite rate: requests arrive as the rate's process draws them and
+  each then waits for one of ``C`` slots, first come first served (vLLM's semaphore); latencies
+  count from the send, as vLLM's do.
 
 TPOT per request follows vLLM's definition: ``(latency - ttft) / (output_len - 1)``, i.e. the
 sum of its inter-token latencies over ``output_len - 1``; requests with one output token have
@@ -25,6 +34,7 @@ import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.sim import SimulationConfig, Workload, simulate
+from serveplan.sim.workload import arrival_times
 
 STATS = ("mean", "p50", "p90", "p99")
 
@@ -42,6 +52,7 @@ class ServingRun:
     duration_s: float
     completed: int
     source: str = ""
+    max_concurrency: int | None = None   # vllm bench serve --max-concurrency (None: no cap)
 
 
 def _num_list(raw: Mapping[str, Any], key: str, where: str) -> list[Any]:
@@ -113,11 +124,15 @@ def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingR
     burst = float(raw.get("burstiness", 1.0) or 1.0)
     if not burst > 0:
         raise SpecError(f"{where}: burstiness={burst!r} must be positive")
+    mc = raw.get("max_concurrency")
+    if mc is not None and (isinstance(mc, bool) or not isinstance(mc, (int, float)) or mc != int(mc) or mc < 1):
+        raise SpecError(f"{where}: max_concurrency={mc!r} must be a positive integer (or null: no cap)")
     sel = ok
     return ServingRun(
         ttft_s=t[sel], tpot_s=tpot[sel], input_lens=i_len[sel].astype(int), output_lens=o_len[sel].astype(int),
         request_rate=rate_f, burstiness=burst, duration_s=float(raw.get("duration", math.nan) or math.nan),
         completed=int(raw.get("completed", int(sel.sum())) or int(sel.sum())), source=where,
+        max_concurrency=None if mc is None else int(mc),
     )
 
 
@@ -153,6 +168,9 @@ class Comparison:
     num_requests: int
     request_rate: float
     simulated_completed: int
+    load: str = ""                                   # how the benchmark's load was simulated
+    max_concurrency: int | None = None
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)   # the simulation's configuration
 
     def to_records(self) -> list[dict[str, Any]]:
         return [{"metric": r.metric, "stat": r.stat, "measured_s": r.measured_s, "simulated_s": r.simulated_s,
@@ -160,7 +178,8 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_requests": self.num_requests, "request_rate": self.request_rate,
-                "simulated_completed": self.simulated_completed, "rows": self.to_records()}
+                "max_concurrency": self.max_concurrency, "load": self.load,
+                "simulated_completed": self.simulated_completed, "config": self.config, "rows": self.to_records()}
 
 
 def _stats(v: np.ndarray) -> dict[str, float]:
@@ -191,14 +210,34 @@ def workload_of(run: ServingRun) -> Workload:
 
 def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
     """Simulate ``run``'s workload with ``config`` (a :class:`~serveplan.sim.SimulationConfig`
-    whose workload and rate are replaced) and pair the statistics."""
-    rate = None if math.isinf(run.request_rate) else run.request_rate
-    cfg = dataclasses.replace(config, workload=workload_of(run), rate=rate)
-    res = simulate(cfg)
+    whose workload and rate are replaced) under the benchmark's load (module doc) and pair the
+    statistics."""
+    burst = math.isinf(run.request_rate)
+    wl = workload_of(run)
+    c = run.max_concurrency
+    if c is None:
+        rate = None if burst else run.request_rate
+        # a burst has no arrival span to scale a time cap by: it runs until the last request is out
+        cfg = dataclasses.replace(config, workload=wl, rate=rate, max_time_s=math.inf if burst else None)
+        res = simulate(cfg)
+        load = "every request sent at t=0" if burst else f"open loop at {run.request_rate:g} req/s"
+    else:
+        n = len(run.input_lens)
+        lengths = Workload(input_lengths=run.input_lens, output_lengths=run.output_lens, arrival="trace",
+                           trace_times=np.zeros(n), name=wl.name)
+        cfg = dataclasses.replace(config, workload=lengths, rate=None, max_time_s=None)
+        if burst:
+            res = simulate(cfg, clients=c)
+            load = f"closed loop of {c} clients (max_concurrency {c}, request_rate inf)"
+        else:
+            sends = arrival_times(wl, run.request_rate, config.seed)
+            res = simulate(cfg, clients=c, not_before=sends)
+            load = f"arrivals at {run.request_rate:g} req/s, at most {c} in flight (max_concurrency)"
     meas = {"TTFT": _stats(run.ttft_s), "TPOT": _stats(run.tpot_s)}
     sim = {"TTFT": res.ttft_s, "TPOT": res.tpot_s}
     rows = []
     for metric in ("TTFT", "TPOT"):
         for s in STATS:
             rows.append(ComparisonRow(metric, s, meas[metric][s], float(getattr(sim[metric], s))))
-    return Comparison(tuple(rows), len(run.ttft_s), run.request_rate, int(res.num_completed))
+    return Comparison(tuple(rows), len(run.ttft_s), run.request_rate, int(res.num_completed), load=load,
+                      max_concurrency=c, config=cfg.to_dict())

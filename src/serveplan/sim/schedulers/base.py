@@ -174,9 +174,9 @@ class BatchPlan:
         return not (self.prefill or self.decode)
 
 
-def blocks_for(tokens: int, block_size: int) -> int:
-    """KV blocks holding ``tokens`` tokens."""
-    return ceil_div(tokens, block_size)
+#: KV blocks holding ``tokens`` tokens: ``blocks_for(tokens, block_size)`` (``ceil_div`` itself,
+#: not a wrapper: policies call it per request at every step boundary)
+blocks_for = ceil_div
 
 
 class Scheduler:

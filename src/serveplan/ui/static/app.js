@@ -21,6 +21,10 @@ const el = (tag, attrs = {}, ...kids) => {
   return e;
 };
 const fmt = (v, d = 3) => (v == null || Number.isNaN(v)) ? "-" : Number(v).toFixed(d);
+// the SLO tolerance the goodput search applied (BestServe Algorithm 9's tau), said beside every goodput
+const tolOf = (doc) => { const s = doc.settings || {}; return s.slo_tolerance ?? s.relaxation; };
+const tolShort = (doc) => { const t = tolOf(doc); return t == null ? "SLO" : (t === 0 ? "strict SLO" : `SLO +${Math.round(t * 100)}%`); };
+const tolText = (doc) => { const t = tolOf(doc); return t == null ? "" : (t === 0 ? "strictly (tolerance 0)" : `within +${Math.round(t * 100)}% of each target (tolerance ${t})`); };
 const ms = (v, d = 1) => (v == null || Number.isNaN(v)) ? "-" : (v * 1e3).toLocaleString(undefined, { maximumFractionDigits: d, minimumFractionDigits: d });
 const bytes = (b) => { if (b == null) return "-"; const u = ["B", "KB", "MB", "GB", "TB"]; let i = 0; while (b >= 1000 && i < u.length - 1) { b /= 1000; i++; } return `${b.toFixed(b >= 100 ? 0 : 1)} ${u[i]}`; };
 
@@ -192,8 +196,8 @@ function renderPlan(main) {
     const best = doc.strategies[0];
     const card = el("div", { class: "card" },
       el("h2", { text: `${st.model} on up to ${st.devices} x ${st.hardware}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
-      el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. * = Pareto-optimal.` }));
-    const head = ["#", "strategy", "devices", "goodput req/s", "per device", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
+      el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. Goodput: the highest rate meeting the SLO ${tolText(doc)}. * = Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean end-to-end latency at its goodput rate.` }));
+    const head = ["#", "strategy", "devices", `goodput req/s (${tolShort(doc)})`, "per device", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
     const table = el("table", { id: i === 0 ? "ranking" : null }, el("thead", {}, el("tr", {}, ...head.map((h, j) => el("th", { class: [1, 8, 9].includes(j) ? "l" : "", text: h })))));
     const body = el("tbody");
     doc.strategies.forEach((r, k) => {
