@@ -1,0 +1,380 @@
+"""Fast search: pool capacities measured once, fleets composed by arithmetic, the best confirmed.
+
+The exhaustive search (:func:`serveplan.optimize.search.search` with ``exhaustive=True``)
+simulates every fleet's goodput. This one uses three facts about a fleet behind round-robin
+routers with an open-loop stream (docs/optimizer.md, "Fast search"):
+
+* **Disaggregated pools meet only through the KV transfer.** A ``PpDd`` fleet meets TTFT iff its
+  prefill pool does (the first token leaves the prefill instance), and TPOT iff its decode pool
+  does, fed by the prefill completions plus the transfer. So its goodput is
+  ``min(G_ttft(prefill pool of P), G_tpot(decode pool of D))``: the prefill pool of ``P``
+  instances is simulated alone (one output token per request, TTFT checked) once per prefill
+  configuration and ``P``, and is shared by every ``D``; one decode instance is measured once per
+  configuration and ``D`` (TPOT checked) behind a prefill pool large enough not to saturate, fed
+  every ``D``-th request (``--`` below), and shared by every ``P``.
+* **Round-robin copies.** ``N`` collocated instances behind a round-robin router at rate ``r`` are
+  ``N`` copies of one instance that receives every ``N``-th arrival. Every ``N``-th arrival of a
+  Poisson stream is not Poisson: its gaps are sums of ``N`` exponentials, a Gamma renewal
+  process of coefficient of variation ``1 / sqrt(N)`` (``cv / sqrt(N)`` for Gamma arrivals of
+  ``cv``). One instance fed that stream at ``r / N`` is simulated, with
+  ``max(n / N, min(n, 1000))`` requests (what one instance of the fleet sees, not fewer than a
+  thousand), and the fleet's goodput is ``N`` times its goodput.
+* **Bounds prune.** Every candidate gets an analytic upper bound (:mod:`serveplan.optimize.screen`);
+  candidates are composed best bound first, and those whose bound cannot beat the best composed
+  goodput per device are pruned with that reason.
+
+The few best composed fleets are then simulated whole (the bracket starts at the composed
+goodput, so a right estimate costs two runs) and ranked on that; a confirmation that differs from
+its composition by more than the bisection tolerance is reported.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, _zero_load, max_goodput
+from serveplan.optimize.screen import Screen, mean_lengths
+from serveplan.optimize.space import Pruned
+from serveplan.sim.fleet import Fleet, InstanceConfig, Strategy
+from serveplan.sim.workload import Workload
+
+#: fewest requests a single-instance stream is simulated with
+MIN_UNIT_REQUESTS = 1000
+#: whole-fleet confirmations: at least this many of the best composed fleets
+CONFIRM = 3
+#: ... and at most this many, while an unconfirmed composition still beats the best confirmed one
+MAX_CONFIRM = 8
+
+
+def decomposable(settings: GoodputSettings) -> bool:
+    """Whether the fast search applies: open-loop Poisson or Gamma arrivals (a trace's N-th
+    arrivals are not a renewal process; those searches run exhaustively)."""
+    return settings.workload.arrival in ("poisson", "gamma")
+
+
+def instance_stream(wl: Workload, n_copies: int) -> Workload:
+    """The stream one of ``n_copies`` round-robin instances receives, in distribution: Gamma gaps
+    of coefficient of variation ``cv / sqrt(N)`` (module doc), ``max(n / N, min(n, 1000))``
+    requests, its rate ``1 / N`` of the fleet's."""
+    n = wl.num_requests
+    if n_copies == 1:
+        return wl
+    m = max(n // n_copies, min(n, MIN_UNIT_REQUESTS))
+    cv0 = 1.0 if wl.arrival == "poisson" else wl.cv
+    return Workload(input_lengths=wl.input_lengths[:m], output_lengths=wl.output_lengths[:m], arrival="gamma",
+                    cv=cv0 / math.sqrt(n_copies), name=f"{wl.name}/every-{n_copies}th")
+
+
+def first_token_only(wl: Workload) -> Workload:
+    """The same stream with one output token per request: the prefill pool alone."""
+    return Workload(input_lengths=wl.input_lengths, output_lengths=np.ones_like(wl.input_lengths),
+                    arrival=wl.arrival, cv=wl.cv, trace_times=wl.trace_times, name=f"{wl.name}/prefill")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One pool measurement: what is simulated, with which check, scaled by how many copies."""
+
+    kind: str                # "prefill" (P instances, TTFT), "decode" (one of D, TPOT), "collocated" (one of N)
+    fleet: Fleet
+    copies: int              # the measured goodput times this is the pool's goodput
+    settings_key: int        # index into the measurer's settings variants
+
+    @property
+    def key(self) -> str:
+        return f"unit/{self.kind}/{self.copies}/{self.fleet.name}"
+
+
+@dataclass
+class Composition:
+    """The composed goodput of one fleet, and the unit results behind it."""
+
+    cand: Fleet
+    goodput_rps: float
+    parts: tuple[GoodputResult, ...]
+    binding: str
+
+
+@dataclass
+class Measurer:
+    """Measures units (memoised, optionally checkpointed) and composes fleets from them."""
+
+    settings: GoodputSettings
+    on_unit: Callable[[str, GoodputResult], None] | None = None
+    done: dict[str, GoodputResult] = field(default_factory=dict)
+    num_simulations: int = 0
+    num_units: int = 0
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self._prefill_settings = replace(s, workload=first_token_only(s.workload))
+        self._streams: dict[int, GoodputSettings] = {1: s}
+        wl = s.workload
+        m = min(wl.num_requests, MIN_UNIT_REQUESTS)
+        self._decode_settings = s if m == wl.num_requests else replace(s, workload=Workload(
+            input_lengths=wl.input_lengths[:m], output_lengths=wl.output_lengths[:m], arrival=wl.arrival, cv=wl.cv,
+            name=wl.name))
+
+    def _stream(self, n: int) -> GoodputSettings:
+        got = self._streams.get(n)
+        if got is None:
+            got = self._streams[n] = replace(self.settings, workload=instance_stream(self.settings.workload, n))
+        return got
+
+    def _measure(self, key: str, fleet: Fleet, settings: GoodputSettings, check: str,
+                 guess: float | None = None) -> GoodputResult:
+        got = self.done.get(key)
+        if got is None:
+            got = max_goodput(fleet, settings, check=check, guess=guess)
+            self.done[key] = got
+            self.num_simulations += got.num_simulations
+            self.num_units += 1
+            if self.on_unit is not None:
+                self.on_unit(key, got)
+        return got
+
+    def prefill_pool(self, prefill: InstanceConfig, p: int) -> GoodputResult:
+        """TTFT goodput of ``p`` prefill instances (the whole pool, one output token per request;
+        the decode side then does no work, so any decode configuration stands for it)."""
+        dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"))
+        fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
+        return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, "ttft")
+
+    def decode_instance(self, prefill: InstanceConfig, decode: InstanceConfig, feeders: int,
+                        guess: float | None = None) -> GoodputResult:
+        """TPOT goodput of one decode instance fed by ``feeders`` prefill instances (the KV
+        transfer included), on the first ``min(n, 1000)`` requests of the stream; the bracket
+        starts at ``guess`` (the analytic decode rate, a few percent above the measured one)."""
+        fleet = Fleet(strategy=Strategy(num_prefill=feeders, num_decode=1), prefill=prefill, decode=decode)
+        return self._measure(f"unit/decode/{fleet.name}", fleet, self._decode_settings, "tpot", guess)
+
+    def collocated_instance(self, inst: InstanceConfig, n: int) -> GoodputResult:
+        """Goodput of one of ``n`` round-robin collocated instances."""
+        fleet = Fleet(strategy=Strategy(num_collocated=1), collocated=inst)
+        return self._measure(f"unit/collocated/{n}/{fleet.name}", fleet, self._stream(n), "both")
+
+    def feeders(self, prefill: InstanceConfig, decode: InstanceConfig, screen: Screen) -> int:
+        """Prefill instances feeding a decode measurement: enough that their TTFT goodput (one
+        instance's, times the count) covers the decode instance's analytic capacity, so the
+        prefill side never saturates; at most 64."""
+        need = screen.instance(decode).decode_rps
+        one = self.prefill_pool(prefill, 1).goodput_rps
+        if one <= 0 or not math.isfinite(need):
+            return 1
+        return max(1, min(64, math.ceil(need / one)))
+
+    def compose(self, cand: Fleet, screen: Screen) -> Composition:
+        s = cand.strategy
+        if not cand.is_disaggregated:
+            assert cand.collocated is not None
+            u = self.collocated_instance(cand.collocated, s.num_collocated)
+            return Composition(cand, s.num_collocated * u.goodput_rps, (u,), u.binding)
+        assert cand.prefill is not None and cand.decode is not None
+        pre = self.prefill_pool(cand.prefill, s.num_prefill)
+        if pre.goodput_rps <= 0:
+            return Composition(cand, 0.0, (pre,), "ttft")
+        feeders = self.feeders(cand.prefill, cand.decode, screen)
+        guess = 0.95 * min(screen.instance(cand.decode).decode_rps,
+                           feeders * self.prefill_pool(cand.prefill, 1).goodput_rps)
+        dec = self.decode_instance(cand.prefill, cand.decode, feeders, guess if math.isfinite(guess) else None)
+        g_p, g_d = pre.goodput_rps, s.num_decode * dec.goodput_rps
+        return Composition(cand, min(g_p, g_d), (pre, dec), "ttft" if g_p <= g_d else "tpot")
+
+
+def composed_result(comp: Composition, settings: GoodputSettings) -> GoodputResult:
+    """A :class:`GoodputResult` for a composed fleet (``method="composed"``); latencies are the
+    units' at their own goodput."""
+    cand = comp.cand
+    g = comp.goodput_rps
+    parts = comp.parts
+    ttft = parts[0].ttft_p
+    tpot = parts[-1].tpot_p
+    mean_out = float(np.mean(settings.workload.output_lengths))
+    if g <= 0:
+        reason = "; ".join(p.reason for p in parts if p.reason) or "SLO missed even at 0.1 req/s"
+        return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0,
+                             status=GoodputStatus.REJECTED, reason=reason, num_simulations=0, method="composed")
+    if cand.is_disaggregated:
+        bottleneck = "prefill instances" if comp.binding == "ttft" else "decode instances"
+    else:
+        bottleneck = parts[0].bottleneck
+    return GoodputResult(
+        candidate=cand, goodput_rps=g, goodput_per_device=g / cand.num_devices, status=GoodputStatus.OK,
+        ttft_p=ttft, tpot_p=tpot, e2e_mean_s=parts[-1].e2e_mean_s, throughput_rps=g, output_tokens_per_s=g * mean_out,
+        binding=comp.binding, bottleneck=bottleneck, capacity_bound_rps=parts[-1].capacity_bound_rps,
+        num_simulations=0, method="composed",
+    )
+
+
+@dataclass
+class FastOutcome:
+    results: dict[str, GoodputResult]
+    pruned: list[Pruned]
+    num_simulations: int
+    num_units: int
+    disagreements: list[str]
+
+
+def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int,
+                done: dict[str, GoodputResult], on_record: Callable[[str, GoodputResult], None],
+                on_candidate: Callable[[str], None], confirm: int = CONFIRM,
+                target_rate: float | None = None) -> FastOutcome:
+    """Bound, compose and confirm (module doc). ``done`` holds checkpointed units and whole-fleet
+    results by key; ``on_record`` stores new ones; ``on_candidate`` ticks the progress per
+    candidate settled. With ``target_rate`` the objective is the fewest devices reaching it."""
+    s = settings
+    lim = 1.0 + s.relaxation
+    s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
+    screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
+                    ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
+    meas = Measurer(s, on_unit=on_record, done={k: v for k, v in done.items() if k.startswith("unit/")})
+    results: dict[str, GoodputResult] = {}
+    pruned: list[Pruned] = []
+    bounds: dict[str, float] = {}
+    heap: list[tuple[tuple[float, float], int, Fleet]] = []
+    for i, c in enumerate(candidates):
+        reason, _ = _zero_load(c, s)
+        if reason:
+            results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
+                                            status=GoodputStatus.REJECTED, reason=reason, method="bound")
+            on_candidate(c.name)
+            continue
+        b = screen.fleet(c)
+        bounds[c.name] = b
+        if target_rate is not None:
+            if b < target_rate:
+                pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
+                    f"goodput bound {b:.3g} req/s is below the target rate {target_rate:g}")))
+                on_candidate(c.name)
+                continue
+            heapq.heappush(heap, ((c.num_devices, -b), i, c))  # fewest devices, best bound first
+        else:
+            heapq.heappush(heap, ((-b / c.num_devices, 0.0), i, c))
+    composed: dict[str, GoodputResult] = {}
+    best_pd = 0.0
+    best_devices: int | None = None
+    # a prefill pool serves more per instance the more instances share the stream (smoother
+    # arrivals each), so the largest pool of a configuration bounds every smaller one per instance
+    p_max: dict[InstanceConfig, int] = {}
+    for c in candidates:
+        if c.prefill is not None:
+            p_max[c.prefill] = max(p_max.get(c.prefill, 0), c.strategy.num_prefill)
+    refined: set[str] = set()
+
+    def refine(c: Fleet) -> float:
+        assert c.prefill is not None and c.decode is not None
+        big = meas.prefill_pool(c.prefill, p_max[c.prefill])
+        per = big.goodput_rps / p_max[c.prefill] * (1 + 1.1 * s.rel_tol)
+        return min(bounds[c.name], c.strategy.num_prefill * per)
+
+    while heap:
+        key, i, c = heapq.heappop(heap)
+        if c.is_disaggregated and c.name not in refined:
+            refined.add(c.name)
+            b = refine(c)
+            if b < bounds[c.name] * (1 - 1e-9):
+                bounds[c.name] = b
+                if target_rate is None:
+                    heapq.heappush(heap, ((-b / c.num_devices, 0.0), i, c))
+                else:
+                    heapq.heappush(heap, ((c.num_devices, -b), i, c))
+                continue
+        if target_rate is None:
+            ub_pd = -key[0]
+            if ub_pd < best_pd:
+                pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
+                    f"goodput bound {ub_pd:.3g} req/s per device is below the best found, {best_pd:.3g}")))
+                on_candidate(c.name)
+                continue
+        elif best_devices is not None and c.num_devices > best_devices:
+            pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
+                f"{c.num_devices} devices; {best_devices} already reach {target_rate:g} req/s")))
+            on_candidate(c.name)
+            continue
+        r = composed_result(meas.compose(c, screen), s)
+        composed[c.name] = r
+        on_candidate(c.name)
+        if r.status == GoodputStatus.OK:
+            best_pd = max(best_pd, r.goodput_per_device)
+            if target_rate is not None and r.goodput_rps >= target_rate * (1 - 1.1 * s.rel_tol):
+                best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
+    results.update(composed)
+    # confirm the best compositions with whole-fleet simulations
+    ok = sorted((r for r in composed.values() if r.status == GoodputStatus.OK),
+                key=lambda r: (-r.goodput_per_device, r.candidate.num_devices, r.name))
+    if target_rate is not None:
+        ok = sorted((r for r in ok if r.goodput_rps >= target_rate * (1 - 1.1 * s.rel_tol)),
+                    key=lambda r: (r.candidate.num_devices, -r.goodput_rps, r.name))
+    disagreements: list[str] = []
+    confirmed: dict[str, GoodputResult] = {}
+    queue = list(ok)
+    n_sims = 0
+
+    def best_confirmed() -> GoodputResult | None:
+        good = [r for r in confirmed.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
+        if target_rate is not None:
+            good = [r for r in good if r.goodput_rps >= target_rate]
+            return min(good, key=lambda r: (r.candidate.num_devices, -r.goodput_rps), default=None)
+        return max(good, key=lambda r: r.goodput_per_device, default=None)
+
+    while queue and len(confirmed) < MAX_CONFIRM:
+        top = best_confirmed()
+        if len(confirmed) >= confirm and top is not None:
+            nxt = queue[0]
+            if target_rate is None and nxt.goodput_per_device <= top.goodput_per_device:
+                break
+            if target_rate is not None and nxt.candidate.num_devices >= top.candidate.num_devices:
+                break
+        batch = queue[:max(1, min(jobs, confirm if not confirmed else jobs))]
+        queue = queue[len(batch):]
+        for r in _confirm(batch, s, jobs, done):
+            comp = composed[r.name]
+            n_sims += r.num_simulations
+            tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
+            r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
+            if abs(r.goodput_rps - comp.goodput_rps) > tol:
+                disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
+                                     f"{r.goodput_rps:.3g} req/s")
+            confirmed[r.name] = r
+            on_record(r.name, r)
+    results.update(confirmed)
+    return FastOutcome(results=results, pruned=pruned, num_simulations=meas.num_simulations + n_sims,
+                       num_units=meas.num_units, disagreements=disagreements)
+
+
+def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
+             done: dict[str, GoodputResult]) -> list[GoodputResult]:
+    """Whole-fleet goodput of each composed result, the bracket starting at its composition."""
+    out = []
+    todo = []
+    for r in batch:
+        prev = done.get(r.name)
+        if prev is not None and prev.method == "confirmed":
+            out.append(replace(prev, num_simulations=0))
+        else:
+            todo.append(r)
+    if jobs <= 1 or len(todo) <= 1:
+        out += [max_goodput(r.candidate, settings, guess=r.goodput_rps) for r in todo]
+        return out
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+        futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
+        out += [f.result() for f in futs]
+    return out
+
+
+def _whole(cand: Fleet, settings: GoodputSettings, guess: float) -> GoodputResult:
+    return max_goodput(cand, settings, guess=guess)
+
+
+def summary(outcome: FastOutcome) -> dict[str, Any]:
+    """What the fast search did, for reports."""
+    return {"units": outcome.num_units, "simulations": outcome.num_simulations,
+            "disagreements": list(outcome.disagreements), "pruned_by_bound": len(outcome.pruned)}
