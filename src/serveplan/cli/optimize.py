@@ -80,10 +80,16 @@ def optimize_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     band: int = typer.Option(0, "--band", help=(
         "Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's "
-        "uncertainty (seeded by --seed) and say which cannot be told apart from the best.")),
+        "uncertainty (seeded by --seed) and say which cannot be told apart from the best (implies --exhaustive).")),
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
     deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
                                        "commands (Dynamo YAML if disaggregated) and write them to this directory."),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help=(
+        "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
+        "bounds and simulates only the best fleets whole).")),
+    confirm: int = typer.Option(3, "--confirm", help="Best composed fleets simulated whole to confirm (fast search)."),
+    target_rate: float | None = typer.Option(None, "--target-rate", help=(
+        "Requests/s to reach: answer with the fewest devices whose goodput reaches it.")),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -119,7 +125,11 @@ def optimize_cmd(
                                 seed=seed, fidelity=Fidelity.parse(fidelity), rel_tol=tolerance, engine=engine,
                                 kv_dtype=DType.parse(kv_dtype) if kv_dtype else None) for wl in workloads]
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
-                          progress=progress and not json_out)
+                          progress=progress and not json_out,
+                          # bands compare the top strategies, which pruning by bound would drop
+                          method="exhaustive" if exhaustive or band else "fast",
+                          confirm=confirm,
+                          target_rate=target_rate)
     multi = len(results) > 1
     bands: list[list[GoodputBand]] = []
     if band:
@@ -179,14 +189,16 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         g = f"{r.goodput_rps:.2f}"
         if r.goodput_ci:
             g += f" [{r.goodput_ci[0]:.2f}, {r.goodput_ci[1]:.2f}]"
-        t.add_row(str(i), r.name + (" *" if r.name in res.pareto else ""), str(r.candidate.num_devices), g,
+        mark = {"composed": " (c)", "confirmed": " (w)"}.get(r.method, "")
+        t.add_row(str(i), r.name + (" *" if r.name in res.pareto else "") + mark, str(r.candidate.num_devices), g,
                   f"{r.goodput_per_device:.3f}", f"{r.ttft_p:.3f}", f"{r.tpot_p * 1e3:.1f}", r.binding, r.bottleneck)
     con.print(t)
     best = res.best
     coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
     dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
+    legend = " (w) = simulated whole, (c) = composed from pool measurements." if best.method else ""
     con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device "
-              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.")
+              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.{legend}")
     if coll and dis:
         lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
         con.print(f"best collocated {coll.name}: {coll.goodput_per_device:.3f}/device; best disaggregated "
@@ -200,9 +212,24 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         con.print(f"{len(res.rejected)} strategies miss the SLO even at 0.1 req/s: "
                   + "; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:3])
                   + (" ..." if len(res.rejected) > 3 else ""))
-    if res.pruned:
-        con.print(f"{len(res.pruned)} layouts pruned before simulation: "
-                  + "; ".join(f"{p.name} ({p.reason})" for p in res.pruned[:6])
-                  + (" ..." if len(res.pruned) > 6 else ""))
-    con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
-              f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")
+    layouts = [p for p in res.pruned if p.kind != "bound"]
+    bounded = [p for p in res.pruned if p.kind == "bound"]
+    if layouts:
+        con.print(f"{len(layouts)} layouts pruned before simulation: "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in layouts[:6])
+                  + (" ..." if len(layouts) > 6 else ""))
+    if bounded:
+        con.print(f"{len(bounded)} strategies pruned by their analytic bound, e.g. "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in bounded[:2]))
+    summ = res.settings_summary
+    if summ.get("method") == "fast":
+        confirmed = summ.get("confirmed", [])
+        con.print(f"fast search: {summ.get('pool_measurements', 0)} pool measurements composed "
+                  f"{sum(1 for r in res.strategies if r.method)} strategies; {len(confirmed)} confirmed by whole-fleet "
+                  f"simulation ({', '.join(confirmed)}); {res.num_simulations} simulations, {res.elapsed_s:.1f} s "
+                  f"(--exhaustive simulates every strategy)")
+        for d in summ.get("disagreements", []):
+            con.print(f"confirmation disagrees with the composition beyond the tolerance: {d}")
+    else:
+        con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
+                  f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")

@@ -62,7 +62,7 @@ def instance_stream(wl: Workload, n_copies: int) -> Workload:
     """The stream one of ``n_copies`` round-robin instances receives, in distribution: Gamma gaps
     of coefficient of variation ``cv / sqrt(N)`` (module doc), ``max(n / N, min(n, 1000))``
     requests, its rate ``1 / N`` of the fleet's."""
-    n = wl.num_requests
+    n = len(wl.input_lengths)
     if n_copies == 1:
         return wl
     m = max(n // n_copies, min(n, MIN_UNIT_REQUESTS))
@@ -110,14 +110,16 @@ class Measurer:
     done: dict[str, GoodputResult] = field(default_factory=dict)
     num_simulations: int = 0
     num_units: int = 0
+    num_resumed: int = 0
 
     def __post_init__(self) -> None:
+        self._preloaded = set(self.done)
         s = self.settings
         self._prefill_settings = replace(s, workload=first_token_only(s.workload))
         self._streams: dict[int, GoodputSettings] = {1: s}
         wl = s.workload
-        m = min(wl.num_requests, MIN_UNIT_REQUESTS)
-        self._decode_settings = s if m == wl.num_requests else replace(s, workload=Workload(
+        m = min(len(wl.input_lengths), MIN_UNIT_REQUESTS)
+        self._decode_settings = s if m == len(wl.input_lengths) else replace(s, workload=Workload(
             input_lengths=wl.input_lengths[:m], output_lengths=wl.output_lengths[:m], arrival=wl.arrival, cv=wl.cv,
             name=wl.name))
 
@@ -130,6 +132,9 @@ class Measurer:
     def _measure(self, key: str, fleet: Fleet, settings: GoodputSettings, check: str,
                  guess: float | None = None) -> GoodputResult:
         got = self.done.get(key)
+        if got is not None and key in self._preloaded:
+            self._preloaded.discard(key)
+            self.num_resumed += 1
         if got is None:
             got = max_goodput(fleet, settings, check=check, guess=guess)
             self.done[key] = got
@@ -146,13 +151,15 @@ class Measurer:
         fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
         return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, "ttft")
 
-    def decode_instance(self, prefill: InstanceConfig, decode: InstanceConfig, feeders: int,
+    def decode_instance(self, prefill: InstanceConfig, decode: InstanceConfig, d: int, feeders: int,
                         guess: float | None = None) -> GoodputResult:
-        """TPOT goodput of one decode instance fed by ``feeders`` prefill instances (the KV
-        transfer included), on the first ``min(n, 1000)`` requests of the stream; the bracket
-        starts at ``guess`` (the analytic decode rate, a few percent above the measured one)."""
+        """TPOT goodput of one of ``d`` round-robin decode instances, fed by ``feeders`` prefill
+        instances (the KV transfer included) with every ``d``-th request of the stream
+        (:func:`instance_stream`; ``min(n, 1000)`` requests for ``d = 1``); the bracket starts at
+        ``guess`` (the analytic decode rate, a few percent above the measured one)."""
         fleet = Fleet(strategy=Strategy(num_prefill=feeders, num_decode=1), prefill=prefill, decode=decode)
-        return self._measure(f"unit/decode/{fleet.name}", fleet, self._decode_settings, "tpot", guess)
+        st = self._decode_settings if d == 1 else self._stream(d)
+        return self._measure(f"unit/decode/{d}/{fleet.name}", fleet, st, "tpot", guess)
 
     def collocated_instance(self, inst: InstanceConfig, n: int) -> GoodputResult:
         """Goodput of one of ``n`` round-robin collocated instances."""
@@ -182,7 +189,8 @@ class Measurer:
         feeders = self.feeders(cand.prefill, cand.decode, screen)
         guess = 0.95 * min(screen.instance(cand.decode).decode_rps,
                            feeders * self.prefill_pool(cand.prefill, 1).goodput_rps)
-        dec = self.decode_instance(cand.prefill, cand.decode, feeders, guess if math.isfinite(guess) else None)
+        dec = self.decode_instance(cand.prefill, cand.decode, s.num_decode, feeders,
+                                   guess if math.isfinite(guess) else None)
         g_p, g_d = pre.goodput_rps, s.num_decode * dec.goodput_rps
         return Composition(cand, min(g_p, g_d), (pre, dec), "ttft" if g_p <= g_d else "tpot")
 
@@ -219,6 +227,7 @@ class FastOutcome:
     num_simulations: int
     num_units: int
     disagreements: list[str]
+    num_resumed: int = 0
 
 
 def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int,
@@ -228,145 +237,163 @@ def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int
     """Bound, compose and confirm (module doc). ``done`` holds checkpointed units and whole-fleet
     results by key; ``on_record`` stores new ones; ``on_candidate`` ticks the progress per
     candidate settled. With ``target_rate`` the objective is the fewest devices reaching it."""
-    s = settings
-    lim = 1.0 + s.relaxation
-    s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
-    screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
-                    ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
-    meas = Measurer(s, on_unit=on_record, done={k: v for k, v in done.items() if k.startswith("unit/")})
-    results: dict[str, GoodputResult] = {}
-    pruned: list[Pruned] = []
-    bounds: dict[str, float] = {}
-    heap: list[tuple[tuple[float, float], int, Fleet]] = []
-    for i, c in enumerate(candidates):
-        reason, _ = _zero_load(c, s)
-        if reason:
-            results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
-                                            status=GoodputStatus.REJECTED, reason=reason, method="bound")
-            on_candidate(c.name)
-            continue
-        b = screen.fleet(c)
-        bounds[c.name] = b
-        if target_rate is not None:
-            if b < target_rate:
-                pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
-                    f"goodput bound {b:.3g} req/s is below the target rate {target_rate:g}")))
-                on_candidate(c.name)
-                continue
-            heapq.heappush(heap, ((c.num_devices, -b), i, c))  # fewest devices, best bound first
-        else:
-            heapq.heappush(heap, ((-b / c.num_devices, 0.0), i, c))
-    composed: dict[str, GoodputResult] = {}
-    best_pd = 0.0
-    best_devices: int | None = None
-    # a prefill pool serves more per instance the more instances share the stream (smoother
-    # arrivals each), so the largest pool of a configuration bounds every smaller one per instance
-    p_max: dict[InstanceConfig, int] = {}
-    for c in candidates:
-        if c.prefill is not None:
-            p_max[c.prefill] = max(p_max.get(c.prefill, 0), c.strategy.num_prefill)
-    refined: set[str] = set()
+    run = _FastSearch(settings, jobs=jobs, done=done, on_record=on_record, on_candidate=on_candidate,
+                      target_rate=target_rate)
+    run.seed(candidates)
+    run.branch_and_bound(candidates)
+    run.confirm_best(confirm)
+    return FastOutcome(results=run.results, pruned=run.pruned, num_simulations=run.meas.num_simulations + run.n_sims,
+                       num_units=run.meas.num_units, disagreements=run.disagreements,
+                       num_resumed=run.meas.num_resumed + run.n_resumed)
 
-    def refine(c: Fleet) -> float:
-        assert c.prefill is not None and c.decode is not None
-        big = meas.prefill_pool(c.prefill, p_max[c.prefill])
-        per = big.goodput_rps / p_max[c.prefill] * (1 + 1.1 * s.rel_tol)
-        return min(bounds[c.name], c.strategy.num_prefill * per)
 
-    while heap:
-        key, i, c = heapq.heappop(heap)
-        if c.is_disaggregated and c.name not in refined:
-            refined.add(c.name)
-            b = refine(c)
-            if b < bounds[c.name] * (1 - 1e-9):
-                bounds[c.name] = b
-                if target_rate is None:
-                    heapq.heappush(heap, ((-b / c.num_devices, 0.0), i, c))
-                else:
-                    heapq.heappush(heap, ((c.num_devices, -b), i, c))
-                continue
-        if target_rate is None:
-            ub_pd = -key[0]
-            if ub_pd < best_pd:
-                pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
-                    f"goodput bound {ub_pd:.3g} req/s per device is below the best found, {best_pd:.3g}")))
-                on_candidate(c.name)
-                continue
-        elif best_devices is not None and c.num_devices > best_devices:
-            pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=(
-                f"{c.num_devices} devices; {best_devices} already reach {target_rate:g} req/s")))
-            on_candidate(c.name)
-            continue
-        r = composed_result(meas.compose(c, screen), s)
-        composed[c.name] = r
-        on_candidate(c.name)
-        if r.status == GoodputStatus.OK:
-            best_pd = max(best_pd, r.goodput_per_device)
-            if target_rate is not None and r.goodput_rps >= target_rate * (1 - 1.1 * s.rel_tol):
-                best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
-    results.update(composed)
-    # confirm the best compositions with whole-fleet simulations
-    ok = sorted((r for r in composed.values() if r.status == GoodputStatus.OK),
-                key=lambda r: (-r.goodput_per_device, r.candidate.num_devices, r.name))
-    if target_rate is not None:
-        ok = sorted((r for r in ok if r.goodput_rps >= target_rate * (1 - 1.1 * s.rel_tol)),
-                    key=lambda r: (r.candidate.num_devices, -r.goodput_rps, r.name))
-    disagreements: list[str] = []
-    confirmed: dict[str, GoodputResult] = {}
-    queue = list(ok)
-    n_sims = 0
+class _FastSearch:
+    """State of one fast search (:func:`fast_search`)."""
 
-    def best_confirmed() -> GoodputResult | None:
+    def __init__(self, settings: GoodputSettings, *, jobs: int, done: dict[str, GoodputResult],
+                 on_record: Callable[[str, GoodputResult], None], on_candidate: Callable[[str], None],
+                 target_rate: float | None) -> None:
+        s = self.settings = settings
+        lim = 1.0 + s.relaxation
+        s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
+        self.screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
+                             ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
+        self.meas = Measurer(s, on_unit=on_record, done={k: v for k, v in done.items() if k.startswith("unit/")})
+        self.jobs, self.done, self.on_record, self.on_candidate = jobs, done, on_record, on_candidate
+        self.target_rate = target_rate
+        self.results: dict[str, GoodputResult] = {}
+        self.composed: dict[str, GoodputResult] = {}
+        self.pruned: list[Pruned] = []
+        self.bounds: dict[str, float] = {}
+        self.heap: list[tuple[tuple[float, float], int, Fleet]] = []
+        self.disagreements: list[str] = []
+        self.n_sims = self.n_resumed = 0
+
+    def _prune(self, c: Fleet, reason: str) -> None:
+        self.pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=reason))
+        self.on_candidate(c.name)
+
+    def _push(self, i: int, c: Fleet) -> None:
+        b = self.bounds[c.name]
+        # per device, best bound first; or (target rate) fewest devices, best bound first
+        key = (-b / c.num_devices, 0.0) if self.target_rate is None else (float(c.num_devices), -b)
+        heapq.heappush(self.heap, (key, i, c))
+
+    def seed(self, candidates: list[Fleet]) -> None:
+        """Reject on the lone-request floor, bound the rest and queue them."""
+        for i, c in enumerate(candidates):
+            reason, _ = _zero_load(c, self.settings)
+            if reason:
+                self.results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
+                                                     status=GoodputStatus.REJECTED, reason=reason, method="bound")
+                self.on_candidate(c.name)
+                continue
+            b = self.bounds[c.name] = self.screen.fleet(c)
+            if self.target_rate is not None and b < self.target_rate:
+                self._prune(c, f"goodput bound {b:.3g} req/s is below the target rate {self.target_rate:g}")
+                continue
+            self._push(i, c)
+
+    def branch_and_bound(self, candidates: list[Fleet]) -> None:
+        """Compose candidates best bound first; prune those that cannot beat the best composed."""
+        s, target = self.settings, self.target_rate
+        best_pd = 0.0
+        best_devices: int | None = None
+        # a prefill pool serves more per instance the more instances share the stream (smoother
+        # arrivals each), so the largest pool of a configuration bounds every smaller one per instance
+        p_max: dict[InstanceConfig, int] = {}
+        for c in candidates:
+            if c.prefill is not None:
+                p_max[c.prefill] = max(p_max.get(c.prefill, 0), c.strategy.num_prefill)
+        refined: set[str] = set()
+        while self.heap:
+            key, i, c = heapq.heappop(self.heap)
+            if c.prefill is not None and c.name not in refined:
+                refined.add(c.name)
+                big = self.meas.prefill_pool(c.prefill, p_max[c.prefill])
+                per = big.goodput_rps / p_max[c.prefill] * (1 + 1.1 * s.rel_tol)
+                b = min(self.bounds[c.name], c.strategy.num_prefill * per)
+                if b < self.bounds[c.name] * (1 - 1e-9):
+                    self.bounds[c.name] = b
+                    self._push(i, c)
+                    continue
+            if target is None and -key[0] < best_pd:
+                self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}")
+                continue
+            if target is not None and best_devices is not None and c.num_devices > best_devices:
+                self._prune(c, f"{c.num_devices} devices; {best_devices} already reach {target:g} req/s")
+                continue
+            r = composed_result(self.meas.compose(c, self.screen), s)
+            self.composed[c.name] = self.results[c.name] = r
+            self.on_candidate(c.name)
+            if r.status == GoodputStatus.OK:
+                best_pd = max(best_pd, r.goodput_per_device)
+                if target is not None and r.goodput_rps >= target * (1 - 1.1 * s.rel_tol):
+                    best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
+
+    def _best_confirmed(self, confirmed: dict[str, GoodputResult]) -> GoodputResult | None:
         good = [r for r in confirmed.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
-        if target_rate is not None:
-            good = [r for r in good if r.goodput_rps >= target_rate]
+        if self.target_rate is not None:
+            good = [r for r in good if r.goodput_rps >= self.target_rate]
             return min(good, key=lambda r: (r.candidate.num_devices, -r.goodput_rps), default=None)
         return max(good, key=lambda r: r.goodput_per_device, default=None)
 
-    while queue and len(confirmed) < MAX_CONFIRM:
-        top = best_confirmed()
-        if len(confirmed) >= confirm and top is not None:
-            nxt = queue[0]
-            if target_rate is None and nxt.goodput_per_device <= top.goodput_per_device:
-                break
-            if target_rate is not None and nxt.candidate.num_devices >= top.candidate.num_devices:
-                break
-        batch = queue[:max(1, min(jobs, confirm if not confirmed else jobs))]
-        queue = queue[len(batch):]
-        for r in _confirm(batch, s, jobs, done):
-            comp = composed[r.name]
-            n_sims += r.num_simulations
-            tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
-            r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
-            if abs(r.goodput_rps - comp.goodput_rps) > tol:
-                disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
-                                     f"{r.goodput_rps:.3g} req/s")
-            confirmed[r.name] = r
-            on_record(r.name, r)
-    results.update(confirmed)
-    return FastOutcome(results=results, pruned=pruned, num_simulations=meas.num_simulations + n_sims,
-                       num_units=meas.num_units, disagreements=disagreements)
+    def confirm_best(self, confirm: int) -> None:
+        """Simulate the best compositions whole: at least ``confirm``, more (up to
+        :data:`MAX_CONFIRM`) while an unconfirmed one still beats the best confirmed."""
+        s, target = self.settings, self.target_rate
+        ok = sorted((r for r in self.composed.values() if r.status == GoodputStatus.OK),
+                    key=lambda r: (-r.goodput_per_device, r.candidate.num_devices, r.name))
+        if target is not None:  # near the target within the tolerance: the whole fleet decides
+            ok = sorted((r for r in ok if r.goodput_rps >= target * (1 - 1.1 * s.rel_tol)),
+                        key=lambda r: (r.candidate.num_devices, -r.goodput_rps, r.name))
+        confirmed: dict[str, GoodputResult] = {}
+        queue = list(ok)
+        while queue and len(confirmed) < MAX_CONFIRM:
+            top = self._best_confirmed(confirmed)
+            if len(confirmed) >= confirm and top is not None:
+                nxt = queue[0]
+                if target is None and nxt.goodput_per_device <= top.goodput_per_device:
+                    break
+                if target is not None and nxt.candidate.num_devices >= top.candidate.num_devices:
+                    break
+            batch = queue[:confirm if not confirmed else max(1, self.jobs)]
+            queue = queue[len(batch):]
+            for r, resumed in _confirm(batch, s, self.jobs, self.done):
+                self.n_resumed += resumed
+                comp = self.composed[r.name]
+                self.n_sims += r.num_simulations
+                tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
+                r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
+                if abs(r.goodput_rps - comp.goodput_rps) > tol:
+                    self.disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
+                                              f"{r.goodput_rps:.3g} req/s")
+                confirmed[r.name] = r
+                if not resumed:
+                    self.on_record(r.name, r)
+        self.results.update(confirmed)
 
 
 def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
-             done: dict[str, GoodputResult]) -> list[GoodputResult]:
-    """Whole-fleet goodput of each composed result, the bracket starting at its composition."""
-    out = []
+             done: dict[str, GoodputResult]) -> list[tuple[GoodputResult, bool]]:
+    """Whole-fleet goodput of each composed result, the bracket starting at its composition, and
+    whether it came from the checkpoint."""
+    out: list[tuple[GoodputResult, bool]] = []
     todo = []
     for r in batch:
         prev = done.get(r.name)
         if prev is not None and prev.method == "confirmed":
-            out.append(replace(prev, num_simulations=0))
+            out.append((replace(prev, num_simulations=0), True))
         else:
             todo.append(r)
     if jobs <= 1 or len(todo) <= 1:
-        out += [max_goodput(r.candidate, settings, guess=r.goodput_rps) for r in todo]
+        out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps), False) for r in todo]
         return out
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
         futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
-        out += [f.result() for f in futs]
+        out += [(f.result(), False) for f in futs]
     return out
 
 
