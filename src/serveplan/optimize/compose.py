@@ -276,7 +276,8 @@ class _FastSearch:
     def _push(self, i: int, c: Fleet) -> None:
         b = self.bounds[c.name]
         # per device, best bound first; or (target rate) fewest devices, best bound first
-        key = (-b / c.num_devices, 0.0) if self.target_rate is None else (float(c.num_devices), -b)
+        # (ties: the larger fleet first, whose measurement bounds the smaller ones of its configuration)
+        key = (-b / c.num_devices, -c.num_devices) if self.target_rate is None else (float(c.num_devices), -b)
         heapq.heappush(self.heap, (key, i, c))
 
     def seed(self, candidates: list[Fleet]) -> None:
@@ -301,18 +302,18 @@ class _FastSearch:
         best_devices: int | None = None
         # a prefill pool serves more per instance the more instances share the stream (smoother
         # arrivals each), so the largest pool of a configuration bounds every smaller one per instance
-        p_max: dict[InstanceConfig, int] = {}
+        # (the same holds for round-robin collocated copies)
+        n_max: dict[InstanceConfig, int] = {}
         for c in candidates:
-            if c.prefill is not None:
-                p_max[c.prefill] = max(p_max.get(c.prefill, 0), c.strategy.num_prefill)
+            cfg, n = (c.prefill, c.strategy.num_prefill) if c.prefill is not None else (c.collocated, c.strategy.num_collocated)
+            assert cfg is not None
+            n_max[cfg] = max(n_max.get(cfg, 0), n)
         refined: set[str] = set()
         while self.heap:
             key, i, c = heapq.heappop(self.heap)
-            if c.prefill is not None and c.name not in refined:
+            if c.name not in refined:
                 refined.add(c.name)
-                big = self.meas.prefill_pool(c.prefill, p_max[c.prefill])
-                per = big.goodput_rps / p_max[c.prefill] * (1 + 1.1 * s.rel_tol)
-                b = min(self.bounds[c.name], c.strategy.num_prefill * per)
+                b = min(self.bounds[c.name], self._measured_bound(c, n_max))
                 if b < self.bounds[c.name] * (1 - 1e-9):
                     self.bounds[c.name] = b
                     self._push(i, c)
@@ -330,6 +331,16 @@ class _FastSearch:
                 best_pd = max(best_pd, r.goodput_per_device)
                 if target is not None and r.goodput_rps >= target * (1 - 1.1 * s.rel_tol):
                     best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
+
+    def _measured_bound(self, c: Fleet, n_max: dict[InstanceConfig, int]) -> float:
+        """Bound from the largest pool of ``c``'s prefill (or collocated) configuration, measured."""
+        tol = 1 + 1.1 * self.settings.rel_tol
+        if c.prefill is not None:
+            big = self.meas.prefill_pool(c.prefill, n_max[c.prefill])
+            return c.strategy.num_prefill * big.goodput_rps / n_max[c.prefill] * tol
+        assert c.collocated is not None
+        one = self.meas.collocated_instance(c.collocated, n_max[c.collocated])
+        return c.strategy.num_collocated * one.goodput_rps * tol
 
     def _best_confirmed(self, confirmed: dict[str, GoodputResult]) -> GoodputResult | None:
         good = [r for r in confirmed.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
