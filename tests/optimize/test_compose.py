@@ -125,3 +125,37 @@ def test_fast_search_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     assert calls == []  # every pool measurement and confirmation came from the checkpoint
     assert again.num_resumed > 0 and again.num_simulations == 0
     assert [(r.name, r.goodput_rps) for r in again.strategies] == [(r.name, r.goodput_rps) for r in first.strategies]
+
+
+def test_frontier_marks_each_architectures_non_dominated_points(tmp_path):
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    res = search(SearchSpace(devices=8, tp_sizes=(2, 4, 8)), settings(n=300), jobs=1, progress=False)
+    pts = res.frontier
+    assert {p.architecture for p in pts} == {"collocated", "disaggregated"}
+    for p in pts:
+        u, d = p.tokens_per_s_per_user, p.tokens_per_s_per_device
+        better = [q for q in pts if q.architecture == p.architecture and q.tokens_per_s_per_user >= u
+                  and q.tokens_per_s_per_device >= d and (q.tokens_per_s_per_user > u or q.tokens_per_s_per_device > d)]
+        assert p.pareto == (not better)
+    r = next(r for r in res.strategies if r.name == pts[0].name)
+    assert pts[0].tokens_per_s_per_user == pytest.approx(1 / r.tpot_p)
+    out = CliRunner().invoke(app, ["optimize", "--devices", "4", "--tp", "2,4", "--scenario", "op3", "--num-requests",
+                                   "300", "--jobs", "1", "--no-progress", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "frontier: output tokens/s per device" in out.output
+    assert (tmp_path / "frontier.png").stat().st_size > 0
+    head = (tmp_path / "frontier.csv").read_text().splitlines()[0]
+    assert head.startswith("architecture,name,num_devices")
+
+
+def test_knob_ladder_starts_from_the_engine_defaults():
+    from serveplan.optimize.space import knob_ladder, search_defaults
+
+    hw = get_hardware("h200")
+    mb, _, sched, cs = search_defaults("vllm", hw, knobs=True)
+    assert mb == "1024,256,64" and cs == "8192,16384" and sched == "chunked-prefill,prefill-first"
+    assert search_defaults("vllm", hw, knobs=True, max_batch="32")[0] == "32"  # a list given wins
+    assert knob_ladder(16, 512, "prefill-first") == ((16,), (512, 1024), ("prefill-first", "chunked-prefill"))

@@ -17,7 +17,13 @@ from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults
 from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
-from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
+from serveplan.report.ranking import (
+    plot_goodput_bars,
+    plot_pareto,
+    plot_throughput_frontier,
+    write_csv,
+    write_frontier_csv,
+)
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
@@ -84,6 +90,13 @@ def optimize_cmd(
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
     deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
                                        "commands (Dynamo YAML if disaggregated) and write them to this directory."),
+    search_knobs: bool = typer.Option(False, "--search-knobs", help=(
+        "Search the engine's knobs around its defaults: max batch (max_num_seqs) at 1, 1/4 and 1/16 of the "
+        "default, token budget (max_num_batched_tokens) at 1x and 2x, chunked prefill on and off (lists given "
+        "explicitly win).")),
+    devices_per_node: int | None = typer.Option(None, "--devices-per-node", help=(
+        "Devices per node (NVLink domain) of the hardware; instances and KV transfers larger than a node use the "
+        "inter-node link.")),
     exhaustive: bool = typer.Option(False, "--exhaustive", help=(
         "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
         "bounds and simulates only the best fleets whole).")),
@@ -95,9 +108,13 @@ def optimize_cmd(
 
     Default: BestServe's testbed (CodeLlama-34B on 8 Ascend 910B3, TP 1-8, op2, SLO 1.5 s / 70 ms)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
+    if devices_per_node is not None:
+        if devices_per_node < 1:
+            raise SpecError(f"devices-per-node={devices_per_node} must be a positive integer")
+        hw = hw.with_(devices_per_node=devices_per_node, scale_up_domain=0)
     max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
         engine, hw, max_batch=max_batch, prefill_max_batch=prefill_max_batch, schedulers=schedulers,
-        chunk_sizes=chunk_sizes)
+        chunk_sizes=chunk_sizes, knobs=search_knobs)
     space = SearchSpace(
         devices=devices, tp_sizes=tuple(parse_int_list(tp, "tp")), pp_sizes=tuple(parse_int_list(pp, "pp")),
         dp_sizes=tuple(parse_int_list(dp, "dp")), ep_sizes=tuple(parse_int_list(ep, "ep")),
@@ -143,6 +160,9 @@ def optimize_cmd(
             write_csv(res, out / f"ranking{tag}.csv")
             plot_goodput_bars(res, out / f"goodput{tag}.png", f"{m.name} on up to {devices} x {hw.name}, {wl.name}")
             plot_pareto(res, out / f"pareto{tag}.png")
+            write_frontier_csv(res, out / f"frontier{tag}.csv")
+            plot_throughput_frontier(res, out / f"frontier{tag}.png",
+                                     f"{m.name} on up to {devices} x {hw.name}, {wl.name}: frontier at goodput")
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
         emit_json(optimize_document(results, [wl.name for wl in workloads], bands,
@@ -193,6 +213,7 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         t.add_row(str(i), r.name + (" *" if r.name in res.pareto else "") + mark, str(r.candidate.num_devices), g,
                   f"{r.goodput_per_device:.3f}", f"{r.ttft_p:.3f}", f"{r.tpot_p * 1e3:.1f}", r.binding, r.bottleneck)
     con.print(t)
+    _print_frontier(res)
     best = res.best
     coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
     dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
@@ -233,3 +254,16 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
     else:
         con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
                   f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")
+
+
+def _print_frontier(res: SearchResult) -> None:
+    front = [p for p in res.frontier if p.pareto]
+    if not front:
+        return
+    t = Table(title="frontier: output tokens/s per device vs tokens/s per user (1 / P TPOT), at each goodput")
+    for col in ("architecture", "strategy", "devices", "tokens/s/user", "tokens/s/device", "goodput (req/s)"):
+        t.add_column(col, justify="left" if col in ("architecture", "strategy") else "right")
+    for p in front:
+        t.add_row(p.architecture, p.name, str(p.num_devices), f"{p.tokens_per_s_per_user:.1f}",
+                  f"{p.tokens_per_s_per_device:.1f}", f"{p.goodput_rps:.2f}")
+    console().print(t)

@@ -305,7 +305,8 @@ class _FastSearch:
         # (the same holds for round-robin collocated copies)
         n_max: dict[InstanceConfig, int] = {}
         for c in candidates:
-            cfg, n = (c.prefill, c.strategy.num_prefill) if c.prefill is not None else (c.collocated, c.strategy.num_collocated)
+            st = c.strategy
+            cfg, n = (c.prefill, st.num_prefill) if c.prefill is not None else (c.collocated, st.num_collocated)
             assert cfg is not None
             n_max[cfg] = max(n_max.get(cfg, 0), n)
         refined: set[str] = set()
@@ -318,7 +319,7 @@ class _FastSearch:
                     self.bounds[c.name] = b
                     self._push(i, c)
                     continue
-            if target is None and -key[0] < best_pd:
+            if target is None and -key[0] <= best_pd:
                 self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}")
                 continue
             if target is not None and best_devices is not None and c.num_devices > best_devices:
@@ -333,8 +334,11 @@ class _FastSearch:
                     best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
 
     def _measured_bound(self, c: Fleet, n_max: dict[InstanceConfig, int]) -> float:
-        """Bound from the largest pool of ``c``'s prefill (or collocated) configuration, measured."""
-        tol = 1 + 1.1 * self.settings.rel_tol
+        """Bound from the largest pool of ``c``'s prefill (or collocated) configuration, measured:
+        a smaller pool's per-instance goodput is no higher in truth (burstier arrivals each); the
+        measurement's own tolerance is not added, so a smaller pool of the best configuration
+        ties with it and is pruned (it cannot beat it beyond the bisection tolerance)."""
+        tol = 1.0
         if c.prefill is not None:
             big = self.meas.prefill_pool(c.prefill, n_max[c.prefill])
             return c.strategy.num_prefill * big.goodput_rps / n_max[c.prefill] * tol

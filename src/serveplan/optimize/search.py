@@ -8,6 +8,7 @@ directory and settings skips those, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -48,6 +49,11 @@ class SearchResult:
     def best(self) -> GoodputResult:
         return self.strategies[0]
 
+    @property
+    def frontier(self) -> tuple[FrontierPoint, ...]:
+        """Output tokens/s per device against tokens/s per user (:func:`throughput_frontier`)."""
+        return throughput_frontier(self.strategies)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings_summary,
@@ -55,6 +61,7 @@ class SearchResult:
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
             "pareto": list(self.pareto),
+            "frontier": [p.to_dict() for p in self.frontier],
             "num_simulations": self.num_simulations,
             "num_evaluated": self.num_evaluated,
             "num_resumed": self.num_resumed,
@@ -178,6 +185,50 @@ def _run_ray(todo: list[Task], jobs: int, address: str | None,
     finally:
         if started_here and not address:
             ray.shutdown()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontierPoint:
+    """One strategy at its goodput on the throughput-per-device vs speed-per-user plane.
+
+    ``tokens_per_s_per_user`` is ``1 / TPOT`` at the SLO percentile (the speed the slowest 10% of
+    users see, for P90) and ``tokens_per_s_per_device`` the output tokens per second of the fleet
+    at its goodput, per device: aiconfigurator's axes, under the TTFT target. ``pareto``: no
+    strategy of the same architecture is at least as good on both axes and better on one.
+    """
+
+    name: str
+    architecture: str              # "collocated" or "disaggregated"
+    num_devices: int
+    goodput_rps: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_device: float
+    ttft_p_s: float
+    tpot_p_s: float
+    pareto: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint, ...]:
+    """Every ranked strategy as a :class:`FrontierPoint`, each architecture's Pareto frontier
+    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user."""
+    pts = []
+    for r in results:
+        if r.status != GoodputStatus.OK or not (r.tpot_p > 0) or not np.isfinite(r.tpot_p):
+            continue
+        pts.append((("disaggregated" if r.candidate.is_disaggregated else "collocated"), 1.0 / r.tpot_p,
+                    r.output_tokens_per_s / r.candidate.num_devices, r))
+    out = []
+    for arch, user, dev, r in pts:
+        dominated = any(a2 == arch and u2 >= user and d2 >= dev and (u2 > user or d2 > dev)
+                        for a2, u2, d2, _ in pts)
+        out.append(FrontierPoint(name=r.name, architecture=arch, num_devices=r.candidate.num_devices,
+                                 goodput_rps=r.goodput_rps, tokens_per_s_per_user=user, tokens_per_s_per_device=dev,
+                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated))
+    out.sort(key=lambda p: (p.architecture, p.tokens_per_s_per_user, p.name))
+    return tuple(out)
 
 
 def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
@@ -375,6 +426,15 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
     request_tokens = int(np.max(wl.input_lengths + wl.output_lengths))
     listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
                               request_tokens=request_tokens, dtype=settings.dtype)
+    multi_node = tuple(p for p in (2, 4, 8) if p * min(space.tp_sizes) <= space.devices)
+    if (not listing.candidates and space.pp_sizes == (1,) and multi_node and listing.pruned
+            and all(p.kind == "memory" for p in listing.pruned)):
+        # a model larger than every single-stage layout: pipeline stages across nodes
+        wider = enumerate_space(dataclasses.replace(space, pp_sizes=(1, *multi_node)), settings.model,
+                                settings.hardware, settings.profile, request_tokens=request_tokens,
+                                dtype=settings.dtype)
+        if wider.candidates:
+            listing = wider
     if not listing.candidates:
         reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
         if listing.pruned and all(p.kind == "layout" for p in listing.pruned):
