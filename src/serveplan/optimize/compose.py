@@ -312,7 +312,7 @@ class _FastSearch:
         refined: set[str] = set()
         while self.heap:
             key, i, c = heapq.heappop(self.heap)
-            if c.name not in refined:
+            if c.name not in refined and not (target is None and -key[0] <= best_pd):
                 refined.add(c.name)
                 b = min(self.bounds[c.name], self._measured_bound(c, n_max))
                 if b < self.bounds[c.name] * (1 - 1e-9):
