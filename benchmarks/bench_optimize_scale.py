@@ -67,7 +67,8 @@ def main() -> None:
     ap.add_argument("--only", default="qwen,llama,deepseek")
     ap.add_argument("--exhaustive", action="store_true", help="also run the exhaustive search on the qwen job")
     a = ap.parse_args()
-    lines = [f"machine: {describe()}", "", "| job | target | wall (s) | CPU (s) | load avg at start | best | per device "
+    lines = [f"machine: {describe()}", "",
+             "| job | target | wall (s) | CPU (s) | load avg at start | best | per device "
              "| pool measurements | confirmed | simulations |", "|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for name in a.only.split(","):
@@ -76,8 +77,8 @@ def main() -> None:
         s = d["settings"]
         best = d["strategies"][0]
         lines.append(f"| {name} | <= {target:g} s | {wall:.1f} | {cpu:.1f} | {load} | {best['name']} | "
-                     f"{best['goodput_per_device']:.3f} | {s.get('pool_measurements')} | {len(s.get('confirmed', []))} | "
-                     f"{d['num_simulations']} |")
+                     f"{best['goodput_per_device']:.3f} | {s.get('pool_measurements')} | "
+                     f"{len(s.get('confirmed', []))} | {d['num_simulations']} |")
         for dis in s.get("disagreements", []):
             notes.append(f"{name}: confirmation disagrees with its composition: {dis}")
         if name == "qwen":
@@ -92,11 +93,12 @@ def main() -> None:
             if ref_path.exists():
                 ref = json.loads(ref_path.read_text())
                 same = ref["per_device_of"].get(best["name"])
+                same_txt = "not ranked" if same is None else f"{same:.3f}"
                 notes.append(
                     f"qwen: fast best {best['name']} {best['goodput_per_device']:.3f} req/s/device (simulated whole) "
                     f"= {best['goodput_per_device'] / ref['per_device']:.1%} of the exhaustive best {ref['best']} "
                     f"{ref['per_device']:.3f} (target >= 98%); the exhaustive search's own figure for "
-                    f"{best['name']}: {same if same is None else f'{same:.3f}'}. Exhaustive: {ref['wall_s']:.0f} s wall, "
+                    f"{best['name']}: {same_txt}. Exhaustive: {ref['wall_s']:.0f} s wall, "
                     f"{ref['cpu_s']:.0f} s CPU, {ref['num_simulations']} simulations, load {ref['load']} "
                     f"({ref['machine']}); time ratio exhaustive / fast: {ref['wall_s'] / wall:.0f}x wall, "
                     f"{ref['cpu_s'] / cpu:.0f}x CPU.")
