@@ -218,8 +218,13 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
     coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
     dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
     legend = " (w) = simulated whole, (c) = composed from pool measurements." if best.method else ""
-    con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device "
-              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.{legend}")
+    target = res.settings_summary.get("target_rate")
+    if target is not None:
+        con.print(f"fewest devices reaching {target:g} req/s: {best.candidate.num_devices} ({best.name}, goodput "
+                  f"{best.goodput_rps:.2f} req/s, {best.goodput_per_device:.3f} per device).{legend}")
+    else:
+        con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device ({best.goodput_rps:.2f} "
+                  f"req/s on {best.candidate.num_devices} devices). * = Pareto-optimal.{legend}")
     if coll and dis:
         lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
         con.print(f"best collocated {coll.name}: {coll.goodput_per_device:.3f}/device; best disaggregated "
