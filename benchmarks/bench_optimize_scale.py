@@ -1,6 +1,6 @@
 """The optimizer at cluster scale (issue 18 acceptance 1-2): three jobs through the CLI, timed.
 
-Run: .venv/bin/python benchmarks/bench_optimize_scale.py [--only qwen,llama,deepseek] [--exhaustive]
+Run: .venv/bin/python benchmarks/bench_optimize_scale.py [--only qwen,llama,deepseek] [--exhaustive] [--bestserve]
 
 * qwen: Qwen3-32B on 16 x H200, ISL 4000 / OSL 500, P90 TTFT <= 1 s, TPOT <= 20 ms, TP 1-8, max
   batch 16/64/256 (target <= 10 s on 2 cores, best goodput per device >= 98% of the exhaustive
@@ -11,6 +11,9 @@ Run: .venv/bin/python benchmarks/bench_optimize_scale.py [--only qwen,llama,deep
   TPOT <= 30 ms, TP 1-8 (target <= 10 s).
 * deepseek: DeepSeek-V3 FP8 on 32 x H200, TP 1-8, DP-attention 1-32, EP 1-32, collocated and
   disaggregated, ISL 4000 / OSL 500, TTFT <= 2 s, TPOT <= 50 ms (target <= 60 s).
+
+``--bestserve`` also ranks BestServe's op1-op4 with both methods (the fast search must find the
+exhaustive search's best in each).
 
 Every job runs as its own ``serveplan optimize ... --json --jobs 2`` process; the wall time and the
 CPU time of that process and its workers are recorded with the load average, since the machine may
@@ -62,10 +65,40 @@ def run(args: list[str]) -> tuple[dict, float, float, str]:
     return json.loads(out), wall, cpu, load
 
 
+def bestserve_rankings() -> list[str]:
+    """BestServe's op1-op4 (CodeLlama-34B on 8 x 910B3, 10,000 requests): the fast search's best
+    against the exhaustive search's, both in this process (one worker each, CPU seconds)."""
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.optimize.goodput import GoodputSettings
+    from serveplan.optimize.search import search_many
+    from serveplan.optimize.space import SearchSpace
+    from serveplan.sim import SLO, Workload
+
+    m, hw, pr = get_model("codellama-34b"), get_hardware("ascend-910b3"), get_profile("bestserve-910b3")
+    space = SearchSpace(devices=8, tp_sizes=(1, 2, 4, 8), max_batches=(16,), prefill_max_batch=4)
+    st = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=Workload.scenario(sc, num_requests=10000),
+                          slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90)) for sc in ("op1", "op2", "op3", "op4")]
+    out = {}
+    for method in ("exhaustive", "fast"):
+        t = time.process_time()
+        out[method] = (search_many(space, st, jobs=1, progress=False, method=method), time.process_time() - t)
+    lines = ["", "BestServe op1-op4 (codellama-34b, 8 x ascend-910b3, 10,000 requests, one worker): "
+             f"exhaustive {out['exhaustive'][1]:.1f} s CPU, fast {out['fast'][1]:.1f} s CPU", "",
+             "| scenario | exhaustive best (req/s/device) | fast best (req/s/device, simulated whole) "
+             "| disagreements |",
+             "|---|---|---|---|"]
+    for sc, ex, fa in zip(("op1", "op2", "op3", "op4"), out["exhaustive"][0], out["fast"][0], strict=True):
+        dis = "; ".join(fa.settings_summary.get("disagreements", [])) or "none"
+        lines.append(f"| {sc} | {ex.best.name} {ex.best.goodput_per_device:.3f} | {fa.best.name} "
+                     f"{fa.best.goodput_per_device:.3f} | {dis} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="qwen,llama,deepseek")
     ap.add_argument("--exhaustive", action="store_true", help="also run the exhaustive search on the qwen job")
+    ap.add_argument("--bestserve", action="store_true", help="also compare the two methods on op1-op4")
     a = ap.parse_args()
     lines = [f"machine: {describe()}", "",
              "| job | target | wall (s) | CPU (s) | load avg at start | best | per device "
@@ -102,6 +135,8 @@ def main() -> None:
                     f"{ref['cpu_s']:.0f} s CPU, {ref['num_simulations']} simulations, load {ref['load']} "
                     f"({ref['machine']}); time ratio exhaustive / fast: {ref['wall_s'] / wall:.0f}x wall, "
                     f"{ref['cpu_s'] / cpu:.0f}x CPU.")
+    if a.bestserve:
+        notes += bestserve_rankings()
     report(lines + [""] + notes, "optimize-scale.md")
 
 

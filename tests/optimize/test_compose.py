@@ -159,3 +159,17 @@ def test_knob_ladder_starts_from_the_engine_defaults():
     assert mb == "1024,256,64" and cs == "8192,16384" and sched == "chunked-prefill,prefill-first"
     assert search_defaults("vllm", hw, knobs=True, max_batch="32")[0] == "32"  # a list given wins
     assert knob_ladder(16, 512, "prefill-first") == ((16,), (512, 1024), ("prefill-first", "chunked-prefill"))
+
+
+def test_cli_target_rate_names_the_fewest_devices():
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    out = CliRunner().invoke(app, ["optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3", "--num-requests",
+                                   "400", "--jobs", "1", "--no-progress", "--target-rate", "3"])
+    assert out.exit_code == 0, out.output
+    assert "fewest devices reaching 3 req/s: 6 " in out.output  # 4.0 req/s on 6 devices, 1.84 on 4
+    bad = CliRunner().invoke(app, ["optimize", "--devices", "4", "--tp", "4", "--num-requests", "200", "--jobs", "1",
+                                   "--no-progress", "--target-rate", "-1"])
+    assert bad.exit_code == 2 and "target-rate" in bad.output

@@ -117,11 +117,6 @@ class Measurer:
         s = self.settings
         self._prefill_settings = replace(s, workload=first_token_only(s.workload))
         self._streams: dict[int, GoodputSettings] = {1: s}
-        wl = s.workload
-        m = min(len(wl.input_lengths), MIN_UNIT_REQUESTS)
-        self._decode_settings = s if m == len(wl.input_lengths) else replace(s, workload=Workload(
-            input_lengths=wl.input_lengths[:m], output_lengths=wl.output_lengths[:m], arrival=wl.arrival, cv=wl.cv,
-            name=wl.name))
 
     def _stream(self, n: int) -> GoodputSettings:
         got = self._streams.get(n)
@@ -155,10 +150,12 @@ class Measurer:
                         guess: float | None = None) -> GoodputResult:
         """TPOT goodput of one of ``d`` round-robin decode instances, fed by ``feeders`` prefill
         instances (the KV transfer included) with every ``d``-th request of the stream
-        (:func:`instance_stream`; ``min(n, 1000)`` requests for ``d = 1``); the bracket starts at
-        ``guess`` (the analytic decode rate, a few percent above the measured one)."""
+        (:func:`instance_stream`: as many requests as one decode instance of the fleet receives,
+        the whole stream for ``d = 1``; a shorter prefix would weigh the lightly loaded start of
+        the run too much); the bracket starts at ``guess`` (the analytic decode rate, a few
+        percent above the measured one)."""
         fleet = Fleet(strategy=Strategy(num_prefill=feeders, num_decode=1), prefill=prefill, decode=decode)
-        st = self._decode_settings if d == 1 else self._stream(d)
+        st = self._stream(d)
         return self._measure(f"unit/decode/{d}/{fleet.name}", fleet, st, "tpot", guess)
 
     def collocated_instance(self, inst: InstanceConfig, n: int) -> GoodputResult:
@@ -321,6 +318,10 @@ class _FastSearch:
                     continue
             if target is None and -key[0] <= best_pd:
                 self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}")
+                continue
+            if target is not None and self.bounds[c.name] < target:
+                self._prune(c, f"goodput bound {self.bounds[c.name]:.3g} req/s (its largest pool measured) is below "
+                               f"the target rate {target:g}")
                 continue
             if target is not None and best_devices is not None and c.num_devices > best_devices:
                 self._prune(c, f"{c.num_devices} devices; {best_devices} already reach {target:g} req/s")
