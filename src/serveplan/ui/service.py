@@ -287,7 +287,7 @@ def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
 
 def _run_plan(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
     space, settings, names = args
-    results = search_many(space, settings, progress=False, on_progress=progress)
+    results = search_many(space, settings, progress=False, on_progress=progress, method="fast")  # as `optimize`
     deployment = deploy_plan(results[0].best.candidate, settings[0])
     return optimize_document(results, names, (), deployment), {}
 
