@@ -173,3 +173,15 @@ def test_cli_target_rate_names_the_fewest_devices():
     bad = CliRunner().invoke(app, ["optimize", "--devices", "4", "--tp", "4", "--num-requests", "200", "--jobs", "1",
                                    "--no-progress", "--target-rate", "-1"])
     assert bad.exit_code == 2 and "target-rate" in bad.output
+
+
+def test_frontier_mode_keeps_the_exhaustive_frontier():
+    s = settings(n=300)
+    space = SearchSpace(devices=8, tp_sizes=(2, 4, 8), max_batches=(4, 16))
+    full = search(space, s, jobs=1, progress=False)
+    fast = search(space, s, jobs=1, progress=False, method="fast", frontier=True)
+    kept = {r.name for r in fast.strategies}
+    on_front = {p.name for p in full.frontier if p.pareto}
+    assert on_front <= kept, on_front - kept
+    plain = search(space, s, jobs=1, progress=False, method="fast")
+    assert len(plain.strategies) <= len(fast.strategies)

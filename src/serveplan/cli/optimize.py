@@ -101,6 +101,9 @@ def optimize_cmd(
         "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
         "bounds and simulates only the best fleets whole).")),
     confirm: int = typer.Option(3, "--confirm", help="Best composed fleets simulated whole to confirm (fast search)."),
+    frontier: bool = typer.Option(False, "--frontier", help=(
+        "Fast search: keep every strategy that may lie on the tokens/s-per-device vs tokens/s-per-user frontier "
+        "(prunes less, so slower; default keeps those that may beat the best per device).")),
     target_rate: float | None = typer.Option(None, "--target-rate", help=(
         "Requests/s to reach: answer with the fewest devices whose goodput reaches it.")),
 ) -> None:
@@ -145,8 +148,7 @@ def optimize_cmd(
                           progress=progress and not json_out,
                           # bands compare the top strategies, which pruning by bound would drop
                           method="exhaustive" if exhaustive or band else "fast",
-                          confirm=confirm,
-                          target_rate=target_rate)
+                          confirm=confirm, target_rate=target_rate, frontier=frontier)
     multi = len(results) > 1
     bands: list[list[GoodputBand]] = []
     if band:

@@ -230,12 +230,16 @@ class FastOutcome:
 def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int,
                 done: dict[str, GoodputResult], on_record: Callable[[str, GoodputResult], None],
                 on_candidate: Callable[[str], None], confirm: int = CONFIRM,
-                target_rate: float | None = None) -> FastOutcome:
+                target_rate: float | None = None, frontier: bool = False) -> FastOutcome:
     """Bound, compose and confirm (module doc). ``done`` holds checkpointed units and whole-fleet
     results by key; ``on_record`` stores new ones; ``on_candidate`` ticks the progress per
-    candidate settled. With ``target_rate`` the objective is the fewest devices reaching it."""
+    candidate settled. With ``target_rate`` the objective is the fewest devices reaching it.
+    ``frontier`` keeps every candidate that may lie on the throughput frontier: one is pruned only
+    when a composed fleet beats both its bound on output tokens/s per device and its bound on
+    tokens/s per user (a lone request's decode speed)."""
     run = _FastSearch(settings, jobs=jobs, done=done, on_record=on_record, on_candidate=on_candidate,
                       target_rate=target_rate)
+    run.frontier = frontier
     run.seed(candidates)
     run.branch_and_bound(candidates)
     run.confirm_best(confirm)
@@ -265,6 +269,15 @@ class _FastSearch:
         self.heap: list[tuple[tuple[float, float], int, Fleet]] = []
         self.disagreements: list[str] = []
         self.n_sims = self.n_resumed = 0
+        self.frontier = False
+        self._mean_out = float(np.mean(s.workload.output_lengths))
+        self._points: list[tuple[float, float]] = []   # (tokens/s per user, per device) composed
+
+    def _dominated(self, c: Fleet, bound_pd: float) -> bool:
+        """Frontier mode: a composed fleet is faster per user and per device than ``c`` can be."""
+        user = self.screen.speed_per_user(c)
+        dev = bound_pd * self._mean_out
+        return any(u >= user and d >= dev for u, d in self._points)
 
     def _prune(self, c: Fleet, reason: str) -> None:
         self.pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=reason))
@@ -309,15 +322,17 @@ class _FastSearch:
         refined: set[str] = set()
         while self.heap:
             key, i, c = heapq.heappop(self.heap)
-            if c.name not in refined and not (target is None and -key[0] <= best_pd):
+            beaten = -key[0] <= best_pd and (not self.frontier or self._dominated(c, -key[0]))
+            if c.name not in refined and not (target is None and beaten):
                 refined.add(c.name)
                 b = min(self.bounds[c.name], self._measured_bound(c, n_max))
                 if b < self.bounds[c.name] * (1 - 1e-9):
                     self.bounds[c.name] = b
                     self._push(i, c)
                     continue
-            if target is None and -key[0] <= best_pd:
-                self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}")
+            if target is None and -key[0] <= best_pd and (not self.frontier or self._dominated(c, -key[0])):
+                self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}"
+                               + (", and a faster fleet per user beats it" if self.frontier else ""))
                 continue
             if target is not None and self.bounds[c.name] < target:
                 self._prune(c, f"goodput bound {self.bounds[c.name]:.3g} req/s (its largest pool measured) is below "
@@ -331,6 +346,8 @@ class _FastSearch:
             self.on_candidate(c.name)
             if r.status == GoodputStatus.OK:
                 best_pd = max(best_pd, r.goodput_per_device)
+                if r.tpot_p > 0 and math.isfinite(r.tpot_p):
+                    self._points.append((1.0 / r.tpot_p, r.output_tokens_per_s / c.num_devices))
                 if target is not None and r.goodput_rps >= target * (1 - 1.1 * s.rel_tol):
                     best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
 

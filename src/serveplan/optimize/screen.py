@@ -59,6 +59,7 @@ class InstanceBound:
     decode_rps: float
     decode_batch: int
     prefill_first_rps: float = math.inf  # collocated, prefill-first: both phases on one instance
+    lone_tpot_s: float = 0.0             # mean decode step of a lone request (the fastest TPOT)
 
 
 class Screen:
@@ -138,7 +139,13 @@ class Screen:
                 else:
                     hi_c = mid - 1
             r_c = shared(lo_c)[0]
-        return InstanceBound(prefill_rps=r_p, decode_rps=r_d, decode_batch=lo, prefill_first_rps=r_c)
+        return InstanceBound(prefill_rps=r_p, decode_rps=r_d, decode_batch=lo, prefill_first_rps=r_c,
+                             lone_tpot_s=mean_step(1))
+
+    def speed_per_user(self, cand: Fleet) -> float:
+        """Upper bound on tokens/s per user (``1 / TPOT``): a lone request's decode, with slack."""
+        t = self.instance(cand.last).lone_tpot_s
+        return SLACK / t if t > 0 else math.inf
 
     def fleet(self, cand: Fleet) -> float:
         """Upper bound (requests/s, slack included) on the goodput of ``cand`` (module doc)."""

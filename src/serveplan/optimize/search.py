@@ -245,14 +245,15 @@ def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
 def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
            max_new_evaluations: int | None = None, method: str = "exhaustive", confirm: int = 3,
-           target_rate: float | None = None) -> SearchResult:
+           target_rate: float | None = None, frontier: bool = False) -> SearchResult:
     """Rank the candidates of ``space`` by goodput per device.
 
     ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
     per fleet); ``method="fast"`` (what ``serveplan optimize`` runs unless ``--exhaustive``) is
     :mod:`serveplan.optimize.compose`: analytic bounds prune, pool measurements compose the rest,
     and the best ``confirm`` fleets are simulated whole. ``target_rate`` (req/s) ranks the fleets
-    reaching it by fewest devices instead.
+    reaching it by fewest devices instead. ``frontier`` (fast method) keeps every fleet that may lie
+    on the throughput frontier instead of only those that may beat the best per device.
 
     Parameters
     ----------
@@ -272,7 +273,7 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     """
     return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
                        progress=progress, max_new_evaluations=max_new_evaluations, method=method,
-                       confirm=confirm, target_rate=target_rate)[0]
+                       confirm=confirm, target_rate=target_rate, frontier=frontier)[0]
 
 
 @dataclass
@@ -324,7 +325,7 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
             if _is_fast(plan, exhaustive):
                 plan.fast = fast_search(plan.listing.candidates, plan.settings, jobs=jobs, done=plan.done,
                                         on_record=record(plan), on_candidate=settle(plan), confirm=confirm,
-                                        target_rate=target_rate)
+                                        target_rate=target_rate, frontier=opts.frontier)
                 plan.results = plan.fast.results
         if backend == "ray":
             _run_ray(todo, jobs, kwargs.get("ray_address"), on_done)
@@ -397,6 +398,7 @@ class _Options:
     method: str
     confirm: int
     target_rate: float | None
+    frontier: bool = False
 
     @staticmethod
     def of(kwargs: dict[str, Any]) -> _Options:
@@ -417,7 +419,8 @@ class _Options:
             raise SpecError(f"jobs={jobs} must be a positive integer")
         return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
                         progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
-                        method=method, confirm=confirm, target_rate=target_rate)
+                        method=method, confirm=confirm, target_rate=target_rate,
+                        frontier=bool(kwargs.get("frontier", False)))
 
 
 def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
