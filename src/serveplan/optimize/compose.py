@@ -1,6 +1,6 @@
 """Fast search: pool capacities measured once, fleets composed by arithmetic, the best confirmed.
 
-The exhaustive search (:func:`serveplan.optimize.search.search` with ``exhaustive=True``)
+The exhaustive search (:func:`serveplan.optimize.search.search` with ``method="exhaustive"``)
 simulates every fleet's goodput. This one uses three facts about a fleet behind round-robin
 routers with an open-loop stream (docs/optimizer.md, "Fast search"):
 
@@ -11,7 +11,7 @@ routers with an open-loop stream (docs/optimizer.md, "Fast search"):
   instances is simulated alone (one output token per request, TTFT checked) once per prefill
   configuration and ``P``, and is shared by every ``D``; one decode instance is measured once per
   configuration and ``D`` (TPOT checked) behind a prefill pool large enough not to saturate, fed
-  every ``D``-th request (``--`` below), and shared by every ``P``.
+  every ``D``-th request (next point), and shared by every ``P``.
 * **Round-robin copies.** ``N`` collocated instances behind a round-robin router at rate ``r`` are
   ``N`` copies of one instance that receives every ``N``-th arrival. Every ``N``-th arrival of a
   Poisson stream is not Poisson: its gaps are sums of ``N`` exponentials, a Gamma renewal
@@ -19,9 +19,10 @@ routers with an open-loop stream (docs/optimizer.md, "Fast search"):
   ``cv``). One instance fed that stream at ``r / N`` is simulated, with
   ``max(n / N, min(n, 1000))`` requests (what one instance of the fleet sees, not fewer than a
   thousand), and the fleet's goodput is ``N`` times its goodput.
-* **Bounds prune.** Every candidate gets an analytic upper bound (:mod:`serveplan.optimize.screen`);
-  candidates are composed best bound first, and those whose bound cannot beat the best composed
-  goodput per device are pruned with that reason.
+* **Bounds prune.** Every candidate gets an analytic upper bound (:mod:`serveplan.optimize.screen`),
+  tightened by the measured largest pool of its configuration; candidates are composed best bound
+  first, and those whose bound cannot beat the best composed goodput per device are pruned with
+  that reason.
 
 The few best composed fleets are then simulated whole (the bracket starts at the composed
 goodput, so a right estimate costs two runs) and ranked on that; a confirmation that differs from
@@ -34,7 +35,6 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -75,20 +75,6 @@ def first_token_only(wl: Workload) -> Workload:
     """The same stream with one output token per request: the prefill pool alone."""
     return Workload(input_lengths=wl.input_lengths, output_lengths=np.ones_like(wl.input_lengths),
                     arrival=wl.arrival, cv=wl.cv, trace_times=wl.trace_times, name=f"{wl.name}/prefill")
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One pool measurement: what is simulated, with which check, scaled by how many copies."""
-
-    kind: str                # "prefill" (P instances, TTFT), "decode" (one of D, TPOT), "collocated" (one of N)
-    fleet: Fleet
-    copies: int              # the measured goodput times this is the pool's goodput
-    settings_key: int        # index into the measurer's settings variants
-
-    @property
-    def key(self) -> str:
-        return f"unit/{self.kind}/{self.copies}/{self.fleet.name}"
 
 
 @dataclass
@@ -432,9 +418,3 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
 
 def _whole(cand: Fleet, settings: GoodputSettings, guess: float) -> GoodputResult:
     return max_goodput(cand, settings, guess=guess)
-
-
-def summary(outcome: FastOutcome) -> dict[str, Any]:
-    """What the fast search did, for reports."""
-    return {"units": outcome.num_units, "simulations": outcome.num_simulations,
-            "disagreements": list(outcome.disagreements), "pruned_by_bound": len(outcome.pruned)}
