@@ -185,7 +185,7 @@ def test_search_killed_with_sigkill_resumes(tmp_path):
     import time
 
     args = [sys.executable, "-m", "serveplan", "optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3",
-            "--num-requests", "1500", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
+            "--num-requests", "1500", "--jobs", "1", "--no-progress", "--exhaustive", "--out", str(tmp_path)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = tmp_path / CHECKPOINT
     deadline = time.time() + 120

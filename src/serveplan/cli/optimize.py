@@ -17,7 +17,15 @@ from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
-from serveplan.report.ranking import PARETO_NOTE, plot_goodput_bars, plot_pareto, tolerance_note, write_csv
+from serveplan.report.ranking import (
+    PARETO_NOTE,
+    plot_goodput_bars,
+    plot_pareto,
+    plot_throughput_frontier,
+    tolerance_note,
+    write_csv,
+    write_frontier_csv,
+)
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
@@ -95,7 +103,7 @@ def optimize_cmd(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     band: int = typer.Option(0, "--band", help=(
         "Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's "
-        "uncertainty (seeded by --seed) and say which cannot be told apart from the best.")),
+        "uncertainty (seeded by --seed) and say which cannot be told apart from the best (implies --exhaustive).")),
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
     deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
                                        "commands (Dynamo YAML if disaggregated) and write them to this directory."),
@@ -107,14 +115,34 @@ def optimize_cmd(
         "Acceptance rate per draft position in [0, 1]: one rate or a comma list (default: the method's).")),
     spec_draft_model: str | None = typer.Option(None, "--spec-draft-model", help=(
         "Draft model (catalog id) for --spec-method draft.")),
+    search_knobs: bool = typer.Option(False, "--search-knobs", help=(
+        "Search the engine's knobs around its defaults: max batch (max_num_seqs) at 1, 1/4 and 1/16 of the "
+        "default, token budget (max_num_batched_tokens) at 1x and 2x, chunked prefill on and off (lists given "
+        "explicitly win).")),
+    devices_per_node: int | None = typer.Option(None, "--devices-per-node", help=(
+        "Devices per node (NVLink domain) of the hardware; instances and KV transfers larger than a node use the "
+        "inter-node link.")),
+    exhaustive: bool = typer.Option(False, "--exhaustive", help=(
+        "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
+        "bounds and simulates only the best fleets whole).")),
+    confirm: int = typer.Option(3, "--confirm", help="Best composed fleets simulated whole to confirm (fast search)."),
+    frontier: bool = typer.Option(False, "--frontier", help=(
+        "Fast search: keep every strategy that may lie on the tokens/s-per-device vs tokens/s-per-user frontier "
+        "(prunes less, so slower; default keeps those that may beat the best per device).")),
+    target_rate: float | None = typer.Option(None, "--target-rate", help=(
+        "Requests/s to reach: answer with the fewest devices whose goodput reaches it.")),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
     Default: BestServe's testbed (CodeLlama-34B on 8 Ascend 910B3, TP 1-8, op2, SLO 1.5 s / 70 ms)."""
     m, hw, pr = resolve_specs(model, hardware, profile)
+    if devices_per_node is not None:
+        if devices_per_node < 1:
+            raise SpecError(f"devices-per-node={devices_per_node} must be a positive integer")
+        hw = hw.with_(devices_per_node=devices_per_node, scale_up_domain=0)
     max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
         engine, hw, max_batch=max_batch, prefill_max_batch=prefill_max_batch, schedulers=schedulers,
-        chunk_sizes=chunk_sizes)
+        chunk_sizes=chunk_sizes, knobs=search_knobs)
     space = SearchSpace(
         devices=devices, tp_sizes=tuple(parse_int_list(tp, "tp")), pp_sizes=tuple(parse_int_list(pp, "pp")),
         dp_sizes=tuple(parse_int_list(dp, "dp")), ep_sizes=tuple(parse_int_list(ep, "ep")),
@@ -144,7 +172,10 @@ def optimize_cmd(
                                 seed=seed, fidelity=Fidelity.parse(fidelity), rel_tol=tolerance, engine=engine,
                                 kv_dtype=DType.parse(kv_dtype) if kv_dtype else None) for wl in workloads]
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
-                          progress=progress and not json_out)
+                          progress=progress and not json_out,
+                          # bands compare the top strategies, which pruning by bound would drop
+                          method="exhaustive" if exhaustive or band else "fast",
+                          confirm=confirm, target_rate=target_rate, frontier=frontier)
     multi = len(results) > 1
     bands: list[list[GoodputBand]] = []
     if band:
@@ -158,6 +189,9 @@ def optimize_cmd(
             write_csv(res, out / f"ranking{tag}.csv")
             plot_goodput_bars(res, out / f"goodput{tag}.png", f"{m.name} on up to {devices} x {hw.name}, {wl.name}")
             plot_pareto(res, out / f"pareto{tag}.png")
+            write_frontier_csv(res, out / f"frontier{tag}.csv")
+            plot_throughput_frontier(res, out / f"frontier{tag}.png",
+                                     f"{m.name} on up to {devices} x {hw.name}, {wl.name}: frontier at goodput")
             (out / f"result{tag}.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
     if json_out:
         emit_json(optimize_document(results, [wl.name for wl in workloads], bands,
@@ -209,14 +243,23 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         g = f"{r.goodput_rps:.2f}"
         if r.goodput_ci:
             g += f" [{r.goodput_ci[0]:.2f}, {r.goodput_ci[1]:.2f}]"
-        t.add_row(str(i), r.name + (" *" if r.name in res.pareto else ""), str(r.candidate.num_devices), g,
+        mark = {"composed": " (c)", "confirmed": " (w)"}.get(r.method, "")
+        t.add_row(str(i), r.name + (" *" if r.name in res.pareto else "") + mark, str(r.candidate.num_devices), g,
                   f"{r.goodput_per_device:.3f}", f"{r.ttft_p:.3f}", f"{r.tpot_p * 1e3:.1f}", r.binding, r.bottleneck)
     con.print(t)
+    _print_frontier(res)
     best = res.best
     coll = next((r for r in res.strategies if not r.candidate.is_disaggregated), None)
     dis = next((r for r in res.strategies if r.candidate.is_disaggregated), None)
-    con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device "
-              f"({best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices; {tolerance_note(res)}).")
+    legend = " (w) = simulated whole, (c) = composed from pool measurements." if best.method else ""
+    target = res.settings_summary.get("target_rate")
+    if target is not None:
+        con.print(f"fewest devices reaching {target:g} req/s: {best.candidate.num_devices} ({best.name}, goodput "
+                  f"{best.goodput_rps:.2f} req/s, {best.goodput_per_device:.3f} per device; {tolerance_note(res)})."
+                  f"{legend}")
+    else:
+        con.print(f"best: {best.name} with {best.goodput_per_device:.3f} req/s per device ({best.goodput_rps:.2f} "
+                  f"req/s on {best.candidate.num_devices} devices; {tolerance_note(res)}).{legend}")
     con.print(PARETO_NOTE + ".")
     if coll and dis:
         lead = "collocated" if coll.goodput_per_device >= dis.goodput_per_device else "disaggregated"
@@ -231,9 +274,37 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         con.print(f"{len(res.rejected)} strategies miss the SLO even at 0.1 req/s: "
                   + "; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:3])
                   + (" ..." if len(res.rejected) > 3 else ""))
-    if res.pruned:
-        con.print(f"{len(res.pruned)} layouts pruned before simulation: "
-                  + "; ".join(f"{p.name} ({p.reason})" for p in res.pruned[:6])
-                  + (" ..." if len(res.pruned) > 6 else ""))
-    con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
-              f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")
+    layouts = [p for p in res.pruned if p.kind != "bound"]
+    bounded = [p for p in res.pruned if p.kind == "bound"]
+    if layouts:
+        con.print(f"{len(layouts)} layouts pruned before simulation: "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in layouts[:6])
+                  + (" ..." if len(layouts) > 6 else ""))
+    if bounded:
+        con.print(f"{len(bounded)} strategies pruned by their analytic bound, e.g. "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in bounded[:2]))
+    summ = res.settings_summary
+    if summ.get("method") == "fast":
+        confirmed = summ.get("confirmed", [])
+        con.print(f"fast search: {summ.get('pool_measurements', 0)} pool measurements composed "
+                  f"{sum(1 for r in res.strategies if r.method)} strategies; {len(confirmed)} confirmed by whole-fleet "
+                  f"simulation ({', '.join(confirmed)}); {res.num_simulations} simulations, {res.elapsed_s:.1f} s "
+                  f"(--exhaustive simulates every strategy)")
+        for d in summ.get("disagreements", []):
+            con.print(f"confirmation disagrees with the composition beyond the tolerance: {d}")
+    else:
+        con.print(f"{res.num_evaluated} strategies evaluated ({res.num_resumed} resumed from checkpoint), "
+                  f"{res.num_simulations} simulations, {res.elapsed_s:.1f} s")
+
+
+def _print_frontier(res: SearchResult) -> None:
+    front = [p for p in res.frontier if p.pareto]
+    if not front:
+        return
+    t = Table(title="frontier: output tokens/s per device vs tokens/s per user (1 / P TPOT), at each goodput")
+    for col in ("architecture", "strategy", "devices", "tokens/s/user", "tokens/s/device", "goodput (req/s)"):
+        t.add_column(col, justify="left" if col in ("architecture", "strategy") else "right")
+    for p in front:
+        t.add_row(p.architecture, p.name, str(p.num_devices), f"{p.tokens_per_s_per_user:.1f}",
+                  f"{p.tokens_per_s_per_device:.1f}", f"{p.goodput_rps:.2f}")
+    console().print(t)

@@ -19,7 +19,8 @@ def plan_serving(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile:
              space: SearchSpace | None = None, workload: Workload | None = None, slo: SLO | None = None,
              dtype: str | DType | None = None, relaxation: float = 0.1, tolerance: float = 0.05, seeds: int = 1,
              seed: int = 0, fidelity: str | Fidelity = Fidelity.ITERATION, jobs: int | None = 1,
-             out_dir: str | Path | None = None, progress: bool = False) -> SearchResult:
+             out_dir: str | Path | None = None, progress: bool = False, method: str = "exhaustive",
+             target_rate: float | None = None) -> SearchResult:
     """Rank every fleet of ``space`` by goodput per device under ``slo`` (what ``serveplan
     optimize`` does).
 
@@ -36,6 +37,10 @@ def plan_serving(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile:
         As :class:`GoodputSettings` (``tolerance`` is its ``rel_tol``).
     jobs, out_dir, progress:
         Worker processes (1: in process), checkpoint directory (resumable), progress bar.
+    method, target_rate:
+        ``"exhaustive"`` (every fleet simulated) or ``"fast"`` (pools composed, the best fleets
+        confirmed whole: what ``serveplan optimize`` runs); the fewest devices reaching
+        ``target_rate`` req/s ranks first when given (:func:`~serveplan.optimize.search.search`).
 
     Raises
     ------
@@ -60,4 +65,4 @@ def plan_serving(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile:
         dtype=None if dtype is None else DType.parse(dtype), relaxation=relaxation, rel_tol=tolerance, seeds=seeds,
         seed=seed, fidelity=Fidelity.parse(fidelity))
     return search(space if space is not None else SearchSpace(), settings, jobs=jobs, out_dir=out_dir,
-                  progress=progress)
+                  progress=progress, method=method, target_rate=target_rate)

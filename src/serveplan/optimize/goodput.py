@@ -97,6 +97,11 @@ class GoodputResult:
     num_simulations: int = 0
     goodput_ci: tuple[float, float] | None = None
     goodput_samples: tuple[float, ...] = ()
+    #: how the goodput was found: "" (this fleet simulated whole), "composed" (from pool
+    #: measurements, :mod:`serveplan.optimize.compose`), "confirmed" (composed, then simulated
+    #: whole; ``composed_rps`` keeps the composition), "bound" (rejected analytically)
+    method: str = ""
+    composed_rps: float = math.nan
 
     @property
     def name(self) -> str:
@@ -169,6 +174,9 @@ class _Runner:
     cand: Fleet
     settings: GoodputSettings
     seed: int
+    #: which targets the check applies: "both", or only "ttft" (a prefill pool measured alone) or
+    #: "tpot" (a decode pool measured alone, :mod:`serveplan.optimize.compose`)
+    check: str = "both"
     runs: int = 0
     probes: list[_Probe] = field(default_factory=list)
 
@@ -178,7 +186,14 @@ class _Runner:
         simulator's early stop fires only when this check is certain to fail."""
         s = self.settings
         lim = 1.0 + s.relaxation
-        return SLO(ttft_s=lim * s.slo.ttft_s, tpot_s=lim * s.slo.tpot_s, percentile=s.slo.percentile)
+        ttft, tpot = self.targets
+        return SLO(ttft_s=lim * ttft, tpot_s=lim * tpot, percentile=s.slo.percentile)
+
+    @property
+    def targets(self) -> tuple[float, float]:
+        """The (TTFT, TPOT) targets this check applies (``inf``: not checked)."""
+        s = self.settings.slo
+        return (s.ttft_s if self.check != "tpot" else math.inf, s.tpot_s if self.check != "ttft" else math.inf)
 
     def config(self, rate: float, workload: Workload | None = None) -> SimulationConfig:
         s = self.settings
@@ -195,11 +210,14 @@ class _Runner:
         pct = s.slo.percentile
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
         lim = 1.0 + s.relaxation
+        t_ttft, t_tpot = self.targets
+        if self.check == "ttft":
+            tpot = 0.0  # the decode side is not part of this measurement
         ok = (not res.stopped_early and not res.overloaded
-              and ttft <= lim * s.slo.ttft_s and tpot <= lim * s.slo.tpot_s)
+              and ttft <= lim * t_ttft and tpot <= lim * t_tpot)
         margin = None
         if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
-            margin = max(ttft / s.slo.ttft_s, tpot / s.slo.tpot_s) / lim
+            margin = max(ttft / t_ttft, tpot / t_tpot) / lim
         p = _Probe(rate=rate, feasible=ok, ttft=ttft, tpot=tpot, e2e=res.e2e_s.mean, throughput=res.throughput_rps,
                    out_tps=res.output_tokens_per_s, kv_limited=bool(res.num_preemptions) or bool(res.kv_limited),
                    margin=margin)
@@ -243,21 +261,22 @@ def capacity_bound(cand: Fleet, settings: GoodputSettings) -> float:
     return cand.strategy.num_collocated / (per_req_prefill + per_req_decode)
 
 
-def _zero_load(cand: Fleet, settings: GoodputSettings) -> tuple[str, float]:
+def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both") -> tuple[str, float]:
     """Reject without simulating when even one lone request misses the SLO; else return its
-    margin (largest share of a relaxed target a lone request uses)."""
+    margin (largest share of a relaxed target a lone request uses). ``check`` as :class:`_Runner`."""
     s = settings
     s_in = int(max(s.workload.input_lengths))
     est = Estimator(s.model, s.hardware, s.profile, cand.first.parallel, dtype=s.dtype)
     est_d = Estimator(s.model, s.hardware, s.profile, cand.last.parallel, dtype=s.dtype)
     lim = 1.0 + s.relaxation
     ttft0 = est.time(StepBatch.prefill(1, s_in))
-    if ttft0 > lim * s.slo.ttft_s:
+    if ttft0 > lim * s.slo.ttft_s and check != "tpot":
         return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s", math.inf
     tpot0 = est_d.time(StepBatch.decode(1, s_in + 1))
-    if tpot0 > lim * s.slo.tpot_s:
+    if tpot0 > lim * s.slo.tpot_s and check != "ttft":
         return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms", math.inf
-    return "", max(ttft0 / (lim * s.slo.ttft_s), tpot0 / (lim * s.slo.tpot_s))
+    shares = {"ttft": ttft0 / (lim * s.slo.ttft_s), "tpot": tpot0 / (lim * s.slo.tpot_s)}
+    return "", max(v for k, v in shares.items() if check in ("both", k))
 
 
 def _next_rate(lo: _Probe, hi: _Probe, tol: float, bisect: bool) -> float:
@@ -326,7 +345,8 @@ def _bracket(runner: _Runner, guess: float, step: float, workload: Workload | No
     return lo, hi
 
 
-def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[float, _Probe | None, _Probe | None]:
+def _search_rate(runner: _Runner, bound: float, risky: bool = False,
+                 guess: float | None = None) -> tuple[float, _Probe | None, _Probe | None]:
     """Largest rate meeting the SLO on the full workload (Algorithm 8), with its probe and the
     first infeasible probe above it.
 
@@ -336,8 +356,20 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     it on the full stream until ``hi - lo <= 1.1 max(abs_tol, rel_tol * lo)`` with ``lo`` feasible and
     ``hi`` infeasible, both simulated on the full workload — the guarantee of plain bisection.
     ``risky`` (a lone request already uses most of a target) checks the 0.1 req/s floor first.
+    ``guess`` (a goodput already estimated, e.g. composed from pool measurements) skips phase 1:
+    the full-stream bracket starts there with steps of ``1 + 2 rel_tol``, so a right estimate is
+    confirmed by two runs.
     """
     s = runner.settings
+    if guess is not None and guess > 0:
+        step0 = 1 + 2 * s.rel_tol
+        lo0, hi0 = _bracket(runner, guess, step0, None)
+        if lo0 is None:
+            return 0.0, None, hi0
+        if hi0 is None:
+            return lo0.rate, lo0, None
+        lo0, hi0 = _narrow(runner, lo0, hi0, lambda r: max(s.abs_tol, s.rel_tol * r), None)
+        return lo0.rate, lo0, hi0
     wl = s.workload
     n = len(wl.input_lengths)
     guess = max(LOWER_RATE, 0.8 * bound)  # goodput sits a little below the optimistic capacity
@@ -381,13 +413,18 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False) -> tuple[fl
     return lo.rate, lo, hi
 
 
-def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
+def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
+                guess: float | None = None) -> GoodputResult:
     """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
 
     With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
-    goodput is their mean and ``goodput_ci`` a 95% Student-t interval.
+    goodput is their mean and ``goodput_ci`` a 95% Student-t interval. ``check`` (``"ttft"`` or
+    ``"tpot"``) applies one target only (a pool measured alone); ``guess`` starts the bracket at a
+    rate already estimated (:func:`_search_rate`).
     """
-    reason, margin0 = _zero_load(cand, settings)
+    if check not in ("both", "ttft", "tpot"):
+        raise SpecError(f"check={check!r}; expected one of: both, ttft, tpot")
+    reason, margin0 = _zero_load(cand, settings, check)
     bound = capacity_bound(cand, settings)
     if reason:
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
@@ -395,8 +432,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings) -> GoodputResult:
     rates, runs = [], 0
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
     for k in range(settings.seeds):
-        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k)
-        got = _search_rate(runner, bound, risky=margin0 > 0.85)
+        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k, check=check)
+        got = _search_rate(runner, bound, risky=margin0 > 0.85, guess=guess)
         runs += runner.runs
         rates.append(got[0])
         found.append(got)

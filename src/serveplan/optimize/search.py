@@ -8,6 +8,7 @@ directory and settings skips those, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,11 +21,14 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
+from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.fleet import Fleet
 
 CHECKPOINT = "checkpoint.jsonl"
+#: search methods: every fleet simulated, or pools composed and the best confirmed
+METHODS = ("exhaustive", "fast")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +57,11 @@ class SearchResult:
         tol = self.settings_summary.get("slo_tolerance", self.settings_summary.get("relaxation"))
         return None if tol is None else float(tol)
 
+    @property
+    def frontier(self) -> tuple[FrontierPoint, ...]:
+        """Output tokens/s per device against tokens/s per user (:func:`throughput_frontier`)."""
+        return throughput_frontier(self.strategies)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings_summary,
@@ -61,6 +70,7 @@ class SearchResult:
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
             "pareto": list(self.pareto),
+            "frontier": [p.to_dict() for p in self.frontier],
             "num_simulations": self.num_simulations,
             "num_evaluated": self.num_evaluated,
             "num_resumed": self.num_resumed,
@@ -97,8 +107,8 @@ def _load_checkpoint(path: Path, fingerprint: str) -> dict[str, GoodputResult]:
     return done
 
 
-def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult) -> None:
-    rec = {"fingerprint": fingerprint, "name": res.name, "result": res.to_dict()}
+def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult, key: str | None = None) -> None:
+    rec = {"fingerprint": fingerprint, "name": key or res.name, "result": res.to_dict()}
     with path.open("a") as fh:
         fh.write(json.dumps(rec) + "\n")
         fh.flush()
@@ -186,6 +196,50 @@ def _run_ray(todo: list[Task], jobs: int, address: str | None,
             ray.shutdown()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontierPoint:
+    """One strategy at its goodput on the throughput-per-device vs speed-per-user plane.
+
+    ``tokens_per_s_per_user`` is ``1 / TPOT`` at the SLO percentile (the speed the slowest 10% of
+    users see, for P90) and ``tokens_per_s_per_device`` the output tokens per second of the fleet
+    at its goodput, per device: aiconfigurator's axes, under the TTFT target. ``pareto``: no
+    strategy of the same architecture is at least as good on both axes and better on one.
+    """
+
+    name: str
+    architecture: str              # "collocated" or "disaggregated"
+    num_devices: int
+    goodput_rps: float
+    tokens_per_s_per_user: float
+    tokens_per_s_per_device: float
+    ttft_p_s: float
+    tpot_p_s: float
+    pareto: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint, ...]:
+    """Every ranked strategy as a :class:`FrontierPoint`, each architecture's Pareto frontier
+    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user."""
+    pts = []
+    for r in results:
+        if r.status != GoodputStatus.OK or not (r.tpot_p > 0) or not np.isfinite(r.tpot_p):
+            continue
+        pts.append((("disaggregated" if r.candidate.is_disaggregated else "collocated"), 1.0 / r.tpot_p,
+                    r.output_tokens_per_s / r.candidate.num_devices, r))
+    out = []
+    for arch, user, dev, r in pts:
+        dominated = any(a2 == arch and u2 >= user and d2 >= dev and (u2 > user or d2 > dev)
+                        for a2, u2, d2, _ in pts)
+        out.append(FrontierPoint(name=r.name, architecture=arch, num_devices=r.candidate.num_devices,
+                                 goodput_rps=r.goodput_rps, tokens_per_s_per_user=user, tokens_per_s_per_device=dev,
+                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated))
+    out.sort(key=lambda p: (p.architecture, p.tokens_per_s_per_user, p.name))
+    return tuple(out)
+
+
 def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
     """Strategies no other beats on both goodput per device (higher) and mean latency (lower):
     the Pareto set of (goodput per device, mean end-to-end latency at the goodput rate)."""
@@ -200,8 +254,16 @@ def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
 
 def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
-           max_new_evaluations: int | None = None) -> SearchResult:
-    """Evaluate every candidate of ``space`` and rank them by goodput per device.
+           max_new_evaluations: int | None = None, method: str = "exhaustive", confirm: int = 3,
+           target_rate: float | None = None, frontier: bool = False) -> SearchResult:
+    """Rank the candidates of ``space`` by goodput per device.
+
+    ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
+    per fleet); ``method="fast"`` (what ``serveplan optimize`` runs unless ``--exhaustive``) is
+    :mod:`serveplan.optimize.compose`: analytic bounds prune, pool measurements compose the rest,
+    and the best ``confirm`` fleets are simulated whole. ``target_rate`` (req/s) ranks the fleets
+    reaching it by fewest devices instead. ``frontier`` (fast method) keeps every fleet that may lie
+    on the throughput frontier instead of only those that may beat the best per device.
 
     Parameters
     ----------
@@ -220,7 +282,8 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
         No candidate survives pruning, or none meets the SLO at any rate.
     """
     return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
-                       progress=progress, max_new_evaluations=max_new_evaluations)[0]
+                       progress=progress, max_new_evaluations=max_new_evaluations, method=method,
+                       confirm=confirm, target_rate=target_rate, frontier=frontier)[0]
 
 
 @dataclass
@@ -231,22 +294,17 @@ class _Plan:
     results: dict[str, GoodputResult]
     resumed: int
     evaluated: int = 0
+    done: dict[str, GoodputResult] = field(default_factory=dict)   # checkpointed records (fast search)
+    fast: FastOutcome | None = None
 
 
 def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwargs: Any) -> list[SearchResult]:
     """:func:`search` for several workloads (e.g. BestServe's op1-op4) sharing one pool of workers,
     so no core idles while another scenario finishes. Returns one result per settings, in order.
     ``on_progress(done, total)``, if given, is called after every finished evaluation."""
-    jobs = kwargs.get("jobs")
-    backend = kwargs.get("backend", "local")
-    out_dir = kwargs.get("out_dir")
-    progress = kwargs.get("progress", True)
-    max_new = kwargs.get("max_new_evaluations")
-    if backend not in ("local", "ray"):
-        raise SpecError(f"backend={backend!r}; expected one of: local, ray")
-    if jobs is not None and jobs < 1:
-        raise SpecError(f"jobs={jobs} must be a positive integer")
-    jobs = jobs or os.cpu_count() or 1
+    opts = _Options.of(kwargs)
+    jobs, backend, max_new, out_dir = opts.jobs, opts.backend, opts.max_new, opts.out_dir
+    exhaustive, confirm, target_rate = opts.method == "exhaustive", opts.confirm, opts.target_rate
     t0 = time.perf_counter()
     ckpt = None
     if out_dir is not None:
@@ -255,47 +313,30 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     plans: list[_Plan] = []
     todo: list[Task] = []
     for key, settings in enumerate(settings_list):
-        wl = settings.workload
-        request_tokens = int(np.max(wl.input_lengths + wl.output_lengths))
-        listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
-                                  request_tokens=request_tokens, dtype=settings.dtype)
-        if not listing.candidates:
-            reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
-            if listing.pruned and all(p.kind == "layout" for p in listing.pruned):
-                raise SpecError(f"no admissible layout: {reasons}")
-            raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
+        listing = _listing(space, settings)
         fp = _fingerprint(settings)
         done = _load_checkpoint(ckpt, fp) if ckpt is not None else {}
         names = {c.name for c in listing.candidates}
-        results = {n: r for n, r in done.items() if n in names}
+        if not exhaustive and decomposable(settings):
+            plans.append(_Plan(settings, fp, listing, {}, 0, done=done))
+            continue
+        results = {n: r for n, r in done.items() if n in names and r.method in ("", "confirmed")}
         plans.append(_Plan(settings, fp, listing, results, len(results)))
         todo += [(key, c, settings) for c in listing.candidates if c.name not in results]
     if max_new is not None:
         todo = todo[:max_new]
 
-    on_progress = kwargs.get("on_progress")
-    total_candidates = sum(len(p.listing.candidates) for p in plans)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        total = sum(len(p.listing.candidates) for p in plans)
-        bar = tqdm(total=total, initial=sum(p.resumed for p in plans), desc="strategies", unit="strategy",
-                   dynamic_ncols=True, leave=False)
-
-    def on_done(key: int, res: GoodputResult) -> None:
-        plan = plans[key]
-        plan.results[res.name] = res
-        plan.evaluated += 1
-        if ckpt is not None:
-            _append_checkpoint(ckpt, plan.fingerprint, res)
-        if bar is not None:
-            bar.set_postfix_str(f"{res.name}: {res.goodput_rps:.2f} req/s", refresh=False)
-            bar.update(1)
-        if on_progress is not None:
-            on_progress(sum(p.evaluated + p.resumed for p in plans), total_candidates)
+    tracker = _Tracker(plans, ckpt, kwargs.get("on_progress"), opts.progress)
+    on_done, settle, record = tracker.on_done, tracker.settle, tracker.record
+    bar = tracker.bar
 
     try:
+        for plan in plans:
+            if _is_fast(plan, exhaustive):
+                plan.fast = fast_search(plan.listing.candidates, plan.settings, jobs=jobs, done=plan.done,
+                                        on_record=record(plan), on_candidate=settle(plan), confirm=confirm,
+                                        target_rate=target_rate, frontier=opts.frontier)
+                plan.results = plan.fast.results
         if backend == "ray":
             _run_ray(todo, jobs, kwargs.get("ray_address"), on_done)
         else:
@@ -304,15 +345,136 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
-    return [_finish(space, p, elapsed) for p in plans]
+    return [_finish(space, p, elapsed, target_rate) for p in plans]
 
 
-def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
+class _Tracker:
+    """Progress bar, progress callback and checkpoint appends of one :func:`search_many`."""
+
+    def __init__(self, plans: list[_Plan], ckpt: Path | None, on_progress: Callable[[int, int], None] | None,
+                 progress: bool) -> None:
+        self.plans, self.ckpt, self.on_progress = plans, ckpt, on_progress
+        self.total = sum(len(p.listing.candidates) for p in plans)
+        self.bar: Any = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, initial=sum(p.resumed for p in plans), desc="strategies",
+                            unit="strategy", dynamic_ncols=True, leave=False)
+
+    def _tick(self, label: str | None) -> None:
+        if self.bar is not None:
+            if label:
+                self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        if self.on_progress is not None:
+            self.on_progress(sum(p.evaluated + p.resumed for p in self.plans), self.total)
+
+    def on_done(self, key: int, res: GoodputResult) -> None:
+        """An exhaustive evaluation finished."""
+        plan = self.plans[key]
+        plan.results[res.name] = res
+        plan.evaluated += 1
+        if self.ckpt is not None:
+            _append_checkpoint(self.ckpt, plan.fingerprint, res)
+        self._tick(f"{res.name}: {res.goodput_rps:.2f} req/s")
+
+    def settle(self, plan: _Plan) -> Callable[[str], None]:
+        """Fast search: a candidate was composed or pruned."""
+        def tick(name: str) -> None:
+            plan.evaluated += 1
+            self._tick(None)
+        return tick
+
+    def record(self, plan: _Plan) -> Callable[[str, GoodputResult], None]:
+        """Fast search: a pool measurement or confirmation to checkpoint."""
+        def keep(key: str, res: GoodputResult) -> None:
+            if self.ckpt is not None:
+                _append_checkpoint(self.ckpt, plan.fingerprint, res, key)
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{key}: {res.goodput_rps:.2f} req/s", refresh=False)
+        return keep
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The keyword options of :func:`search_many`, checked."""
+
+    jobs: int
+    backend: str
+    out_dir: str | Path | None
+    progress: bool
+    max_new: int | None
+    method: str
+    confirm: int
+    target_rate: float | None
+    frontier: bool = False
+
+    @staticmethod
+    def of(kwargs: dict[str, Any]) -> _Options:
+        jobs = kwargs.get("jobs")
+        backend = kwargs.get("backend", "local")
+        method = kwargs.get("method", "exhaustive")
+        confirm = int(kwargs.get("confirm", 3))
+        target_rate = kwargs.get("target_rate")
+        if method not in METHODS:
+            raise SpecError(f"method={method!r}; expected one of: {', '.join(METHODS)}")
+        if target_rate is not None and not (isinstance(target_rate, (int, float)) and target_rate > 0):
+            raise SpecError(f"target-rate={target_rate!r} must be a positive number of requests per second")
+        if confirm < 1:
+            raise SpecError(f"confirm={confirm} must be a positive integer")
+        if backend not in ("local", "ray"):
+            raise SpecError(f"backend={backend!r}; expected one of: local, ray")
+        if jobs is not None and jobs < 1:
+            raise SpecError(f"jobs={jobs} must be a positive integer")
+        return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
+                        progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
+                        method=method, confirm=confirm, target_rate=target_rate,
+                        frontier=bool(kwargs.get("frontier", False)))
+
+
+def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
+    """The candidates of ``space`` for ``settings``' workload; an error when none is left."""
+    wl = settings.workload
+    request_tokens = int(np.max(wl.input_lengths + wl.output_lengths))
+    listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
+                              request_tokens=request_tokens, dtype=settings.dtype)
+    multi_node = tuple(p for p in (2, 4, 8) if p * min(space.tp_sizes) <= space.devices)
+    if (not listing.candidates and space.pp_sizes == (1,) and multi_node and listing.pruned
+            and all(p.kind == "memory" for p in listing.pruned)):
+        # a model larger than every single-stage layout: pipeline stages across nodes
+        wider = enumerate_space(dataclasses.replace(space, pp_sizes=(1, *multi_node)), settings.model,
+                                settings.hardware, settings.profile, request_tokens=request_tokens,
+                                dtype=settings.dtype)
+        if wider.candidates:
+            listing = wider
+    if not listing.candidates:
+        reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
+        if listing.pruned and all(p.kind == "layout" for p in listing.pruned):
+            raise SpecError(f"no admissible layout: {reasons}")
+        raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
+    return listing
+
+
+def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
+    return not exhaustive and decomposable(plan.settings)
+
+
+def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None) -> SearchResult:
     settings, results, listing = plan.settings, plan.results, plan.listing
     wl = settings.workload
     ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
     rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
     ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
+    if target_rate is not None:
+        ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
+    if plan.fast is not None:
+        # the fleets simulated whole come first: the best is a confirmed one
+        def trusted(r: GoodputResult) -> bool:
+            return r.method == "confirmed" and (target_rate is None or r.goodput_rps >= target_rate)
+
+        head = [r for r in ok if trusted(r)][:1]
+        ok = head + [r for r in ok if r not in head]
     rejected.sort(key=lambda r: r.name)
     summary = {
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
@@ -322,13 +484,31 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float) -> SearchResult:
         "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
+        "method": "fast" if plan.fast is not None else "exhaustive",
     }
+    pruned = list(listing.pruned)
+    n_sims = sum(r.num_simulations for r in results.values())
+    resumed = plan.resumed
+    if plan.fast is not None:
+        resumed = plan.fast.num_resumed
+        pruned += plan.fast.pruned
+        n_sims = plan.fast.num_simulations
+        summary |= {"pool_measurements": plan.fast.num_units, "pruned_by_bound": len(plan.fast.pruned),
+                    "confirmed": [r.name for r in ok if r.method == "confirmed"],
+                    "disagreements": list(plan.fast.disagreements)}
+    if target_rate is not None:
+        summary["target_rate"] = target_rate
     result = SearchResult(
-        strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(listing.pruned), pareto=pareto_front(ok),
-        num_simulations=sum(r.num_simulations for r in results.values()), num_evaluated=plan.evaluated,
-        num_resumed=plan.resumed, elapsed_s=elapsed, settings_summary=summary,
+        strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(pruned), pareto=pareto_front(ok),
+        num_simulations=n_sims, num_evaluated=plan.evaluated,
+        num_resumed=resumed, elapsed_s=elapsed, settings_summary=summary,
     )
-    if len(results) == len(listing.candidates) and not ok:
+    if target_rate is not None and not any(r.goodput_rps >= target_rate for r in ok):
+        top = max(ok, key=lambda r: r.goodput_rps, default=None)
+        best = f"; the most found is {top.goodput_rps:.3g} req/s ({top.name})" if top else ""
+        raise InfeasibleError(f"no fleet of at most {space.devices} devices reaches the target rate "
+                              f"{target_rate:g} req/s{best}; raise --devices")
+    if (plan.fast is not None or len(results) == len(listing.candidates)) and not ok:
         why = "; ".join(f"{r.name}: {r.reason}" for r in rejected[:3])
         raise InfeasibleError(f"no strategy meets the SLO at any rate >= 0.1 req/s ({why})")
     return result

@@ -244,17 +244,44 @@ def spec_choices(method: str | None, tokens: list[int] | tuple[int, ...] | None,
 
 def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str | None = None,
                     prefill_max_batch: int | None = None, schedulers: str | None = None,
-                    chunk_sizes: str | None = None) -> tuple[str, int, str, str]:
+                    chunk_sizes: str | None = None, knobs: bool = False) -> tuple[str, int, str, str]:
     """The search lists ``(max batches, prompts per prefill step, schedulers, chunk sizes)`` of
     ``serveplan optimize`` (and the web planner) where the user gave none: BestServe's testbed
     (16, 4, prefill-first, 512) without an engine, else the engine's scheduler and limits on
-    ``hardware`` (:meth:`~serveplan.specs.engine.EngineSpec.limits`)."""
+    ``hardware`` (:meth:`~serveplan.specs.engine.EngineSpec.limits`).
+
+    ``knobs`` searches the engine's knobs around those defaults (:func:`knob_ladder`) for every
+    list the user left out."""
     if engine is None:
-        return (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch,
-                schedulers or "prefill-first", chunk_sizes or "512")
-    spec = get_engine(engine)
-    lim = spec.limits(hardware)
-    seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
-    budget = lim.token_budget or lim.chunk_size or 512
-    return (max_batch or str(seqs), (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
-            schedulers or spec.mechanism.scheduler, chunk_sizes or str(budget))
+        mb, pmb, sch, cs = (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch,
+                            schedulers or "prefill-first", chunk_sizes or "512")
+        default_sched, seqs, budget = "prefill-first", 16, 512
+    else:
+        spec = get_engine(engine)
+        lim = spec.limits(hardware)
+        seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
+        budget = lim.token_budget or lim.chunk_size or 512
+        default_sched = spec.mechanism.scheduler
+        mb, pmb, sch, cs = (max_batch or str(seqs),
+                            (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
+                            schedulers or default_sched, chunk_sizes or str(budget))
+    if knobs:
+        ladder = knob_ladder(seqs, budget, default_sched)
+        mb = max_batch or ",".join(map(str, ladder[0]))
+        cs = chunk_sizes or ",".join(map(str, ladder[1]))
+        sch = schedulers or ",".join(ladder[2])
+    return mb, pmb, sch, cs
+
+
+def knob_ladder(max_num_seqs: int, token_budget: int, scheduler: str) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                                                tuple[str, ...]]:
+    """The engine knobs searched around an engine's defaults: ``max_num_seqs`` at the default and
+    a quarter and a sixteenth of it (at least 8: smaller batches trade throughput for TPOT), the
+    token budget (``max_num_batched_tokens``, the chunk size of chunked prefill) at the default and
+    twice it (longer chunks finish prompts sooner at the cost of decode stalls), and chunked
+    prefill on and off (``chunked-prefill`` and ``prefill-first``), the default first."""
+    seqs = tuple(dict.fromkeys(v for v in (max_num_seqs, max_num_seqs // 4, max_num_seqs // 16) if v >= 8)) or (8,)
+    budgets = (token_budget, 2 * token_budget)
+    other = "prefill-first" if scheduler == "chunked-prefill" else "chunked-prefill"
+    scheds = (scheduler, other) if scheduler in ("chunked-prefill", "prefill-first") else (scheduler,)
+    return seqs, budgets, scheds

@@ -1,5 +1,7 @@
-"""Optimizer reports: ranked CSV, normalized-goodput bar chart (BestServe Figure 11 style) and the
-Pareto plot of goodput per device against latency. matplotlib is imported lazily (Agg backend)."""
+"""Optimizer reports: ranked CSV, normalized-goodput bar chart (BestServe Figure 11 style), the
+Pareto plot of goodput per device against latency, and the throughput frontier (output tokens/s
+per device against tokens/s per user, as aiconfigurator draws it) as CSV and plot. matplotlib is
+imported lazily (Agg backend)."""
 
 from __future__ import annotations
 
@@ -144,3 +146,43 @@ def _place_labels(fig: Any, ax: Any, points: list[tuple[float, float, str]]) -> 
         lead = {"arrowprops": {"arrowstyle": "-", "color": "#C44E52", "lw": 0.5}} if max(map(abs, chosen)) > 10 else {}
         t = ax.annotate(text, (x, y), xytext=chosen, **style, **lead)
         placed.append(t.get_window_extent(renderer).expanded(1.15, 1.15))
+
+
+FRONTIER_COLUMNS = ["architecture", "name", "num_devices", "goodput_rps", "tokens_per_s_per_user",
+                    "tokens_per_s_per_device", "ttft_p_s", "tpot_p_s", "pareto"]
+
+
+def write_frontier_csv(result: Any, path: str | Path) -> Path:
+    """Every ranked strategy's point on the throughput frontier, its architecture's Pareto set marked."""
+    path = Path(path)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FRONTIER_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for p in result.frontier:
+            w.writerow(p.to_dict())
+    return path
+
+
+def plot_throughput_frontier(result: Any, path: str | Path, title: str = "") -> Path:
+    """Output tokens/s per device against tokens/s per user: every strategy as a dot, each
+    architecture's Pareto frontier as a line (aiconfigurator's chart)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arch, color in (("collocated", "tab:blue"), ("disaggregated", "tab:orange")):
+        pts = [p for p in result.frontier if p.architecture == arch]
+        if not pts:
+            continue
+        ax.scatter([p.tokens_per_s_per_user for p in pts], [p.tokens_per_s_per_device for p in pts], s=14,
+                   color=color, alpha=0.35)
+        front = sorted((p for p in pts if p.pareto), key=lambda p: p.tokens_per_s_per_user)
+        ax.plot([p.tokens_per_s_per_user for p in front], [p.tokens_per_s_per_device for p in front], "o-",
+                color=color, label=f"{arch} frontier")
+        best = max(front, key=lambda p: p.tokens_per_s_per_device)
+        ax.annotate(best.name, (best.tokens_per_s_per_user, best.tokens_per_s_per_device), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("tokens/s per user (1 / TPOT at the SLO percentile)")
+    ax.set_ylabel("output tokens/s per device")
+    ax.set_title(title or "throughput per device vs speed per user, at each strategy's goodput", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return save(fig, path)

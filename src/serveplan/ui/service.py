@@ -67,7 +67,7 @@ PANELS: dict[str, Panel] = {p.kind: p for p in (
           ("model", "hardware", "devices", "tp", "pp", "dp", "ep", "max-batch", "schedulers", "scenario",
            "input-len", "output-len", "num-requests", "slo-ttft", "slo-tpot", "percentile", "dtype", "seed",
            "no-collocated", "no-disaggregated"),
-          fixed=("--deploy", "deploy/")),
+          fixed=("--deploy", "deploy/", "--exhaustive")),  # the page ranks every strategy
     Panel("simulate", "simulate", "Simulate",
           ("model", "hardware", "strategy", "tp", "prefill-tp", "decode-tp", "pp", "max-batch", "scheduler",
            "scenario", "input-len", "output-len", "rate", "num-requests", "slo-ttft", "slo-tpot", "percentile",
@@ -287,7 +287,7 @@ def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
 
 def _run_plan(args: tuple[Any, ...], progress: Progress | None) -> tuple[dict[str, Any], dict[str, Any]]:
     space, settings, names = args
-    results = search_many(space, settings, progress=False, on_progress=progress)
+    results = search_many(space, settings, progress=False, on_progress=progress, method="exhaustive")
     deployment = deploy_plan(results[0].best.candidate, settings[0])
     return optimize_document(results, names, (), deployment), {}
 
