@@ -194,6 +194,8 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Path | None = typer.Option(None, "--out",
                                     help="Directory for requests.csv, histograms and the rate-sweep plot."),
+    allow_long_context: bool = typer.Option(False, "--allow-long-context", help=(
+        "Simulate requests longer than the model's max_position_embeddings (refused otherwise).")),
     band: int = typer.Option(0, "--band", help=(
         "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
         "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
@@ -216,7 +218,7 @@ def simulate_cmd(
         model=m, hardware=hw, profile=pr, router=router, fidelity=fidelity, rate=rate, workload=wl,
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
         early_stop=early_stop, kv_dtype=kv_dtype, offline=offline,
-        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit,
+        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit, allow_long_context=allow_long_context,
     )
     if levels and len(levels) > 1:
         _concurrency_sweep(cfg, levels, json_out, out)
