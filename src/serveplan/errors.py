@@ -61,11 +61,11 @@ def check_int(field: str, value: Any, *, low: int = 1, high: int | None = None, 
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise SpecError(f"{field}={_show(value)} must be an integer >= {low}"
                         + (f" and <= {high:,}" if high is not None else ""))
-    value = int(value)
-    if value < low or (high is not None and value > high):
+    number: int = int(value)
+    if number < low or (high is not None and number > high):
         rng = f"in {low}..{high:,}" if high is not None else f">= {low}"
-        raise SpecError(f"{field}={value:,} must be an integer {rng}" + (f" ({why})" if why else ""))
-    return value
+        raise SpecError(f"{field}={number:,} must be an integer {rng}" + (f" ({why})" if why else ""))
+    return number
 
 
 def check_number(field: str, value: Any, *, low: float | None = None, high: float | None = None,

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.cli.checks import check_search
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
@@ -101,6 +102,8 @@ def optimize_cmd(
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
         collocated=not no_collocated, disaggregated=not no_disaggregated, mixed_tp=not same_tp,
     )
+    check_search(space, num_requests=num_requests, seeds=seeds, seed=seed, jobs=jobs, relaxation=relaxation,
+                 tolerance=tolerance, band=band, band_top=band_top)
     if slo_ttft <= 0 or slo_tpot <= 0:
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
     if not 0 < percentile < 100:

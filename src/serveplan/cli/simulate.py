@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.cli.checks import check_simulate
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
@@ -204,6 +205,7 @@ def simulate_cmd(
     defaults for the device, the smallest TP that fits; CodeLlama-34B on Ascend 910B3, op2, 3.5
     req/s, 10000 requests). ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4,
     prefill batch 4, decode batch 16)."""
+    check_simulate(band=band, seed=seed)
     m, hw, pr = resolve_specs(model, hardware, profile)
     wl = build_workload(scenario=scenario, input_len=input_len, output_len=output_len, trace=trace,
                         length_dist=length_dist, num_requests=num_requests, arrival=arrival, cv=cv, seed=seed,
