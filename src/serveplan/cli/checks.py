@@ -3,6 +3,9 @@ number of seeds or workers), each naming the option, the value, the range and wh
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from serveplan.errors import SpecError, check_int, check_number
 from serveplan.optimize.space import SearchSpace
 
@@ -65,3 +68,18 @@ def check_search(space: SearchSpace, *, num_requests: int, seeds: int, seed: int
 def check_simulate(*, band: int, seed: int) -> None:
     check_int("band", band, low=0, high=MAX_BAND_SAMPLES, why="profiles sampled")
     check_int("seed", seed, low=0)
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Refuse an output file that cannot be written, before any long work starts: its folder must
+    exist and be writable, and the path must not be a folder."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise SpecError(f"{flag}={str(path)!r} is a folder; expected a file path, e.g. {str(path / 'out.csv')!r}")
+    if not parent.is_dir():
+        raise SpecError(f"{flag}={str(path)!r}: folder {str(parent)!r} does not exist; expected an existing "
+                        f"folder (create it with: mkdir -p {parent})")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SpecError(f"{flag}={str(path)!r}: folder {str(parent)!r} is not writable")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise SpecError(f"{flag}={str(path)!r} exists and is not writable")

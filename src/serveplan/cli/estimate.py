@@ -149,10 +149,20 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
               kv_heads: int | None, head_dim: int, kv_dtype: str | None, nbytes: float | None, ranks: int | None,
               json_out: bool) -> None:
     """``estimate --op``: one operator's time (:mod:`serveplan.estimator.operators`)."""
-    from serveplan.errors import SpecError
+    from serveplan.errors import SpecError, check_number
     from serveplan.estimator.operators import COLLECTIVE_NAMES, OPERATORS, attention_time, collective_time, gemm_time
     from serveplan.specs.catalog import get_hardware, get_profile
 
+    for flag, v in (("--m", m), ("--n", n), ("--k", k), ("--heads", heads), ("--kv-heads", kv_heads),
+                    ("--head-dim", head_dim)):
+        if v is not None:
+            check_int(flag, v, low=1, high=2**40, why="a tensor dimension")
+    if ranks is not None:
+        check_int("--ranks", ranks, low=2, high=2**20, why="devices in a collective group")
+    if nbytes is not None:
+        check_number("--bytes", nbytes, low=0, low_open=True, unit="payload bytes per rank")
+    if heads is not None and kv_heads is not None and (kv_heads > heads or heads % kv_heads):
+        raise SpecError(f"--kv-heads={kv_heads} must divide --heads={heads} (grouped-query attention)")
     hw = get_hardware(hardware)
     pr = get_profile(profile, hw.name)
     name = op.lower()

@@ -16,7 +16,6 @@ from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase
 from serveplan.units import DType
 
-
 #: Largest batch of one step: 2**31 sequences, past any engine's limit (vLLM max_num_seqs: 1024).
 MAX_BATCH = 2**31
 #: Largest tokens of one sequence: a 32-bit position index.

@@ -377,6 +377,9 @@ def build_workload(*, scenario: str | None = None, input_len: int | None = None,
     """
     check_int("num-requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
     check_int("seed", seed, low=0)
+    for flag, text in (("scenario", scenario), ("trace", trace), ("length-dist", length_dist), ("dataset", dataset)):
+        if text is not None and not str(text).strip():
+            raise SpecError(f"{flag}={text!r} is empty; give a value or leave the option out")
     given = [n for n, v in (("scenario", scenario), ("input-len/output-len", input_len or output_len),
                             ("trace", trace), ("length-dist", length_dist), ("dataset", dataset)) if v]
     if len(given) > 1:

@@ -9,7 +9,6 @@ from typing import Any
 from serveplan.errors import SpecError, check_int
 from serveplan.specs.model import AttentionKind, ModelSpec
 
-
 #: Most devices one fleet (and so one parallel group or one search) may hold: four times the largest
 #: clusters serveplan plans for (16-1000 GPUs). The simulator keeps state per instance and the
 #: optimizer enumerates fleets up to the budget, so a larger request would run for hours instead of
