@@ -64,7 +64,8 @@ class SearchSpace:
     mixed_tp: bool = True
 
     def __post_init__(self) -> None:
-        check_int("devices", self.devices, low=1, high=MAX_FLEET_DEVICES, why="serveplan.specs.parallel.MAX_FLEET_DEVICES")
+        check_int("devices", self.devices, low=1, high=MAX_FLEET_DEVICES,
+                  why="serveplan.specs.parallel.MAX_FLEET_DEVICES")
         for fname in ("tp_sizes", "pp_sizes", "dp_sizes", "ep_sizes", "max_batches", "chunk_sizes"):
             vals = getattr(self, fname)
             if not vals:

@@ -319,26 +319,7 @@ class Workload:
             if found is None:
                 raise SpecError(f"trace={str(path)!r}: no {what} column; expected one of: {', '.join(names)}")
             keys[what] = found
-        cells: dict[str, list[float]] = {k: [] for k in cols}
-        for i, r in enumerate(rows, 1):
-            if not isinstance(r, dict):
-                raise SpecError(f"trace={str(path)!r} row {i}: expected a record with "
-                                f"{', '.join(keys.values())}, got {r!r:.60}")
-            for what, key in keys.items():
-                v = r.get(key)
-                if v is None or v == "" or isinstance(v, bool):
-                    raise SpecError(f"trace={str(path)!r} row {i}: {key} is missing; every row needs "
-                                    f"{', '.join(keys.values())}")
-                try:
-                    x = float(v)
-                except (TypeError, ValueError, OverflowError):
-                    x = math.nan
-                if not math.isfinite(x) or (what != "arrival" and (x < 1 or x != int(x) or x > MAX_LENGTH)):
-                    expected = ("a finite time in seconds" if what == "arrival"
-                                else f"a positive integer number of tokens <= {MAX_LENGTH:,}")
-                    raise SpecError(f"trace={str(path)!r} row {i}: {key}={v!r} must be {expected}")
-                cells[what].append(x)
-        t, inp, out = (np.array(cells[k]) for k in ("arrival", "input", "output"))
+        t, inp, out = _trace_columns(rows, keys, str(path))
         order = np.argsort(t, kind="stable")
         t, inp, out = t[order] - t[order][0], inp[order], out[order]
         if num_requests is not None:
@@ -361,6 +342,31 @@ class Workload:
         arr = self.arrival + (f" cv {self.cv:g}" if self.arrival == "gamma" else "")
         return f"{self.name + ': ' if self.name else ''}{self.num_requests} requests, {lens}, {arr}"
 
+
+
+def _trace_columns(rows: list[Any], keys: dict[str, str], path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival times and lengths of every trace row, each checked (present, finite, lengths
+    positive integers) with an error naming the row and the column."""
+    cells: dict[str, list[float]] = {k: [] for k in keys}
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise SpecError(f"trace={path!r} row {i}: expected a record with "
+                            f"{', '.join(keys.values())}, got {r!r:.60}")
+        for what, key in keys.items():
+            v = r.get(key)
+            if v is None or v == "" or isinstance(v, bool):
+                raise SpecError(f"trace={path!r} row {i}: {key} is missing; every row needs "
+                                f"{', '.join(keys.values())}")
+            try:
+                x = float(v)
+            except (TypeError, ValueError, OverflowError):
+                x = math.nan
+            if not math.isfinite(x) or (what != "arrival" and (x < 1 or x != int(x) or x > MAX_LENGTH)):
+                expected = ("a finite time in seconds" if what == "arrival"
+                            else f"a positive integer number of tokens <= {MAX_LENGTH:,}")
+                raise SpecError(f"trace={path!r} row {i}: {key}={v!r} must be {expected}")
+            cells[what].append(x)
+    return np.array(cells["arrival"]), np.array(cells["input"]), np.array(cells["output"])
 
 def build_workload(*, scenario: str | None = None, input_len: int | None = None, output_len: int | None = None,
                    trace: str | Path | None = None, length_dist: str | None = None, num_requests: int = 10000,
