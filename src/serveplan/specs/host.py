@@ -177,7 +177,8 @@ def parse_host(raw: Mapping[str, Any], *, name: str | None = None,
         if key not in mapping:
             raise SpecError(f"{where}: field {key!r} is missing")
         # check_number parses with float(): PyYAML reads '1e9' (no dot) as a string
-        return check_number(f"{where}: {key}", mapping[key], low=0)
+        return check_number(f"{where}: {key}", mapping[key], low=0,
+                            low_open=key not in ("disk_bytes", "gpu_reserved_bytes", "memory_efficiency"))
 
     where = f"host {name!r}"
     if "gpu" not in raw:

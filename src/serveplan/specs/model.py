@@ -268,8 +268,10 @@ class ModelSpec:
         for fname in _POSITIVE_FIELDS:
             value = getattr(self, fname)
             limit, why = _FIELD_LIMITS.get(fname, (MAX_DIMENSION, "larger than any transformer built"))
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
-                raise SpecError(f"{where}: {fname}={value!r} must be a positive integer <= {limit:,} ({why})")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{where}: {fname}={value!r} must be a positive integer (1..{limit:,})")
+            if value > limit:
+                raise SpecError(f"{where}: {fname}={value:,} must be <= {limit:,} ({why})")
         for fname in _COUNT_FIELDS:
             value = getattr(self, fname)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIMENSION:
@@ -349,6 +351,20 @@ class ModelSpec:
         if self.attention is AttentionKind.MLA:
             return self.num_attention_heads * self.v_head_dim
         return self.num_attention_heads * self.head_dim
+
+    @property
+    def attention_variant(self) -> str:
+        """How the model's attention is known: ``mla`` (latent KV), ``mha`` (as many KV heads as
+        query heads: OPT, GPT-3, Llama-1), ``mqa`` (one KV head: Falcon-7B) or ``gqa`` (KV heads
+        shared by groups of query heads). The estimator models the last three alike (GQA with
+        ``num_key_value_heads``); this is the name users expect to read."""
+        if self.attention is AttentionKind.MLA:
+            return "mla"
+        if self.num_key_value_heads == self.num_attention_heads:
+            return "mha"
+        if self.num_key_value_heads == 1:
+            return "mqa"
+        return "gqa"
 
     @property
     def is_moe(self) -> bool:
