@@ -104,6 +104,9 @@ def run_forked(args: Sequence[str], *, time_bound_s: float = TIME_BOUND_S,
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
+                # the test runner may have replaced sys.stdout/err with its own capture objects
+                sys.stdout = sys.__stdout__ = open(1, "w", closefd=False, encoding="utf-8", errors="replace")
+                sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, encoding="utf-8", errors="replace")
                 sys.stdin = open(os.devnull)
                 sys.argv = ["serveplan", *args]
                 from serveplan.cli import main
