@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 
 DEFAULT = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                    suppress_health_check=list(HealthCheck))
-MANY = settings(max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=1500, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork (POSIX)")
 
