@@ -63,8 +63,11 @@ def check_int(field: str, value: Any, *, low: int = 1, high: int | None = None, 
                         + (f" and <= {high:,}" if high is not None else ""))
     number: int = int(value)
     if number < low or (high is not None and number > high):
-        rng = f"in {low}..{high:,}" if high is not None else f">= {low}"
-        raise SpecError(f"{field}={number:,} must be an integer {rng}" + (f" ({why})" if why else ""))
+        if low == 1:
+            rng = "a positive integer" + (f" (1..{high:,})" if high is not None else "")
+        else:
+            rng = f"an integer in {low}..{high:,}" if high is not None else f"an integer >= {low}"
+        raise SpecError(f"{field}={number:,} must be {rng}" + (f"; {why}" if why else ""))
     return number
 
 
