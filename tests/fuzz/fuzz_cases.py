@@ -315,7 +315,7 @@ def profile_case(draw: st.DrawFn) -> Case:
         nonsense = False
     if path == ("expert_imbalance",) and value in (1.5, 2.0, 1e308, 10**30):
         nonsense = False  # >= 1 is the documented range; 1e308 is absurd, not malformed
-    if path[0] in ("dispatch_s", "kappa_update") and value == 1.5:
+    if path[0] in ("dispatch_s", "kappa_update") and value in (1.5, 2.0):
         nonsense = False  # slow, but meaningful
     if path == ("expert_imbalance",) and value is True:
         nonsense = True

@@ -73,8 +73,7 @@ def estimate_cmd(
                   batch=batch, input_len=input_len, context_len=context_len, heads=heads, kv_heads=kv_heads,
                   head_dim=head_dim, kv_dtype=kv_dtype, nbytes=op_bytes, ranks=ranks, json_out=json_out)
         return
-    if band:
-        check_int("band-samples", band_samples, low=2, high=100_000, why="profiles sampled for --band")
+    check_int("band-samples", band_samples, low=2, high=100_000, why="profiles sampled for --band")
     check_int("seed", seed, low=0)
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
@@ -161,8 +160,6 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
         check_int("--ranks", ranks, low=2, high=2**20, why="devices in a collective group")
     if nbytes is not None:
         check_number("--bytes", nbytes, low=0, low_open=True, unit="payload bytes per rank")
-    if heads is not None and kv_heads is not None and (kv_heads > heads or heads % kv_heads):
-        raise SpecError(f"--kv-heads={kv_heads} must divide --heads={heads} (grouped-query attention)")
     hw = get_hardware(hardware)
     pr = get_profile(profile, hw.name)
     name = op.lower()
