@@ -56,6 +56,8 @@ CLI_CASES = [
     (OPT + ["--jobs", "0"], ["jobs=0", "1..1,024"]),
     (OPT + ["--relaxation", "2"], ["relaxation=2", "[0, 1)"]),
     (OPT + ["--tolerance", "0"], ["tolerance=0", "(0, 1)"]),
+    (["optimize", "-m", "llama-2-7b", "--scenario", "op1", "--no-progress"], ["8,704 tokens",
+                                                                            "max_position_embeddings=4,096"]),
     (OFF + ["--max-latency", "nan"], ["--max-latency=nan", "positive"]),
     (OFF + ["--max-latency", "-1"], ["--max-latency=-1", "positive"]),
     (OFF + ["-s", "100000"], ["100,008 tokens", "max_position_embeddings=2,048"]),

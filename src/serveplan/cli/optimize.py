@@ -20,6 +20,7 @@ from serveplan.report.deploy import Deployment, deploy_plan
 from serveplan.report.documents import optimize_document
 from serveplan.report.ranking import plot_goodput_bars, plot_pareto, write_csv
 from serveplan.sim import SLO, Fidelity, Workload
+from serveplan.sim.engine import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
 
@@ -85,6 +86,8 @@ def optimize_cmd(
     band_top: int = typer.Option(5, "--band-top", help="Strategies given a band with --band (best first)."),
     deploy: Path | None = typer.Option(None, "--deploy", help="Print the best plan's vLLM/SGLang launch "
                                        "commands (Dynamo YAML if disaggregated) and write them to this directory."),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context", help="Plan for requests longer than the model's max_position_embeddings."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -116,6 +119,8 @@ def optimize_cmd(
         require_uncertainty(pr)
     workloads = build_workloads(scenarios=scenario, input_len=input_len, output_len=output_len,
                                 num_requests=num_requests)
+    for wl in workloads:
+        check_context(m, wl, allow_long_context)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,
