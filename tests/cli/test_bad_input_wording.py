@@ -45,7 +45,7 @@ CLI_CASES = [
     (EST + ["--tp", "0"], ["tp=0", "1..4,096"]),
     (["estimate", "-H", H, "--op", "gemm", "--m", "0", "--n", "1", "--k", "1"], ["--m=0", "1..1,099,511,627,776"]),
     (["estimate", "-H", H, "--op", "attention", "--heads", "8", "--kv-heads", "16"],
-     ["heads=8", "multiple of kv_heads=16"]),
+     ["kv_heads=16", "must divide heads=8"]),
     (["estimate", "-H", H, "--op", "allreduce", "--bytes", "nan", "--ranks", "8"], ["--bytes=nan", "positive"]),
     (["estimate", "-H", H, "--op", "allreduce", "--bytes", "1e6", "--ranks", "1"], ["--ranks=1", "2..1,048,576"]),
     (OPT + ["--devices", "100000"], ["devices=100,000", "1..4,096"]),

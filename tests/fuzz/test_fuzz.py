@@ -56,6 +56,12 @@ REGRESSIONS = [
     Case("cli", ["offload", "-m", "opt-6.7b", "-s", "64", "-n", "8", "--max-latency", "inf"], False,
          "infinite latency bound"),
     Case("cli", ["estimate", "-m", SMALL_MODEL, "-H", GPU, "--tp", "1", "-s", "100000000"], False, "10^8 prompt"),
+    Case("cli", ["estimate", "-H", GPU, "--json", "--op", "gemm", "--m", "16", "--n", "4096", "--k", "4096",
+                 "--kv-heads", "64", "--heads", "32"], True, "KV heads above query heads, unused by the op"),
+    Case("cli", SIM + ["-n", "40", "--engine", ""], True, "empty engine name"),
+    Case("cli", ["estimate", "-m", SMALL_MODEL, "-H", GPU, "--tp", "2", "--json", "--band-samples", "-1"], True,
+         "negative band samples without --band"),
+    Case("cli", SIM + ["-n", "40", "--scenario", ""], True, "empty scenario"),
 ]
 
 

@@ -156,6 +156,8 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
                     ("--head-dim", head_dim)):
         if v is not None:
             check_int(flag, v, low=1, high=2**40, why="a tensor dimension")
+    if heads is not None and kv_heads is not None and (kv_heads > heads or heads % kv_heads):
+        raise SpecError(f"kv_heads={kv_heads} must divide heads={heads} (--kv-heads, --heads: grouped-query attention)")
     if ranks is not None:
         check_int("--ranks", ranks, low=2, high=2**20, why="devices in a collective group")
     if nbytes is not None:

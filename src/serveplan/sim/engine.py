@@ -471,7 +471,7 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
     otherwise: vLLM needs ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` for a ``--max-model-len`` above the
     config's)."""
     check_context(config.get("model"), config.get("workload"), allow_long_context)
-    spec = engine if isinstance(engine, EngineSpec) else get_engine(engine or "vllm")
+    spec = engine if isinstance(engine, EngineSpec) else get_engine("vllm" if engine is None else engine)
     opts = dict(fleet_options or {})
     unknown = sorted(set(opts) - set(FLEET_OPTIONS))
     if unknown:
