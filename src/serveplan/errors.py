@@ -13,7 +13,10 @@ one line without a traceback. Messages name the field, the value, what was expec
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable
+from typing import Any
 
 
 class PlannerError(Exception):
@@ -40,3 +43,74 @@ def unknown_name(kind: str, value: str, known: Iterable[str]) -> SpecError:
     close = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return SpecError(f"unknown {kind} {value!r}; known: {', '.join(known)}{hint}")
+
+
+# ------------------------------------------------------------------------------------ boundary checks
+# Every value read from the command line, a file or the Python API is checked once, where it enters
+# (the specs' constructors and loaders, the CLI's parsers), with these helpers: the message names
+# the field, the value, what was expected and why a limit exists; inner loops then trust their types.
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_int(field: str, value: Any, *, low: int = 1, high: int | None = None, why: str = "") -> int:
+    """``value`` as an int in ``[low, high]`` (a bool, float or string is refused), else SpecError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SpecError(f"{field}={_show(value)} must be an integer >= {low}"
+                        + (f" and <= {high:,}" if high is not None else ""))
+    number: int = int(value)
+    if number < low or (high is not None and number > high):
+        if low == 1:
+            rng = "a positive integer" + (f" (1..{high:,})" if high is not None else "")
+        else:
+            rng = f"an integer in {low}..{high:,}" if high is not None else f"an integer >= {low}"
+        raise SpecError(f"{field}={number:,} must be {rng}" + (f"; {why}" if why else ""))
+    return number
+
+
+def check_number(field: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False, unit: str = "", why: str = "",
+                 allow_inf: bool = False) -> float:
+    """``value`` as a finite float in the given range (``allow_inf``: ``+inf`` too), else SpecError.
+
+    ``low_open``/``high_open`` exclude the bound itself: ``low=0, low_open=True`` is "positive".
+    """
+    if isinstance(value, bool):
+        raise SpecError(f"{field}={_show(value)} must be a number{f' ({unit})' if unit else ''}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SpecError(f"{field}={_show(value)} must be a number{f' ({unit})' if unit else ''}") from None
+    if low == 0 and low_open and high is None:
+        expected = "a positive number"
+    elif low is not None and high is not None:
+        expected = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        expected = f"a number {'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+        expected = f"a number {'<' if high_open else '<='} {high:g}"
+    else:
+        expected = "a number"
+    finite = not (math.isnan(v) or math.isinf(v))
+    note = "" if finite else (", not NaN" if math.isnan(v) else ", finite")
+    if allow_inf and v == math.inf:
+        note = ""
+    where = (f"{field}={_show(value)} must be {expected}{note}{f' ({unit})' if unit else ''}"
+             f"{f'; {why}' if why else ''}")
+    if math.isnan(v) or (math.isinf(v) and not (allow_inf and v > 0)):
+        raise SpecError(where)
+    if low is not None and (v < low or (low_open and v == low)):
+        raise SpecError(where)
+    if high is not None and (v > high or (high_open and v == high)):
+        raise SpecError(where)
+    return v
+
+
+def check_name(field: str, value: Any) -> str:
+    """A non-empty name without surrounding blanks only."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"{field}={_show(value)} must be a non-empty name")
+    return value

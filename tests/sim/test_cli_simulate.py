@@ -65,12 +65,15 @@ def test_trace_and_length_distributions_are_accepted(tmp_path):
     (("--trace", "/nonexistent/trace.csv"), "cannot be read"),
     (("--strategy", "3x"), "strategy='3x' does not parse"),
     (("--model", "llama-13b", "--hardware", "a6000", "--profile", "default-gpu", "--tp", "1", "--strategy", "1m",
-      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve"), "max_batch=16"),
+      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve", "--allow-long-context"),
+     "max_batch=16"),
     (("--model", "llama-13b", "--hardware", "a6000", "--profile", "default-gpu", "--tp", "1",
-      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve"), "prefill_max_batch=4"),
+      "--input-len", "30000", "--output-len", "64", "--engine", "bestserve", "--allow-long-context"),
+     "prefill_max_batch=4"),
     (("--scheduler", "fifo"), "scheduler='fifo'"),
     (("--length-dist", "normal:1;fixed:5"), "takes 2 parameter"),
     (("--arrival", "gamma", "--cv", "0"), "cv=0"),
+    (("--model", "llama-13b", "--input-len", "30000", "--output-len", "64"), "exceeds max_position_embeddings=2,048"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, needle):
     r = run("--num-requests", "100", *args) if "--num-requests" not in args else run(*args)

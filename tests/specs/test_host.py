@@ -55,7 +55,7 @@ def test_numbers_written_without_a_dot_are_read_as_floats():
 
 
 @pytest.mark.parametrize("field, value, expected", [
-    ("ctog_bandwidth", 0, "ctog_bandwidth=0.0 must be a positive number"),
+    ("ctog_bandwidth", 0, "ctog_bandwidth=0 must be a positive number"),
     ("cpu_memory_bytes", "lots", "cpu_memory_bytes='lots' must be a number"),
     ("gpu_reserved_bytes", 20e9, "gpu_reserved_bytes"),
 ])

@@ -24,6 +24,7 @@ import datetime as _dt
 import math
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int
 
 TORCH_HINT = "serveplan profile needs torch: pip install 'serveplan[profile]' (CPU: pip install torch)"
 
@@ -65,6 +66,13 @@ DEFAULT_SHAPES = (
     LayerShape(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32, head_dim=128),
 )
 
+
+#: ``cpu``, ``cuda`` or ``cuda:N`` (torch's device strings serveplan profiles on)
+_DEVICE = re.compile(r"^(cpu|cuda(:(\d{1,4}))?)$")
+#: Most torch CPU threads (beyond any host's cores: each thread's buffers would exhaust memory).
+MAX_THREADS = 1024
+#: Most timed repetitions per shape (the median of 5 is the default; 10,000 already takes hours).
+MAX_REPEATS = 10_000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProfileConfig:
@@ -117,14 +125,13 @@ class ProfileConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise SpecError(f"device={self.device!r}; expected cpu, cuda or cuda:N")
-        if self.threads is not None and self.threads < 1:
-            raise SpecError(f"threads={self.threads} must be >= 1")
+        if not isinstance(self.device, str) or not _DEVICE.match(self.device):
+            raise SpecError(f"device={self.device!r}; expected cpu, cuda or cuda:N with N a device index in 0..1023")
+        if self.threads is not None:
+            check_int("threads", self.threads, low=1, high=MAX_THREADS, why="torch CPU threads")
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise SpecError(f"dtype={self.dtype!r}; expected one of: fp32, bf16, fp16")
-        if self.repeats < 1:
-            raise SpecError(f"repeats={self.repeats} must be >= 1")
+        check_int("repeats", self.repeats, low=1, high=MAX_REPEATS, why="timed repetitions per shape")
         if not self.shapes:
             raise SpecError("shapes is empty; give at least one layer shape")
         if self.clock not in ("auto", "cpu", "wall"):
@@ -405,8 +412,10 @@ def _llc_bytes() -> float:
     return best or 256 * 1024**2
 
 
-def profile_device(cfg: ProfileConfig, *, progress: bool = True) -> MeasurementSet:
-    """Run the micro-benchmarks of ``cfg`` and return the measurements with their metadata.
+def profile_device(cfg: ProfileConfig, *, progress: bool = True,
+                   on_row: Callable[[Measurement], None] | None = None) -> MeasurementSet:
+    """Run the micro-benchmarks of ``cfg`` and return the measurements with their metadata;
+    ``on_row`` receives each measurement as soon as it is taken (to save as you go).
 
     Raises
     ------
@@ -445,6 +454,8 @@ def profile_device(cfg: ProfileConfig, *, progress: bool = True) -> MeasurementS
             rows.append(Measurement(kind=case.kind, phase=case.phase, flops=case.flops, bytes=case.bytes,
                                     time_s=med, module=case.module, name=case.name, launches=case.launches,
                                     time_min_s=mn, repeats=cfg.repeats, rows=case.rows))
+            if on_row is not None:
+                on_row(rows[-1])
     peak_flops = max((m.flops / m.time_s for m in rows if m.kind in ("gemm", "gemv")), default=0.0)
     peak_bw = max((m.bytes / m.time_s for m in rows if m.kind in ("copy", "gemv")), default=0.0)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_model()

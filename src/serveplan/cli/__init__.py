@@ -48,6 +48,8 @@ def handle_errors(fn: F) -> F:
             raise fail(f"infeasible: {exc}", 3) from None
         except SolverError as exc:
             raise fail(f"solver: {exc}", 4) from None
+        except BrokenPipeError:  # the reader went away (`| head`): not an error, main() ends quietly
+            raise
         except PlannerError as exc:  # pragma: no cover - every subclass is handled above
             raise fail(str(exc), 2) from None
         except OSError as exc:  # an output directory that cannot be written, a file that vanished
@@ -99,6 +101,13 @@ def main() -> None:
     except KeyboardInterrupt:  # pragma: no cover
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:
+        _closed_pipe()
+    except SystemExit as exc:
+        # the CLI library and rich turn a closed pipe into exit 1; the reader had what it wanted
+        if isinstance(exc.__context__, BrokenPipeError):
+            _closed_pipe()
+        raise
     except Exception as exc:
         # the CLI library's usage errors carry exit code 2 and a formatted message
         message = getattr(exc, "format_message", None)
@@ -112,7 +121,24 @@ def main() -> None:
             typer.echo("interrupted", err=True)
             sys.exit(130)
         raise
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_pipe()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _closed_pipe() -> None:
+    """The reader of our output closed it (``serveplan models | head``): what it wanted it has, so
+    exit 0, and point stdout at /dev/null so the interpreter's final flush raises nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout already closed
+        pass
+    sys.exit(0)
 
 
 # subcommands register themselves on ``app``

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.cli.checks import check_output_file
 from serveplan.errors import SpecError
 from serveplan.specs.profile import Phase
 
@@ -42,6 +43,13 @@ def profile_cmd(
     """Time GEMMs, memory-bound kernels, attention, launches and tiny modules on one device
     (needs torch: pip install 'serveplan[profile]'). Writes one CSV row per shape, with the
     device, torch version and thread count in its header."""
+    check_output_file(out, "--out")
+    if hardware_out is not None:
+        check_output_file(hardware_out, "--hardware-out")
+    import csv
+    import os
+
+    from serveplan.calibrate.measurements import COLUMNS, Measurement
     from serveplan.calibrate.profile import (
         ProfileConfig,
         hardware_yaml_from_measurements,
@@ -57,8 +65,22 @@ def profile_cmd(
 
         changes["shapes"] = (shape_from_model(get_model(model)),)
     cfg = ProfileConfig.quick(**changes) if quick else ProfileConfig(**changes)
-    ms = profile_device(cfg, progress=progress)
-    ms.save(out)
+    partial = out.with_name(out.name + ".partial")
+    with partial.open("w") as fh:  # each measurement saved as it is taken: an interrupted run keeps them
+        fh.write("# partial: rows measured so far; the finished run replaces this file with " + out.name + "\n")
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        fh.flush()
+
+        def save_row(row: Measurement) -> None:
+            writer.writerow(row.to_row())
+            fh.flush()
+
+        ms = profile_device(cfg, progress=progress, on_row=save_row)
+    tmp = out.with_name(out.name + ".tmp")
+    ms.save(tmp)
+    os.replace(tmp, out)  # atomic: a reader never sees half a file
+    partial.unlink(missing_ok=True)
     md = ms.metadata
     typer.echo(f"wrote {len(ms.rows)} measurements to {out} ({md['device_name']}, torch {md['torch_version']}, "
                f"{md['threads'] or '-'} threads); best GEMM {float(md['peak_flops_measured']) / 1e9:.1f} GFLOP/s, "
@@ -120,6 +142,9 @@ def calibrate_cmd(
     --profile by estimate, simulate, optimize and offload. With --from aiconfigurator DIR or
     --from vidur DIR, import those per-kernel tables and fit the shape-aware kernel curves
     (GEMM, attention, collectives) instead."""
+    check_output_file(out, "--out")  # before any fitting: a long fit never ends on a missing folder
+    if measurements_out is not None:
+        check_output_file(measurements_out, "--measurements-out")
     if source is not None:
         _calibrate_from(source, measurements, hardware=hardware, out=out, system=system, framework=framework,
                         base_profile=base_profile, name=name, seed=seed, measurements_out=measurements_out,

@@ -24,7 +24,7 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."
             "name": name, "model_type": m.model_type, "params_b": m.num_parameters() / 1e9,
             "active_params_b": m.num_active_parameters() / 1e9, "layers": m.num_hidden_layers,
             "hidden_size": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.num_key_value_heads,
-            "attention": m.attention.value, "experts": m.num_experts,
+            "attention": m.attention_variant, "experts": m.num_experts,
             "experts_per_token": m.num_experts_per_tok, "layer_mix": _layer_mix(m),
             "window": m.local_window or None, "dtype": m.dtype.value,
             "kv_bytes_per_token": m.kv_bytes_per_token(), "weight_bytes": m.weight_bytes(), "source": m.source,

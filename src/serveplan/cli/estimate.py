@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.errors import check_int
 from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
@@ -67,6 +68,9 @@ def estimate_cmd(
         "Acceptance rate per draft position in [0, 1]: one rate or a comma list.")),
     spec_draft_model: str | None = typer.Option(None, "--spec-draft-model",
                                                 help="Draft model for --spec-method draft."),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context",
+        help="Price sequences longer than the model's max_position_embeddings (refused otherwise)."),
 ) -> None:
     """Time of one forward step per module and operator, memory per device, and (with
     --output-len) the static-batch metrics. Default: BestServe Table 3 (CodeLlama-34B, Ascend
@@ -78,9 +82,11 @@ def estimate_cmd(
                   batch=batch, input_len=input_len, context_len=context_len, heads=heads, kv_heads=kv_heads,
                   head_dim=head_dim, kv_dtype=kv_dtype, nbytes=op_bytes, ranks=ranks, json_out=json_out)
         return
+    check_int("band-samples", band_samples, low=2, high=100_000, why="profiles sampled for --band")
+    check_int("seed", seed, low=0)
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
-                   context_len=context_len,
+                   context_len=context_len, allow_long_context=allow_long_context,
                    spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model))
     step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
     if json_out:
@@ -94,14 +100,16 @@ def estimate_cmd(
             else f"decode step, batch {res.batch}, context {res.context_len}")
     setup = f"{res.parallel.label()}, {res.dtype}, KV {res.kv_dtype}, profile {res.profile}"
     t = Table(title=f"{res.model} on {res.hardware} ({setup}): {what}")
-    for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)"):
+    for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)", "step (ms)"):
         t.add_column(col, justify="left" if col == "module" else "right")
     for m in res.step.modules:
         t.add_row(f"{m.count}x", f"{m.name}" + (f" [{m.group}]" if m.group not in ("dense",) else ""),
-                  fmt_ms(m.dispatch_s), fmt_ms(m.compute_s), fmt_ms(m.comm_s))
+                  fmt_ms(m.dispatch_s), fmt_ms(m.compute_s), fmt_ms(m.comm_s), "")
     if res.step.pp_comm_s:
-        t.add_row("", "pipeline send/recv", "", "", fmt_ms(res.step.pp_comm_s))
-    t.add_row("", "TOTAL (all layers, Algorithm 1 overlap)", "", fmt_ms(res.step.total_s), "", style="bold")
+        t.add_row("", "pipeline send/recv", "", "", fmt_ms(res.step.pp_comm_s), "")
+    # the step time overlaps dispatch with compute and communication (Algorithm 1): its own column
+    t.add_row("", "TOTAL step (all layers, Algorithm 1 overlap)", "", "", "",
+              fmt_ms(res.step.total_s), style="bold")
     con.print(t)
     mem = res.step.memory
     con.print(
@@ -109,6 +117,15 @@ def estimate_cmd(
         f"activations {fmt_bytes(mem.activation_bytes)}; KV capacity {mem.kv_capacity_tokens:,} tokens per instance "
         f"({mem.memory_utilization:.0%} of {fmt_bytes(mem.device_memory_bytes)})"
     )
+    fits = "fits" if res.kv_fits else "DOES NOT FIT: the engine would queue or preempt part of the batch"
+    con.print(f"KV cache: batch {res.batch} x {res.max_sequence_len:,} tokens needs {res.kv_tokens_needed:,.0f} of "
+              f"{res.kv_capacity_tokens:,} tokens: {fits}")
+    if not res.kv_fits:
+        typer.echo(f"warning: the batch's KV cache ({res.kv_tokens_needed:,.0f} tokens) exceeds the capacity "
+                   f"({res.kv_capacity_tokens:,} tokens); the times are for a batch that cannot run at once", err=True)
+    if res.beyond_max_position:
+        typer.echo(f"warning: sequences of {res.max_sequence_len:,} tokens exceed the model's "
+                   "max_position_embeddings (--allow-long-context)", err=True)
     if res.static:
         s = res.static
         con.print(
@@ -146,10 +163,20 @@ def _operator(op: str, *, hardware: str, profile: str | None, dtype: str | None,
               kv_heads: int | None, head_dim: int, kv_dtype: str | None, nbytes: float | None, ranks: int | None,
               json_out: bool) -> None:
     """``estimate --op``: one operator's time (:mod:`serveplan.estimator.operators`)."""
-    from serveplan.errors import SpecError
+    from serveplan.errors import SpecError, check_number
     from serveplan.estimator.operators import COLLECTIVE_NAMES, OPERATORS, attention_time, collective_time, gemm_time
     from serveplan.specs.catalog import get_hardware, get_profile
 
+    for flag, v in (("--m", m), ("--n", n), ("--k", k), ("--heads", heads), ("--kv-heads", kv_heads),
+                    ("--head-dim", head_dim)):
+        if v is not None:
+            check_int(flag, v, low=1, high=2**40, why="a tensor dimension")
+    if heads is not None and kv_heads is not None and (kv_heads > heads or heads % kv_heads):
+        raise SpecError(f"kv_heads={kv_heads} must divide heads={heads} (--kv-heads, --heads: grouped-query attention)")
+    if ranks is not None:
+        check_int("--ranks", ranks, low=2, high=2**20, why="devices in a collective group")
+    if nbytes is not None:
+        check_number("--bytes", nbytes, low=0, low_open=True, unit="payload bytes per rank")
     hw = get_hardware(hardware)
     pr = get_profile(profile, hw.name)
     name = op.lower()

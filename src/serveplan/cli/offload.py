@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int, check_number
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import (
     OffloadFrontier,
@@ -19,6 +19,7 @@ from serveplan.offload.search import (
     offload_frontier,
     plan_offload,
 )
+from serveplan.specs.catalog import get_model
 from serveplan.units import fmt_bytes
 
 _TIERS = ("gpu", "cpu", "disk")
@@ -49,13 +50,25 @@ def offload_cmd(
         help="Fraction of every tier to keep free, e.g. 0.1 (default 0; FlexGen's own search keeps 0.2)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     out: Path | None = typer.Option(None, "--out", help="Directory for plan.json / frontier.json and frontier.png."),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context", help="Plan sequences longer than the model's max_position_embeddings."),
 ) -> None:
     """Where weights, KV cache and activations should live (GPU, CPU, disk), with which GPU batch
     size, block size, compression and CPU attention, and the throughput and latency that follow
     (FlexGen's cost model and LP search). Default: OPT-30B on FlexGen's T4 machine, 512+32 tokens
     (FlexGen Table 2)."""
-    if max_latency is not None and not max_latency > 0:
-        raise SpecError(f"--max-latency={max_latency!r} must be a positive number of seconds")
+    if max_latency is not None:
+        check_number("--max-latency", max_latency, low=0, low_open=True, unit="s; inf = no bound", allow_inf=True)
+        if max_latency == float("inf"):
+            max_latency = None
+    check_int("--input-len", input_len, low=1, high=2**31, why="prompt tokens")
+    check_int("--output-len", output_len, low=1, high=2**31, why="generated tokens")
+    spec = get_model(model)
+    if input_len + output_len > spec.max_position_embeddings and not allow_long_context:
+        raise SpecError(
+            f"--input-len + --output-len = {input_len + output_len:,} tokens exceeds max_position_embeddings="
+            f"{spec.max_position_embeddings:,} of {spec.name!r}; expected sequences within the model's context, or "
+            "--allow-long-context to plan them anyway")
     if frontier:
         if policy:
             raise SpecError("--frontier and --policy are exclusive: the frontier searches policies")

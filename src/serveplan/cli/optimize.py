@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.cli.checks import check_search
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
@@ -27,6 +28,7 @@ from serveplan.report.ranking import (
     write_frontier_csv,
 )
 from serveplan.sim import SLO, Fidelity, Workload
+from serveplan.sim.engine import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.units import DType
 
@@ -131,6 +133,8 @@ def optimize_cmd(
         "(prunes less, so slower; default keeps those that may beat the best per device).")),
     target_rate: float | None = typer.Option(None, "--target-rate", help=(
         "Requests/s to reach: answer with the fewest devices whose goodput reaches it.")),
+    allow_long_context: bool = typer.Option(
+        False, "--allow-long-context", help="Plan for requests longer than the model's max_position_embeddings."),
 ) -> None:
     """Rank every collocated (Nm) and disaggregated (PpDd) strategy by goodput per device.
 
@@ -154,6 +158,8 @@ def optimize_cmd(
         specs=spec_choices(spec_method, parse_spec_tokens(spec_tokens), acceptance=spec_acceptance,
                            draft_model=spec_draft_model),
     )
+    check_search(space, num_requests=num_requests, seeds=seeds, seed=seed, jobs=jobs, relaxation=relaxation,
+                 tolerance=tolerance, band=band, band_top=band_top)
     if slo_ttft <= 0 or slo_tpot <= 0:
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
     if not 0 < percentile < 100:
@@ -166,6 +172,8 @@ def optimize_cmd(
         require_uncertainty(pr)
     workloads = build_workloads(scenarios=scenario, input_len=input_len, output_len=output_len,
                                 num_requests=num_requests)
+    for wl in workloads:
+        check_context(m, wl, allow_long_context)
     slo = SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile)
     settings = [GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                 dtype=DType.parse(dtype) if dtype else None, relaxation=relaxation, seeds=seeds,

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.cli.checks import check_simulate
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
@@ -231,6 +232,8 @@ def simulate_cmd(
                                     help="Directory for requests.csv, histograms and the rate-sweep plot."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress", help=(
         "Progress bar on stderr for runs longer than a few seconds (default: when stderr is a terminal).")),
+    allow_long_context: bool = typer.Option(False, "--allow-long-context", help=(
+        "Simulate requests longer than the model's max_position_embeddings (refused otherwise).")),
     band: int = typer.Option(0, "--band", help=(
         "Simulate again with N profiles sampled from a calibrated profile's uncertainty (seeded by --seed); "
         "report P10/P50/P90 of P90 TTFT, P90 TPOT and throughput.")),
@@ -249,6 +252,7 @@ def simulate_cmd(
     defaults for the device, the smallest TP that fits; CodeLlama-34B on Ascend 910B3, op2, 3.5
     req/s, 10000 requests). ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4,
     prefill batch 4, decode batch 16)."""
+    check_simulate(band=band, seed=seed)
     m, hw, pr = resolve_specs(model, hardware, profile)
     from serveplan.cli.sessions import print_prefix_cache, session_options
 
@@ -273,7 +277,7 @@ def simulate_cmd(
         model=m, hardware=hw, profile=pr, router=router, fidelity=fidelity, rate=rate, workload=wl,
         slo=SLO(ttft_s=slo_ttft, tpot_s=slo_tpot, percentile=percentile), seed=seed, dtype=dtype,
         early_stop=early_stop, kv_dtype=kv_dtype, offline=offline,
-        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit,
+        concurrency=levels[0] if levels else None, prefix_hit=prefix_hit, allow_long_context=allow_long_context,
         spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model),
         **({"kv_tiers": tiers} if tiers is not None else {}),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import StaticMetrics, static_batch
@@ -17,6 +17,14 @@ from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase
 from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType
+
+#: Largest batch of one step: 2**31 sequences, past any engine's limit (vLLM max_num_seqs: 1024).
+MAX_BATCH = 2**31
+#: Largest tokens of one sequence: a 32-bit position index.
+MAX_LENGTH = 2**31
+#: Largest output of a static batch: its decode steps are evaluated at once (17 features of 8
+#: bytes a step: 136 MB at the limit).
+MAX_STATIC_OUTPUT = 10**6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +44,15 @@ class EstimateResult:
     static: StaticMetrics | None
     kv_dtype: str = ""
     spec: SpecDecodeConfig | None = None
+    #: KV tokens (full-model equivalents, whole instance) the batch holds at its longest, and
+    #: what the instance's cache holds; ``kv_fits`` is False when the batch could not run
+    kv_tokens_needed: float = 0.0
+    kv_capacity_tokens: int = 0
+    kv_fits: bool = True
+    #: longest sequence of the step or static batch, and whether it passes the model's
+    #: ``max_position_embeddings`` (only with ``allow_long_context``; refused otherwise)
+    max_sequence_len: int = 0
+    beyond_max_position: bool = False
 
     @property
     def total_s(self) -> float:
@@ -50,6 +67,9 @@ class EstimateResult:
         }
         d.update(self.step.to_dict())
         d["static"] = self.static.to_dict() if self.static else None
+        d.update(kv_tokens_needed=self.kv_tokens_needed, kv_capacity_tokens=self.kv_capacity_tokens,
+                 kv_fits=self.kv_fits, max_sequence_len=self.max_sequence_len,
+                 beyond_max_position=self.beyond_max_position)
         if self.spec is not None:
             d.update(self.spec.to_dict())
         return d
@@ -71,7 +91,8 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
              parallel: ParallelConfig | None = None, dtype: str | DType | None = None,
              kv_dtype: str | DType | None = None, batch: int = 1, input_len: int = 2048,
              output_len: int | None = None, phase: Phase | str = Phase.PREFILL,
-             context_len: int | None = None, spec: SpecDecodeConfig | None = None) -> EstimateResult:
+             context_len: int | None = None, spec: SpecDecodeConfig | None = None,
+             allow_long_context: bool = False) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
 
@@ -80,6 +101,10 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     hence the KV capacity, and the bytes attention reads from the cache. An active ``spec``
     (speculative decoding) times decode steps as verify + draft over the expected tokens per step
     and takes the drafter's memory (:class:`~serveplan.estimator.speculative.SpecEstimator`).
+    hence the KV capacity, and the bytes attention reads from the cache. The result says whether
+    the batch's KV cache fits the instance (``kv_fits``, ``kv_tokens_needed``,
+    ``kv_capacity_tokens``); a sequence longer than the model's ``max_position_embeddings`` is
+    refused unless ``allow_long_context`` (then flagged: ``beyond_max_position``).
 
     Raises
     ------
@@ -88,6 +113,13 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     InfeasibleError
         The weights do not fit in device memory.
     """
+    check_int("batch", batch, low=1, high=MAX_BATCH, why="sequences in one step")
+    check_int("input_len", input_len, low=1, high=MAX_LENGTH, why="tokens of one sequence")
+    if output_len is not None:
+        check_int("output_len", output_len, low=1, high=MAX_STATIC_OUTPUT, why=(
+            "the static batch evaluates every decode step, 136 bytes a step"))
+    if context_len is not None:
+        check_int("context_len", context_len, low=0, high=MAX_LENGTH, why="keys attended by each decode")
     m, hw, pr = resolve_specs(model, hardware, profile)
     if spec is not None and spec.is_active:
         est: Estimator = SpecEstimator(m, hw, pr, parallel or ParallelConfig(), spec=spec, dtype=dtype,
@@ -100,17 +132,29 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         ph = Phase(phase)
     except ValueError:
         raise SpecError(f"phase={phase!r}; expected one of: {', '.join(p.value for p in Phase)}") from None
+    if ph is Phase.DECODE and context_len is None:
+        context_len = input_len + (output_len or 1) - 1
+    # the longest sequence the step (decode: its context plus the new token) or the static batch holds
+    longest = max(context_len + 1 if ph is Phase.DECODE and context_len is not None else input_len,
+                  input_len + (output_len or 0))
+    beyond = longest > m.max_position_embeddings
+    if beyond and not allow_long_context:
+        raise SpecError(
+            f"a sequence of {longest:,} tokens exceeds max_position_embeddings={m.max_position_embeddings:,} of "
+            f"{m.name!r}; expected input_len + output_len (or context_len + 1) within the model's context, or "
+            "--allow-long-context (allow_long_context=True) to price it anyway")
     if ph is Phase.DECODE:
-        if context_len is None:
-            context_len = input_len + (output_len or 1) - 1
+        assert context_len is not None
         step = est.estimate(StepBatch.decode(batch, context_len))
     else:
         step = est.estimate(StepBatch.prefill(batch, input_len))
     static = None
     if output_len is not None:
-        if output_len < 1:
-            raise SpecError(f"output_len={output_len} must be a positive integer")
         static = static_batch(est, batch, input_len, output_len)
+    needed = batch * est.kv_equivalent_tokens(longest)
+    capacity = est.kv_capacity_tokens(batch)
     return EstimateResult(model=m.name, hardware=hw.name, profile=pr.name, parallel=est.parallel,
                           dtype=est.dtype.value, batch=batch, input_len=input_len, phase=step.phase,
-                          context_len=context_len, step=step, static=static, kv_dtype=est.kv_dtype.value, spec=spec)
+                          context_len=context_len, step=step, static=static, kv_dtype=est.kv_dtype.value, spec=spec,
+                          kv_tokens_needed=needed, kv_capacity_tokens=capacity, kv_fits=needed <= capacity,
+                          max_sequence_len=longest, beyond_max_position=beyond)

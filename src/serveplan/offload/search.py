@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from serveplan.errors import InfeasibleError, SpecError
+from serveplan.errors import InfeasibleError, SpecError, check_number
 from serveplan.offload.cost import (
     TERMS,
     CostTerms,
@@ -600,7 +600,13 @@ def plan_offload(
     InfeasibleError
         No policy fits GPU + CPU + disk (the message gives the bytes needed and available per tier)
         or meets ``max_latency_s``.
+    SpecError
+        ``max_latency_s`` is not a positive number (``inf`` reads as no bound).
     """
+    if max_latency_s is not None:
+        max_latency_s = check_number("max_latency_s", max_latency_s, low=0, low_open=True, unit="s", allow_inf=True)
+        if math.isinf(max_latency_s):
+            max_latency_s = None  # no bound: the LP takes finite constraints only
     run = _start_search(model, gpu, host, input_len=input_len, output_len=output_len, compress=compress,
                         cpu_attention=cpu_attention, overlap=overlap, gpu_batch_sizes=gpu_batch_sizes,
                         num_gpu_batches=num_gpu_batches, memory_headroom=memory_headroom,

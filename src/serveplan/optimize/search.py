@@ -23,6 +23,7 @@ import numpy as np
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
+from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, watch_parent
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.fleet import Fleet
 
@@ -95,24 +96,14 @@ def _fingerprint(settings: GoodputSettings) -> str:
 
 def _load_checkpoint(path: Path, fingerprint: str) -> dict[str, GoodputResult]:
     done: dict[str, GoodputResult] = {}
-    if not path.exists():
-        return done
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill: that candidate is simply evaluated again
+    for rec in read_checkpoint(path):  # partial and duplicate lines dropped (optimize.lifecycle)
         if rec.get("fingerprint") == fingerprint:
             done[rec["name"]] = GoodputResult.from_dict(rec["result"])
     return done
 
 
 def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult, key: str | None = None) -> None:
-    rec = {"fingerprint": fingerprint, "name": key or res.name, "result": res.to_dict()}
-    with path.open("a") as fh:
-        fh.write(json.dumps(rec) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_checkpoint(path, {"fingerprint": fingerprint, "name": key or res.name, "result": res.to_dict()})
 
 
 def _evaluate(args: tuple[int, Fleet, GoodputSettings]) -> tuple[int, GoodputResult]:
@@ -151,7 +142,9 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         return -len(wl.input_lengths) * float(sum(wl.output_lengths[:64])), -t[1].num_devices
 
     order = sorted(todo, key=cost)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+    # workers end with this process, even on SIGKILL (optimize.lifecycle.watch_parent)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=watch_parent,
+                             initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_evaluate, t) for t in order}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int
 from serveplan.estimator.step import Estimator
 from serveplan.sim.fleet import Fleet, Strategy
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
-from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType
@@ -70,8 +70,8 @@ class SearchSpace:
     specs: tuple[SpecDecodeConfig | None, ...] = (None,)
 
     def __post_init__(self) -> None:
-        if self.devices < 1:
-            raise SpecError(f"devices={self.devices} must be a positive integer")
+        check_int("devices", self.devices, low=1, high=MAX_FLEET_DEVICES,
+                  why="serveplan.specs.parallel.MAX_FLEET_DEVICES")
         for fname in ("tp_sizes", "pp_sizes", "dp_sizes", "ep_sizes", "max_batches", "chunk_sizes"):
             vals = getattr(self, fname)
             if not vals:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from serveplan.errors import InfeasibleError, SpecError
+from serveplan.errors import InfeasibleError, SpecError, check_int
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import decode_times, fom_flops
@@ -49,7 +49,7 @@ from serveplan.sim.sessions import (
     session_loop,
 )
 from serveplan.sim.stream import check_size, run_windowed, windowed
-from serveplan.sim.workload import Workload, arrival_times
+from serveplan.sim.workload import MAX_REQUESTS, Workload, arrival_times
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
@@ -224,6 +224,10 @@ class SimulationConfig:
                 raise SpecError(f"rate={r!r} must be a positive number of requests per second")
         if not isinstance(self.slo, SLO):
             raise SpecError(f"slo must be an SLO, got {type(self.slo).__name__}")
+        check_int("seed", self.seed, low=0, why="numpy seeds are non-negative")
+        if self.concurrency is not None:
+            check_int("concurrency", self.concurrency, low=1, high=MAX_REQUESTS, why="clients of a closed loop")
+
         if self.max_time_s is not None and not self.max_time_s > 0:
             raise SpecError(f"max_time_s={self.max_time_s!r} must be positive seconds")
         if not self.tau > 0:
@@ -535,13 +539,20 @@ FLEET_OPTIONS = ("tp", "prefill_tp", "decode_tp", "pp", "dp", "ep", "max_batch",
 
 
 def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None = None,
-                      fleet_options: dict[str, Any] | None = None, **config: Any) -> SimulationConfig:
+                      fleet_options: dict[str, Any] | None = None, allow_long_context: bool = False,
+                      **config: Any) -> SimulationConfig:
     """A :class:`SimulationConfig` from user-level options, as ``serveplan simulate`` and the web
     planner take them: the engine (a family, a versioned id or a spec; ``None``: the default,
     vLLM), its default strategy when none is given (``1p1d`` for BestServe's testbed, else ``1m``),
     and only the fleet options that were given (``None`` or a ``prefill_max_batch`` of 0 leave
-    the engine's default). ``config`` holds the other :class:`SimulationConfig` fields."""
-    spec = engine if isinstance(engine, EngineSpec) else get_engine(engine or "vllm")
+    the engine's default). ``config`` holds the other :class:`SimulationConfig` fields.
+
+    A request longer than the model's ``max_position_embeddings`` is refused unless
+    ``allow_long_context`` (the model was not trained for it, and engines refuse it unless told
+    otherwise: vLLM needs ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`` for a ``--max-model-len`` above the
+    config's)."""
+    check_context(config.get("model"), config.get("workload"), allow_long_context)
+    spec = engine if isinstance(engine, EngineSpec) else get_engine("vllm" if engine is None else engine)
     opts = dict(fleet_options or {})
     unknown = sorted(set(opts) - set(FLEET_OPTIONS))
     if unknown:
@@ -551,6 +562,19 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
     given = {k: v for k, v in opts.items() if v is not None}
     return SimulationConfig(engine=spec, strategy=strategy or ("1p1d" if spec.engine == "bestserve" else "1m"),
                             **given, **config)
+
+
+def check_context(model: ModelSpec | None, workload: Workload | None, allow_long_context: bool = False) -> None:
+    """Refuse a workload whose longest request exceeds the model's ``max_position_embeddings``
+    (see :func:`simulation_config`)."""
+    if model is None or workload is None or allow_long_context:
+        return
+    longest = workload.max_tokens
+    if longest > model.max_position_embeddings:
+        raise SpecError(
+            f"a request of {longest:,} tokens (input + output) exceeds max_position_embeddings="
+            f"{model.max_position_embeddings:,} of {model.name!r}; expected requests within the model's context, "
+            "or --allow-long-context (allow_long_context=True) to simulate it anyway")
 
 
 def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,

@@ -30,7 +30,7 @@ import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
-from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
 from serveplan.specs.speculative import SpecDecodeConfig
 
 _STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
@@ -57,6 +57,9 @@ class Strategy:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise SpecError(f"strategy {f}={v!r} must be a non-negative integer")
+            if v > MAX_FLEET_DEVICES:
+                raise SpecError(f"strategy {f}={v:,} instances; expected at most {MAX_FLEET_DEVICES:,} (every "
+                                "instance holds at least one device: serveplan.specs.parallel.MAX_FLEET_DEVICES)")
         if self.num_collocated and (self.num_prefill or self.num_decode):
             raise SpecError("a strategy is either collocated (Nm) or disaggregated (PpDd), not both")
         if not self.num_collocated and (self.num_prefill < 1 or self.num_decode < 1):
@@ -174,6 +177,9 @@ class Fleet:
             if given != (role in self.strategy.roles):
                 raise SpecError(f"fleet {self.strategy}: the {role.value} instance configuration must be "
                                 f"{'given' if role in self.strategy.roles else 'absent'}")
+        if self.num_devices > MAX_FLEET_DEVICES:
+            raise SpecError(f"fleet {self.strategy} uses {self.num_devices:,} devices; expected at most "
+                            f"{MAX_FLEET_DEVICES:,} (serveplan.specs.parallel.MAX_FLEET_DEVICES)")
         if self.collocated is not None and self.collocated.batching.scheduler not in collocated_schedulers():
             raise SpecError(f"scheduler={self.collocated.batching.scheduler!r} is a disaggregation role; expected "
                             f"one of: {', '.join(collocated_schedulers())}")

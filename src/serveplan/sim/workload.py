@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int, check_number
 
 #: BestServe §12 operating scenarios: (input tokens, output tokens).
 SCENARIOS: dict[str, tuple[int, int]] = {
@@ -41,6 +41,18 @@ SCENARIOS: dict[str, tuple[int, int]] = {
 }
 
 ARRIVALS = ("poisson", "gamma", "trace")
+#: Most requests one workload may hold: arrival times and lengths are drawn up front (24 bytes a
+#: request) and the simulator keeps a record per request, so a larger stream is refused rather
+#: than exhausting memory (10^8 requests grew past 18 GB). 10^7 is the stream the memory
+#: benchmark runs; raise it here once per-request records are summarised as they complete.
+MAX_REQUESTS = 10**7
+#: Largest tokens of one request (input or output): 2**31, a 32-bit position index. A model's own
+#: ``max_position_embeddings`` is checked where the model is known (SimulationConfig).
+MAX_LENGTH = 2**31
+#: Largest coefficient of variation of Gamma gaps: shape 1/cv^2 = 1e-4 at the limit; beyond it
+#: nearly every gap underflows to zero and the stream is a handful of bursts.
+MAX_CV = 100.0
+_REQUESTS_WHY = "arrival times and lengths are drawn up front, 24 bytes a request"
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
 #: Entropy appended to the seed for the length stream, so lengths never share draws with arrivals.
@@ -123,16 +135,19 @@ class LengthDist:
 
 def _as_lengths(value: Any, n: int | None, name: str) -> np.ndarray:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if value < 1:
-            raise SpecError(f"{name}={value} must be a positive integer number of tokens")
+        check_int(name, value, low=1, high=MAX_LENGTH, why="tokens of one request")
         if n is None:
             raise SpecError(f"{name}={value} is a single length: give num_requests too")
         return np.full(n, int(value), dtype=np.int64)
     arr = np.asarray(value)
     if arr.ndim != 1 or arr.size == 0:
         raise SpecError(f"{name} must be a positive integer or a non-empty list of them, got {value!r:.80}")
-    if not np.issubdtype(arr.dtype, np.number) or np.any(arr != np.rint(arr)) or np.any(arr < 1):
-        raise SpecError(f"{name} must hold positive integers (tokens); got min {arr.min()!r}")
+    if not np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_:
+        raise SpecError(f"{name} must hold positive integers (tokens); got {arr.dtype} values")
+    bad = ~np.isfinite(arr) | (arr != np.rint(arr)) | (arr < 1) | (arr > MAX_LENGTH)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise SpecError(f"{name}[{i}]={arr[i]!r} must be a positive integer number of tokens <= {MAX_LENGTH:,}")
     if n is not None and arr.size != n:
         raise SpecError(f"{name} has {arr.size} entries but num_requests={n}; give one length per request")
     return arr.astype(np.int64)
@@ -181,8 +196,8 @@ class Workload:
 
     def __post_init__(self) -> None:
         n = self.num_requests
-        if n is not None and (not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1):
-            raise SpecError(f"num_requests={n!r} must be a positive integer")
+        if n is not None:
+            check_int("num_requests", n, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
         if n is None:
             for v in (self.input_lengths, self.output_lengths, self.trace_times):
                 if v is not None and not isinstance(v, (int, np.integer)):
@@ -193,8 +208,8 @@ class Workload:
         out = _as_lengths(self.output_lengths, n, "output_lengths")
         if self.arrival not in ARRIVALS:
             raise SpecError(f"arrival={self.arrival!r}; expected one of: {', '.join(ARRIVALS)}")
-        if not (isinstance(self.cv, (int, float)) and math.isfinite(self.cv) and self.cv > 0):
-            raise SpecError(f"cv={self.cv!r} must be a positive number (1 = Poisson)")
+        check_number("cv", self.cv, low=0, high=MAX_CV, low_open=True,
+                     why="coefficient of variation of gamma gaps, 1 = Poisson; above 100 nearly every gap is 0")
         tt = None
         if self.arrival == "trace":
             if self.trace_times is None:
@@ -248,8 +263,7 @@ class Workload:
                            seed: int = 0, arrival: str = "poisson", cv: float = 1.0, name: str = "") -> Workload:
         """Draw ``num_requests`` lengths from the two distributions (a seeded stream separate
         from the arrival stream, so lengths never depend on the rate)."""
-        if not isinstance(num_requests, int) or num_requests < 1:
-            raise SpecError(f"num_requests={num_requests!r} must be a positive integer")
+        check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
         rng = np.random.default_rng([int(seed), _LENGTH_STREAM])
         dists = [LengthDist(kind="fixed", value=d) if isinstance(d, int) else d for d in (input_dist, output_dist)]
         inp = dists[0].sample(rng, num_requests)
@@ -265,8 +279,7 @@ class Workload:
         :meth:`from_distributions`."""
         from serveplan.sim.datasets import length_table
 
-        if not isinstance(num_requests, int) or num_requests < 1:
-            raise SpecError(f"num_requests={num_requests!r} must be a positive integer")
+        check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
         table = length_table(name)
         inp, out = table.sample(np.random.default_rng([int(seed), _LENGTH_STREAM]), num_requests)
         return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
@@ -285,6 +298,8 @@ class Workload:
         except OSError as exc:
             raise SpecError(f"trace={str(path)!r} cannot be read ({exc.strerror or exc}); "
                             "expected a CSV or JSONL file") from None
+        except UnicodeDecodeError:
+            raise SpecError(f"trace={str(path)!r} is not text (binary content); expected a CSV or JSONL file") from None
         if '"hash_ids"' in text[:4096]:  # the Mooncake format: milliseconds and block hashes
             from serveplan.sim.sessions import mooncake_workload
 
@@ -299,7 +314,11 @@ class Workload:
                 except json.JSONDecodeError:
                     raise SpecError(f"trace={str(path)!r} line {i}: not valid JSON") from None
         else:
-            rows = list(csv.DictReader(text.splitlines()))
+            try:
+                rows = list(csv.DictReader(text.splitlines()))
+            except csv.Error as exc:
+                raise SpecError(f"trace={str(path)!r} is not a valid CSV file ({exc}); expected a header row "
+                                "and one row per request") from None
         if not rows:
             raise SpecError(f"trace={str(path)!r} has no requests; "
                             "expected rows with arrival, input and output lengths")
@@ -308,18 +327,16 @@ class Workload:
             "input": ("input_len", "input_length", "input_tokens", "prompt_len", "prompt_tokens"),
             "output": ("output_len", "output_length", "output_tokens", "completion_tokens"),
         }
+        if not isinstance(rows[0], dict):
+            raise SpecError(f"trace={str(path)!r} row 1: expected a record with arrival, input and output lengths, "
+                            f"got {rows[0]!r:.60}")
         keys = {}
         for what, names in cols.items():
             found = next((k for k in names if k in rows[0]), None)
             if found is None:
                 raise SpecError(f"trace={str(path)!r}: no {what} column; expected one of: {', '.join(names)}")
             keys[what] = found
-        try:
-            t = np.array([float(r[keys["arrival"]]) for r in rows])
-            inp = np.array([float(r[keys["input"]]) for r in rows])
-            out = np.array([float(r[keys["output"]]) for r in rows])
-        except (TypeError, ValueError):
-            raise SpecError(f"trace={str(path)!r}: arrival and lengths must be numbers") from None
+        t, inp, out = _trace_columns(rows, keys, str(path))
         order = np.argsort(t, kind="stable")
         t, inp, out = t[order] - t[order][0], inp[order], out[order]
         if num_requests is not None:
@@ -356,6 +373,31 @@ class Workload:
         return f"{self.name + ': ' if self.name else ''}{self.num_requests} requests, {lens}, {arr}"
 
 
+
+def _trace_columns(rows: list[Any], keys: dict[str, str], path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival times and lengths of every trace row, each checked (present, finite, lengths
+    positive integers) with an error naming the row and the column."""
+    cells: dict[str, list[float]] = {k: [] for k in keys}
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise SpecError(f"trace={path!r} row {i}: expected a record with "
+                            f"{', '.join(keys.values())}, got {r!r:.60}")
+        for what, key in keys.items():
+            v = r.get(key)
+            if v is None or v == "" or isinstance(v, bool):
+                raise SpecError(f"trace={path!r} row {i}: {key} is missing; every row needs "
+                                f"{', '.join(keys.values())}")
+            try:
+                x = float(v)
+            except (TypeError, ValueError, OverflowError):
+                x = math.nan
+            if not math.isfinite(x) or (what != "arrival" and (x < 1 or x != int(x) or x > MAX_LENGTH)):
+                expected = ("a finite time in seconds" if what == "arrival"
+                            else f"a positive integer number of tokens <= {MAX_LENGTH:,}")
+                raise SpecError(f"trace={path!r} row {i}: {key}={v!r} must be {expected}")
+            cells[what].append(x)
+    return np.array(cells["arrival"]), np.array(cells["input"]), np.array(cells["output"])
+
 def build_workload(*, scenario: str | None = None, input_len: int | None = None, output_len: int | None = None,
                    trace: str | Path | None = None, length_dist: str | None = None, num_requests: int = 10000,
                    arrival: str = "poisson", cv: float = 1.0, seed: int = 0, dataset: str | None = None) -> Workload:
@@ -369,8 +411,11 @@ def build_workload(*, scenario: str | None = None, input_len: int | None = None,
     SpecError
         More than one source, half a fixed pair, a malformed distribution, or ``num_requests < 1``.
     """
-    if isinstance(num_requests, bool) or not isinstance(num_requests, (int, np.integer)) or num_requests < 1:
-        raise SpecError(f"num-requests={num_requests} must be a positive integer")
+    check_int("num-requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
+    check_int("seed", seed, low=0)
+    for flag, text in (("scenario", scenario), ("trace", trace), ("length-dist", length_dist), ("dataset", dataset)):
+        if text is not None and not str(text).strip():
+            raise SpecError(f"{flag}={text!r} is empty; give a value or leave the option out")
     given = [n for n, v in (("scenario", scenario), ("input-len/output-len", input_len or output_len),
                             ("trace", trace), ("length-dist", length_dist), ("dataset", dataset)) if v]
     if len(given) > 1:

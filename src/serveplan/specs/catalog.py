@@ -58,6 +58,10 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
         raise SpecError(f"{kind} file {path!r} does not exist")
     try:
         raw = yaml.load(p.read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
+    except UnicodeDecodeError:
+        raise SpecError(f"{kind} file {path!r} is not text (binary content); expected a UTF-8 YAML file") from None
+    except OSError as exc:
+        raise SpecError(f"{kind} file {path!r} cannot be read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{kind} file {path!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):

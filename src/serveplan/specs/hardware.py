@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int, check_name, check_number
 from serveplan.units import DType
 
 
@@ -32,10 +32,8 @@ class LinkSpec:
     latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.bandwidth > 0:
-            raise SpecError(f"link {self.name!r}: bandwidth={self.bandwidth!r} must be positive (bytes/s)")
-        if self.latency_s < 0:
-            raise SpecError(f"link {self.name!r}: latency_s={self.latency_s!r} must be >= 0")
+        check_number(f"link {self.name!r}: bandwidth", self.bandwidth, low=0, low_open=True, unit="bytes/s")
+        check_number(f"link {self.name!r}: latency_s", self.latency_s, low=0, unit="s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,19 +74,20 @@ class DeviceSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_name("hardware name", self.name)
+        where = f"hardware {self.name!r}"
         if not self.peak_flops:
-            raise SpecError(f"hardware {self.name!r}: peak_flops must list at least one dtype")
+            raise SpecError(f"{where}: peak_flops must list at least one dtype")
         for dt, v in self.peak_flops.items():
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise SpecError(f"hardware {self.name!r}: peak_flops[{dt.value}]={v!r} must be positive FLOP/s")
-        for fname in ("memory_bytes", "memory_bandwidth"):
-            v = getattr(self, fname)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise SpecError(f"hardware {self.name!r}: {fname}={v!r} must be a positive number")
-        if self.devices_per_node < 1:
-            raise SpecError(f"hardware {self.name!r}: devices_per_node={self.devices_per_node} must be >= 1")
-        if self.scale_up_domain < 0:
-            raise SpecError(f"hardware {self.name!r}: scale_up_domain={self.scale_up_domain} must be >= 0")
+            check_number(f"{where}: peak_flops[{dt.value}]", v, low=0, low_open=True, unit="FLOP/s")
+        check_number(f"{where}: memory_bytes", self.memory_bytes, low=0, low_open=True, unit="bytes")
+        check_number(f"{where}: memory_bandwidth", self.memory_bandwidth, low=0, low_open=True, unit="bytes/s")
+        check_number(f"{where}: host_memory_bytes", self.host_memory_bytes, low=0, unit="bytes")
+        check_int(f"{where}: devices_per_node", self.devices_per_node, low=1, high=MAX_NODE_DEVICES,
+                  why="devices in one server or scale-up domain")
+        check_int(f"{where}: scale_up_domain", self.scale_up_domain, low=0, high=MAX_NODE_DEVICES,
+                  why="devices in one scale-up domain; 0 = devices_per_node")
+        check_int(f"{where}: tile_size", self.tile_size, low=0, high=1 << 16, why="GEMM tile along tokens; 0 = off")
 
     @property
     def domain_size(self) -> int:
@@ -132,6 +131,9 @@ class DeviceSpec:
         return dataclasses.replace(self, **changes)
 
 
+#: Most devices one node or scale-up domain may hold (NVL576 is the largest announced domain).
+MAX_NODE_DEVICES = 4096
+
 _FLOPS_FALLBACK = {
     DType.BF16: (DType.BF16, DType.FP16),
     DType.FP16: (DType.FP16, DType.BF16),
@@ -149,16 +151,13 @@ _SAME_ARITHMETIC = {DType.FP16: (DType.BF16,), DType.BF16: (DType.FP16,)}
 def _link(raw: Any, where: str) -> LinkSpec:
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: expected a mapping with bandwidth and latency_s, got {raw!r}")
-    try:
-        return LinkSpec(
-            name=str(raw.get("name", "")),
-            bandwidth=float(raw["bandwidth"]),
-            latency_s=float(raw.get("latency_s", 0.0)),
-        )
-    except KeyError:
-        raise SpecError(f"{where}: field 'bandwidth' is missing") from None
-    except (TypeError, ValueError):
-        raise SpecError(f"{where}: bandwidth/latency_s must be numbers, got {raw!r}") from None
+    if "bandwidth" not in raw:
+        raise SpecError(f"{where}: field 'bandwidth' is missing")
+    return LinkSpec(
+        name=str(raw.get("name", "")),
+        bandwidth=check_number(f"{where}: bandwidth", raw["bandwidth"], low=0, low_open=True, unit="bytes/s"),
+        latency_s=check_number(f"{where}: latency_s", raw.get("latency_s", 0.0), low=0, unit="s"),
+    )
 
 
 def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> DeviceSpec:
@@ -176,27 +175,38 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
     for k, v in pf.items():
         if k in ("tf32", "fp6"):  # not a weight format serveplan models (listed for reference)
             continue
-        try:
-            peak[DType.parse(k)] = float(v)
-        except (TypeError, ValueError):
-            raise SpecError(f"hardware {name!r}: peak_flops[{k}]={v!r} must be a number") from None
+        peak[DType.parse(k)] = check_number(f"hardware {name!r}: peak_flops[{k}]", v, low=0, low_open=True,
+                                            unit="FLOP/s")
+    where = f"hardware {name!r}"
+
+    def count(key: str, default: int) -> int:
+        value = raw.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return check_int(f"{where}: {key}", value, low=0)
+
     try:
         return DeviceSpec(
             name=name,
             description=str(raw.get("description", "")),
             source=str(raw.get("source", "")),
             peak_flops=peak,
-            memory_bytes=float(raw["memory_bytes"]),
-            memory_bandwidth=float(raw["memory_bandwidth"]),
-            devices_per_node=int(raw.get("devices_per_node", 8)),
+            memory_bytes=check_number(f"{where}: memory_bytes", raw["memory_bytes"], low=0, low_open=True,
+                                      unit="bytes"),
+            memory_bandwidth=check_number(f"{where}: memory_bandwidth", raw["memory_bandwidth"], low=0,
+                                          low_open=True, unit="bytes/s"),
+            devices_per_node=count("devices_per_node", 8),
             intra_node_link=_link(raw["intra_node_link"], f"hardware {name!r}: intra_node_link"),
             inter_node_link=(
                 _link(raw["inter_node_link"], f"hardware {name!r}: inter_node_link")
                 if raw.get("inter_node_link") else None
             ),
-            tile_size=int(raw.get("tile_size", 0) or 0),
-            scale_up_domain=int(raw.get("scale_up_domain", 0) or 0),
-            host_memory_bytes=float(raw.get("host_memory_bytes", 0.0) or 0.0),
+            tile_size=count("tile_size", 0),
+            scale_up_domain=count("scale_up_domain", 0),
+            host_memory_bytes=check_number(f"{where}: host_memory_bytes", raw.get("host_memory_bytes") or 0.0,
+                                           low=0, unit="bytes"),
             host_link=_link(raw["host_link"], f"hardware {name!r}: host_link") if raw.get("host_link") else None,
         )
     except (TypeError, ValueError) as exc:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_name, check_number
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
 from serveplan.units import DType
 
@@ -48,6 +48,13 @@ class RuntimeSpeeds:
     memory_efficiency: float
     decompress_bandwidth: float
     kv_decompress_bandwidth: float
+
+    def __post_init__(self) -> None:
+        for fname in ("mm_prefill_flops", "mm_decode_flops", "bmm_prefill_flops", "bmm_decode_flops",
+                      "decompress_bandwidth", "kv_decompress_bandwidth"):
+            check_number(f"runtime {fname}", getattr(self, fname), low=0, low_open=True)
+        check_number("runtime memory_efficiency", self.memory_efficiency, low=0, high=1, low_open=True,
+                     why="a fraction of the GPU's datasheet memory bandwidth")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,14 +103,13 @@ class HostSpec:
     reference_gpu: DeviceSpec
 
     def __post_init__(self) -> None:
+        check_name("host name", self.name)
         for fname in ("cpu_memory_bytes", "ctog_bandwidth", "ctog_cache_bandwidth", "gtoc_cache_bandwidth",
                       "gtoc_activation_bandwidth", "disk_read_bandwidth", "disk_write_bandwidth",
                       "cpu_attention_flops"):
-            v = getattr(self, fname)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise SpecError(f"host {self.name!r}: {fname}={v!r} must be a positive number")
-        if not (isinstance(self.disk_bytes, (int, float)) and self.disk_bytes >= 0):
-            raise SpecError(f"host {self.name!r}: disk_bytes={self.disk_bytes!r} must be >= 0")
+            check_number(f"host {self.name!r}: {fname}", getattr(self, fname), low=0, low_open=True)
+        check_number(f"host {self.name!r}: disk_bytes", self.disk_bytes, low=0, unit="bytes")
+        check_number(f"host {self.name!r}: gpu_reserved_bytes", self.gpu_reserved_bytes, low=0, unit="bytes")
         if not 0 <= self.gpu_reserved_bytes < self.gpu.memory_bytes:
             raise SpecError(
                 f"host {self.name!r}: gpu_reserved_bytes={self.gpu_reserved_bytes!r} must be in "
@@ -170,10 +176,9 @@ def parse_host(raw: Mapping[str, Any], *, name: str | None = None,
     def num(mapping: Mapping[str, Any], key: str, where: str) -> float:
         if key not in mapping:
             raise SpecError(f"{where}: field {key!r} is missing")
-        try:
-            return float(mapping[key])  # float(): PyYAML reads '1e9' (no dot) as a string
-        except (TypeError, ValueError):
-            raise SpecError(f"{where}: {key}={mapping[key]!r} must be a number") from None
+        # check_number parses with float(): PyYAML reads '1e9' (no dot) as a string
+        return check_number(f"{where}: {key}", mapping[key], low=0,
+                            low_open=key not in ("disk_bytes", "gpu_reserved_bytes", "memory_efficiency"))
 
     where = f"host {name!r}"
     if "gpu" not in raw:
@@ -183,10 +188,10 @@ def parse_host(raw: Mapping[str, Any], *, name: str | None = None,
     if not isinstance(rt, Mapping):
         raise SpecError(f"{where}: field 'runtime' must be a mapping of runtime speeds")
     rwhere = f"{where}: runtime"
-    runtime = RuntimeSpeeds(**{k: num(rt, k, rwhere) for k in RuntimeSpeeds.__dataclass_fields__})
-    for k in RuntimeSpeeds.__dataclass_fields__:
-        if getattr(runtime, k) <= 0:
-            raise SpecError(f"{rwhere}: {k}={getattr(runtime, k)!r} must be positive")
+    try:
+        runtime = RuntimeSpeeds(**{k: num(rt, k, rwhere) for k in RuntimeSpeeds.__dataclass_fields__})
+    except SpecError as exc:
+        raise SpecError(f"host {name!r}: {exc}") from None
     ref = _gpu(rt.get("reference_gpu", raw["gpu"]), f"{rwhere}: reference_gpu", hardware)
     return HostSpec(
         name=name,

@@ -64,6 +64,25 @@ _LAYERNORM_TYPES = ("opt", "gptj", "gpt_neox", "falcon")
 _PLAIN_MLP_TYPES = ("opt", "gptj", "gpt_neox", "falcon")
 _PARALLEL_BLOCK_TYPES = ("gptj", "gpt_neox", "falcon")
 
+#: Largest width, head count or layer count a model field may hold: 2**22 (4,194,304), far above
+#: any published model (Llama 3.1 405B: hidden 16,384, FFN 53,248; DeepSeek-V3: 256 experts), so
+#: only a corrupt or mistyped file is refused; keeps every derived product finite.
+MAX_DIMENSION = 2**22
+#: Fields that must be positive, with their own limit and its reason where it is not MAX_DIMENSION.
+_POSITIVE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")
+_FIELD_LIMITS = {
+    "max_position_embeddings": (2**31, "the largest context a 32-bit position index addresses"),
+    "vocab_size": (2**24, "larger than any tokenizer (the largest published: 256k tokens)"),
+    "num_hidden_layers": (100_000, "larger than any transformer built (the deepest published: 126 layers)"),
+}
+#: Integer fields that may be 0 (feature off).
+_COUNT_FIELDS = ("num_experts", "num_experts_per_tok", "num_shared_experts", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "first_k_dense_replace", "moe_layer_freq", "sliding_window",
+                 "attention_chunk_size", "qk_norm_params", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                 "qk_rope_head_dim", "v_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                 "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "norms_per_layer")
+
 
 class AttentionKind(str, Enum):
     """Attention mechanism; MHA is GQA with as many KV heads as query heads."""
@@ -220,16 +239,7 @@ class ModelSpec:
                 f"model {self.name!r}: model_type={self.model_type!r} is not supported; "
                 f"expected one of: {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
-        for fname in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                      "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size"):
-            value = getattr(self, fname)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"model {self.name!r}: {fname}={value!r} must be a positive integer")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise SpecError(
-                f"model {self.name!r}: num_key_value_heads={self.num_key_value_heads} must divide "
-                f"num_attention_heads={self.num_attention_heads}"
-            )
+        self._check_fields()
         if self.num_experts:
             if not 0 < self.num_experts_per_tok <= self.num_experts:
                 raise SpecError(
@@ -252,6 +262,39 @@ class ModelSpec:
         set_(self, "moe_layer_set", moe_set)
         set_(self, "total_params", sum(self.layer_params(i) for i in range(self.num_hidden_layers))
              + self.embedding_params())
+
+    def _check_fields(self) -> None:
+        """Every integer field an integer in its range, every size positive and within
+        :data:`MAX_DIMENSION`, heads consistent: one message naming the field and the range."""
+        where = f"model {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecError(f"model name={self.name!r} must be a non-empty name")
+        for fname in _POSITIVE_FIELDS:
+            value = getattr(self, fname)
+            limit, why = _FIELD_LIMITS.get(fname, (MAX_DIMENSION, "larger than any transformer built"))
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise SpecError(f"{where}: {fname}={value!r} must be a positive integer (1..{limit:,})")
+            if value > limit:
+                raise SpecError(f"{where}: {fname}={value:,} must be <= {limit:,} ({why})")
+        for fname in _COUNT_FIELDS:
+            value = getattr(self, fname)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DIMENSION:
+                raise SpecError(f"{where}: {fname}={value!r} must be an integer in 0..{MAX_DIMENSION:,}")
+        prf = self.partial_rotary_factor
+        if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
+            raise SpecError(f"{where}: partial_rotary_factor={prf!r} must be in (0, 1]")
+        if self.num_key_value_heads > self.num_attention_heads:
+            raise SpecError(
+                f"{where}: num_key_value_heads={self.num_key_value_heads} must be <= "
+                f"num_attention_heads={self.num_attention_heads} (and divide it)"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise SpecError(
+                f"{where}: num_key_value_heads={self.num_key_value_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.num_experts and self.moe_layer_freq < 1:
+            raise SpecError(f"{where}: moe_layer_freq={self.moe_layer_freq} must be >= 1")
 
     def _derive_layers(self) -> tuple[tuple[LayerType, ...], frozenset[int]]:
         """Token mixer of every layer and the MoE layer indices, checked against the fields."""
@@ -312,6 +355,20 @@ class ModelSpec:
         if self.attention is AttentionKind.MLA:
             return self.num_attention_heads * self.v_head_dim
         return self.num_attention_heads * self.head_dim
+
+    @property
+    def attention_variant(self) -> str:
+        """How the model's attention is known: ``mla`` (latent KV), ``mha`` (as many KV heads as
+        query heads: OPT, GPT-3, Llama-1), ``mqa`` (one KV head: Falcon-7B) or ``gqa`` (KV heads
+        shared by groups of query heads). The estimator models the last three alike (GQA with
+        ``num_key_value_heads``); this is the name users expect to read."""
+        if self.attention is AttentionKind.MLA:
+            return "mla"
+        if self.num_key_value_heads == self.num_attention_heads:
+            return "mha"
+        if self.num_key_value_heads == 1:
+            return "mqa"
+        return "gqa"
 
     @property
     def is_moe(self) -> bool:
@@ -730,9 +787,15 @@ class _Fields:
         v = _get(self.cfg, *keys)
         if v is None:
             raise SpecError(f"model {self.name!r}: config.json field {keys[0]!r} is missing")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
-            raise SpecError(f"model {self.name!r}: config.json field {keys[0]!r}={v!r} must be an integer")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v:
+            raise SpecError(f"model {self.name!r}: config.json field {keys[0]!r}={v!r} must be a positive integer")
         return int(v)
+
+    def count(self, key: str, default: int) -> int:
+        """An optional integer field: ``default`` when absent or null, else checked like :meth:`need`."""
+        if _get(self.cfg, key) is None:
+            return default
+        return self.need(key)
 
     def opt(self, key: str, default: Any = 0) -> Any:
         return _get(self.cfg, key, default=default)
@@ -742,9 +805,9 @@ def _kv_heads(f: _Fields, mt: str, heads: int) -> int:
     cfg = f.cfg
     if mt == "falcon":
         if cfg.get("new_decoder_architecture"):
-            return int(f.opt("num_kv_heads", heads))
+            return f.count("num_kv_heads", heads)
         return 1 if cfg.get("multi_query", True) else heads
-    return int(f.opt("num_key_value_heads", heads) or heads)
+    return f.count("num_key_value_heads", heads)
 
 
 def _dense_width(f: _Fields, mt: str, hidden: int) -> int:
@@ -864,6 +927,12 @@ def _moe_fields(f: _Fields, mt: str, layers: int, inter: int) -> dict[str, Any]:
     return {}
 
 
+def _max_positions(f: _Fields) -> int:
+    if _get(f.cfg, "max_position_embeddings", "n_positions") is None:
+        return 4096  # not stated: the common default of 2023 models
+    return f.need("max_position_embeddings", "n_positions")
+
+
 def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source: str = "") -> ModelSpec:
     """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` dictionary.
 
@@ -875,7 +944,7 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
     """
     if not isinstance(cfg, dict):
         raise SpecError(f"model config must be a mapping of config.json fields, got {type(cfg).__name__}")
-    name = name or cfg.get("name") or cfg.get("_name_or_path") or str(cfg.get("model_type"))
+    name = str(name or cfg.get("name") or cfg.get("_name_or_path") or cfg.get("model_type"))
     cfg = _text_config(cfg)
     raw_mt = cfg.get("model_type")
     mt = MODEL_TYPE_ALIASES.get(str(raw_mt), raw_mt)
@@ -885,11 +954,33 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     assert isinstance(mt, str)
+    try:
+        return _model_from_fields(cfg, name, mt, source)
+    except SpecError:
+        raise
+    except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as exc:
+        # a field of the wrong type (a list where a number belongs, NaN in an integer field, ...)
+        raise SpecError(f"model {name!r}: config.json has a field of the wrong type or value: {exc}; expected "
+                        "the Hugging Face config.json schema of model_type " + repr(mt)) from None
+
+
+def _model_from_fields(cfg: dict[str, Any], name: str, mt: str, source: str) -> ModelSpec:
     f = _Fields(cfg, name)
     hidden = f.need("hidden_size", "d_model", "n_embd")
     heads = f.need("num_attention_heads", "n_head")
+    if heads <= 0 or hidden <= 0:
+        bad, value = ("num_attention_heads", heads) if heads <= 0 else ("hidden_size", hidden)
+        raise SpecError(f"model {name!r}: config.json field {bad!r}={value} must be a positive integer")
     kv_heads = _kv_heads(f, mt, heads)
-    head_dim = int(f.opt("head_dim", 0) or (hidden // heads if heads else 0))
+    given_head_dim = f.opt("head_dim", None)
+    if given_head_dim is None and mt not in ("deepseek_v2", "deepseek_v3", "kimi_k2") and hidden % heads:
+        raise SpecError(f"model {name!r}: num_attention_heads={heads} must divide hidden_size={hidden} "
+                        "(or give head_dim)")
+    if given_head_dim is not None and (isinstance(given_head_dim, bool) or not isinstance(given_head_dim, (int, float))
+                                       or not math.isfinite(given_head_dim) or given_head_dim != int(given_head_dim)
+                                       or given_head_dim <= 0):
+        raise SpecError(f"model {name!r}: config.json field 'head_dim'={given_head_dim!r} must be a positive integer")
+    head_dim = int(given_head_dim or hidden // heads)
     inter = _dense_width(f, mt, hidden)
     layers = f.need("num_hidden_layers", "n_layer", "num_layers")
     try:
@@ -903,7 +994,7 @@ def model_from_hf_config(cfg: dict[str, Any], *, name: str | None = None, source
     kw: dict[str, Any] = dict(
         name=name, model_type=mt, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=f.need("vocab_size"),
-        max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions", default=4096)),
+        max_position_embeddings=_max_positions(f),
         tie_word_embeddings=bool(f.opt("tie_word_embeddings", mt in ("opt", "gemma2", "gemma3", "falcon"))),
         hidden_act=str(_get(cfg, "hidden_act", "hidden_activation", "activation_function", default="silu")),
         dtype=dtype, quantized_experts_only=experts_only, kv_dtype=kv_dtype,
@@ -928,7 +1019,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
     try:
         text = p.read_text()
         cfg = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, json.JSONDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         fmt = "JSON" if p.suffix == ".json" else "YAML"
         raise SpecError(f"model file {str(p)!r} is not valid {fmt}: {first}") from None

@@ -6,8 +6,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_int
 from serveplan.specs.model import AttentionKind, ModelSpec
+
+#: Most devices one fleet (and so one parallel group or one search) may hold: four times the largest
+#: clusters serveplan plans for (16-1000 GPUs). The simulator keeps state per instance and the
+#: optimizer enumerates fleets up to the budget, so a larger request would run for hours instead of
+#: answering; raise it here if a planning question needs more.
+MAX_FLEET_DEVICES = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,9 +44,11 @@ class ParallelConfig:
 
     def __post_init__(self) -> None:
         for fname in ("tp", "pp", "dp", "ep"):
-            v = getattr(self, fname)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise SpecError(f"{fname}={v!r} must be a positive integer")
+            check_int(fname, getattr(self, fname), low=1, high=MAX_FLEET_DEVICES,
+                      why="the most devices of one fleet, serveplan.specs.parallel.MAX_FLEET_DEVICES")
+        if self.num_devices > MAX_FLEET_DEVICES:
+            raise SpecError(f"tp*dp*pp={self.num_devices:,} devices in one instance; expected at most "
+                            f"{MAX_FLEET_DEVICES:,} (serveplan.specs.parallel.MAX_FLEET_DEVICES)")
         if (self.tp * self.dp) % self.ep:
             raise SpecError(f"ep={self.ep} must divide tp*dp={self.tp * self.dp}")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_number
 from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
 
 
@@ -83,8 +83,8 @@ class PhaseEfficiency:
             v = getattr(self, fname)
             if v is None and fname.startswith("attention"):
                 continue
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                raise SpecError(f"efficiency {fname}={v!r} must be in (0, 1]")
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0 < v <= 1):
+                raise SpecError(f"efficiency {fname}={v!r} must be in (0, 1] (a fraction of the datasheet peak)")
 
     @property
     def attn_compute(self) -> float:
@@ -167,15 +167,15 @@ class EfficiencyProfile:
             if any(r <= 0 for r in rows) or list(rows) != sorted(rows) or any(v <= 0 for v in ratio):
                 raise SpecError(f"profile {self.name!r}: matmul_size_curve.{ph}: rows must be positive and "
                                 f"increasing, ratios positive")
+        where = f"profile {self.name!r}"
         for m, v in self.dispatch_s.items():
-            if not (isinstance(v, (int, float)) and v >= 0):
-                raise SpecError(f"profile {self.name!r}: dispatch_s[{m.value}]={v!r} must be >= 0 seconds")
+            check_number(f"{where}: dispatch_s[{m.value}]", v, low=0, unit="s")
         for fname in ("kappa_update", "kappa_repeat_kv", "kappa_upcast"):
-            v = getattr(self, fname)
-            if v < 0:
-                raise SpecError(f"profile {self.name!r}: {fname}={v!r} must be >= 0 bytes/s")
-        if self.expert_imbalance < 1:
-            raise SpecError(f"profile {self.name!r}: expert_imbalance={self.expert_imbalance} must be >= 1")
+            check_number(f"{where}: {fname}", getattr(self, fname), low=0, unit="bytes/s; 0 = memory roofline")
+        check_number(f"{where}: expert_imbalance", self.expert_imbalance, low=1,
+                     why="the busiest expert's load over the mean")
+        for k, v in self.uncertainty.items():
+            check_number(f"{where}: uncertainty[{k}]", v, low=0)
 
     def dispatch(self, module: Module) -> float:
         return float(self.dispatch_s.get(module, 0.0))
@@ -246,19 +246,33 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
     def phase(key: str) -> PhaseEfficiency:
         d = raw[key]
         try:
-            opt = {k: float(d[k]) for k in ("attention_compute", "attention_memory") if d.get(k) is not None}
-            return PhaseEfficiency(compute=float(d["compute"]), memory=float(d["memory"]), comm=float(d["comm"]), **opt)
+            def factor(k: str) -> float:
+                return check_number(f"{key}.{k}", d[k], low=0, high=1, low_open=True,
+                                    why="a fraction of the datasheet peak")
+
+            opt = {k: factor(k) for k in ("attention_compute", "attention_memory") if d.get(k) is not None}
+            return PhaseEfficiency(compute=factor("compute"), memory=factor("memory"), comm=factor("comm"), **opt)
         except KeyError as exc:
             raise SpecError(f"profile {name!r}: {key}.{exc.args[0]} is missing") from None
-        except (TypeError, ValueError):
-            raise SpecError(f"profile {name!r}: {key} factors must be numbers, got {d!r}") from None
         except SpecError as exc:
-            raise SpecError(f"profile {name!r}: {key}: {exc}") from None
+            raise SpecError(f"profile {name!r}: {exc}") from None
+        except (TypeError, ValueError):
+            raise SpecError(f"profile {name!r}: {key} factors must be numbers in (0, 1], got {d!r}") from None
 
     disp_raw = raw.get("dispatch_s", {}) or {}
+    if not isinstance(disp_raw, Mapping):
+        raise SpecError(f"profile {name!r}: dispatch_s must map modules to seconds, got {disp_raw!r:.60}")
     dispatch = {}
     for k, v in disp_raw.items():
-        dispatch[_enum(Module, k, f"profile {name!r}: dispatch_s key")] = float(v)
+        dispatch[_enum(Module, k, f"profile {name!r}: dispatch_s key")] = check_number(
+            f"profile {name!r}: dispatch_s[{k}]", v, low=0, unit="s")
+
+    def num(key: str, default: float, low: float) -> float:
+        return check_number(f"profile {name!r}: {key}", raw.get(key, default), low=low)
+
+    unc = raw.get("uncertainty") or {}
+    if not isinstance(unc, Mapping):
+        raise SpecError(f"profile {name!r}: uncertainty must map factor names to numbers, got {unc!r:.60}")
     return EfficiencyProfile(
         name=name,
         source=str(raw.get("source", "")),
@@ -268,15 +282,15 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         decode=phase("decode"),
         dispatch_s=dispatch,
         dispatch_hidden_in_decode=bool(raw.get("dispatch_hidden_in_decode", False)),
-        kappa_update=float(raw.get("kappa_update", 0.0)),
-        kappa_repeat_kv=float(raw.get("kappa_repeat_kv", 0.0)),
-        kappa_upcast=float(raw.get("kappa_upcast", 0.0)),
+        kappa_update=num("kappa_update", 0.0, 0),
+        kappa_repeat_kv=num("kappa_repeat_kv", 0.0, 0),
+        kappa_upcast=num("kappa_upcast", 0.0, 0),
         attention_impl=_enum(AttentionImpl, raw.get("attention_impl", "fused"), f"profile {name!r}: attention_impl"),
         comm_model=_enum(CommModel, raw.get("comm_model", "alpha_beta"), f"profile {name!r}: comm_model"),
         include_lm_head=bool(raw.get("include_lm_head", True)),
         tile_quantization=bool(raw.get("tile_quantization", False)),
-        expert_imbalance=float(raw.get("expert_imbalance", 1.0)),
-        uncertainty={str(k): float(v) for k, v in (raw.get("uncertainty") or {}).items()},
+        expert_imbalance=num("expert_imbalance", 1.0, 1),
+        uncertainty={str(k): check_number(f"profile {name!r}: uncertainty[{k}]", v, low=0) for k, v in unc.items()},
         matmul_size_curve=_size_curve(raw.get("matmul_size_curve"), name),
         kernels=kernel_curves_from_dict(raw.get("kernels"), f"profile {name!r}: kernels"),
         engine_kernels=_engine_kernels(raw.get("engine_kernels"), name),
