@@ -51,8 +51,10 @@ WITHIN = 0.25  # the table's "share within 25%"
 COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
 
 
-def covered_cases(sample: int | None = None) -> tuple[list[SiliconCase], dict[str, int]]:
-    """Aggregated single-instance rows serveplan can state, sorted by id (every k-th with ``sample``)."""
+def covered_cases(sample: int | None = None, models: set[str] | None = None,
+                  ) -> tuple[list[SiliconCase], dict[str, int]]:
+    """Aggregated single-instance rows serveplan can state, sorted by id (every k-th with ``sample``;
+    only rows of ``models`` when given)."""
     cases, skipped = [], defaultdict(int)
     for row in load_rows():
         if row.get("mode") != "agg":
@@ -65,6 +67,9 @@ def covered_cases(sample: int | None = None) -> tuple[list[SiliconCase], dict[st
             continue
         if case.layout is None or case.layout.instances != 1:
             skipped["several instances"] += 1
+            continue
+        if models is not None and case.model not in models:
+            skipped[f"model {case.model} (not selected)"] += 1
             continue
         cases.append(case)
     cases.sort(key=lambda c: c.row_id)
@@ -371,6 +376,23 @@ def write_docs(section: str) -> None:
     DOC.write_text(text)
 
 
+def _report_only(args: argparse.Namespace) -> int:
+    """Rewrite the docs section from a results file (``--out`` of an earlier run)."""
+    saved = json.loads(args.report_only.read_text())
+    aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
+    rows = saved["rows"]
+    section = report(rows, saved["failures"], saved["skipped"], aisim=aisim,
+                     overhead_s=saved.get("step_overhead_s", 0.0), seconds=saved["seconds"],
+                     jobs=saved["jobs"], statistic=saved.get("statistic", "steady"))
+    if not args.no_docs:
+        write_docs(section)
+    n, mt, wt = summarise(r["ttft_err"] for r in rows)
+    _, mp, wp = summarise(r["tpot_err"] for r in rows)
+    print(f"{n} rows: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
+          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=None, help="every k-th covered row, this many in all")
@@ -388,8 +410,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--statistic", choices=("steady", "run"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated catalog ids: only these models' rows (default: every covered row)")
+    ap.add_argument("--report-only", type=Path, default=None, metavar="JSON",
+                    help="write the docs table from the results file of an earlier run instead of simulating")
     args = ap.parse_args(argv)
-    cases, skipped = covered_cases(args.sample)
+    if args.report_only is not None:
+        return _report_only(args)
+    cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
