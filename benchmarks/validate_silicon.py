@@ -6,16 +6,24 @@ wheel once into ``$SERVEPLAN_BENCH_CACHE``). Every aggregated row that serveplan
 model, system and weight format are in the catalog) is simulated as it was measured: one instance
 with the row's TP/PP/attention-DP/EP layout and weight/KV formats, the row's engine
 (``--engine vllm|sglang|trtllm`` with that engine's defaults), fixed ``isl``/``osl`` and a closed loop
-at the row's concurrency. Predicted TTFT and TPOT are the means over the steady part of the run
-(warm-up and cool-down excluded, :func:`serveplan.sim.serving.steady_window`), compared with the
-measured values (which are means over the measured run)::
+at the row's concurrency. Predicted TTFT and TPOT are computed as the benchmark computed the
+measured ones: means over every request of a run of 10 C requests that starts with all C clients
+sending at once (``--statistic run``, :data:`BENCH_ROUNDS`; aiconfigurator's ``eval/benchmarks``
+runners send ``10 C`` requests and average them all). ``--statistic steady`` gives the means over
+the steady window instead (warm-up and cool-down excluded,
+:func:`serveplan.sim.serving.steady_window`), what ``simulate --concurrency`` reports::
 
     python benchmarks/validate_silicon.py                       # all covered rows, writes the docs
     python benchmarks/validate_silicon.py --sample 60 --no-docs # a quick look
-    python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json
+    python benchmarks/validate_silicon.py --models llama-3.1-8b,llama-3.1-70b,qwen3-32b,deepseek-v3 \
+        --aisimulate benchmarks/results/aisimulate_silicon.json # the docs table
+    python benchmarks/validate_silicon.py --report-only benchmarks/results/silicon_validation.json \
+        --aisimulate benchmarks/results/aisimulate_silicon.json # rewrite the table from saved results
 
-Nothing is fitted to these rows (the table reports H100, H200 and B200 rows apart, so that a
-constant tuned later on H100 rows shows its held-out effect).
+``--as-deployed`` simulates each row with aiconfigurator's generator settings
+(:func:`silicon_data.deployment`) instead of the engine's defaults. Nothing numeric is fitted to
+these rows; the statistic and the configuration were chosen on H100 rows only
+(``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
