@@ -151,6 +151,7 @@ class SiliconCase:
     concurrency: int
     ttft_s: float
     tpot_s: float
+    batch_size: int = 0       # the measured configuration's max batch (``batch_size``; 0: not given)
 
     @property
     def parallel(self) -> ParallelConfig:
@@ -318,8 +319,55 @@ def map_row(row: dict[str, str]) -> SiliconCase:
         row_id=row.get("id", ""), model=model_id, hardware=hw.name, dtype=dtype, kv_dtype=kv_format(row),
         engine=engine, engine_version=row.get("backend_version", ""), mode=mode, layout=layout,
         prefill=prefill, decode=decode, isl=_int(row, "isl"), osl=_int(row, "osl"),
-        concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot,
+        concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot, batch_size=_int(row, "batch_size", 0),
     )
+
+
+# ---------------------------------------------------------------------- how the rows were deployed
+#: aiconfigurator's generator (github.com/ai-dynamo/aiconfigurator, ``src/aiconfigurator/generator``)
+#: writes the engine configuration every aggregated row was measured with; its settings beside the
+#: row's ``batch_size`` (the configuration's max batch, equal to the concurrency in these rows):
+#:
+#: * TensorRT-LLM: ``max_batch_size = bs``, ``max_num_tokens = bs + isl + 1500`` (rounded up to the
+#:   32-token block since 2026-01-29), ``enable_chunked_prefill: false``, overlap scheduler on,
+#:   ``kv_cache_config.free_gpu_memory_fraction`` 0.80 (``generator/backends/trtllm.py`` and
+#:   ``templates/trtllm/extra_engine_args.1.0.0rc3.yaml.j2`` at commit 9caa534, 2025-10-17; the same
+#:   rule in ``rule_plugin/trtllm.rule`` and ``rule_plugin/benchmark/trtllm.rule`` of 2026).
+#: * vLLM: ``max_num_seqs = bs``, ``max_num_batched_tokens = bs + isl + 1500``
+#:   (``rule_plugin/vllm.rule``, ``rule_plugin/benchmark/vllm.rule``: "agg max_num_tokens").
+#: * SGLang: ``max_running_requests = bs``, ``max_prefill_tokens = isl + 1500``,
+#:   ``--enable-mixed-chunk`` (``rule_plugin/sglang.rule``, ``rule_plugin/benchmark/sglang.rule``).
+#:
+#: With attention data parallelism each of the ``dp`` ranks schedules its own batch with these
+#: limits, so an instance's limits are ``dp`` times a rank's.
+TOKEN_HEADROOM = 1500
+TRTLLM_FREE_MEMORY_FRACTION = 0.80
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """The engine settings one aggregated row ran with (see :data:`TOKEN_HEADROOM`)."""
+
+    max_batch: int
+    token_budget: int | None          # vLLM ``max_num_batched_tokens`` / TRT-LLM ``max_num_tokens``
+    max_prefill_tokens: int | None    # SGLang ``max_prefill_tokens``
+    mixed: bool | None                # SGLang ``--enable-mixed-chunk``
+    memory_fraction: float | None     # TRT-LLM ``free_gpu_memory_fraction``
+
+
+def deployment(case: SiliconCase) -> Deployment:
+    """The engine configuration aiconfigurator's generator wrote for ``case`` (aggregated rows)."""
+    par = case.parallel
+    bs = case.batch_size or case.concurrency
+    dp = par.dp
+    if case.engine == "trtllm":
+        return Deployment(max_batch=bs * dp, token_budget=(bs + case.isl + TOKEN_HEADROOM) * dp,
+                          max_prefill_tokens=None, mixed=None, memory_fraction=TRTLLM_FREE_MEMORY_FRACTION)
+    if case.engine == "vllm":
+        return Deployment(max_batch=bs * dp, token_budget=(bs + case.isl + TOKEN_HEADROOM) * dp,
+                          max_prefill_tokens=None, mixed=None, memory_fraction=None)
+    return Deployment(max_batch=bs * dp, token_budget=None, max_prefill_tokens=(case.isl + TOKEN_HEADROOM) * dp,
+                      mixed=True, memory_fraction=None)
 
 
 def map_rows(rows: Iterable[dict[str, str]]) -> tuple[list[SiliconCase], list[tuple[dict[str, str], NotStatable]]]:

@@ -6,16 +6,24 @@ wheel once into ``$SERVEPLAN_BENCH_CACHE``). Every aggregated row that serveplan
 model, system and weight format are in the catalog) is simulated as it was measured: one instance
 with the row's TP/PP/attention-DP/EP layout and weight/KV formats, the row's engine
 (``--engine vllm|sglang|trtllm`` with that engine's defaults), fixed ``isl``/``osl`` and a closed loop
-at the row's concurrency. Predicted TTFT and TPOT are the means over the steady part of the run
-(warm-up and cool-down excluded, :func:`serveplan.sim.serving.steady_window`), compared with the
-measured values (which are means over the measured run)::
+at the row's concurrency. Predicted TTFT and TPOT are computed as the benchmark computed the
+measured ones: means over every request of a run of 10 C requests that starts with all C clients
+sending at once (``--statistic run``, :data:`BENCH_ROUNDS`; aiconfigurator's ``eval/benchmarks``
+runners send ``10 C`` requests and average them all). ``--statistic steady`` gives the means over
+the steady window instead (warm-up and cool-down excluded,
+:func:`serveplan.sim.serving.steady_window`), what ``simulate --concurrency`` reports::
 
     python benchmarks/validate_silicon.py                       # all covered rows, writes the docs
     python benchmarks/validate_silicon.py --sample 60 --no-docs # a quick look
-    python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json
+    python benchmarks/validate_silicon.py --models llama-3.1-8b,llama-3.1-70b,qwen3-32b,deepseek-v3 \
+        --aisimulate benchmarks/results/aisimulate_silicon.json # the docs table
+    python benchmarks/validate_silicon.py --report-only benchmarks/results/silicon_validation.json \
+        --aisimulate benchmarks/results/aisimulate_silicon.json # rewrite the table from saved results
 
-Nothing is fitted to these rows (the table reports H100, H200 and B200 rows apart, so that a
-constant tuned later on H100 rows shows its held-out effect).
+``--as-deployed`` simulates each row with aiconfigurator's generator settings
+(:func:`silicon_data.deployment`) instead of the engine's defaults. Nothing numeric is fitted to
+these rows; the statistic and the configuration were chosen on H100 rows only
+(``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
@@ -41,18 +49,21 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_data import NotStatable, SiliconCase, load_rows, map_row  # noqa: E402
+from silicon_data import NotStatable, SiliconCase, deployment, load_rows, map_row  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
 OUT = ROOT / "benchmarks" / "results" / "silicon_validation.json"
 BEGIN, END = "<!-- silicon-validation:begin -->", "<!-- silicon-validation:end -->"
 WITHIN = 0.25  # the table's "share within 25%"
-COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
+COMMAND = ("python benchmarks/validate_silicon.py --models llama-3.1-8b,llama-3.1-70b,qwen3-32b,deepseek-v3 "
+           "--aisimulate benchmarks/results/aisimulate_silicon.json")
 
 
-def covered_cases(sample: int | None = None) -> tuple[list[SiliconCase], dict[str, int]]:
-    """Aggregated single-instance rows serveplan can state, sorted by id (every k-th with ``sample``)."""
+def covered_cases(sample: int | None = None, models: set[str] | None = None,
+                  ) -> tuple[list[SiliconCase], dict[str, int]]:
+    """Aggregated single-instance rows serveplan can state, sorted by id (every k-th with ``sample``;
+    only rows of ``models`` when given)."""
     cases, skipped = [], defaultdict(int)
     for row in load_rows():
         if row.get("mode") != "agg":
@@ -65,6 +76,9 @@ def covered_cases(sample: int | None = None) -> tuple[list[SiliconCase], dict[st
             continue
         if case.layout is None or case.layout.instances != 1:
             skipped["several instances"] += 1
+            continue
+        if models is not None and case.model not in models:
+            skipped[f"model {case.model} (not selected)"] += 1
             continue
         cases.append(case)
     cases.sort(key=lambda c: c.row_id)
@@ -79,6 +93,18 @@ def num_requests(concurrency: int) -> int:
     window (rounds two to four, minus the requests still running at the last send) holds about
     two rounds of requests."""
     return max(4 * concurrency, 32)
+
+
+#: Requests of one measured run at concurrency ``C``: ``10 C`` (aiconfigurator's
+#: ``eval/benchmarks/bench_serving_runner.py``: ``num_prompts = cc * 10``, 0 warm-up requests;
+#: ``genai_perf_runner.py``: ``--request-count`` ``10 C``).
+BENCH_ROUNDS = 10
+
+
+def run_requests(concurrency: int, statistic: str) -> int:
+    """Requests simulated per row: the benchmark's run (``statistic="run"``) or enough for the
+    steady window (:func:`num_requests`)."""
+    return BENCH_ROUNDS * concurrency if statistic == "run" else num_requests(concurrency)
 
 
 def _version_key(text: str) -> tuple[int, ...]:
@@ -110,7 +136,36 @@ def engine_for(engine: str, version: str) -> str:
     return older[-1] if older else bundled[0][1]
 
 
-def predict(case: SiliconCase, profile_name: str | None = None) -> dict[str, Any]:
+def row_engine(case: SiliconCase, *, as_deployed: bool = False) -> tuple[Any, dict[str, int]]:
+    """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
+    (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
+    aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
+    SGLang's prefill cap and mixing, TRT-LLM's memory share)."""
+    import dataclasses
+
+    from serveplan.specs.catalog import get_engine
+
+    spec = get_engine(engine_for(case.engine, case.engine_version))
+    if not as_deployed:
+        return spec, {}
+    dep = deployment(case)
+    changes: dict[str, Any] = {}
+    if dep.max_prefill_tokens is not None:
+        changes["max_prefill_tokens"] = dep.max_prefill_tokens
+    if dep.mixed is not None:
+        changes["mixed"] = dep.mixed
+    if dep.memory_fraction is not None:
+        changes["memory_fraction"] = dep.memory_fraction
+    if changes:
+        spec = dataclasses.replace(spec, **changes)
+    settings = {"max_batch": dep.max_batch}
+    if dep.token_budget is not None:
+        settings["token_budget"] = dep.token_budget
+    return spec, settings
+
+
+def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
+            statistic: str = "run") -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
@@ -119,25 +174,31 @@ def predict(case: SiliconCase, profile_name: str | None = None) -> dict[str, Any
     par = case.parallel
     hw = get_hardware(case.hardware)
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
+    spec, settings = row_engine(case, as_deployed=as_deployed)
     cfg = SimulationConfig(
-        model=get_model(case.model), hardware=hw, profile=profile, engine=engine_for(case.engine, case.engine_version),
+        model=get_model(case.model), hardware=hw, profile=profile, engine=spec,
         strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=case.concurrency, rate=None,
-        workload=Workload.fixed(case.isl, case.osl, num_requests=num_requests(case.concurrency)),
+        workload=Workload.fixed(case.isl, case.osl, num_requests=run_requests(case.concurrency, statistic)), **settings,
     )
     res = simulate(cfg)
     cl = res.closed_loop
     assert cl is not None
-    return {"ttft_s": cl.ttft_s.mean, "tpot_s": cl.tpot_s.mean, "seconds": time.perf_counter() - t0,
+    if statistic == "run":
+        rec = res.requests
+        ttft, tpot = float(np.nanmean(rec.ttft)), float(np.nanmean(rec.tpot))
+    else:
+        ttft, tpot = cl.ttft_s.mean, cl.tpot_s.mean
+    return {"ttft_s": ttft, "tpot_s": tpot, "seconds": time.perf_counter() - t0,
             "preemptions": res.num_preemptions, "max_batch": res.config.fleet.max_batch,
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, str | None]) -> tuple[str, dict[str, Any]]:
-    case, profile_name = args
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str]) -> tuple[str, dict[str, Any]]:
+    case, profile_name, as_deployed, statistic = args
     try:
-        return case.row_id, predict(case, profile_name)
+        return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -214,7 +275,8 @@ def table(rows: list[dict[str, Any]], keys: tuple[str, ...], *, aisim: dict[str,
 
 
 def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[str, int], *,
-           aisim: dict[str, Any] | None, overhead_s: float, seconds: float, jobs: int) -> str:
+           aisim: dict[str, Any] | None, overhead_s: float, seconds: float, jobs: int,
+           statistic: str = "run") -> str:
     n_all, mt, wt = summarise(r["ttft_err"] for r in rows)
     _, mp, wp = summarise(r["tpot_err"] for r in rows)
     models = sorted({r["model"] for r in rows})
@@ -228,8 +290,15 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "wheel), aggregated rows that serveplan can state (model, system and weight format in the catalog; one",
         "instance). Each row is simulated as measured: closed loop at the row's concurrency, the row's engine with",
         "its defaults (`specs/data/engines`), layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
-        "input/output lengths, `default-gpu` efficiencies. Predicted TTFT/TPOT are means over the steady window",
-        "(requests sent after the first round and finished before the last send). **Nothing is fitted to these rows**"
+        "input/output lengths, each GPU's bundled efficiency profile. "
+        + (f"Predicted TTFT/TPOT are computed as the benchmark computes them: means over every request of a run of "
+           f"{BENCH_ROUNDS} x C requests in which all C clients send their first request at once (aiconfigurator's "
+           "`eval/benchmarks` runners: `num_prompts = 10 C`, no warm-up excluded), so the first round's queue of C "
+           "prompts is in the mean as it is in the measurement."
+           if statistic == "run" else
+           "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
+           "finished before the last send)."),
+        "**Nothing is fitted to these rows**"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`), so H100 rows are"
            " reported apart from H200/B200 rows." if overhead_s else "."),
         "",
@@ -316,6 +385,23 @@ def write_docs(section: str) -> None:
     DOC.write_text(text)
 
 
+def _report_only(args: argparse.Namespace) -> int:
+    """Rewrite the docs section from a results file (``--out`` of an earlier run)."""
+    saved = json.loads(args.report_only.read_text())
+    aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
+    rows = saved["rows"]
+    section = report(rows, saved["failures"], saved["skipped"], aisim=aisim,
+                     overhead_s=saved.get("step_overhead_s", 0.0), seconds=saved["seconds"],
+                     jobs=saved["jobs"], statistic=saved.get("statistic", "steady"))
+    if not args.no_docs:
+        write_docs(section)
+    n, mt, wt = summarise(r["ttft_err"] for r in rows)
+    _, mp, wp = summarise(r["tpot_err"] for r in rows)
+    print(f"{n} rows: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
+          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, default=None, help="every k-th covered row, this many in all")
@@ -326,12 +412,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None,
                     help="efficiency profile for every row (default: each hardware's own; "
                          "default-gpu = assumed factors)")
+    ap.add_argument("--as-deployed", action="store_true",
+                    help="simulate every row with the configuration aiconfigurator's generator writes "
+                         "(max batch = the row's batch_size, token budget batch + isl + 1500, ...) instead of "
+                         "its engine's defaults")
+    ap.add_argument("--statistic", choices=("steady", "run"), default="run",
+                    help="steady: means over the steady window; run: means over every request of a run of "
+                         f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated catalog ids: only these models' rows (default: every covered row)")
+    ap.add_argument("--report-only", type=Path, default=None, metavar="JSON",
+                    help="write the docs table from the results file of an earlier run instead of simulating")
     args = ap.parse_args(argv)
-    cases, skipped = covered_cases(args.sample)
+    if args.report_only is not None:
+        return _report_only(args)
+    cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, args.profile) for c in cases], chunksize=4))
+        results = dict(pool.map(_predict_row, [(c, args.profile, args.as_deployed, args.statistic) for c in cases],
+                                chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
     for c in cases:
@@ -352,8 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
-                                    "jobs": args.jobs, "step_overhead_s": overhead}))
-    section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs)
+                                    "jobs": args.jobs, "step_overhead_s": overhead, "statistic": args.statistic,
+                                    "as_deployed": args.as_deployed}))
+    section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs,
+                     statistic=args.statistic)
     if not args.no_docs:
         write_docs(section)
     n, mt, wt = summarise(r["ttft_err"] for r in rows)

@@ -64,16 +64,40 @@ def test_offline_throughput_never_falls_with_more_requests_and_stays_within_stat
     b_max = min(1024, est.memory.kv_capacity_tokens // (inp + out))
     t_pf_each = est.time(StepBatch.prefill(k, inp)) / k
     t_dec_b = float(decode_times(est, b_max, inp + 1, 1)[0])
-    prev = 0.0
     for n in (100, 200, 500, 1000, 2000):
         _, res = _offline(h100, n)
         assert res.num_completed == n
         upper = n * out / max(n * t_pf_each, n * (out - 1) / b_max * t_dec_b)
         tput = res.output_tokens_per_s
         assert lower <= tput <= upper, (n, lower, tput, upper)
-        # never falls as the stream grows, up to the last partial wave of steps (0.12% between 200
-        # and 500 requests with the measured H100 profile, whose kernels have fixed latencies)
-        assert tput >= prev * (1 - 5e-3), (n, prev, tput)
+
+
+def test_offline_throughput_never_falls_over_whole_waves_of_the_kv_cache(h100):
+    # Offline throughput is N * out / makespan(N). Derivation of where it can and cannot fall:
+    # the KV cache holds W = KV tokens // (inp + out) whole requests (a wave). Up to N = W every
+    # request is resident at once: makespan = N prefills (k per step) + (out - 1) decode steps of
+    # t(d) = a + b d at batch N, so makespan / N = t_pf + (out - 1)(a / N + b) falls with N and the
+    # throughput rises. A run of k whole waves takes M1 + (k - 1) Mw, the first wave M1 >= a later
+    # wave Mw (its prompts have no earlier decodes to share steps with, while later waves prefill
+    # beside the previous wave's last decodes), so N / makespan = kW / (M1 + (k - 1) Mw) rises
+    # with k towards W / Mw. Between whole waves it does fall: a run of kW + r requests ends with
+    # a partial wave of r < W requests whose out - 1 decode steps pay the fixed cost a for r
+    # sequences instead of W (and vLLM, admitting on prompt blocks only, preempts the requests
+    # the decodes' growth no longer fits and runs them last), the sawtooth `vllm bench throughput`
+    # shows too (2.7% from 230 to 240 requests here, 10 preempted). So the run sizes compared
+    # are 100 and 200 (one partial wave each) and whole waves up to 2,000 requests, and the
+    # throughput must never fall between them, to float rounding.
+    inp, out = 2048, 128
+    cfg, _ = _offline(h100, 1)
+    w = cfg.engine_setup.kv_capacity_tokens // (inp + out)
+    assert 200 < w < 1000
+    sizes = [100, 200, *range(w, 2001, w)]
+    prev = 0.0
+    for n in sizes:
+        _, res = _offline(h100, n)
+        assert res.num_completed == n
+        tput = res.output_tokens_per_s
+        assert tput >= prev * (1 - 1e-12), (n, prev, tput, sizes)
         prev = tput
 
 
