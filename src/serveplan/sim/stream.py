@@ -38,14 +38,12 @@ import numpy as np
 from serveplan.errors import SpecError
 from serveplan.sim.cluster import Stage
 from serveplan.sim.request import NAN, RequestRecords, RequestState
+from serveplan.sim.workload import MAX_REQUESTS  # requests one simulation may hold: one limit, the workload's
 
 #: Runs with more requests than this are windowed (when their kind allows it).
 WINDOW_MIN_REQUESTS = 1 << 15
 #: Requests entering per chunk (a compaction per chunk).
 CHUNK = 1 << 14
-#: Requests one simulation may hold (each keeps an exact record of ~100 bytes, arrival and
-#: lengths included: 1.7 GB at this bound).
-MAX_REQUESTS = 1 << 24
 
 
 class RecordStore:
