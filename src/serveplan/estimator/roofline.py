@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from serveplan.estimator.collectives import collective_coefficients
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Op, Rate
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import AttentionCurve, CollectiveCurve, GemmCurve, KernelCurves
@@ -175,30 +176,16 @@ class CompiledStep:
         return len(self.blocks)
 
 
-def collective_coefficients(kind: Collective, group_size: int, volume: np.ndarray, values: np.ndarray,
-                            bandwidth: float, latency_s: float, comm_model: CommModel) -> tuple[np.ndarray, float]:
-    """Seconds per feature unit at communication efficiency 1, and the latency term, of one collective.
-
-    ``volume`` (bytes) and ``values`` are per-device payloads as feature vectors.
-    """
-    g = group_size
-    if comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
-        # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values, no latency term
-        return values / g / bandwidth, 0.0
-    if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
-        return (2 * (g - 1) / g) * volume / bandwidth, 2 * (g - 1) * latency_s
-    if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
-        return ((g - 1) / g) * volume / bandwidth, (g - 1) * latency_s
-    return volume / bandwidth, latency_s  # send/recv
-
-
 def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model: CommModel, *,
-                 attention_heads: tuple[float, float, float] | None = None) -> CompiledStep:
+                 attention_heads: tuple[float, float, float] | None = None,
+                 scale_up_latency: Mapping[Collective, float] | None = None) -> CompiledStep:
     """Stack every group's operators and collectives into the matrices of a :class:`CompiledStep`.
 
     ``attention_heads`` = (query heads, KV heads per device, head dim) of a fused GQA attention
     kernel lets measured attention curves apply to it (:class:`CurveRates`); ``None`` leaves the
-    attention ops on their family factors (eager attention, MLA).
+    attention ops on their family factors (eager attention, MLA). Collectives are timed per
+    tier (:mod:`serveplan.estimator.collectives`); ``scale_up_latency`` gives the measured
+    start-up latency of the scale-up tier by collective where a profile has it.
     """
     names: list[str] = []
     counts: list[float] = []
@@ -221,12 +208,12 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
                 ops.append(op)
                 op_block.append(bi)
             for c in block.comms:
-                # the link is the one of the group the collective spans (Comm.group_size); for
-                # the MoE all-to-alls that is the whole stage, decided in ops.graph._comms
-                link = hardware.link_for(c.group_size)
+                # the tiers are those the group spans (Comm.group_size); for the MoE
+                # all-to-alls that is the whole stage, decided in ops.graph._comms
                 row, lat = collective_coefficients(c.kind, c.group_size, feature_vector(c.volume),
-                                                   feature_vector(c.values), link.bandwidth, link.latency_s,
-                                                   comm_model)
+                                                   feature_vector(c.values), hardware, comm_model,
+                                                   copies=c.copies, dedup_nodes=c.dedup_nodes,
+                                                   scale_up_latency=scale_up_latency)
                 comm_rows.append(row)
                 comm_lat.append(lat)
                 comm_block.append(bi)
@@ -319,10 +306,13 @@ class CurveRates:
 
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
-                peak_flops: float, attention_peak_flops: float, bandwidth: float) -> CurveRates:
+                peak_flops: float, attention_peak_flops: float, bandwidth: float,
+                max_ranks: int | None = None) -> CurveRates:
+        """``max_ranks``: the largest group a collective curve stands for (the scale-up domain
+        the NCCL tables were measured in); larger groups keep the per-tier model."""
         on = step.attn_heads[0] > 0
         gi = np.flatnonzero(step.is_gemm)
-        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g)
+        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g) if max_ranks is None or g <= max_ranks else None
                      for k, g in zip(step.comm_kind, step.comm_group, strict=True))
         return cls(
             gemm=curves.gemm_curve(dtype),
