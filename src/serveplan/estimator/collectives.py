@@ -58,7 +58,7 @@ def remote_domains(copies: float, domains: int) -> float:
     missed by all ``c`` targets with probability ``(1 - 1/D)^c``)."""
     if domains <= 1 or copies <= 0:
         return 0.0
-    return (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** copies)
+    return float((domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** copies))
 
 
 def collective_coefficients(kind: Collective, group_size: int, volume: np.ndarray, values: np.ndarray,

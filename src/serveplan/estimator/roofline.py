@@ -170,6 +170,7 @@ class CompiledStep:
     comm_volume: np.ndarray              # (collectives, features) payload bytes per device
     comm_kind: tuple[Collective, ...]
     comm_group: tuple[int, ...]
+    comm_scale: np.ndarray | None = None  # (collectives,) 1: the row holds its own efficiency, 0: take e_+
 
     @property
     def num_blocks(self) -> int:
@@ -198,6 +199,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     comm_vol: list[np.ndarray] = []
     comm_kind: list[Collective] = []
     comm_group: list[int] = []
+    comm_own: list[bool] = []
     for gi, g in enumerate(groups):
         names.append(g.name)
         counts.append(float(g.count))
@@ -214,6 +216,9 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
                                                    feature_vector(c.values), hardware, comm_model,
                                                    copies=c.copies, dedup_nodes=c.dedup_nodes,
                                                    scale_up_latency=scale_up_latency)
+                if c.efficiency > 0:   # the collective's library brings its own achieved bandwidth
+                    row = row / c.efficiency
+                comm_own.append(c.efficiency > 0)
                 comm_rows.append(row)
                 comm_lat.append(lat)
                 comm_block.append(bi)
@@ -255,6 +260,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
         weight_elems=weight, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
         comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
+        comm_scale=np.array(comm_own, dtype=bool) if any(comm_own) else None,
     )
 
 
@@ -388,14 +394,19 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
     W = step.F @ x
     Q = step.B @ x
     single = x.ndim == 1
+    inv_comm: Any = rates.inv_comm
+    if step.comm_scale is not None:   # collectives with their own efficiency are not scaled by e_+
+        inv_comm = np.where(step.comm_scale, 1.0, rates.inv_comm)
+        if not single:
+            inv_comm = inv_comm[:, None]
     if single:
         comp, mem = W * rates.inv_compute, Q * rates.inv_memory
         active: Any = 1.0 if x[_N] > 0 else 0.0
-        comm = (step.C @ x) * rates.inv_comm + step.C_lat * active
+        comm = (step.C @ x) * inv_comm + step.C_lat * active
     else:
         comp, mem = W * rates.inv_compute[:, None], Q * rates.inv_memory[:, None]
         active = (x[_N] > 0).astype(float)
-        comm = (step.C @ x) * rates.inv_comm + step.C_lat[:, None] * active
+        comm = (step.C @ x) * inv_comm + step.C_lat[:, None] * active
     curve = rates.size_curve
     if curve is not None:
         ratio = curve.ratio(step.R @ x)

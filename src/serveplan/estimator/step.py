@@ -26,6 +26,7 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.overlap import two_batch_layers_time
 from serveplan.estimator.roofline import (
     CompiledStep,
     CurveRates,
@@ -39,7 +40,6 @@ from serveplan.estimator.roofline import (
     phase_rates,
     tile_quantized_rows,
 )
-from serveplan.estimator.overlap import two_batch_layers_time
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
@@ -218,7 +218,8 @@ class Estimator:
         cache's bytes per token (capacity) and the bytes attention reads from the cache.
     comm:
         How the engine runs expert-parallel communication (:class:`CommOptions`: two-batch
-        overlap, FP8 dispatch, node-deduplicated dispatch); default none of them.
+        overlap, FP8 dispatch, node-deduplicated dispatch); default the profile's
+        (``EfficiencyProfile.comm``), else none of them.
 
     Examples
     --------
@@ -248,9 +249,9 @@ class Estimator:
         self.groups: tuple[LayerGroup, ...] = build_layer_groups(
             model, parallel, dtype=self.dtype, kv_dtype=self.kv_dtype,
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
-            expert_imbalance=profile.expert_imbalance, comm=comm,
+            expert_imbalance=profile.expert_imbalance, comm=comm or profile.comm,
         )
-        self.comm = comm or CommOptions()
+        self.comm = comm or profile.comm or CommOptions()
         fused_gqa = (profile.kernels is not None and profile.attention_impl is AttentionImpl.FUSED
                      and model.attention is not AttentionKind.MLA)
         heads = ((model.num_attention_heads / parallel.tp, max(model.num_key_value_heads / parallel.tp, 1.0),

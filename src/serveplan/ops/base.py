@@ -128,6 +128,7 @@ class Comm:
     values: Lin  # payload in values (BestServe eq. 8 counts values, not bytes)
     copies: float = 0.0  # MoE all-to-all: routed copies of each token in the payload (0: not routed)
     dedup_nodes: bool = False  # a token crosses to each remote node once (then NVLink forwarding)
+    efficiency: float = 0.0  # achieved fraction of the link bandwidth of its own library; 0: the profile's e_+
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from serveplan.ops.base import (
     APC,
     APCW,
     APW,
+    DON,
     EACT,
     KVD,
     KVDW,
@@ -61,7 +62,6 @@ from serveplan.ops.base import (
     NP,
     ONE,
     PON,
-    DON,
     SP,
     ZERO,
     Collective,
@@ -243,11 +243,14 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         ops.append(_gemm("mla.q_down", M, N, NG, h, ql, ab, wb, "notes A.5 prefill/decode step 1: 2*B*S*d*d_q^c"))
     ops += [
         # prefill path (explicit up-projection)
-        _gemm("mla.prefill.q_up", M, NP, NP, ql, Ht * dqk, ab, wb, "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP", PON),
+        _gemm("mla.prefill.q_up", M, NP, NP, ql, Ht * dqk, ab, wb,
+              "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP", PON),
         _gemm("mla.kv_down", M, N, NG, h, dkv, ab, wb, "notes A.5 prefill step 3: 2*B*S*d*d_kv^c"),
         _gemm("mla.k_rope", M, N, NG, h, dR, ab, wb, "notes A.5 prefill step 4 (W^KR) / decode step 3: 2*B*S*d*d_R"),
-        _gemm("mla.prefill.k_up", M, NP, NP, dkv, Ht * dC, ab, wb, "notes A.5 prefill step 4: 2*B*S*d_kv^c*H*d_C/TP", PON),
-        _gemm("mla.prefill.v_up", M, NP, NP, dkv, Ht * dv, ab, wb, "notes A.5 prefill step 5: 2*B*S*d_kv^c*H*d_v/TP", PON),
+        _gemm("mla.prefill.k_up", M, NP, NP, dkv, Ht * dC, ab, wb,
+              "notes A.5 prefill step 4: 2*B*S*d_kv^c*H*d_C/TP", PON),
+        _gemm("mla.prefill.v_up", M, NP, NP, dkv, Ht * dv, ab, wb,
+              "notes A.5 prefill step 5: 2*B*S*d_kv^c*H*d_v/TP", PON),
         Op("mla.kv_write", M, ZERO, N * (kvb * (dkv + dR)), source="latent cache append: (d_kv^c + d_R) per token"),
     ]
     score = AP if impl is AttentionImpl.EAGER else APC
@@ -362,9 +365,9 @@ def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float, imb
             cb = comm.payload_bytes(comm.combine_dtype, ab)
             copies = k * par.expert_tp / par.tp
             out.append(Comm("moe.dispatch_all_to_all", module, Collective.ALL_TO_ALL, send * db, g, send,
-                            copies=copies, dedup_nodes=comm.dedup_nodes))
+                            copies=copies, dedup_nodes=comm.dedup_nodes, efficiency=comm.all_to_all_efficiency))
             out.append(Comm("moe.combine_all_to_all", module, Collective.ALL_TO_ALL, back * cb, g, back,
-                            copies=copies, dedup_nodes=comm.dedup_nodes))
+                            copies=copies, dedup_nodes=comm.dedup_nodes, efficiency=comm.all_to_all_efficiency))
             if model.num_shared_experts and par.tp > 1:
                 out.append(Comm("moe.shared_all_reduce", module, Collective.ALL_REDUCE, N * (ab * h), par.tp, N * h))
         elif g > 1:

@@ -26,11 +26,19 @@ deployment of DeepSeek's own inference system and of SGLang's large-scale EP
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.units import DType
+
+#: DeepEP's achieved share of a 400 Gb/s NIC: its low-latency kernels reach 39-40 GB/s of RDMA
+#: bandwidth at EP128-256 on H800 with CX7 (~50 GB/s maximum), 128 tokens per rank, top-8, FP8
+#: dispatch and BF16 combine (deepseek-ai/DeepEP docs/legacy.md, "Low-latency kernels with pure
+#: RDMA"): 39 / 50 = 0.78. Measured on the library, not fitted to any serving figure.
+DEEPEP_RDMA_EFFICIENCY = 0.78
 
 #: Bytes per value of an FP8 payload with DeepEP's per-128-value fp32 scales.
 FP8_SCALED_BYTES = 1.0 + 4.0 / 128.0
@@ -57,14 +65,21 @@ class CommOptions:
     dedup_nodes:
         A token crosses the scale-out network once per remote node (then NVLink forwarding),
         instead of once per routed expert.
+    all_to_all_efficiency:
+        Achieved fraction of the link bandwidth of the MoE all-to-all library (0: the profile's
+        communication efficiency ``e_+``, as for every other collective).
     """
 
     overlap: Overlap = Overlap.NONE
     dispatch_dtype: DType = DType.BF16
     combine_dtype: DType = DType.BF16
     dedup_nodes: bool = False
+    all_to_all_efficiency: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.all_to_all_efficiency <= 1:
+            raise SpecError(f"all_to_all_efficiency={self.all_to_all_efficiency!r} must be in [0, 1] "
+                            f"(0: the profile's)")
         object.__setattr__(self, "overlap", Overlap(self.overlap))
         for f in ("dispatch_dtype", "combine_dtype"):
             v = DType.parse(getattr(self, f))
@@ -76,7 +91,7 @@ class CommOptions:
     def deepep() -> CommOptions:
         """DeepEP with two-batch overlap (DeepSeek's inference system, SGLang large-scale EP)."""
         return CommOptions(overlap=Overlap.TWO_BATCH, dispatch_dtype=DType.FP8, combine_dtype=DType.BF16,
-                           dedup_nodes=True)
+                           dedup_nodes=True, all_to_all_efficiency=DEEPEP_RDMA_EFFICIENCY)
 
     def payload_bytes(self, dtype: DType, activation_bytes: float) -> float:
         """Bytes per value of a payload in ``dtype`` (FP8 with its scales); 16-bit payloads
@@ -84,3 +99,38 @@ class CommOptions:
         if dtype is DType.FP8:
             return FP8_SCALED_BYTES
         return activation_bytes if dtype in (DType.BF16, DType.FP16) else 4.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """YAML-ready mapping (inverse of :func:`comm_options_from_dict`)."""
+        return {"overlap": self.overlap.value, "dispatch_dtype": self.dispatch_dtype.value,
+                "combine_dtype": self.combine_dtype.value, "dedup_nodes": self.dedup_nodes,
+                "all_to_all_efficiency": self.all_to_all_efficiency}
+
+
+def comm_options_from_dict(raw: Any, where: str = "comm") -> CommOptions | None:
+    """A profile's ``comm:`` section: ``deepep`` (the preset) or a mapping of the fields."""
+    if raw is None:
+        return None
+    if raw == "deepep":
+        return CommOptions.deepep()
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{where} must be 'deepep' or a mapping of overlap, dispatch_dtype, combine_dtype, "
+                        f"dedup_nodes, all_to_all_efficiency; got {raw!r}")
+    known = {"overlap", "dispatch_dtype", "combine_dtype", "dedup_nodes", "all_to_all_efficiency"}
+    unknown = set(raw) - known
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; expected: "
+                        f"{', '.join(sorted(known))}")
+    try:
+        overlap = Overlap(str(raw.get("overlap", "none")))
+    except ValueError:
+        raise SpecError(f"{where}.overlap={raw.get('overlap')!r}; expected one of: "
+                        f"{', '.join(o.value for o in Overlap)}") from None
+    try:
+        eff = float(raw.get("all_to_all_efficiency", 0.0))
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}.all_to_all_efficiency={raw.get('all_to_all_efficiency')!r} must be a "
+                        f"number") from None
+    return CommOptions(overlap=overlap, dispatch_dtype=DType.parse(raw.get("dispatch_dtype", "bf16")),
+                       combine_dtype=DType.parse(raw.get("combine_dtype", "bf16")),
+                       dedup_nodes=bool(raw.get("dedup_nodes", False)), all_to_all_efficiency=eff)
