@@ -237,3 +237,22 @@ def test_prefill_pool_counts_cached_prompt_tokens_as_input():
 
 def test_fp32_model_payloads_keep_four_bytes():
     assert CommOptions().payload_bytes(DType.BF16, 4.0) == 4.0 and CommOptions().payload_bytes(DType.FP8, 2) > 1
+
+
+def test_disaggregated_pools_of_their_own_widths_are_candidates():
+    from serveplan.optimize.space import SearchSpace, enumerate_space
+    from serveplan.sim.fleet import Fleet
+
+    f = Fleet.build("1p1d", tp=1, dp=8, ep=8, decode_dp=16, decode_ep=16, max_batch=512, redundant_experts=32)
+    assert f.name == "1p1d-tp1-dp8-ep8-r32/dp16-ep16-b512" and f.num_devices == 24
+    assert f.last.parallel == ParallelConfig(tp=1, dp=16, ep=16, redundant_experts=32)
+    assert Fleet.from_dict(f.to_dict()) == f
+    space = SearchSpace(devices=24, tp_sizes=(1,), dp_sizes=(8, 16), ep_sizes=(8, 16), mixed_ep=True)
+    listing = enumerate_space(space, DSV3, get_hardware("h200"), get_profile("default-gpu"), request_tokens=4096,
+                              dtype=DType.FP8)
+    names = {c.name for c in listing.candidates}
+    assert "1p1d-tp1-dp8-ep8/dp16-ep16-b16" in names
+    assert all(c.num_devices <= 24 for c in listing.candidates)
+    same = enumerate_space(SearchSpace(devices=24, tp_sizes=(1,), dp_sizes=(8, 16), ep_sizes=(8, 16)), DSV3,
+                           get_hardware("h200"), get_profile("default-gpu"), request_tokens=4096, dtype=DType.FP8)
+    assert not any("/" in c.name for c in same.candidates)
