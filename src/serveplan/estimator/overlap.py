@@ -23,6 +23,9 @@ communication binds, or the last micro-batch's last communication when computati
 step is therefore never shorter than its busiest stream (``layers x 2 max(C, M)``), nor than the
 un-split computation (splitting only adds weight reads and smaller GEMMs).
 
+The estimator keeps the un-split step where it is shorter (a batch too small for the hidden
+communication to pay for the second weight read), as an engine would run it unsplit.
+
 DeepSeek's decode runs a 5-stage pipeline with the attention split in two to balance the stages;
 its period is still bounded by the busier stream, which is what this rule charges.
 """

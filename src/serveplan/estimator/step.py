@@ -350,15 +350,19 @@ class Estimator:
 
     def _overlapped(self, x: np.ndarray, rates: PhaseRates, plain: Any) -> Any:
         """Two-batch overlap (:mod:`serveplan.estimator.overlap`) of steps with communication
-        and at least two tokens per rank to split; other steps keep their ``plain`` time."""
+        and at least two tokens per rank to split; other steps keep their ``plain`` time, and so
+        do steps where splitting would not pay (a small batch whose doubled weight reads cost
+        more than the communication hidden: engines run those unsplit, SGLang's two-batch
+        overlap falls back to one batch when it cannot balance the two)."""
         half = self._halve(x)
         *_, bc, bm = op_terms(self.compiled, rates, half)
         if x.ndim == 1:
             if x[_N] < 2 or not np.any(bm):
                 return plain
-            return two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)[0]
+            return min(two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)[0],
+                       plain)
         t = two_batch_layers_time(list(bc), list(bm), rates.dispatch, self.compiled.counts)[0]
-        return np.where((x[_N] >= 2) & np.any(bm != 0, axis=0), t, plain)
+        return np.where((x[_N] >= 2) & np.any(bm != 0, axis=0), np.minimum(t, plain), plain)
 
     def overlap_streams(self, batch: StepBatch) -> tuple[float, float, float]:
         """``(step, compute stream, communication stream)`` seconds of ``batch`` under two-batch
