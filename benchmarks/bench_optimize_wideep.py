@@ -56,6 +56,8 @@ def main() -> None:
     listing = enumerate_space(space, model, hw, profile, request_tokens=5096, dtype=DType.FP8)
     kinds = Counter(_kind(c.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
                     for c in listing.candidates)
+    print(f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}); "
+          f"pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in listing.pruned) or "none"), flush=True)
     t0 = time.perf_counter()
     res = search(space, settings, jobs=args.jobs, progress=False)
     dt = time.perf_counter() - t0
