@@ -3,8 +3,8 @@
 A run of steps that differ only in their context-dependent aggregates (a decode stretch whose
 context sum grows by the batch each step, a chunked prompt whose context grows by the chunk) is
 timed by one vectorised call: the steps share the feature vector of ``base`` except the columns
-given, which enter the features linearly (per data-parallel rank, as :meth:`Estimator.features`
-divides them). Fields that change the token counts (and through them tile quantization or MoE
+given, which enter the features linearly (per data-parallel rank, the busiest one's share, as :meth:`Estimator.features`
+takes them). Fields that change the token counts (and through them tile quantization or MoE
 expert activity) cannot vary: time such steps one by one.
 """
 
@@ -30,13 +30,13 @@ def step_times(est: Estimator, base: StepBatch, phase: str, *, length: int | Non
         given = [c for c in (prefill_keys, decode_keys, prefill_scores, prefill_causal_scores) if c is not None]
         length = len(given[0])
     X = np.repeat(est.features(base)[:, None], length, axis=1)
-    dp = est.parallel.dp
+    fp, fd = est.rank_shares(base)   # the busiest DP-attention rank's shares, as features() takes them
     if prefill_keys is not None:
-        X[_KVP] = prefill_keys / dp
+        X[_KVP] = prefill_keys * fp
     if prefill_scores is not None:
-        X[_AP] = prefill_scores / dp
+        X[_AP] = prefill_scores * fp
     if prefill_causal_scores is not None:
-        X[_APC] = prefill_causal_scores / dp
+        X[_APC] = prefill_causal_scores * fp
     if decode_keys is not None:
-        X[_KVD] = decode_keys / dp
+        X[_KVD] = decode_keys * fd
     return est.step_times(X, phase)

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError
-from serveplan.estimator.roofline import collective_coefficients, compile_step, op_terms
+from serveplan.estimator.collectives import collective_coefficients
+from serveplan.estimator.roofline import compile_step, op_terms
 from serveplan.estimator.step import profile_rates, resolve_curves
 from serveplan.ops.base import (
     APC,
@@ -185,9 +186,10 @@ def collective_time(op: str, nbytes: float, ranks: int, *, hardware: DeviceSpec,
 
     With a measured curve: ``latency + (f v + sqrt(f v ramp)) / bus_bandwidth``
     (:class:`~serveplan.specs.kernels.CollectiveCurve`). Without: the estimator's ring model on
-    the link the group uses (:func:`~serveplan.estimator.roofline.collective_coefficients`) at the
-    phase's communication efficiency; all-gather and reduce-scatter move ``(g-1)/g`` of the
-    payload with ``g-1`` latencies, as an all-to-all does.
+    the tiers the group spans (:func:`~serveplan.estimator.collectives.collective_coefficients`)
+    at the phase's communication efficiency; all-gather and reduce-scatter are timed as an
+    all-to-all (``(g-1)/g`` of the payload). Measured curves stand only for groups inside the
+    scale-up domain they were measured in.
 
     Raises
     ------
@@ -204,18 +206,20 @@ def collective_time(op: str, nbytes: float, ranks: int, *, hardware: DeviceSpec,
         raise SpecError(f"ranks={g} must be at least 2 for a collective")
     ph = _phase(phase)
     assert name in COLLECTIVE_OPS
-    curve = profile.kernels.collective_curve(name, g) if profile.kernels is not None else None
+    measured = profile.kernels is not None and g <= hardware.domain_size
+    curve = profile.kernels.collective_curve(name, g) if measured and profile.kernels is not None else None
     if curve is not None:
         t = float(curve.time(name, g, nbytes))
         model = f"curve {name} (measured at {curve.link or 'its link'}; {profile.name})"
     else:
         link = hardware.link_for(g)
         kind = {"all_reduce": Collective.ALL_REDUCE, "send_recv": Collective.SEND_RECV}.get(name, Collective.ALL_TO_ALL)
-        coef, lat = collective_coefficients(kind, g, np.array([nbytes]), np.array([nbytes / 2.0]), link.bandwidth,
-                                            link.latency_s, profile.comm_model)
+        coef, lat = collective_coefficients(kind, g, np.array([nbytes]), np.array([nbytes / 2.0]), hardware,
+                                            profile.comm_model)
         e = profile.efficiency(ph).comm
         t = float(coef[0]) / e + lat
-        model = f"ring on {link.name} at {ph.value} comm efficiency {e:g} ({profile.name})"
+        tiers = link.name if g <= hardware.domain_size else f"{hardware.intra_node_link.name} + {link.name}"
+        model = f"per-tier model on {tiers} at {ph.value} comm efficiency {e:g} ({profile.name})"
     return OperatorTime(op=name, shape={"bytes": nbytes, "ranks": g, "bus_factor": bus_factor(name, g)},
                         flops=0.0, bytes=float(nbytes), compute_s=0.0, memory_s=0.0, time_s=t, bound="communication",
                         model=model)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from serveplan.estimator.collectives import collective_coefficients
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Lin, Op, Rate
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import AttentionCurve, CollectiveCurve, GemmCurve, KernelCurves
@@ -169,36 +170,23 @@ class CompiledStep:
     comm_volume: np.ndarray              # (collectives, features) payload bytes per device
     comm_kind: tuple[Collective, ...]
     comm_group: tuple[int, ...]
+    comm_scale: np.ndarray | None = None  # (collectives,) 1: the row holds its own efficiency, 0: take e_+
 
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
 
 
-def collective_coefficients(kind: Collective, group_size: int, volume: np.ndarray, values: np.ndarray,
-                            bandwidth: float, latency_s: float, comm_model: CommModel) -> tuple[np.ndarray, float]:
-    """Seconds per feature unit at communication efficiency 1, and the latency term, of one collective.
-
-    ``volume`` (bytes) and ``values`` are per-device payloads as feature vectors.
-    """
-    g = group_size
-    if comm_model is CommModel.BESTSERVE and kind is Collective.ALL_REDUCE:
-        # BestServe eq. (8): (b*s*h/t) / (e_+ * S_+), a count of values, no latency term
-        return values / g / bandwidth, 0.0
-    if kind is Collective.ALL_REDUCE:   # ring: 2(g-1)/g of the payload, 2(g-1) latencies
-        return (2 * (g - 1) / g) * volume / bandwidth, 2 * (g - 1) * latency_s
-    if kind is Collective.ALL_TO_ALL:   # each device sends (g-1)/g of its payload
-        return ((g - 1) / g) * volume / bandwidth, (g - 1) * latency_s
-    return volume / bandwidth, latency_s  # send/recv
-
-
 def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model: CommModel, *,
-                 attention_heads: tuple[float, float, float] | None = None) -> CompiledStep:
+                 attention_heads: tuple[float, float, float] | None = None,
+                 scale_up_latency: Mapping[Collective, float] | None = None) -> CompiledStep:
     """Stack every group's operators and collectives into the matrices of a :class:`CompiledStep`.
 
     ``attention_heads`` = (query heads, KV heads per device, head dim) of a fused GQA attention
     kernel lets measured attention curves apply to it (:class:`CurveRates`); ``None`` leaves the
-    attention ops on their family factors (eager attention, MLA).
+    attention ops on their family factors (eager attention, MLA). Collectives are timed per
+    tier (:mod:`serveplan.estimator.collectives`); ``scale_up_latency`` gives the measured
+    start-up latency of the scale-up tier by collective where a profile has it.
     """
     names: list[str] = []
     counts: list[float] = []
@@ -211,6 +199,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     comm_vol: list[np.ndarray] = []
     comm_kind: list[Collective] = []
     comm_group: list[int] = []
+    comm_own: list[bool] = []
     for gi, g in enumerate(groups):
         names.append(g.name)
         counts.append(float(g.count))
@@ -221,12 +210,15 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
                 ops.append(op)
                 op_block.append(bi)
             for c in block.comms:
-                # the link is the one of the group the collective spans (Comm.group_size); for
-                # the MoE all-to-alls that is the whole stage, decided in ops.graph._comms
-                link = hardware.link_for(c.group_size)
+                # the tiers are those the group spans (Comm.group_size); for the MoE
+                # all-to-alls that is the whole stage, decided in ops.graph._comms
                 row, lat = collective_coefficients(c.kind, c.group_size, feature_vector(c.volume),
-                                                   feature_vector(c.values), link.bandwidth, link.latency_s,
-                                                   comm_model)
+                                                   feature_vector(c.values), hardware, comm_model,
+                                                   copies=c.copies, dedup_nodes=c.dedup_nodes,
+                                                   scale_up_latency=scale_up_latency)
+                if c.efficiency > 0:   # the collective's library brings its own achieved bandwidth
+                    row = row / c.efficiency
+                comm_own.append(c.efficiency > 0)
                 comm_rows.append(row)
                 comm_lat.append(lat)
                 comm_block.append(bi)
@@ -268,6 +260,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
         weight_elems=weight, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
         comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
+        comm_scale=np.array(comm_own, dtype=bool) if any(comm_own) else None,
     )
 
 
@@ -319,10 +312,13 @@ class CurveRates:
 
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
-                peak_flops: float, attention_peak_flops: float, bandwidth: float) -> CurveRates:
+                peak_flops: float, attention_peak_flops: float, bandwidth: float,
+                max_ranks: int | None = None) -> CurveRates:
+        """``max_ranks``: the largest group a collective curve stands for (the scale-up domain
+        the NCCL tables were measured in); larger groups keep the per-tier model."""
         on = step.attn_heads[0] > 0
         gi = np.flatnonzero(step.is_gemm)
-        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g)
+        coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g) if max_ranks is None or g <= max_ranks else None
                      for k, g in zip(step.comm_kind, step.comm_group, strict=True))
         return cls(
             gemm=curves.gemm_curve(dtype),
@@ -398,14 +394,19 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
     W = step.F @ x
     Q = step.B @ x
     single = x.ndim == 1
+    inv_comm: Any = rates.inv_comm
+    if step.comm_scale is not None:   # collectives with their own efficiency are not scaled by e_+
+        inv_comm = np.where(step.comm_scale, 1.0, rates.inv_comm)
+        if not single:
+            inv_comm = inv_comm[:, None]
     if single:
         comp, mem = W * rates.inv_compute, Q * rates.inv_memory
         active: Any = 1.0 if x[_N] > 0 else 0.0
-        comm = (step.C @ x) * rates.inv_comm + step.C_lat * active
+        comm = (step.C @ x) * inv_comm + step.C_lat * active
     else:
         comp, mem = W * rates.inv_compute[:, None], Q * rates.inv_memory[:, None]
         active = (x[_N] > 0).astype(float)
-        comm = (step.C @ x) * rates.inv_comm + step.C_lat[:, None] * active
+        comm = (step.C @ x) * inv_comm + step.C_lat[:, None] * active
     curve = rates.size_curve
     if curve is not None:
         ratio = curve.ratio(step.R @ x)

@@ -54,7 +54,8 @@ def decode_times(est: Estimator, batch: int, first_context: int, steps: int) -> 
         return np.zeros(0)
     x0 = est.features(StepBatch.decode(batch, first_context))
     X = np.repeat(x0[:, None], steps, axis=1)
-    X[FEATURE_INDEX["kvd"]] = (first_context + np.arange(steps)) * batch / est.parallel.dp
+    share = est.rank_shares(StepBatch.decode(batch, 1))[1]   # the busiest DP-attention rank's
+    X[FEATURE_INDEX["kvd"]] = (first_context + np.arange(steps)) * batch * share
     return est.step_times(X, "decode")
 
 

@@ -17,6 +17,7 @@ arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calib
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
+from serveplan.estimator.overlap import two_batch_layers_time
 from serveplan.estimator.roofline import (
     CompiledStep,
     CurveRates,
@@ -38,9 +40,10 @@ from serveplan.estimator.roofline import (
     phase_rates,
     tile_quantized_rows,
 )
-from serveplan.ops.base import FEATURE_INDEX, FEATURES, LayerGroup, Rate
+from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
+from serveplan.specs.comm import CommOptions, Overlap
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import gemm_peak_flops
 from serveplan.specs.model import AttentionKind, LayerType, ModelSpec
@@ -145,6 +148,14 @@ class StepEstimate:
         }
 
 
+def _busiest_share(seqs: float, dp: int) -> float:
+    """``ceil(seqs / dp) / seqs``: the share of ``seqs`` whole sequences the busiest of ``dp``
+    ranks runs (``1 / dp`` without sequences, so zero totals stay zero)."""
+    if seqs <= 0:
+        return 1.0 / dp
+    return math.ceil(seqs / dp - 1e-9) / seqs
+
+
 def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Phase, *, peak_flops: float,
                   bandwidth: float, curves: CurveRates | None) -> PhaseRates:
     """Rates of one phase from a profile: family factors (GEMMs and streaming kernels share the
@@ -167,12 +178,29 @@ def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Pha
 
 def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware: DeviceSpec, *, dtype: DType,
                    kv_dtype: DType) -> CurveRates | None:
-    """The profile's measured curves for these formats, or ``None`` for a constant-factor profile."""
+    """The profile's measured curves for these formats, or ``None`` for a constant-factor profile.
+    Collective curves stand for groups inside the scale-up domain they were measured in."""
     if profile.kernels is None:
         return None
     return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
                               peak_flops=gemm_peak_flops(hardware, dtype.value),
-                              attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth)
+                              attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth,
+                              max_ranks=hardware.domain_size)
+
+
+def scale_up_latencies(profile: EfficiencyProfile, hardware: DeviceSpec) -> dict[Collective, float] | None:
+    """Measured start-up latency of the scale-up tier by collective: the profile's NCCL curve at
+    the largest rank count measured inside the domain (reused, not refitted), for the scale-up
+    hop of collectives that span several domains; ``None`` without measured curves."""
+    k = profile.kernels
+    if k is None:
+        return None
+    out = {}
+    for kind, op in ((Collective.ALL_TO_ALL, "all_to_all"), (Collective.ALL_REDUCE, "all_reduce")):
+        curve = k.collective_curve(op, hardware.domain_size)
+        if curve is not None:
+            out[kind] = curve.latency_s
+    return out or None
 
 
 class Estimator:
@@ -188,6 +216,10 @@ class Estimator:
         KV-cache format, separate from the weights (default: ``dtype`` for 16/32-bit weights,
         else bf16, as vLLM's ``kv_cache_dtype="auto"`` keeps the activations' format). It sets the
         cache's bytes per token (capacity) and the bytes attention reads from the cache.
+    comm:
+        How the engine runs expert-parallel communication (:class:`CommOptions`: two-batch
+        overlap, FP8 dispatch, node-deduplicated dispatch); default the profile's
+        (``EfficiencyProfile.comm``), else none of them.
 
     Examples
     --------
@@ -200,7 +232,7 @@ class Estimator:
     def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                  parallel: ParallelConfig | None = None, *, dtype: DType | str | None = None,
                  kv_dtype: DType | str | None = None,
-                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION) -> None:
+                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, comm: CommOptions | None = None) -> None:
         parallel = parallel or ParallelConfig()
         parallel.validate_for(model)
         self.model, self.hardware, self.profile, self.parallel = model, hardware, profile, parallel
@@ -217,13 +249,15 @@ class Estimator:
         self.groups: tuple[LayerGroup, ...] = build_layer_groups(
             model, parallel, dtype=self.dtype, kv_dtype=self.kv_dtype,
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
-            expert_imbalance=profile.expert_imbalance,
+            expert_imbalance=profile.expert_imbalance, comm=comm or profile.comm,
         )
+        self.comm = comm or profile.comm or CommOptions()
         fused_gqa = (profile.kernels is not None and profile.attention_impl is AttentionImpl.FUSED
                      and model.attention is not AttentionKind.MLA)
         heads = ((model.num_attention_heads / parallel.tp, max(model.num_key_value_heads / parallel.tp, 1.0),
                   float(model.head_dim)) if fused_gqa else None)
-        self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads)
+        self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads,
+                                     scale_up_latency=scale_up_latencies(profile, hardware))
         self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype)
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
@@ -245,35 +279,99 @@ class Estimator:
                              bandwidth=self.hardware.memory_bandwidth, curves=self._curves)
 
     # ------------------------------------------------------------------ features
-    def features(self, batch: StepBatch) -> np.ndarray:
-        """Feature vector (per data-parallel rank) of a step; see :mod:`serveplan.ops.base`."""
+    def rank_shares(self, batch: StepBatch) -> tuple[float, float]:
+        """Shares of the step's prefill and decode totals the busiest DP-attention rank holds.
+
+        A request is placed whole on one rank (DeepSeek-style DP-attention, SGLang
+        ``--enable-dp-attention``: each rank runs attention for its own requests), so with ``s``
+        sequences of a phase over ``dp`` ranks the busiest rank runs ``ceil(s / dp)`` of them:
+        its share is ``ceil(s / dp) / s`` (``1 / dp`` when they divide evenly; 1 for a lone
+        prompt, which is never split over ranks). Sequences of a phase are taken to be of the
+        phase's mean size. ``(1, 1)`` without DP-attention.
+        """
         dp = self.parallel.dp
+        if dp == 1:
+            return 1.0, 1.0
+        return _busiest_share(batch.prefill_seqs, dp), _busiest_share(batch.decode_tokens, dp)
+
+    def features(self, batch: StepBatch) -> np.ndarray:
+        """Feature vector (per data-parallel rank, the busiest one) of a step; see
+        :mod:`serveplan.ops.base` and :meth:`rank_shares`."""
+        fp, fd = self.rank_shares(batch)
         x = np.zeros(_NF)
         n_all = batch.num_tokens
-        n = n_all / dp
+        n = batch.prefill_tokens * fp + batch.decode_tokens * fd
         x[_I["one"]] = 1.0
         x[_I["n"]] = n
         x[_I["ng"]] = tile_quantized_rows(n, self.tile)
-        x[_I["np"]] = batch.prefill_tokens / dp
-        x[_I["nd"]] = batch.decode_tokens / dp
-        x[_I["sp"]] = batch.prefill_seqs / dp
-        x[_I["kvp"]] = batch.prefill_keys / dp
-        x[_I["kvd"]] = batch.decode_keys / dp
-        x[_I["ap"]] = batch.prefill_scores / dp
-        x[_I["apc"]] = batch.prefill_causal_scores / dp
-        x[_I["nout"]] = batch.num_seqs / dp
+        x[_I["np"]] = batch.prefill_tokens * fp
+        x[_I["nd"]] = batch.decode_tokens * fd
+        x[_I["sp"]] = batch.prefill_seqs * fp
+        x[_I["kvp"]] = batch.prefill_keys * fp
+        x[_I["kvd"]] = batch.decode_keys * fd
+        x[_I["ap"]] = batch.prefill_scores * fp
+        x[_I["apc"]] = batch.prefill_causal_scores * fp
+        x[_I["nout"]] = batch.prefill_seqs * fp + batch.decode_tokens * fd
         x[_I["nall"]] = n_all
-        m = self.model
+        x[_I["pon"]] = 1.0 if batch.prefill_tokens > 0 else 0.0
+        x[_I["don"]] = 1.0 if batch.decode_tokens > 0 else 0.0
         self._window_rows(x)
-        if m.is_moe:
-            # expected experts with >= 1 routed token under uniform routing: E(1 - (1 - k/E)^n)
-            frac = 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** n_all
-            x[_I["eact"]] = m.num_experts / self.parallel.ep * frac
+        self._expert_rows(x)
         return x
+
+    def _expert_rows(self, x: np.ndarray) -> None:
+        """Expected routed experts with at least one token on one expert device (feature
+        ``eact``), from ``nall`` (a vector or the columns of a matrix): under uniform routing
+        ``E_dev (1 - (1 - k/E)^nall)`` with ``E_dev = (E + redundant) / ep`` experts a device holds."""
+        m = self.model
+        if m.is_moe:
+            frac = 1.0 - (1.0 - m.num_experts_per_tok / m.num_experts) ** x[_I["nall"]]
+            x[_I["eact"]] = self.parallel.experts_per_device(m.num_experts) * frac
 
     # ------------------------------------------------------------------ timing
     def _layers_time(self, block_compute: Any, block_comm: Any, rates: PhaseRates) -> Any:
         return layers_time(block_compute, block_comm, rates.dispatch, self.compiled.counts)
+
+    @property
+    def _two_batch(self) -> bool:
+        return self.comm.overlap is Overlap.TWO_BATCH
+
+    def _halve(self, x: np.ndarray) -> np.ndarray:
+        """Features of one of two equal micro-batches (a vector, or the columns of a matrix):
+        every count halved, the per-step constants kept, tile rows and active experts
+        recomputed for the half (they are not linear)."""
+        h = x * 0.5
+        for f in ("one", "pon", "don"):
+            h[_I[f]] = x[_I[f]]
+        if self.tile:
+            h[_I["ng"]] = np.vectorize(lambda n: tile_quantized_rows(n, self.tile))(h[_I["n"]])
+        self._expert_rows(h)
+        return h
+
+    def _overlapped(self, x: np.ndarray, rates: PhaseRates, plain: Any) -> Any:
+        """Two-batch overlap (:mod:`serveplan.estimator.overlap`) of steps with communication
+        and at least two tokens per rank to split; other steps keep their ``plain`` time, and so
+        do steps where splitting would not pay (a small batch whose doubled weight reads cost
+        more than the communication hidden: engines run those unsplit, SGLang's two-batch
+        overlap falls back to one batch when it cannot balance the two)."""
+        half = self._halve(x)
+        *_, bc, bm = op_terms(self.compiled, rates, half)
+        if x.ndim == 1:
+            if x[_N] < 2 or not np.any(bm):
+                return plain
+            return min(two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)[0],
+                       plain)
+        t = two_batch_layers_time(list(bc), list(bm), rates.dispatch, self.compiled.counts)[0]
+        return np.where((x[_N] >= 2) & np.any(bm != 0, axis=0), np.minimum(t, plain), plain)
+
+    def overlap_streams(self, batch: StepBatch) -> tuple[float, float, float]:
+        """``(step, compute stream, communication stream)`` seconds of ``batch`` under two-batch
+        overlap (each stream's busy time over both micro-batches); the step is at least the larger."""
+        x = self.features(batch)
+        rates = self._rates[Phase.PREFILL if x[_NP] > 0 else Phase.DECODE]
+        *_, bc, bm = op_terms(self.compiled, rates, self._halve(x))
+        t, c, m = two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)
+        return float(t), float(c), float(m)
 
     def _window_rows(self, x: np.ndarray) -> None:
         """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
@@ -317,6 +415,8 @@ class Estimator:
         cs = self.compiled
         *_, bc, bm = op_terms(cs, rates, x)
         total = layers_time(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
+        if self._two_batch:
+            total = self._overlapped(x, rates, total)
         return float(total + self._pp_time(x, rates.comm_efficiency))
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
@@ -324,7 +424,10 @@ class Estimator:
         self._window_rows(X)
         rates = self._rates[phase]
         *_, bc, bm = op_terms(self.compiled, rates, X)
-        return np.asarray(self._layers_time(bc, bm, rates) + self._pp_time(X, rates.comm_efficiency))
+        total = self._layers_time(bc, bm, rates)
+        if self._two_batch:
+            total = self._overlapped(X, rates, total)
+        return np.asarray(total + self._pp_time(X, rates.comm_efficiency))
 
     def time(self, batch: StepBatch) -> float:
         """Step time (s) of a batch, no breakdown; memoised on the batch (BestServe §3.3.4)."""
@@ -342,7 +445,10 @@ class Estimator:
         rates = self._rates[Phase.PREFILL if x[_NP] > 0 else Phase.DECODE]
         pp = self.parallel.pp
         *_, bc, bm = op_terms(self.compiled, rates, x)
-        layers = self._layers_time(bc.tolist(), bm.tolist(), rates) / pp
+        layers = self._layers_time(bc.tolist(), bm.tolist(), rates)
+        if self._two_batch:
+            layers = self._overlapped(x, rates, layers)
+        layers = layers / pp
         lk = self._pp_link
         if lk is None:
             return float(layers)
@@ -368,7 +474,10 @@ class Estimator:
             bound = ("compute" if comp[oi] >= mem[oi] else "memory") if op.rate is Rate.ROOFLINE else op.rate.value
             ops.append(OpTiming(cs.group_names[gi], kind.value, op.name, float(W[oi]), float(Q[oi]),
                                 float(comp[oi]), float(mem[oi]), float(t_op[oi]), bound, op.source))
-        total = float(self._layers_time(bc.tolist(), bm.tolist(), rates))
+        total = self._layers_time(bc.tolist(), bm.tolist(), rates)
+        if self._two_batch:
+            total = self._overlapped(x, rates, total)
+        total = float(total)
         pp_s = float(self._pp_time(x, rates.comm_efficiency))
         return StepEstimate(total + pp_s, phase, modules, tuple(ops), self.memory, pp_s)
 
@@ -376,7 +485,8 @@ class Estimator:
     def weights_per_device(self) -> float:
         """Weight bytes on the most loaded device (largest pipeline stage)."""
         p = self.parallel
-        return self.model.weight_bytes_per_device(self.dtype, tp=p.tp, ep=p.ep, expert_tp=p.expert_tp, pp=p.pp)
+        return self.model.weight_bytes_per_device(self.dtype, tp=p.tp, ep=p.ep, expert_tp=p.expert_tp, pp=p.pp,
+                                                  redundant_experts=p.redundant_experts)
 
     def kv_bytes_per_token_per_device(self) -> float:
         """KV bytes per token on one device of the largest stage (every attention layer, for a

@@ -28,7 +28,13 @@ Features (all per data-parallel attention rank unless noted):
 ``kvdw``     as ``kvd`` on local layers
 ``apw``      as ``ap`` on local layers
 ``apcw``     as ``apc`` on local layers (see :mod:`serveplan.ops.window`)
+``pon``      1 when the step has prefill tokens, else 0 (weights only the prefill path reads)
+``don``      1 when the step has decode tokens, else 0 (weights only the decode path reads)
 ===========  ================================================================================
+
+With DP-attention (``dp > 1``) requests are placed whole on one rank, so the per-rank features
+are those of the busiest rank: ``ceil(sequences / dp)`` of the phase's sequences (a lone prompt
+stays on one rank; it is never split over ranks).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from serveplan.specs.profile import Module
 
 FEATURES: tuple[str, ...] = (
     "one", "n", "ng", "np", "nd", "sp", "kvp", "kvd", "ap", "apc", "nout", "nall", "eact",
-    "kvpw", "kvdw", "apw", "apcw",
+    "kvpw", "kvdw", "apw", "apcw", "pon", "don",
 )
 FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
 
@@ -75,7 +81,7 @@ def feature(name: str) -> Lin:
 
 
 ONE, N, NG, NP, ND, SP, KVP, KVD, AP, APC, NOUT, NALL, EACT = (feature(f) for f in FEATURES[:13])
-KVPW, KVDW, APW, APCW = (feature(f) for f in FEATURES[13:])
+KVPW, KVDW, APW, APCW, PON, DON = (feature(f) for f in FEATURES[13:])
 ZERO = Lin()
 
 
@@ -120,6 +126,9 @@ class Comm:
     volume: Lin
     group_size: int
     values: Lin  # payload in values (BestServe eq. 8 counts values, not bytes)
+    copies: float = 0.0  # MoE all-to-all: routed copies of each token in the payload (0: not routed)
+    dedup_nodes: bool = False  # a token crosses to each remote node once (then NVLink forwarding)
+    efficiency: float = 0.0  # achieved fraction of the link bandwidth of its own library; 0: the profile's e_+
 
 
 @dataclass(frozen=True, slots=True)

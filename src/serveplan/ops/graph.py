@@ -49,6 +49,7 @@ from serveplan.ops.base import (
     APC,
     APCW,
     APW,
+    DON,
     EACT,
     KVD,
     KVDW,
@@ -60,6 +61,7 @@ from serveplan.ops.base import (
     NOUT,
     NP,
     ONE,
+    PON,
     SP,
     ZERO,
     Collective,
@@ -71,6 +73,7 @@ from serveplan.ops.base import (
     Op,
     Rate,
 )
+from serveplan.specs.comm import CommOptions
 from serveplan.specs.model import AttentionKind, LayerType, MLPKind, ModelSpec, NormKind
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import AttentionImpl, Module
@@ -78,12 +81,15 @@ from serveplan.units import DType
 
 
 def _gemm(name: str, module: Module, tokens: Lin, gemm_tokens: Lin, k: float, m: float,
-          ab: float, wb: float, source: str) -> Op:
-    """``tokens x k`` times ``k x m`` weight: 2·t·k·m FLOP; read input and weight, write output."""
+          ab: float, wb: float, source: str, weight_read: Lin = ONE) -> Op:
+    """``tokens x k`` times ``k x m`` weight: 2·t·k·m FLOP; read input and weight, write output.
+
+    ``weight_read`` says when the weight is read: every step (``ONE``), or only in steps with
+    prefill tokens (``PON``) or decode tokens (``DON``) for the weights of one phase's path."""
     return Op(
         name, module,
         flops=gemm_tokens * (2.0 * k * m),
-        bytes=tokens * (ab * (k + m)) + ONE * (wb * k * m),
+        bytes=tokens * (ab * (k + m)) + weight_read * (wb * k * m),
         source=source,
         rows=tokens,
     )
@@ -220,7 +226,11 @@ def _linear_attention_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: 
 
 def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
                        ab: float, wb: float, kvb: float) -> list[Op]:
-    """Modeling notes A.5. Latent projections (no heads) are replicated on every TP rank."""
+    """Modeling notes A.5. Latent projections (no heads) are replicated on every TP rank.
+
+    The prefill path's up-projections (explicit K and V) and the decode path's (absorbed) read
+    their weights only in steps that run that path (``PON`` / ``DON``): a decode step does not
+    stream the prefill path's weights, nor a prefill step the decode path's."""
     h, t = model.hidden_size, par.tp
     H = model.num_attention_heads
     Ht = H / t
@@ -233,11 +243,14 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         ops.append(_gemm("mla.q_down", M, N, NG, h, ql, ab, wb, "notes A.5 prefill/decode step 1: 2*B*S*d*d_q^c"))
     ops += [
         # prefill path (explicit up-projection)
-        _gemm("mla.prefill.q_up", M, NP, NP, ql, Ht * dqk, ab, wb, "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP"),
+        _gemm("mla.prefill.q_up", M, NP, NP, ql, Ht * dqk, ab, wb,
+              "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP", PON),
         _gemm("mla.kv_down", M, N, NG, h, dkv, ab, wb, "notes A.5 prefill step 3: 2*B*S*d*d_kv^c"),
         _gemm("mla.k_rope", M, N, NG, h, dR, ab, wb, "notes A.5 prefill step 4 (W^KR) / decode step 3: 2*B*S*d*d_R"),
-        _gemm("mla.prefill.k_up", M, NP, NP, dkv, Ht * dC, ab, wb, "notes A.5 prefill step 4: 2*B*S*d_kv^c*H*d_C/TP"),
-        _gemm("mla.prefill.v_up", M, NP, NP, dkv, Ht * dv, ab, wb, "notes A.5 prefill step 5: 2*B*S*d_kv^c*H*d_v/TP"),
+        _gemm("mla.prefill.k_up", M, NP, NP, dkv, Ht * dC, ab, wb,
+              "notes A.5 prefill step 4: 2*B*S*d_kv^c*H*d_C/TP", PON),
+        _gemm("mla.prefill.v_up", M, NP, NP, dkv, Ht * dv, ab, wb,
+              "notes A.5 prefill step 5: 2*B*S*d_kv^c*H*d_v/TP", PON),
         Op("mla.kv_write", M, ZERO, N * (kvb * (dkv + dR)), source="latent cache append: (d_kv^c + d_R) per token"),
     ]
     score = AP if impl is AttentionImpl.EAGER else APC
@@ -249,13 +262,13 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     # decode path (absorbed)
     ops += [
         _gemm("mla.decode.q_up", M, ND, ND, ql, Ht * (dC + dR), ab, wb,
-              "notes A.5 decode step 2: 2*B*d_q^c*H*(d_C + d_R)/TP"),
+              "notes A.5 decode step 2: 2*B*d_q^c*H*(d_C + d_R)/TP", DON),
         _gemm("mla.decode.absorb_uk", M, ND, ND, dC, Ht * dkv, ab, wb,
-              "notes A.5 decode step 2 AbsorbCost: 2*B*H*d_C*d_kv^c/TP"),
+              "notes A.5 decode step 2 AbsorbCost: 2*B*H*d_C*d_kv^c/TP", DON),
         Op("mla.decode.attention", M, KVD * (Ht * 2 * (2 * dkv + dR)),
            ND * (ab * Ht * (2 * dkv + dR)) + KVD * (kvb * (dkv + dR)),
            attention=True, source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache"),
-        _gemm("mla.decode.v_up", M, ND, ND, dkv, Ht * dv, ab, wb, "notes A.5 decode step 5: 2*B*d_kv^c*H*d_v/TP"),
+        _gemm("mla.decode.v_up", M, ND, ND, dkv, Ht * dv, ab, wb, "notes A.5 decode step 5: 2*B*d_kv^c*H*d_v/TP", DON),
         _gemm("o_proj", M, N, NG, Ht * dv, h, ab, wb, "notes A.5 prefill step 7 / decode step 6: 2*B*S*H*d_v*d/TP"),
     ]
     return ops
@@ -320,16 +333,24 @@ def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbala
     return ops
 
 
-def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float) -> list[Comm]:
+def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float, imbalance: float = 1.0,
+           comm: CommOptions | None = None) -> list[Comm]:
     """Collectives after a module (notes A.7): TP all-reduce of ``n*h``; EP two all-to-alls of
     ``n*k*h`` in all; TP-split experts all-reduce over the whole stage.
 
     The all-to-alls span the whole MoE group (the ``tp * dp`` devices of a stage): tokens start on
     every rank, and when ``ep`` is smaller than the group each expert is split over ``tp*dp/ep``
-    devices, all of which need the token. A device still receives ``nall*k/ep`` token copies
-    (those routed to its ``E/ep`` experts) and sends as many partial outputs back. Shared experts
-    are TP-split like a dense MLP, so their partial sums are all-reduced over ``tp``.
+    devices, all of which need the token. Each all-to-all is timed by its busiest device:
+
+    * dispatch: the busiest attention rank sends each of its ``n`` tokens to the ``k`` experts'
+      devices, ``n * k * expert_tp / tp`` copies per device (DeepSeek's "dispatch send load");
+    * combine: the busiest expert device sends back its ``nall * k * imbalance / ep`` outputs.
+
+    With requests balanced over the ranks and ``imbalance = 1`` both are ``nall * k / ep`` copies
+    per device. Payload formats come from ``comm`` (FP8 dispatch under DeepEP). Shared experts are
+    TP-split like a dense MLP, so their partial sums are all-reduced over ``tp``.
     """
+    comm = comm or CommOptions()
     h = model.hidden_size
     out: list[Comm] = []
     if module in (Module.ATTENTION, Module.MLP) and par.tp > 1:
@@ -338,9 +359,15 @@ def _comms(model: ModelSpec, par: ParallelConfig, module: Module, ab: float) -> 
         g = par.stage_devices
         if par.ep > 1:
             k = model.num_experts_per_tok
-            vol_vals = NALL * (k * h / par.ep)
-            for name in ("dispatch", "combine"):
-                out.append(Comm(f"moe.{name}_all_to_all", module, Collective.ALL_TO_ALL, vol_vals * ab, g, vol_vals))
+            send = N * (k * par.expert_tp / par.tp * h)
+            back = NALL * (k * imbalance * h / par.ep)
+            db = comm.payload_bytes(comm.dispatch_dtype, ab)
+            cb = comm.payload_bytes(comm.combine_dtype, ab)
+            copies = k * par.expert_tp / par.tp
+            out.append(Comm("moe.dispatch_all_to_all", module, Collective.ALL_TO_ALL, send * db, g, send,
+                            copies=copies, dedup_nodes=comm.dedup_nodes, efficiency=comm.all_to_all_efficiency))
+            out.append(Comm("moe.combine_all_to_all", module, Collective.ALL_TO_ALL, back * cb, g, back,
+                            copies=copies, dedup_nodes=comm.dedup_nodes, efficiency=comm.all_to_all_efficiency))
             if model.num_shared_experts and par.tp > 1:
                 out.append(Comm("moe.shared_all_reduce", module, Collective.ALL_REDUCE, N * (ab * h), par.tp, N * h))
         elif g > 1:
@@ -357,6 +384,7 @@ def build_layer_groups(
     attention_impl: AttentionImpl,
     include_lm_head: bool,
     expert_imbalance: float = 1.0,
+    comm: CommOptions | None = None,
 ) -> tuple[LayerGroup, ...]:
     """Operator lists of the model's distinct layer kinds, per device of one pipeline stage.
 
@@ -364,7 +392,7 @@ def build_layer_groups(
     for full attention and ``<mixer>-dense``/``<mixer>-moe`` otherwise (``sliding-moe``,
     ``linear-moe``, ...), and, when ``include_lm_head``, a one-off group with the final norm and
     the logits projection. Layer counts are for the whole model; the estimator divides them over
-    pipeline stages.
+    pipeline stages. ``comm`` sets the MoE payload formats and routing (:class:`CommOptions`).
     """
     layer_dt, expert_dt, embed_dt = model.weight_formats(dtype)
     wb, ewb, hwb = layer_dt.bytes, expert_dt.bytes, embed_dt.bytes
@@ -388,7 +416,8 @@ def build_layer_groups(
     mlp = ModuleBlock(Module.MLP, tuple(_mlp_ops(model, parallel, ab, wb)),
                       tuple(_comms(model, parallel, Module.MLP, ab)))
     moe = (ModuleBlock(Module.MOE, tuple(_moe_ops(model, parallel, ab, ewb, expert_imbalance, wb)),
-                       tuple(_comms(model, parallel, Module.MOE, ab))) if model.is_moe else None)
+                       tuple(_comms(model, parallel, Module.MOE, ab, expert_imbalance, comm)))
+           if model.is_moe else None)
     groups: list[LayerGroup] = []
     # one group per kind, dense before MoE as before for the single-mixer models
     order = sorted(model.layer_signature().items(), key=lambda kv: kv[0][1])

@@ -53,6 +53,11 @@ class SearchSpace:
         Speculative decoding settings of the decoding instances to try (``None``: plain
         decoding), e.g. one per draft length ``K`` (:func:`spec_choices`); layouts with
         ``pp > 1`` get plain decoding only.
+    mixed_ep:
+        Let them also use different DP-attention and EP sizes (prefill and decode pools of their
+        own widths, as DeepSeek's EP32 prefill and EP144 decode units).
+    redundant_experts:
+        Extra expert copies of every instance (``ParallelConfig.redundant_experts``).
     """
 
     devices: int = 8
@@ -68,6 +73,8 @@ class SearchSpace:
     disaggregated: bool = True
     mixed_tp: bool = True
     specs: tuple[SpecDecodeConfig | None, ...] = (None,)
+    mixed_ep: bool = False
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         check_int("devices", self.devices, low=1, high=MAX_FLEET_DEVICES,
@@ -177,7 +184,7 @@ def _layouts(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile
         if (tp * dp) % ep:
             continue
         try:
-            par = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep)
+            par = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, redundant_experts=space.redundant_experts)
         except SpecError as exc:  # pragma: no cover - guarded above
             out.pruned.append(Pruned(name=f"tp{tp}-pp{pp}-dp{dp}-ep{ep}", num_devices=tp * pp * dp, reason=str(exc)))
             continue
@@ -200,27 +207,29 @@ def _collocated(space: SearchSpace, par: ParallelConfig, max_batch: int) -> Iter
                 for sd in _specs_for(space, par):
                     yield Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
                                       max_batch=max_batch, prefill_max_batch=space.prefill_max_batch,
-                                      scheduler=sched, chunk_size=cs, spec=sd)
+                                      scheduler=sched, chunk_size=cs, spec=sd,
+                                      redundant_experts=par.redundant_experts)
 
 
 def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[ParallelConfig],
                    max_batch: int) -> Iterator[Fleet]:
-    """``PpDd`` fleets with prefill layout ``par`` and a decode layout of the same PP/DP/EP."""
+    """``PpDd`` fleets with prefill layout ``par`` and a decode layout of the same PP/DP/EP (any
+    DP/EP with ``mixed_ep``)."""
     for par_d in layouts:
-        if (par_d.pp, par_d.dp, par_d.ep) != (par.pp, par.dp, par.ep):
+        if par_d.pp != par.pp or ((par_d.dp, par_d.ep) != (par.dp, par.ep) and not space.mixed_ep):
             continue
         if par_d.tp != par.tp and not space.mixed_tp:
             continue
-        k = par.pp * par.dp
         for p in range(1, space.devices // par.num_devices + 1):
             for d in range(1, space.devices + 1):
-                if k * (p * par.tp + d * par_d.tp) > space.devices:
+                if p * par.num_devices + d * par_d.num_devices > space.devices:
                     break
                 for sd in _specs_for(space, par_d):
                     yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp,
                                       pp=par.pp, dp=par.dp, ep=par.ep, max_batch=max_batch,
                                       prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0],
-                                      spec=sd)
+                                      spec=sd, decode_dp=par_d.dp, decode_ep=par_d.ep,
+                                      redundant_experts=par.redundant_experts)
 
 
 def _specs_for(space: SearchSpace, par: ParallelConfig) -> tuple[SpecDecodeConfig | None, ...]:

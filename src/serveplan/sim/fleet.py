@@ -189,28 +189,32 @@ class Fleet:
     def build(strategy: str | Strategy = "1p1d", *, tp: int = 4, prefill_tp: int | None = None,
               decode_tp: int | None = None, pp: int = 1, dp: int = 1, ep: int = 1, max_batch: int = 16,
               prefill_max_batch: int | None = None, scheduler: str = "prefill-first", chunk_size: int = 512,
-              token_budget: int | None = None, spec: SpecDecodeConfig | None = None) -> Fleet:
+              token_budget: int | None = None, spec: SpecDecodeConfig | None = None,
+              decode_dp: int | None = None, decode_ep: int | None = None,
+              redundant_experts: int = 0) -> Fleet:
         """A fleet from flat settings (CLI flags, keyword arguments); the module docstring lists
         the defaults resolved here. ``spec`` (speculative decoding) applies to the decoding
         instances (collocated or decode).
 
         ``prefill_max_batch`` (0 or ``None``: ``max_batch``) is the prompts per step of every
         instance and the max batch of prefill instances; ``prefill_tp`` / ``decode_tp`` override
-        ``tp`` for the prefill and decode instances of a disaggregated strategy.
+        ``tp`` for the prefill and decode instances of a disaggregated strategy, and ``decode_dp`` /
+        ``decode_ep`` its decode instances' DP-attention and EP sizes (DeepSeek's pools: prefill
+        EP32 on 4 nodes, decode EP144 on 18); ``redundant_experts`` applies to every instance.
         """
         strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy)
         for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("max_batch", max_batch),
                         ("chunk_size", chunk_size)):
             _positive_int(name, v)
         for name, w in (("prefill_tp", prefill_tp), ("decode_tp", decode_tp), ("prefill_max_batch", prefill_max_batch),
-                        ("token_budget", token_budget)):
+                        ("token_budget", token_budget), ("decode_dp", decode_dp), ("decode_ep", decode_ep)):
             if w:  # 0 reads as "not given"
                 _positive_int(name, w)
         prompts = prefill_max_batch or max_batch
         sched = canonical_scheduler(scheduler)  # checked whatever the strategy: a typo is an error
 
-        def layout(t: int | None) -> ParallelConfig:
-            return ParallelConfig(tp=t or tp, pp=pp, dp=dp, ep=ep)
+        def layout(t: int | None, d: int | None = None, e: int | None = None) -> ParallelConfig:
+            return ParallelConfig(tp=t or tp, pp=pp, dp=d or dp, ep=e or ep, redundant_experts=redundant_experts)
 
         if not strat.is_disaggregated:
             budget = token_budget or (chunk_size if get_scheduler(sched).chunked else None)
@@ -223,7 +227,7 @@ class Fleet:
             prefill=InstanceConfig(parallel=layout(prefill_tp), batching=Batching(
                 scheduler="prefill-only", max_batch=prompts, max_prompts=prompts, token_budget=budget,
                 chunk_size=chunk_size)),
-            decode=InstanceConfig(parallel=layout(decode_tp), batching=Batching(
+            decode=InstanceConfig(parallel=layout(decode_tp, decode_dp, decode_ep), batching=Batching(
                 scheduler="decode-only", max_batch=max_batch, max_prompts=prompts, token_budget=budget,
                 chunk_size=chunk_size), spec=spec),
         )
@@ -285,9 +289,14 @@ class Fleet:
         search checkpoints and published rankings are keyed by it)."""
         par = self.first.parallel
         extra = "".join(f"-{k}{v}" for k, v in (("pp", par.pp), ("dp", par.dp), ("ep", par.ep)) if v > 1)
+        if par.redundant_experts:
+            extra += f"-r{par.redundant_experts}"
         if self.is_disaggregated:
-            tp_p, tp_d = par.tp, self.last.parallel.tp
+            last = self.last.parallel
+            tp_p, tp_d = par.tp, last.tp
             tp = f"tp{tp_p}" if tp_p == tp_d else f"tp{tp_p}/{tp_d}"
+            if (last.dp, last.ep) != (par.dp, par.ep):   # decode pool of another DP/EP size
+                extra += "/" + "-".join(f"{k}{v}" for k, v in (("dp", last.dp), ("ep", last.ep)))
             sd = self.last.spec
             return f"{self.strategy}-{tp}{extra}-b{self.max_batch}" + (f"-{sd.tag}" if sd is not None else "")
         b = self.first.batching
@@ -308,6 +317,8 @@ class Fleet:
             "dp": first.parallel.dp, "ep": first.parallel.ep, "max_batch": last.batching.max_batch,
             "prefill_max_batch": first.batching.max_prompts, "scheduler": self.scheduler,
             "chunk_size": first.batching.chunk_size, "token_budget": first.batching.token_budget, **spec,
+            "decode_dp": last.parallel.dp, "decode_ep": last.parallel.ep,
+            "redundant_experts": first.parallel.redundant_experts,
         }
 
     @staticmethod
@@ -323,7 +334,9 @@ class Fleet:
                            chunk_size=d["chunk_size"], token_budget=d.get("token_budget"),
                            spec=SpecDecodeConfig.of(d.get("spec_method"), d.get("spec_tokens"),
                                                     tuple(d["spec_acceptance"]) if d.get("spec_acceptance") else None,
-                                                    d.get("spec_draft_model")))
+                                                    d.get("spec_draft_model")),
+                           decode_dp=d.get("decode_dp") or d["dp"], decode_ep=d.get("decode_ep") or d["ep"],
+                           redundant_experts=d.get("redundant_experts") or 0)
 
 
 def _positive_int(name: str, v: Any) -> None:

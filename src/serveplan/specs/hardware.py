@@ -56,6 +56,10 @@ class DeviceSpec:
         built of 4-GPU compute trays, so groups of up to 72 use NVLink, not the network.
     host_memory_bytes, host_link:
         CPU memory attached to the device and its link (GH200: LPDDR5X over NVLink-C2C).
+    in_switch_reduction:
+        The scale-up switches reduce in the network (NVLink SHARP / NCCL NVLS: third-generation
+        NVSwitch and later), so an all-reduce inside the domain sends each payload once
+        (:mod:`serveplan.estimator.collectives`).
     """
 
     name: str
@@ -71,6 +75,7 @@ class DeviceSpec:
     scale_up_domain: int = 0
     host_memory_bytes: float = 0.0
     host_link: LinkSpec | None = None
+    in_switch_reduction: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -208,6 +213,7 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
             host_memory_bytes=check_number(f"{where}: host_memory_bytes", raw.get("host_memory_bytes") or 0.0,
                                            low=0, unit="bytes"),
             host_link=_link(raw["host_link"], f"hardware {name!r}: host_link") if raw.get("host_link") else None,
+            in_switch_reduction=bool(raw.get("in_switch_reduction", False)),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SpecError):

@@ -562,14 +562,15 @@ class ModelSpec:
         return rest * layer_dt.bytes + experts * expert_dt.bytes + embed * embed_dt.bytes
 
     def weight_bytes_per_device(self, dtype: DType | None = None, *, tp: int = 1, ep: int = 1,
-                                expert_tp: int = 1, pp: int = 1) -> float:
+                                expert_tp: int = 1, pp: int = 1, redundant_experts: int = 0) -> float:
         """Weight bytes on one device of the largest pipeline stage.
 
         Attention heads, dense MLP columns, shared experts and the vocabulary split over ``tp``
         (K/V projections are replicated when ``tp`` exceeds the KV heads; MLA's latent down-
         projections and every norm and router are replicated); routed experts spread over
         ``ep`` devices, each split over ``expert_tp``; layers over ``pp`` stages (the largest
-        stage holds ``ceil(L/pp)`` layers, charged as that share of the whole).
+        stage holds ``ceil(L/pp)`` layers, charged as that share of the whole); with
+        ``redundant_experts`` copies a device holds ``(E + redundant) / ep`` experts.
         """
         layer_dt, expert_dt, embed_dt = self.weight_formats(dtype)
         h, t = self.hidden_size, tp
@@ -588,7 +589,7 @@ class ModelSpec:
         for i, kind in enumerate(self.layer_kinds):
             layer += (self.linear_attention_params() / t if kind is LayerType.LINEAR else attn) + self.norm_params()
             if i in self.moe_layer_set:
-                experts += (self.num_experts / ep) * self.expert_params() / expert_tp
+                experts += ((self.num_experts + redundant_experts) / ep) * self.expert_params() / expert_tp
                 layer += self.shared_expert_params() / t + self.router_params()
             else:
                 layer += self.dense_mlp_params() / t

@@ -33,6 +33,14 @@ class ParallelConfig:
     ep:
         Expert-parallel size: routed experts are spread over ``ep`` devices, each expert split
         over the remaining ``tp * dp / ep`` devices. ``ep = 1`` shards every expert like a dense MLP.
+    redundant_experts:
+        Extra copies of the most loaded routed experts (DeepSeek's EPLB), so that ``ep`` need only
+        divide ``num_experts + redundant_experts``: DeepSeek-V3's decode runs EP144 over 256 + 32
+        experts, 2 per GPU; its prefill EP32 over the same 288, 9 per GPU ("DeepSeek-V3/R1
+        Inference System Overview", open-infra-index, 2025). Each device holds
+        ``(num_experts + redundant_experts) / ep`` experts' weights; the routed work per device
+        is unchanged (the copies share their expert's tokens), and the busiest device's load is
+        the profile's ``expert_imbalance``.
 
     The instance uses ``tp * dp * pp`` devices; ``ep`` must divide ``tp * dp``.
     """
@@ -41,6 +49,7 @@ class ParallelConfig:
     pp: int = 1
     dp: int = 1
     ep: int = 1
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for fname in ("tp", "pp", "dp", "ep"):
@@ -49,6 +58,9 @@ class ParallelConfig:
         if self.num_devices > MAX_FLEET_DEVICES:
             raise SpecError(f"tp*dp*pp={self.num_devices:,} devices in one instance; expected at most "
                             f"{MAX_FLEET_DEVICES:,} (serveplan.specs.parallel.MAX_FLEET_DEVICES)")
+        r = self.redundant_experts
+        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+            raise SpecError(f"redundant_experts={r!r} must be a non-negative integer")
         if (self.tp * self.dp) % self.ep:
             raise SpecError(f"ep={self.ep} must divide tp*dp={self.tp * self.dp}")
 
@@ -60,6 +72,10 @@ class ParallelConfig:
     def stage_devices(self) -> int:
         """Devices of one pipeline stage (the MoE group)."""
         return self.tp * self.dp
+
+    def experts_per_device(self, num_experts: int) -> float:
+        """Routed experts (with the redundant copies) whose weights one expert device holds."""
+        return (num_experts + self.redundant_experts) / self.ep
 
     @property
     def expert_tp(self) -> int:
@@ -84,8 +100,14 @@ class ParallelConfig:
         if self.ep > 1:
             if not model.is_moe:
                 raise SpecError(f"ep={self.ep} needs a mixture-of-experts model; {model.name!r} is dense")
-            if model.num_experts % self.ep:
-                raise SpecError(f"ep={self.ep} must divide num_experts={model.num_experts} of {model.name!r}")
+            physical = model.num_experts + self.redundant_experts
+            if physical % self.ep:
+                extra = f" + redundant_experts={self.redundant_experts}" if self.redundant_experts else ""
+                raise SpecError(f"ep={self.ep} must divide num_experts={model.num_experts}{extra} of {model.name!r}"
+                                f" (give redundant_experts so that it does, e.g. EP144 over 256 + 32)")
+        elif self.redundant_experts and not model.is_moe:
+            raise SpecError(f"redundant_experts={self.redundant_experts} needs a mixture-of-experts model; "
+                            f"{model.name!r} is dense")
         if model.is_moe and model.moe_intermediate_size % self.expert_tp:
             raise SpecError(
                 f"expert split tp*dp/ep={self.expert_tp} must divide moe_intermediate_size="
@@ -103,4 +125,6 @@ class ParallelConfig:
             parts.append(f"dp{self.dp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.redundant_experts:
+            parts.append(f"r{self.redundant_experts}")
         return "-".join(parts)

@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any
 
 from serveplan.errors import SpecError, check_number
+from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
 
 
@@ -134,6 +135,10 @@ class EfficiencyProfile:
         engine family; :meth:`for_engine` swaps them in (collectives stay ``kernels``').
     measured_from:
         One line naming the measurements a measured profile was fitted to (``serveplan hardware``).
+    comm:
+        How the stack runs expert-parallel communication (:class:`~serveplan.specs.comm.CommOptions`:
+        two-batch overlap, FP8 dispatch, node-deduplicated all-to-all); ``None``: none of them.
+        ``profile.with_(comm=CommOptions.deepep())`` describes a DeepEP deployment.
     """
 
     name: str
@@ -157,6 +162,7 @@ class EfficiencyProfile:
     kernels: KernelCurves | None = None
     engine_kernels: Mapping[str, KernelCurves] = field(default_factory=dict)
     measured_from: str = ""
+    comm: CommOptions | None = None
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
@@ -220,6 +226,7 @@ class EfficiencyProfile:
                                       for ph, (r, v) in self.matmul_size_curve.items()}}
                if self.matmul_size_curve else {}),
             **({"measured_from": self.measured_from} if self.measured_from else {}),
+            **({"comm": self.comm.to_dict()} if self.comm is not None else {}),
             **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
             **({"engine_kernels": {e: k.to_dict() for e, k in self.engine_kernels.items()}}
                if self.engine_kernels else {}),
@@ -295,6 +302,7 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         kernels=kernel_curves_from_dict(raw.get("kernels"), f"profile {name!r}: kernels"),
         engine_kernels=_engine_kernels(raw.get("engine_kernels"), name),
         measured_from=str(raw.get("measured_from", "")),
+        comm=comm_options_from_dict(raw.get("comm"), f"profile {name!r}: comm"),
     )
 
 

@@ -1,0 +1,86 @@
+"""DeepSeek-V3 FP8 on 64 x H200 (8 nodes): the optimizer ranks collocated, disaggregated and
+wide-EP (DP-attention) layouts, with the reasons for the pruned ones (issue target: at most 60 s).
+
+The stack is SGLang-style large-scale EP: DeepEP all-to-alls (FP8 dispatch, node-deduplicated,
+two-batch overlap: ``CommOptions.deepep()``) on the measured H200 kernel curves. Workload: 4,096-
+token prompts (the prompt length of DeepSeek's published inference profiles,
+deepseek-ai/profile-data) and 1,000 output tokens; SLO P90 TTFT 2 s and TPOT 50 ms (20 tokens/s
+per user, the speed DeepSeek's service reports).
+
+Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_optimize_wideep.py [--requests N] [--jobs J]
+Same as: serveplan optimize --model deepseek-v3 --hardware h200 --dtype fp8 --devices 64 \
+    --tp 1,8 --dp 1,8,16,32,64 --ep 1,8,16,32,64 ... (the DeepEP options are a profile setting:
+    ``comm: deepep`` in a profile YAML).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling machine_info module
+from machine_info import describe, report  # noqa: E402
+from serveplan import DType, get_hardware, get_model, get_profile
+from serveplan.optimize.goodput import GoodputSettings
+from serveplan.optimize.search import search
+from serveplan.optimize.space import SearchSpace, enumerate_space
+from serveplan.sim import SLO, Workload
+from serveplan.specs.comm import CommOptions
+
+TARGET_S = 60.0
+
+
+def _kind(name: str, disaggregated: bool, dp: int, ep: int) -> str:
+    wide = dp > 1 and ep >= 16
+    if disaggregated:
+        return "disaggregated" + (", wide-EP" if wide else "")
+    return "collocated" + (", wide-EP" if wide else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    model, hw = get_model("deepseek-v3"), get_hardware("h200")
+    profile = get_profile("measured-h200").with_(comm=CommOptions.deepep())
+    space = SearchSpace(devices=64, tp_sizes=(1, 8), dp_sizes=(1, 8, 16, 32, 64), ep_sizes=(1, 8, 16, 32, 64),
+                        max_batches=(1024,), prefill_max_batch=None, schedulers=("chunked-prefill",),
+                        chunk_sizes=(8192,))
+    workload = Workload.fixed(4096, 1000, num_requests=args.requests)
+    settings = GoodputSettings(model=model, hardware=hw, profile=profile, workload=workload,
+                               slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=DType.FP8)
+    listing = enumerate_space(space, model, hw, profile, request_tokens=5096, dtype=DType.FP8)
+    kinds = Counter(_kind(c.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
+                    for c in listing.candidates)
+    print(f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}); "
+          f"pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in listing.pruned) or "none"), flush=True)
+    t0 = time.perf_counter()
+    res = search(space, settings, jobs=args.jobs, progress=False)
+    dt = time.perf_counter() - t0
+    lines = [f"machine: {describe()}",
+             f"deepseek-v3 fp8 on up to 64 x h200 (8 nodes), DeepEP + two-batch overlap, prompts 4096 / outputs "
+             f"1000, {args.requests} requests, SLO P90 TTFT 2 s / TPOT 50 ms, {args.jobs} worker(s)",
+             f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})",
+             f"{res.num_evaluated} strategies, {len(res.pruned)} layouts pruned, {res.num_simulations} simulations, "
+             f"{dt:.1f} s (target <= {TARGET_S:.0f} s): {'PASS' if dt <= TARGET_S else 'FAIL'}", "",
+             "| rank | strategy | kind | devices | goodput (req/s) | per device | P90 TTFT (s) | P90 TPOT (ms) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(res.strategies[:25], 1):
+        c = r.candidate
+        lines.append(f"| {i} | {r.name} | {_kind(r.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)}"
+                     f" | {c.num_devices} | {r.goodput_rps:.2f} | {r.goodput_per_device:.3f} | {r.ttft_p:.3f} | "
+                     f"{r.tpot_p * 1e3:.1f} |")
+    if len(res.strategies) > 25:
+        lines.append(f"| ... | {len(res.strategies) - 25} more | | | | | | |")
+    lines += ["", f"Rejected ({len(res.rejected)}): " + ("; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:20])
+                                                         or "none"),
+              "Pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in res.pruned) or "none")]
+    report(lines, "optimize-wideep-64xh200.md")
+
+
+if __name__ == "__main__":
+    main()
