@@ -502,7 +502,7 @@ class PrefixCache:
                 g = node[0]
                 if node[3] == 0:
                     if g > used:  # blocks past this request's use are not pinned: evict them first
-                        self._trim_gpu(key, node, g - used)
+                        self._spill(0, key, node, g - used)
                         g = used
                     if g:
                         free -= g
@@ -679,54 +679,56 @@ class PrefixCache:
             self.gpu_lru.pop(key, None)
             del self.nodes[key]
 
-    def _trim_gpu(self, key: int, node: list[int], k: int) -> None:
-        """Evict the last ``k`` GPU blocks of an unpinned node: to CPU memory, or dropped."""
-        g = node[0]
-        node[0] = g - k
-        self.evictable -= k
-        if self.cpu_cap:
-            self.stats.spilled_cpu += k
+    def _spill(self, tier: int, key: int, node: list[int], k: int) -> None:
+        """Move the last ``k`` blocks of ``node``'s ``tier`` (0 GPU, unpinned; 1 CPU; 2 disk) down
+        one tier, or drop them when the next tier has no capacity (disk has none below it). The
+        ranges are cumulative prefix ends, so a move only lowers ``node[tier]``; a drop lowers the
+        ends below it too, to the same block."""
+        end = node[tier] - k
+        node[tier] = end
+        if tier == 0:
+            self.evictable -= k
+            if not end:
+                self.gpu_lru.pop(key, None)
+            cap = self.cpu_cap
+        elif tier == 1:
+            self.cpu_used -= k
+            cap = self.disk_cap
+        else:
+            self.disk_used -= k
+            cap = 0
+        st = self.stats
+        if not cap:
+            st.dropped += k
+            if tier < 2:
+                node[2] = end
+                if tier == 0:
+                    node[1] = end
+        elif tier == 0:
             self.cpu_used += k
+            st.spilled_cpu += k
             if key not in self.cpu_lru:
                 self.cpu_lru[key] = None
         else:
-            self.stats.dropped += k
-            node[1] = node[2] = g - k
-        if node[0] == 0:
-            self.gpu_lru.pop(key, None)
+            self.disk_used += k
+            st.spilled_disk += k
+            if key not in self.disk_lru:
+                self.disk_lru[key] = None
         self._retier(key, node)
 
     def make_room(self) -> None:
         """Evict cached GPU blocks until the free pool has no more cached blocks than free
         blocks (an allocation takes empty blocks first), then the CPU and disk overflows."""
         kv = self.kv
-        lru = self.gpu_lru
         while self.evictable > kv.free:
-            key = next(iter(lru))
+            key = next(iter(self.gpu_lru))
             node = self.nodes[key]
-            self._trim_gpu(key, node, min(node[0], self.evictable - kv.free))
+            self._spill(0, key, node, min(node[0], self.evictable - kv.free))
         while self.cpu_used > self.cpu_cap:
             key = next(iter(self.cpu_lru))
             node = self.nodes[key]
-            g, c, d, _ = node
-            k = min(c - g, self.cpu_used - self.cpu_cap)
-            node[1] = c - k
-            self.cpu_used -= k
-            if self.disk_cap:
-                self.stats.spilled_disk += k
-                self.disk_used += k
-                if key not in self.disk_lru:
-                    self.disk_lru[key] = None
-            else:
-                self.stats.dropped += k
-                node[2] = c - k
-            self._retier(key, node)
+            self._spill(1, key, node, min(node[1] - node[0], self.cpu_used - self.cpu_cap))
         while self.disk_used > self.disk_cap:
             key = next(iter(self.disk_lru))
             node = self.nodes[key]
-            c, d = node[1], node[2]
-            k = min(d - c, self.disk_used - self.disk_cap)
-            node[2] = d - k
-            self.disk_used -= k
-            self.stats.dropped += k
-            self._retier(key, node)
+            self._spill(2, key, node, min(node[2] - node[1], self.disk_used - self.disk_cap))
