@@ -34,6 +34,12 @@ class _Lengths(Protocol):
     def __getitem__(self, q: int, /) -> float: ...
 
 
+class _Shared(Protocol):
+    """Blocks each request shares with the prefix cache, indexed by request id."""
+
+    def __getitem__(self, q: int, /) -> int: ...
+
+
 class _Unbounded:
     """An output length no request reaches (``KVCache.decode`` without ``output``)."""
 
@@ -42,6 +48,16 @@ class _Unbounded:
 
 
 _UNBOUNDED = _Unbounded()
+
+
+class _NoneShared:
+    """No request shares cached blocks (``KVCache.decode`` without a prefix cache)."""
+
+    def __getitem__(self, q: int, /) -> int:
+        return 0
+
+
+_NONE_SHARED = _NoneShared()
 
 
 class KVCache:
@@ -146,24 +162,7 @@ class KVCache:
         bs, blocks = self.block_size, self.blocks
         free = self.free
         done = []
-        if self.prefix is not None:  # own blocks: the span less the shared cached hits
-            shared = self.prefix.shared
-            for r in run:
-                g = generated[r] + k
-                generated[r] = g
-                k1 = kv_len[r] + k
-                kv_len[r] = k1
-                nb = -(-k1 // bs) - shared[r]
-                free -= nb - blocks[r]
-                blocks[r] = nb
-                if g >= lim[r]:
-                    done.append(r)
-            assert free >= 0, "KV blocks overcommitted"
-            self.free = free
-            if self.prefix.evictable > free:  # the new blocks took cached ones
-                self.prefix.make_room()
-            return done
-        if self._eq is None:
+        if self._eq is None and self.prefix is None:
             for r in run:
                 g = generated[r] + k
                 generated[r] = g
@@ -174,20 +173,23 @@ class KVCache:
                 blocks[r] = nb
                 if g >= lim[r]:
                     done.append(r)
-        else:
+        else:  # windowed attention (blocks_for), or the prefix cache: own blocks, the span less shared hits
             blocks_for = self.blocks_for
+            shared: _Shared = _NONE_SHARED if self.prefix is None else self.prefix.shared
             for r in run:
                 g = generated[r] + k
                 generated[r] = g
                 k1 = kv_len[r] + k
                 kv_len[r] = k1
-                nb = blocks_for(k1)
+                nb = blocks_for(k1) - shared[r]
                 free -= nb - blocks[r]
                 blocks[r] = nb
                 if g >= lim[r]:
                     done.append(r)
         assert free >= 0, "KV blocks overcommitted"
         self.free = free
+        if self.prefix is not None and self.prefix.evictable > free:  # the new blocks took cached ones
+            self.prefix.make_room()
         return done
 
     def steps_that_fit(self, run: Sequence[int], kv_len: Sequence[int], k_max: int) -> int:
