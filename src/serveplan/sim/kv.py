@@ -511,13 +511,7 @@ class PrefixCache:
                         self.evictable -= g
                         self.gpu_lru.pop(key, None)
                 if used > g:  # loaded from the lower tiers (exclusive copies move up)
-                    c, d = node[1], node[2]
-                    self.cpu_used -= max(0, min(c, used) - g)
-                    self.disk_used -= max(0, min(d, used) - max(c, g))
-                    node[0] = used
-                    node[1] = max(c, used)
-                    node[2] = max(d, used)
-                    self._retier(key, node)
+                    self._raise_gpu(key, node, used)
                 node[3] += 1
                 pinned += 1
                 if key in self.cpu_lru:
@@ -622,16 +616,11 @@ class PrefixCache:
             node = nodes.get(key)
             if node is None:
                 node = nodes[key] = [0, 0, 0, 0]
-            g, c, d, refs = node
+            g, refs = node[0], node[3]
             add = 0
             if e > g:
                 add = e - g
-                self.cpu_used -= max(0, min(c, e) - g)
-                self.disk_used -= max(0, min(d, e) - max(c, g))
-                node[0] = e
-                node[1] = max(c, e)
-                node[2] = max(d, e)
-                self._retier(key, node)
+                self._raise_gpu(key, node, e)
             if i < pins:
                 refs -= 1
                 node[3] = refs
@@ -670,6 +659,17 @@ class PrefixCache:
             self.release(q, n)
 
     # ---------------------------------------------------------------- eviction
+    def _raise_gpu(self, key: int, node: list[int], e: int) -> None:
+        """A node's first ``e`` blocks (more than it holds on the GPU) now on the GPU: the blocks
+        found in CPU memory or on disk move up (tiers hold exclusive copies)."""
+        g, c, d = node[0], node[1], node[2]
+        self.cpu_used -= max(0, min(c, e) - g)
+        self.disk_used -= max(0, min(d, e) - max(c, g))
+        node[0] = e
+        node[1] = max(c, e)
+        node[2] = max(d, e)
+        self._retier(key, node)
+
     def _retier(self, key: int, node: list[int]) -> None:
         """Keep the tier LRU lists in step with a node's ranges; forget empty nodes."""
         g, c, d, refs = node
