@@ -20,20 +20,27 @@ from serveplan.sim import SimulationConfig, Workload, simulate
 RUNS = (("2m", "op2", 3.0), ("1p1d", "op2", 1.6), ("2m", "op4", 0.3), ("2m", "op1", 0.5))
 
 
-def main() -> None:
-    m, h, p = get_model("codellama-34b"), get_hardware("ascend-910b3"), get_profile("bestserve-910b3")
-    cfgs = [SimulationConfig(model=m, hardware=h, profile=p, strategy=s, tp=4, max_batch=16, prefill_max_batch=4,
-                             rate=r, workload=Workload.scenario(sc, num_requests=10000)) for s, sc, r in RUNS]
+def cpu_times(cfgs: list[SimulationConfig], *, repeats: int) -> list[float]:
+    """Minimum CPU time (``time.process_time``) of ``repeats`` warm runs of each configuration
+    (one untimed run of each first)."""
     for c in cfgs:
         simulate(c)
     ts = []
     for c in cfgs:
         xs = []
-        for _ in range(5):
+        for _ in range(repeats):
             t = time.process_time()
             simulate(c)
             xs.append(time.process_time() - t)
         ts.append(min(xs))
+    return ts
+
+
+def main() -> None:
+    m, h, p = get_model("codellama-34b"), get_hardware("ascend-910b3"), get_profile("bestserve-910b3")
+    cfgs = [SimulationConfig(model=m, hardware=h, profile=p, strategy=s, tp=4, max_batch=16, prefill_max_batch=4,
+                             rate=r, workload=Workload.scenario(sc, num_requests=10000)) for s, sc, r in RUNS]
+    ts = cpu_times(cfgs, repeats=5)
     print(" ".join(f"{t:.4f}" for t in ts), f"sum {sum(ts):.4f}")
 
 
