@@ -628,8 +628,6 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         raise SpecError("not_before needs clients= (the cap on requests in flight)")
     if clients is not None:
         closed = _closed_loop(cfg, clients, think_s, ramp_s, not_before)
-        if wl.session is not None:  # each session's turns follow one another on one of the clients
-            closed = session_loop(wl, starts=None, clients=clients)
         arrival = np.zeros(len(wl.input_lengths))  # set as the clients send
     elif wl.session is not None:
         closed = _session_starts(cfg)
@@ -707,6 +705,8 @@ def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: fl
         if nb.shape != (n,) or not np.all(np.isfinite(nb)) or np.any(np.diff(nb) < 0):
             raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
         sends = nb.tolist()
+    if cfg.workload.session is not None:  # each session's turns follow one another on one of the clients
+        return session_loop(cfg.workload, starts=None, clients=clients)
     return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends)
 
 
