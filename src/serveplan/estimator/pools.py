@@ -15,7 +15,12 @@ figures for any model, device and layout from the step estimator:
   rate is the slower of the steps and that transfer (layer-wise transfer runs under the next
   step, as in Mooncake and SGLang's PD disaggregation, so only its excess over a step shows).
 * :func:`decode_pool`: the largest batch per rank whose step time meets ``1 /
-  tokens_per_s_per_user`` and whose KV cache fits; output tokens/s per node at that batch.
+  tokens_per_s_per_user`` and whose KV cache fits; output tokens/s per node at that batch. The
+  KV cache is what the estimator leaves after weights, activations and registered all-to-all
+  buffers (DeepEP, ``CommOptions.buffer``); with speculative decoding (a
+  :class:`~serveplan.estimator.speculative.SpecEstimator`, e.g. DeepSeek's MTP) a step's time is
+  per emitted token, the drafter's weights and cache are reserved, and each sequence also holds
+  its ``K`` lookahead slots.
 """
 
 from __future__ import annotations
@@ -114,7 +119,8 @@ def decode_pool(est: Estimator, *, context_len: int, tokens_per_s_per_user: floa
                         f"{tokens_per_s_per_user} > 0")
     dp = est.parallel.dp
     target = 1.0 / tokens_per_s_per_user
-    fit = est.memory.kv_capacity_tokens // dp // context_len
+    lookahead = int(getattr(est, "k", 0))   # speculative draft slots per sequence (SpecEstimator)
+    fit = est.memory.kv_capacity_tokens // dp // (context_len + lookahead)
     cap = min(max_batch_per_rank, fit)
     if cap < 1:
         raise InfeasibleError(f"{est.parallel.label()}: one sequence of {context_len} tokens does not fit "

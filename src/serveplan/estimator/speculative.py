@@ -32,9 +32,15 @@ reads it unchanged, because the two timing sinks, :meth:`Estimator.step_time` an
   keeps its full time (its prompt tokens progress at the engine's rate); the simulator advances
   its decodes ``E`` tokens on average (``Instance._spec_mixed_decode``).
 * **Memory.** The drafter's weights (draft model; EAGLE layer and head; MTP block without the
-  shared embedding and head) and its KV per token (draft model: its own cache; EAGLE and MTP:
-  one layer's) are taken from the KV budget, and each running sequence holds ``K`` lookahead
-  slots (vLLM allocates ``num_lookahead_tokens = K`` per request).
+  shared embedding and head, plus its projection ``M`` of ``d x 2d`` that joins the previous
+  depth's hidden state and the next token's embedding, DeepSeek-V3 tech report eq. 21) and its
+  KV per token (draft model: its own cache; EAGLE and MTP: one layer's) are taken from the KV
+  budget, and each running sequence holds ``K`` lookahead slots (vLLM allocates
+  ``num_lookahead_tokens = K`` per request).
+* **Communication.** The target and an MoE drafter (MTP) run with the deployment's
+  :class:`~serveplan.specs.comm.CommOptions` (two-batch overlap, FP8 dispatch); the drafter
+  shares the target's expert-parallel layout (redundant experts included) and its all-to-all
+  buffers, which the target reserves once.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from serveplan.estimator.roofline import tile_quantized_rows
 from serveplan.estimator.step import DEFAULT_MEMORY_UTILIZATION, Estimator, MemoryEstimate, StepEstimate
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.catalog import get_model
+from serveplan.specs.comm import A2ABuffer, CommOptions
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -108,6 +115,17 @@ def drafter_model(spec: SpecDecodeConfig, model: ModelSpec) -> ModelSpec | None:
     )
 
 
+def _mtp_projection_bytes(spec: SpecDecodeConfig, drafter: Estimator) -> float:
+    """Bytes per device of an MTP module's projection ``M_k`` (``d x 2d``, DeepSeek-V3 tech report
+    §2.2 eq. 21; ``eh_proj`` of the checkpoint's layer 61), held whole by every DP-attention rank
+    and split over TP, in the format of the module's dense weights."""
+    if spec.method is not SpecMethod.MTP:
+        return 0.0
+    m = drafter.model
+    dense_dt = m.weight_formats(drafter.dtype)[0]
+    return 2.0 * m.hidden_size * m.hidden_size / drafter.parallel.tp * dense_dt.bytes
+
+
 def _shared_embedding_bytes(spec: SpecDecodeConfig, drafter: Estimator) -> float:
     """Bytes per device of the drafter's weights that are the target's (MTP: embedding and output
     head, DeepSeek-V3 §2.2; EAGLE: the embedding, already left out by tying)."""
@@ -126,14 +144,14 @@ class SpecEstimator(Estimator):
     ----------
     spec:
         The active :class:`~serveplan.specs.speculative.SpecDecodeConfig`.
-    model, hardware, profile, parallel, dtype, kv_dtype, memory_utilization:
+    model, hardware, profile, parallel, dtype, kv_dtype, memory_utilization, comm:
         As :class:`Estimator`. Pipeline parallelism is not supported with speculation.
     """
 
     def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                  parallel: ParallelConfig | None = None, *, spec: SpecDecodeConfig,
                  dtype: DType | str | None = None, kv_dtype: DType | str | None = None,
-                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION) -> None:
+                 memory_utilization: float = DEFAULT_MEMORY_UTILIZATION, comm: CommOptions | None = None) -> None:
         if not isinstance(spec, SpecDecodeConfig) or not spec.is_active:
             raise SpecError(f"spec={spec!r}: a SpecEstimator needs an active SpecDecodeConfig (a method, K >= 1)")
         parallel = parallel or ParallelConfig()
@@ -146,17 +164,22 @@ class SpecEstimator(Estimator):
         dm = drafter_model(spec, model)
         self.drafter: Estimator | None = None
         if dm is not None:
-            layout = ParallelConfig(tp=parallel.tp, dp=parallel.dp,
-                                    ep=parallel.ep if dm.is_moe else 1)
+            layout = ParallelConfig(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep if dm.is_moe else 1,
+                                    redundant_experts=parallel.redundant_experts if dm.is_moe else 0)
             try:
                 layout.validate_for(dm)
             except SpecError as err:
                 raise SpecError(f"the {spec.method.value} drafter ({dm.name}) cannot run at "
                                 f"{parallel.label()}: {err}") from None
+            # the buffers are the target's (one per rank, reserved there): the drafter runs with
+            # the deployment's communication choices but reserves none of its own
+            dcomm = comm or profile.comm
+            if dcomm is not None:
+                dcomm = dataclasses.replace(dcomm, buffer=A2ABuffer.NONE)
             self.drafter = Estimator(dm, hardware, profile, layout, dtype=dtype if dtype is not None else model.dtype,
-                                     kv_dtype=kv_dtype, memory_utilization=memory_utilization)
+                                     kv_dtype=kv_dtype, memory_utilization=memory_utilization, comm=dcomm)
         super().__init__(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype,
-                         memory_utilization=memory_utilization)
+                         memory_utilization=memory_utilization, comm=comm)
 
     # ------------------------------------------------------------------ features
     def _verify(self, x: np.ndarray) -> np.ndarray:
@@ -183,13 +206,10 @@ class SpecEstimator(Estimator):
             v[_NG] = [tile_quantized_rows(float(n), self.tile) for n in v[_N]]
 
     def _set_experts(self, v: np.ndarray) -> None:
-        """Feature ``eact`` from ``nall`` (as :meth:`Estimator.features`): expected experts with
-        >= 1 routed token under uniform routing, ``E (1 - (1 - k/E)^n)`` per expert-parallel rank
-        (the MTP drafter shares the target's experts and layout)."""
-        m = self.model
-        if m.is_moe:
-            v[_EACT] = m.num_experts / self.parallel.ep * (1.0 - (1.0 - m.num_experts_per_tok / m.num_experts)
-                                                           ** v[_NALL])
+        """Feature ``eact`` from ``nall`` (:meth:`Estimator._expert_rows`: expected experts with
+        >= 1 routed token under uniform routing on one expert device, redundant copies included;
+        the MTP drafter shares the target's experts and layout)."""
+        self._expert_rows(v)
 
     def _decode_only(self, x: np.ndarray) -> np.ndarray:
         """The decode part of a step's features (prompt rows removed)."""
@@ -260,7 +280,8 @@ class SpecEstimator(Estimator):
         dr = self.drafter
         if dr is None:
             return 0.0
-        per_module = dr.weights_per_device() - _shared_embedding_bytes(self.spec, dr)
+        per_module = (dr.weights_per_device() - _shared_embedding_bytes(self.spec, dr)
+                      + _mtp_projection_bytes(self.spec, dr))
         # every MTP module the checkpoint ships is loaded (MiniMax-M2.5: 3)
         return per_module * (self.model.num_mtp_layers if self.spec.method is SpecMethod.MTP else 1)
 
@@ -277,7 +298,7 @@ class SpecEstimator(Estimator):
         mem = super()._memory()
         w = mem.weights_bytes + self.drafter_weights_bytes()
         kv_tok = mem.kv_bytes_per_token + self.drafter_kv_bytes_per_token()
-        usable = mem.device_memory_bytes * mem.memory_utilization - w - mem.activation_bytes
+        usable = mem.device_memory_bytes * mem.memory_utilization - w - mem.activation_bytes - mem.comm_buffer_bytes
         cap = int(max(usable, 0.0) // kv_tok) * self.parallel.dp if kv_tok > 0 else 0
         return dataclasses.replace(mem, weights_bytes=w, kv_bytes_per_token=kv_tok, kv_capacity_tokens=cap)
 

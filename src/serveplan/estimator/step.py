@@ -43,7 +43,7 @@ from serveplan.estimator.roofline import (
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
-from serveplan.specs.comm import CommOptions, Overlap
+from serveplan.specs.comm import CommOptions, Overlap, deepep_buffer_bytes
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import gemm_peak_flops
 from serveplan.specs.model import AttentionKind, LayerType, ModelSpec
@@ -93,7 +93,9 @@ class MemoryEstimate:
     """Per-device memory of one instance.
 
     ``kv_bytes_per_token`` is per device (whole model divided as the layout stores it);
-    ``kv_capacity_tokens`` is for the whole instance (all data-parallel ranks).
+    ``kv_capacity_tokens`` is for the whole instance (all data-parallel ranks);
+    ``comm_buffer_bytes`` are the registered all-to-all buffers of an expert-parallel device
+    (:func:`~serveplan.specs.comm.deepep_buffer_bytes`), taken from the KV cache's share.
     """
 
     weights_bytes: float
@@ -104,6 +106,7 @@ class MemoryEstimate:
     kv_capacity_tokens: int
     model_kv_bytes_per_token: float
     total_weights_bytes: float
+    comm_buffer_bytes: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +118,7 @@ class MemoryEstimate:
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "model_kv_bytes_per_token": self.model_kv_bytes_per_token,
             "total_weights_bytes": self.total_weights_bytes,
+            "comm_buffer_bytes": self.comm_buffer_bytes,
         }
 
 
@@ -564,28 +568,40 @@ class Estimator:
         width = 2 * m.hidden_size + 2 * ff / t + m.q_dim / t + m.vocab_size / t * (4 / self._ab) / max(n, 1)
         return n * width * self._ab
 
+    def comm_buffer_bytes(self) -> float:
+        """Registered all-to-all buffers of one expert-parallel device (``comm.buffer``; DeepEP's
+        size hints over the physical experts, redundant copies included)."""
+        m, p = self.model, self.parallel
+        if not m.is_moe:
+            return 0.0
+        return deepep_buffer_bytes(self.comm, hidden_size=m.hidden_size,
+                                   num_experts=m.num_experts + p.redundant_experts, ep=p.ep)
+
     def _memory(self) -> MemoryEstimate:
         w = self.weights_per_device()
         kv_tok = self.kv_bytes_per_token_per_device()
         act = self.activation_bytes()
-        usable = self.hardware.memory_bytes * self.memory_utilization - w - act
+        buf = self.comm_buffer_bytes()
+        usable = self.hardware.memory_bytes * self.memory_utilization - w - act - buf
         cap = int(max(usable, 0.0) // kv_tok) * self.parallel.dp if kv_tok > 0 else 0
         return MemoryEstimate(
             weights_bytes=w, kv_bytes_per_token=kv_tok, activation_bytes=act,
             device_memory_bytes=self.hardware.memory_bytes, memory_utilization=self.memory_utilization,
             kv_capacity_tokens=cap, model_kv_bytes_per_token=self.model.kv_bytes_per_token(self.kv_dtype),
-            total_weights_bytes=self.model.weight_bytes(self.dtype),
+            total_weights_bytes=self.model.weight_bytes(self.dtype), comm_buffer_bytes=buf,
         )
 
     def check_fits(self) -> None:
-        """Raise :class:`InfeasibleError` when the weights alone exceed usable device memory."""
+        """Raise :class:`InfeasibleError` when the weights (with activations and communication
+        buffers) exceed usable device memory."""
         mem = self.memory
         usable = mem.device_memory_bytes * mem.memory_utilization
-        if mem.weights_bytes + mem.activation_bytes >= usable:
+        if mem.weights_bytes + mem.activation_bytes + mem.comm_buffer_bytes >= usable:
+            buf = f", +{mem.comm_buffer_bytes / 1e9:.1f} GB all-to-all buffers" if mem.comm_buffer_bytes else ""
             raise InfeasibleError(
                 f"{self.model.name} ({self.dtype.value}) on {self.hardware.name} with {self.parallel.label()}: "
                 f"weights need {mem.weights_bytes / 1e9:.1f} GB per device (+{mem.activation_bytes / 1e9:.1f} GB "
-                f"activations) but only {usable / 1e9:.1f} GB is usable "
+                f"activations{buf}) but only {usable / 1e9:.1f} GB is usable "
                 f"({mem.memory_utilization:.0%} of {mem.device_memory_bytes / 1e9:.0f} GB); "
                 f"use a larger tp/pp or a smaller dtype"
             )

@@ -28,6 +28,7 @@ from enum import Enum
 from typing import Any
 
 from serveplan.errors import SpecError
+from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.units import DType, GiB, MiB
 
@@ -172,6 +173,12 @@ class EngineSpec:
         in between is not modelled).
     default_tp:
         TP used when none is given (``None``: the smallest that fits, :func:`default_tp`).
+    comm_options:
+        Opt-in expert-parallel communication setups the engine offers (name -> :class:`CommOptions`,
+        e.g. SGLang's ``deepep``), none applied unless asked for (:meth:`comm`); the engines'
+        default is none of them (plain NCCL collectives).
+    comm_flags:
+        Name -> the engine's command-line flags that switch the setup on.
     cites:
         Field -> where in the engine's source the value was read.
     """
@@ -206,6 +213,8 @@ class EngineSpec:
     prefix_caching: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
+    comm_options: dict[str, CommOptions] = field(default_factory=dict)
+    comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -285,6 +294,20 @@ class EngineSpec:
             reserved = max(reserved, r.get("floor_above_60gib", 0.0))
         return round((gpu_mib - reserved) / gpu_mib, 3)
 
+    def comm(self, name: str) -> CommOptions:
+        """The engine's opt-in communication setup ``name`` (see ``comm_options``).
+
+        Raises
+        ------
+        SpecError
+            The engine offers no setup of that name.
+        """
+        try:
+            return self.comm_options[name]
+        except KeyError:
+            offered = ", ".join(sorted(self.comm_options)) or "none (the engine has no expert-parallel options here)"
+            raise SpecError(f"comm={name!r} for engine {self.name!r}; expected one of: {offered}") from None
+
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
         if weight_dtype is DType.FP8 and self.kv_dtype_with_fp8_weights is not None:
@@ -295,7 +318,9 @@ class EngineSpec:
         return {"name": self.name, "engine": self.engine, "version": self.version, "mechanism": self.mechanism.value,
                 "mixed": self.mixed, "chunked_prefill": self.chunked_prefill, "kv_block_size": self.kv_block_size,
                 "memory_basis": self.memory_basis.value, "memory_fraction": self.memory_fraction,
-                "admission": self.admission.value, "preemption": self.preemption, "source": self.source}
+                "admission": self.admission.value, "preemption": self.preemption, "source": self.source,
+                **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
+                                     for k, v in self.comm_options.items()}} if self.comm_options else {})}
 
 
 def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
@@ -348,6 +373,19 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     kv8 = raw.get("kv_dtype_with_fp8_weights")
+    comm_raw = raw.get("comm") or {}
+    if not isinstance(comm_raw, dict):
+        raise SpecError(f"{where}: comm must map option names to their settings; got {comm_raw!r}")
+    comm_options: dict[str, CommOptions] = {}
+    comm_flags: dict[str, tuple[str, ...]] = {}
+    for key, val in comm_raw.items():
+        if not isinstance(val, dict):
+            raise SpecError(f"{where}: comm.{key} must be a mapping of CommOptions fields and flags; got {val!r}")
+        fields = {k: v for k, v in val.items() if k != "flags"}
+        opts = comm_options_from_dict(fields, f"{where}: comm.{key}")
+        assert opts is not None  # a mapping always gives options
+        comm_options[str(key)] = opts
+        comm_flags[str(key)] = tuple(str(f) for f in val.get("flags") or ())
     return EngineSpec(
         name=name, engine=str(raw.get("engine", name)), version=str(raw.get("version", "")),
         source=str(raw.get("source", "")), description=str(raw.get("description", "")),
@@ -370,5 +408,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
+        comm_options=comm_options, comm_flags=comm_flags,
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )
