@@ -55,9 +55,11 @@ def test_mtp_reserves_its_weights_cache_and_lookahead() -> None:
     est = _spec()
     assert est.memory.weights_bytes == pytest.approx(plain.memory.weights_bytes + est.drafter_weights_bytes())
     assert est.memory.kv_bytes_per_token == pytest.approx(plain.memory.kv_bytes_per_token * 62 / 61)
-    d = decode_pool(est, context_len=4989, tokens_per_s_per_user=1.0)   # the KV cache bounds the batch
+    # with a buffer large enough not to bind, the KV cache (less one lookahead slot each) bounds the batch
+    roomy = _spec(CommOptions.deepep(A2ABuffer.LOW_LATENCY, buffer_tokens_per_rank=512))
+    d = decode_pool(roomy, context_len=4989, tokens_per_s_per_user=1.0)
     assert d.bound == "kv-memory"
-    assert d.batch_per_rank == est.memory.kv_capacity_tokens // 144 // (4989 + 1)
+    assert d.batch_per_rank == roomy.memory.kv_capacity_tokens // 144 // (4989 + 1)
 
 
 def test_mtp_decode_pool_counts_emitted_tokens() -> None:
@@ -70,3 +72,18 @@ def test_mtp_decode_pool_counts_emitted_tokens() -> None:
     plain = Estimator(get_model("deepseek-v3"), get_hardware("h800"), get_profile(), EP144, dtype="fp8", comm=LL)
     t1 = plain.time(StepBatch.decode(64 * 144, 4989))
     assert t1 < raw < 2 * t1
+
+
+def test_low_latency_buffer_caps_the_decode_batch() -> None:
+    from serveplan.estimator.pools import a2a_buffer_batch_limit
+
+    # 128 tokens per dispatch, two micro-batches: 256 sequences, 128 with one draft token each
+    assert a2a_buffer_batch_limit(LL) == 256 and a2a_buffer_batch_limit(LL, 1) == 128
+    assert a2a_buffer_batch_limit(CommOptions(buffer=A2ABuffer.LOW_LATENCY)) == 128   # no overlap: one dispatch
+    assert a2a_buffer_batch_limit(CommOptions.deepep(A2ABuffer.NORMAL)) is None
+    assert a2a_buffer_batch_limit(CommOptions()) is None
+    d = decode_pool(_spec(), context_len=4989, tokens_per_s_per_user=1.0)
+    assert d.batch_per_rank == 128 and d.bound == "a2a-buffer"
+    # a larger buffer lifts the cap to the KV cache's bound
+    big = _spec(CommOptions.deepep(A2ABuffer.LOW_LATENCY, buffer_tokens_per_rank=256))
+    assert decode_pool(big, context_len=4989, tokens_per_s_per_user=1.0).bound == "kv-memory"

@@ -32,6 +32,7 @@ from typing import Any
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.step import Estimator
+from serveplan.specs.comm import A2ABuffer, CommOptions, Overlap
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +63,7 @@ class DecodePoolEstimate:
     step_s: float
     tokens_per_s_per_user: float
     output_tokens_per_s_per_node: float
-    bound: str                          # "tpot" (the next batch misses the rate), "kv-memory" or "max-batch"
+    bound: str  # "tpot" (the next batch misses the rate), "kv-memory", "a2a-buffer" or "max-batch"
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -108,6 +109,11 @@ def decode_pool(est: Estimator, *, context_len: int, tokens_per_s_per_user: floa
     """Per-node decode rate of one unit at the largest batch per rank meeting the per-user rate.
 
     ``context_len`` is the mean KV length a decode step attends to (DeepSeek: 4,989 tokens).
+    Besides the rate and the KV cache, a DeepEP low-latency buffer bounds the batch: its kernels
+    take at most ``buffer_tokens_per_rank`` tokens per rank per dispatch (DeepEP asserts it;
+    ``docs/legacy.md``: the "actual batch size in the decoding engine"), and each of the two
+    micro-batches of two-batch overlap dispatches its own half, each sequence ``K + 1`` tokens
+    under speculative decoding (:func:`a2a_buffer_batch_limit`).
 
     Raises
     ------
@@ -121,7 +127,8 @@ def decode_pool(est: Estimator, *, context_len: int, tokens_per_s_per_user: floa
     target = 1.0 / tokens_per_s_per_user
     lookahead = int(getattr(est, "k", 0))   # speculative draft slots per sequence (SpecEstimator)
     fit = est.memory.kv_capacity_tokens // dp // (context_len + lookahead)
-    cap = min(max_batch_per_rank, fit)
+    buf = a2a_buffer_batch_limit(est.comm, lookahead) if est.model.is_moe and est.parallel.ep > 1 else None
+    cap = min(max_batch_per_rank, fit, buf if buf is not None else max_batch_per_rank)
     if cap < 1:
         raise InfeasibleError(f"{est.parallel.label()}: one sequence of {context_len} tokens does not fit "
                               f"a rank's KV cache")
@@ -141,10 +148,26 @@ def decode_pool(est: Estimator, *, context_len: int, tokens_per_s_per_user: floa
             lo, hi = (mid, hi) if tpot(mid) <= target else (lo, mid)
     b = lo
     step = tpot(b)
-    bound = "tpot" if b < cap else ("kv-memory" if fit <= max_batch_per_rank else "max-batch")
+    if b < cap:
+        bound = "tpot"
+    elif cap == fit:
+        bound = "kv-memory"
+    else:
+        bound = "a2a-buffer" if buf is not None and cap == buf else "max-batch"
     return DecodePoolEstimate(layout=est.parallel.label(), nodes=_nodes(est), batch_per_rank=b, step_s=step,
                               tokens_per_s_per_user=1.0 / step,
                               output_tokens_per_s_per_node=b * dp / step / _nodes(est), bound=bound)
+
+
+def a2a_buffer_batch_limit(comm: CommOptions, draft_tokens: int = 0) -> int | None:
+    """Sequences per rank a decode step may hold under a low-latency all-to-all buffer sized for
+    ``comm.buffer_tokens_per_rank`` tokens per dispatch: that many tokens per micro-batch (two
+    under two-batch overlap), ``draft_tokens + 1`` tokens per sequence. ``None`` without such a
+    buffer (``none``, or ``normal`` kernels, which chunk any batch)."""
+    if comm.buffer not in (A2ABuffer.LOW_LATENCY, A2ABuffer.AUTO):
+        return None
+    micro = 2 if comm.overlap is Overlap.TWO_BATCH else 1
+    return comm.buffer_tokens_per_rank * micro // (draft_tokens + 1)
 
 
 def pools_ratio(prefill: PrefillPoolEstimate, decode: DecodePoolEstimate, *, input_len: int,
