@@ -245,14 +245,14 @@ def engines_cmd(
         return
     t = Table(title=f"serving engines, limits on {hw.name} (--engine NAME; data files in specs/data/engines)")
     for col in ("engine", "version", "mechanism", "max seqs", "tokens/step online / offline", "chunk", "KV block",
-                "memory", "admission"):
+                "memory", "admission", "opt-in comm"):
         t.add_column(col)
     for r in rows:
         mem = f"{r['memory_basis']} {r['memory_fraction']}" if r["memory_fraction"] else r["memory_basis"]
         t.add_row(r["name"], r["version"], r["mechanism"], str(r["max_num_seqs"] or "from KV"),
                   f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}",
                   str(r["chunk_size"] or "-"),
-                  str(r["kv_block_size"]), mem, r["admission"])
+                  str(r["kv_block_size"]), mem, r["admission"], ", ".join(r.get("comm_options", {})) or "-")
     console().print(t)
 
 
