@@ -88,6 +88,8 @@ def test_buffer_options_are_validated_and_round_trip() -> None:
             CommOptions(buffer_tokens_per_rank=bad)
     with pytest.raises(SpecError, match="buffer='both'"):
         CommOptions(**{"buffer": "both"})
+    with pytest.raises(SpecError, match="buffer='both'"):
+        CommOptions.deepep("both")
     with pytest.raises(SpecError, match="comm.buffer"):
         comm_options_from_dict({"buffer": "both"})
     ll = CommOptions.deepep(A2ABuffer.LOW_LATENCY, buffer_tokens_per_rank=256)

@@ -161,9 +161,13 @@ class CommOptions:
         """DeepEP with two-batch overlap (DeepSeek's inference system, SGLang large-scale EP);
         ``buffer`` as SGLang's ``--deepep-mode`` (default ``auto``: both buffers; a decode pool
         of a disaggregated deployment runs ``low-latency``, a prefill pool ``normal``)."""
+        try:
+            buf = A2ABuffer(buffer)
+        except ValueError:
+            raise SpecError(f"buffer={buffer!r}; expected one of: {', '.join(b.value for b in A2ABuffer)}") from None
         return CommOptions(overlap=Overlap.TWO_BATCH, dispatch_dtype=DType.FP8, combine_dtype=DType.BF16,
                            dedup_nodes=True, all_to_all_efficiency=DEEPEP_RDMA_EFFICIENCY,
-                           buffer=A2ABuffer(buffer), buffer_tokens_per_rank=buffer_tokens_per_rank)
+                           buffer=buf, buffer_tokens_per_rank=buffer_tokens_per_rank)
 
     def payload_bytes(self, dtype: DType, activation_bytes: float) -> float:
         """Bytes per value of a payload in ``dtype`` (FP8 with its scales); 16-bit payloads
