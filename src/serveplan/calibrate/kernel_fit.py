@@ -267,7 +267,7 @@ def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, s
 
 
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
-                      gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp8_block", "fp4"),
+                      gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
                       kv_dtypes: Sequence[str] = ("bf16", "fp8"),
                       collective_runtime: str | None = None,
                       ) -> tuple[KernelCurves, list[HeldOut]]:

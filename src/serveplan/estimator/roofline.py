@@ -242,8 +242,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     # a GEMM's work is 2*k*n per row (its rows are one feature: n, ng under tile quantization, nout...)
     with np.errstate(divide="ignore", invalid="ignore"):
         weight = np.where(is_gemm, F.sum(axis=1) / (2.0 * R.sum(axis=1)), 0.0) if no else np.zeros(0)
-    inner = np.array([o.inner if o.inner > 0 else math.sqrt(w) for o, w in zip(ops, weight, strict=True)]) \
-        if no else np.zeros(0)
+    inner = np.array([(o.inner or math.sqrt(w)) if g else 0.0 for o, w, g in zip(ops, weight, is_gemm, strict=True)])
     attn_phase = np.zeros(no, dtype=int)
     if attention_heads is not None:
         only = {1: FEATURE_INDEX["apc"], 2: FEATURE_INDEX["kvd"]}
@@ -261,7 +260,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         family=np.array([_FAMILY_INDEX[kernel_family(o)] for o in ops], dtype=int),
         is_gemm=is_gemm,
         S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
-        weight_elems=weight, inner=np.where(is_gemm, inner, 0.0) if no else inner, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
+        weight_elems=weight, inner=inner, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
         comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
         comm_scale=np.array(comm_own, dtype=bool) if any(comm_own) else None,
     )
