@@ -39,7 +39,7 @@ def _gemm_table() -> list[dict]:
         for n in (1024, 4096, 8192):
             for k in (1024, 4096):
                 W, Q = 2.0 * m * n * k, 2.0 * (m * k + m * n) + 2.0 * k * n
-                t = float(TRUE_GEMM.time(float(m), float(n * k), W, Q, 989.4e12, 3.35e12))
+                t = float(TRUE_GEMM.time(float(m), float(n), float(k), W, Q, 989.4e12, 3.35e12))
                 rows.append({"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA H100 80GB HBM3",
                              "op_name": "gemm", "kernel_source": "torch.nn.functional.linear",
                              "gemm_dtype": "bfloat16", "m": m, "n": n, "k": k, "latency": t * 1e3})
@@ -123,7 +123,7 @@ def test_fit_recovers_the_curves_that_generated_the_tables(aic_dir):
     assert g.compute_max == pytest.approx(0.8, rel=0.02)
     assert g.memory == pytest.approx(0.85, rel=0.02)
     assert g.overhead_s == pytest.approx(4e-6, rel=0.1)
-    assert set(g.sd) == {"overhead_s", "compute_max", "rows_half", "weight_half", "memory"}
+    assert set(g.sd) == {"overhead_s", "compute_max", "rows_half", "weight_half", "memory", "tiles_half"}
     rows = [r for r in select(ms, "collective") if shape_of(r)["ranks"] == "8"]
     c = fit_collective(rows, "all_reduce", 8)
     assert c.bus_bandwidth == pytest.approx(4e11, rel=0.02) and c.latency_s == pytest.approx(1.5e-5, rel=0.05)

@@ -30,20 +30,53 @@ def test_bus_factors_follow_nccl_tests():
 
 def test_gemm_curve_at_large_shapes_approaches_its_ceiling():
     c = GemmCurve(overhead_s=0.0, compute_max=0.8, rows_half=10.0, weight_half=1e5, memory=0.9)
-    m, w = 1e6, 1e9
-    t = c.time(m, w, 2 * m * w, 0.0, 1e15, 1e12)
-    assert t == pytest.approx(2 * m * w / (1e15 * 0.8), rel=1e-3)
+    m, n, k = 1e6, 1e5, 1e4
+    t = c.time(m, n, k, 2 * m * n * k, 0.0, 1e15, 1e12)
+    assert t == pytest.approx(2 * m * n * k / (1e15 * 0.8), rel=1e-3)
 
 
 def test_gemm_curve_small_rows_are_memory_bound_and_tile_pads_rows():
     c = GemmCurve(overhead_s=2e-6, compute_max=0.8, rows_half=10.0, weight_half=1e5, memory=0.5, tile_rows=64)
-    w = 4096 * 4096
-    t1 = c.time(1, w, 2 * w, 2 * w, 1e15, 1e12)
+    n = k = 4096
+    w = n * k
+    t1 = c.time(1, n, k, 2 * w, 2 * w, 1e15, 1e12)
     assert t1 == pytest.approx(2e-6 + 2 * w / (1e12 * 0.5))
     # 65 rows cost the compute of 128 (two tiles of 64), hand-computed
     m = 65.0
     e_c = 0.8 * m / (m + 10.0) * w / (w + 1e5)
-    assert c.time(m, w, 2 * m * w, 0.0, 1e15, 1e12) == pytest.approx(2e-6 + 2 * m * w * (128 / 65) / (1e15 * e_c))
+    assert c.time(m, n, k, 2 * m * w, 0.0, 1e15, 1e12) == pytest.approx(2e-6 + 2 * m * w * (128 / 65) / (1e15 * e_c))
+
+
+def test_gemm_row_tiles_grow_in_powers_of_two_up_to_the_tile():
+    # tile 256: 33 rows run in a 64-row tile, 129 in one 256-row tile, 257 in two (hand-computed pads)
+    c = GemmCurve(overhead_s=0.0, compute_max=0.8, rows_half=0.0, weight_half=0.0, memory=1.0, tile_rows=256)
+    n = k = 8192
+    for m, rows_run in ((33.0, 64), (129.0, 256), (256.0, 256), (257.0, 512), (1000.0, 1024)):
+        _, comp, _ = c.terms(m, n, k, 2 * m * n * k, 0.0, 1e15, 1e12)
+        assert comp == pytest.approx(2 * rows_run * n * k / (1e15 * 0.8))
+
+
+def test_gemm_quantization_pass_adds_its_bytes_and_few_output_tiles_slow_the_kernel():
+    base = dict(overhead_s=1e-6, compute_max=0.8, rows_half=0.0, weight_half=0.0, memory=1.0)
+    m, n, k = 4096.0, 1024.0, 16384.0
+    plain = GemmCurve(**base)
+    quant = GemmCurve(**base, quant_bytes=3.0, quant_memory=0.5)
+    # bf16 read + fp8 write of the m x k input at half of 1 TB/s, added to the kernel
+    assert quant.time(m, n, k, 2 * m * n * k, 0.0, 1e15, 1e12) == pytest.approx(
+        plain.time(m, n, k, 2 * m * n * k, 0.0, 1e15, 1e12) + 3.0 * m * k / (1e12 * 0.5))
+    # same FLOPs, same n*k: 8 x 8 output tiles of 128 x 128 run at 64 / (64 + 32) of the ceiling
+    par = GemmCurve(**base, tile_rows=128, tiles_half=32.0)
+    _, comp, _ = par.terms(1024.0, n, k, 2 * 1024.0 * n * k, 0.0, 1e15, 1e12)
+    assert comp == pytest.approx(2 * 1024.0 * n * k / (1e15 * 0.8 * 64 / 96))
+    _, wide, _ = par.terms(1024.0, k, n, 2 * 1024.0 * n * k, 0.0, 1e15, 1e12)
+    assert wide < comp      # a wide weight (n = 16384) fills more SMs than a narrow one
+
+
+def test_bundled_fp8_curves_charge_the_activation_pass():
+    for name in ("measured-h100-sxm", "measured-h200"):
+        fp8 = get_profile(name).kernels.gemm["fp8"]
+        assert fp8.quant_bytes == 3.0 and 0 < fp8.quant_memory <= 1.5 and fp8.tiles_half > 0
+        assert get_profile(name).kernels.gemm["bf16"].quant_bytes == 0.0
 
 
 def test_attention_and_collective_times_grow_with_size():

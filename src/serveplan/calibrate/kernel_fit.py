@@ -38,8 +38,8 @@ from serveplan.specs.kernels import (
 )
 from serveplan.units import DType
 
-#: Tile sizes along the rows tried for each format (the one with the lowest held-out error is kept).
-TILE_CHOICES = (1, 64, 128)
+#: Tile sizes along the rows tried for each format (chosen inside the training rows, :func:`choose_tile`).
+TILE_CHOICES = (1, 64, 128, 256)
 #: GEMMs fitted and validated: both weight dimensions at least this (layer projections; the
 #: tables' 32-256 wide shapes are not LLM layers) and at most this many rows.
 GEMM_MIN_DIM = 512
@@ -59,8 +59,8 @@ class _Rows:
     W: np.ndarray
     Q: np.ndarray
     a: np.ndarray        # rows m (GEMM) or length (attention) or bytes (collective)
-    b: np.ndarray        # weight elements (GEMM), (sequence, head) pairs (attention)
-    c: np.ndarray        # head dimension (attention)
+    b: np.ndarray        # weight columns n (GEMM), (sequence, head) pairs (attention)
+    c: np.ndarray        # weight rows k (GEMM), head dimension (attention)
     group: np.ndarray    # shape group for the held-out split
 
 
@@ -69,8 +69,7 @@ def _gemm_rows(rows: Sequence[Measurement]) -> _Rows:
     n = np.array([float(s["n"]) for s in sh])
     k = np.array([float(s["k"]) for s in sh])
     return _Rows(np.array([r.time_s for r in rows]), np.array([r.flops for r in rows]),
-                 np.array([r.bytes for r in rows]), np.array([float(s["m"]) for s in sh]), n * k,
-                 np.zeros(len(rows)), n * 1e6 + k)
+                 np.array([r.bytes for r in rows]), np.array([float(s["m"]) for s in sh]), n, k, n * 1e6 + k)
 
 
 def _attn_rows(rows: Sequence[Measurement], phase: str) -> _Rows:
@@ -108,31 +107,45 @@ def _fit(model: Callable[[np.ndarray, _Rows], np.ndarray], p0: Sequence[float], 
 
 
 # ------------------------------------------------------------------------------------ GEMM
-def _gemm_model(peak: float, bw: float, tile: int) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+#: Bytes per activation element of the quantization pass before a GEMM whose activations are
+#: quantized (:class:`~serveplan.specs.kernels.GemmCurve` ``quant_bytes``): the bf16 input read
+#: (2) plus the quantized write: FP8 1; block FP8 1 and one fp32 scale per 128 values (vLLM/
+#: DeepGEMM per-token-group 1 x 128); NVFP4 0.5 and one fp8 scale per 16 values. Formats not
+#: listed compute on bf16 activations (no pass).
+QUANT_BYTES = {"fp8": 3.0, "fp8_block": 3.0 + 4.0 / 128, "fp4": 2.0 + 0.5 + 1.0 / 16, "int8": 3.0}
+GEMM_PARAMS = ("overhead_s", "compute_max", "rows_half", "weight_half", "memory", "tiles_half", "quant_memory")
+
+
+def _gemm_curve(p: np.ndarray, tile: int, quant: float, **kw: Any) -> GemmCurve:
+    return GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
+                     memory=min(p[4], 1.5), tile_rows=tile, tiles_half=p[5], quant_bytes=quant,
+                     quant_memory=min(p[6], 1.5) if quant else 1.0, **kw)
+
+
+def _gemm_model(peak: float, bw: float, tile: int, quant: float) -> Callable[[np.ndarray, _Rows], np.ndarray]:
     def f(p: np.ndarray, d: _Rows) -> np.ndarray:
-        c = GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
-                      memory=min(p[4], 1.5), tile_rows=tile)
-        return np.asarray(c.time(d.a, d.b, d.W, d.Q, peak, bw))
+        return np.asarray(_gemm_curve(p, tile, quant).time(d.a, d.b, d.c, d.W, d.Q, peak, bw))
     return f
 
 
 def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, tile: int = 1,
              provenance: Provenance | None = None) -> GemmCurve:
-    """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m``) to GEMM rows."""
+    """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m, p_half`` and, for formats
+    with quantized activations (:data:`QUANT_BYTES`), ``e_q``) to GEMM rows."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"gemm {dtype}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     d = _gemm_rows(rows)
-    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile),
-                 (5e-6, 0.8, 16.0, 1e6, 0.8), d)
-    names = ("overhead_s", "compute_max", "rows_half", "weight_half", "memory")
-    return GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
-                     memory=min(p[4], 1.5), tile_rows=tile, sd=dict(zip(names, sd.tolist(), strict=True)),
-                     provenance=provenance)
+    quant = QUANT_BYTES.get(dtype, 0.0)
+    p0 = (5e-6, 0.8, 16.0, 1e6, 0.8, 8.0) + ((0.5,) if quant else ())
+    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant), p0, d)
+    if not quant:
+        p = np.append(p, 1.0)
+    return _gemm_curve(p, tile, quant, sd=dict(zip(GEMM_PARAMS, sd.tolist(), strict=False)), provenance=provenance)
 
 
 def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str) -> np.ndarray:
     d = _gemm_rows(rows)
-    return np.asarray(c.time(d.a, d.b, d.W, d.Q, peak_flops_for(hardware, dtype), hardware.memory_bandwidth))
+    return np.asarray(c.time(d.a, d.b, d.c, d.W, d.Q, peak_flops_for(hardware, dtype), hardware.memory_bandwidth))
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -238,6 +251,21 @@ def attention_group(rows: Sequence[Measurement], phase: str) -> np.ndarray:
     return _attn_rows(rows, phase).group
 
 
+def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, seed: int = 0) -> int:
+    """The tile of :data:`TILE_CHOICES` whose curve, fitted on a seeded half of the shape groups
+    of ``rows``, predicts the other half best. Called on the training half only, so the reported
+    held-out rows never choose the tile."""
+    inner = split_by_group(gemm_group(rows), seed + 1)
+    fit_rows = [r for r, m in zip(rows, inner, strict=True) if m]
+    val = [r for r, m in zip(rows, inner, strict=True) if not m]
+    if len(fit_rows) < MIN_POINTS or not val:
+        return 1
+    t_val = np.array([r.time_s for r in val])
+    errs = [float(np.median(np.abs(rel_errors(predict_gemm(fit_gemm(fit_rows, hardware, dtype, tile=tile), val,
+                                                             hardware, dtype), t_val)))) for tile in TILE_CHOICES]
+    return TILE_CHOICES[int(np.argmin(errs))]
+
+
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
                       gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
                       kv_dtypes: Sequence[str] = ("bf16", "fp8"),
@@ -246,7 +274,8 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
     """Fit every curve the measurements support; returns the curves (fitted on all rows) and the
     held-out errors (fitted on half of the shape groups, evaluated on the other half).
 
-    A GEMM format's tile size is chosen among :data:`TILE_CHOICES` by that held-out error.
+    A GEMM format's tile size is chosen among :data:`TILE_CHOICES` within the training half
+    (:func:`choose_tile`).
     """
     held: list[HeldOut] = []
     gemm: dict[str, GemmCurve] = {}
@@ -258,18 +287,14 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
         tr = split_by_group(gemm_group(rows), seed)
         train = [r for r, m in zip(rows, tr, strict=True) if m]
         test = [r for r, m in zip(rows, tr, strict=True) if not m]
-        t_test = np.array([r.time_s for r in test])
-        best: tuple[float, int, HeldOut] | None = None
-        for tile in TILE_CHOICES:
-            c = fit_gemm(train, hardware, dt, tile=tile)
-            ho = summarize(f"gemm {dt}", rel_errors(predict_gemm(c, test, hardware, dt), t_test), len(train))
-            if best is None or ho.median < best[0] - 1e-9:
-                best = (ho.median, tile, ho)
-        assert best is not None
-        held.append(best[2])
-        gemm[dt] = fit_gemm(rows, hardware, dt, tile=best[1],
+        tile = choose_tile(train, hardware, dt, seed)
+        c = fit_gemm(train, hardware, dt, tile=tile)
+        ho = summarize(f"gemm {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
+                                                np.array([r.time_s for r in test])), len(train))
+        held.append(ho)
+        gemm[dt] = fit_gemm(rows, hardware, dt, tile=tile,
                             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
-                                                  held_out_median=best[0]))
+                                                  held_out_median=ho.median))
     attention: dict[str, AttentionCurve] = {}
     for phase in ("prefill", "decode"):
         for kv in kv_dtypes:

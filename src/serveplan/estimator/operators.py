@@ -122,7 +122,7 @@ def gemm_time(m: int, n: int, k: int, *, hardware: DeviceSpec, profile: Efficien
     ph = _phase(phase)
     ab = 4.0 if dt is DType.FP32 else 2.0
     op = Op("gemm", Module.MLP, flops=NG * (2.0 * k * n), bytes=N * (ab * (k + n)) + ONE * (dt.bytes * k * n),
-            rows=N, source="2*m*n*k FLOP; input, output and weight bytes (ops/graph.py _gemm)")
+            rows=N, inner=float(k), source="2*m*n*k FLOP; input, output and weight bytes (ops/graph.py _gemm)")
     x = {"one": 1.0, "n": m, "ng": m, ("np" if ph is Phase.PREFILL else "nd"): m}
     W, Q, comp, mem, t = _time_one(op, x, ph, hardware, profile, dt, DType.BF16, None)
     curve = profile.kernels.gemm_curve(dt.value) if profile.kernels is not None else None

@@ -165,6 +165,7 @@ class CompiledStep:
     SC: np.ndarray                       # (blocks, collectives) 0/1: collective -> block
     # measured kernel curves (specs/kernels.py) read these:
     weight_elems: np.ndarray             # (ops,) weight elements k*n of a GEMM (W per row / 2), else 0
+    inner: np.ndarray                    # (ops,) k of a GEMM (Op.inner; sqrt(k*n) where not given), else 0
     attn_phase: np.ndarray               # (ops,) 1: fused prefill attention, 2: fused decode attention, else 0
     attn_heads: tuple[float, float, float]  # per-device query heads, KV heads, head dim (0: curves off)
     comm_volume: np.ndarray              # (collectives, features) payload bytes per device
@@ -241,6 +242,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     # a GEMM's work is 2*k*n per row (its rows are one feature: n, ng under tile quantization, nout...)
     with np.errstate(divide="ignore", invalid="ignore"):
         weight = np.where(is_gemm, F.sum(axis=1) / (2.0 * R.sum(axis=1)), 0.0) if no else np.zeros(0)
+    inner = np.array([(o.inner or math.sqrt(w)) if g else 0.0 for o, w, g in zip(ops, weight, is_gemm, strict=True)])
     attn_phase = np.zeros(no, dtype=int)
     if attention_heads is not None:
         only = {1: FEATURE_INDEX["apc"], 2: FEATURE_INDEX["kvd"]}
@@ -258,7 +260,7 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         family=np.array([_FAMILY_INDEX[kernel_family(o)] for o in ops], dtype=int),
         is_gemm=is_gemm,
         S=S, C=matrix(comm_rows), C_lat=np.array(comm_lat), SC=SC,
-        weight_elems=weight, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
+        weight_elems=weight, inner=inner, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
         comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
         comm_scale=np.array(comm_own, dtype=bool) if any(comm_own) else None,
     )
@@ -306,6 +308,7 @@ class CurveRates:
     gemm_index: np.ndarray
     gemm_rows: np.ndarray               # (gemms, features)
     gemm_weight: np.ndarray             # (gemms,) weight elements
+    gemm_inner: np.ndarray              # (gemms,) k
     prefill_index: np.ndarray
     decode_index: np.ndarray
     comm_index: tuple[int, ...]
@@ -327,6 +330,7 @@ class CurveRates:
             collectives=coll,
             peak_flops=peak_flops, attention_peak_flops=attention_peak_flops, bandwidth=bandwidth,
             gemm_index=gi, gemm_rows=step.R[gi], gemm_weight=step.weight_elems[gi],
+            gemm_inner=step.inner[gi],
             prefill_index=np.flatnonzero(step.attn_phase == 1), decode_index=np.flatnonzero(step.attn_phase == 2),
             comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
         )
@@ -427,15 +431,14 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     c = cr.gemm
     gi = cr.gemm_index
     if c is not None and len(gi):
-        m = np.maximum(cr.gemm_rows @ x, 1.0)
-        w = cr.gemm_weight if vec else cr.gemm_weight[:, None]
-        e_c = c.compute_max * m / (m + c.rows_half) * (w / (w + c.weight_half))
-        if c.tile_rows > 1:
-            e_c = e_c * m / (np.ceil(m / c.tile_rows) * c.tile_rows)
-        Wg, Qg = W[gi], Q[gi]
-        t0 = c.overhead_s * (Wg > 0)      # an op without work this step costs nothing
-        comp[gi] = t0 + Wg / (cr.peak_flops * e_c)
-        mem[gi] = t0 + Qg / (cr.bandwidth * c.memory)
+        m = cr.gemm_rows @ x
+        k = cr.gemm_inner if vec else cr.gemm_inner[:, None]
+        n = (cr.gemm_weight if vec else cr.gemm_weight[:, None]) / k
+        Wg = W[gi]
+        fixed, cg, mg = c.terms(m, n, k, Wg, Q[gi], cr.peak_flops, cr.bandwidth)
+        fixed = fixed * (Wg > 0)      # an op without work this step costs nothing
+        comp[gi] = fixed + cg
+        mem[gi] = fixed + mg
     hq, hkv, d = step.attn_heads
     for curve, idx, ph in ((cr.prefill_attention, cr.prefill_index, 1), (cr.decode_attention, cr.decode_index, 2)):
         if curve is None or not len(idx):

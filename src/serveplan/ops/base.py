@@ -113,6 +113,7 @@ class Op:
     source: str = ""
     rows: Lin | None = None  # rows (M) of a matrix multiplication, for size-dependent efficiency
     attention: bool = False  # attention kernel (scores, softmax, weighted sum): own efficiency factors
+    inner: float = 0.0  # k of a matrix multiplication (input features), for measured GEMM curves
 
 
 @dataclass(frozen=True, slots=True)

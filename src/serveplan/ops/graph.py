@@ -92,6 +92,7 @@ def _gemm(name: str, module: Module, tokens: Lin, gemm_tokens: Lin, k: float, m:
         bytes=tokens * (ab * (k + m)) + weight_read * (wb * k * m),
         source=source,
         rows=tokens,
+        inner=k,
     )
 
 
@@ -189,7 +190,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         ops.append(Op("output_gate", M, N * (5 * dq_t), N * (3 * ab * dq_t),
                       source="sigmoid(gate) * attention output, elementwise"))
     ops.append(Op("o_proj", M, NG * (2 * dq_t * h), N * (ab * (dq_t + h)) + ONE * (wb * dq_t * h),
-                  source="BestServe Table 8/10 row 10 (weight h^2/t)", rows=N))
+                  source="BestServe Table 8/10 row 10 (weight h^2/t)", rows=N, inner=dq_t))
     return ops
 
 

@@ -8,13 +8,35 @@ replaces the constants by a few small curves, each a formula with four to six fi
 
 **GEMM** (``m x k`` activations by a ``k x n`` weight, per weight format)::
 
-    t = t0 + max( W * pad(m) / (S_c * e_c(m, w)),  Q / (S_m * e_m) )
-    e_c(m, w) = c_max * m / (m + m_half) * w / (w + w_half)      w = n * k weight elements
-    pad(m)    = ceil(m / tile) * tile / m                        (tile quantization, Sarathi §4.4)
+    t = t0 + q * m * k / (S_m * e_q)
+           + max( W * pad(m) / (S_c * e_c(m, w, p)),  Q / (S_m * e_m) )
+    e_c(m, w, p) = c_max * m / (m + m_half) * w / (w + w_half) * p / (p + p_half)   w = n * k
+    pad(m)  = ceil(m / T(m)) * T(m) / m,    T(m) = min(tile, 2^ceil(log2 m))   (tile quantization)
+    p       = ceil(m / T(m)) * ceil(n / 128)                                    (output tiles)
 
 Small ``m`` is memory bound (weight streaming at ``e_m``); large shapes approach ``c_max``, a
 format-specific ceiling; small weights fill few thread blocks (``w_half``); ``t0`` is the
-kernel's fixed latency.
+kernel's fixed latency. Three terms come from how the kernels are built:
+
+* *Tile quantization* (Sarathi §4.4): rows are computed in tiles of ``T(m)`` rows, so a partial
+  tile costs a whole one. The kernels pick the tile from ``m`` in powers of two up to ``tile``
+  (vLLM's CUTLASS FP8 dispatch for Hopper, ``scaled_mm_sm90_fp8_dispatch.cuh``: 64-row tiles up
+  to m = 64, 2 x 64 up to 128, then 2 x 128-row clusters; cuBLAS heuristics alike), which is
+  why measured times step at m = 129, 257, 513... and stay flat up to the next power of two.
+* *Output-tile parallelism*: a GEMM without split-K runs one thread block per ``T(m) x 128``
+  output tile, each over the whole ``k``; with few tiles (small ``n``, small ``m``) most SMs idle
+  however large ``k`` is. ``p_half`` is the tile count at which half the ceiling is reached
+  (0: off). This is what makes a tall, narrow weight (n = 512, k = 16384) slow where ``w`` alone
+  says it is large.
+* *Activation quantization*: an FP8/FP4 GEMM with bf16 activations first runs a separate
+  element-wise pass over the ``m x k`` input (vLLM ``Fp8LinearOp``: ``scaled_fp8_quant``, static
+  per-tensor or dynamic per-token-group scales; NVFP4: ``scaled_fp4_quant``) moving
+  ``q = 2 + b_a`` bytes per element (bf16 read, ``b_a``-byte write, scales), at its own
+  efficiency ``e_q``. It does not overlap the GEMM, so it adds to the time (``q = 0``: none,
+  as for bf16).
+
+Without the last two, vLLM's FP8 GEMMs of tall, narrow weights (``n / k < 1/8``) came out 37%
+too fast on H100, and the FP8 curve missed its held-out rows by 12-14% (``docs/validation.md``).
 
 **Attention** (FlashAttention-class prefill and paged decode, per phase and KV format)::
 
@@ -116,6 +138,11 @@ def _check_positive(obj: Any, names: tuple[str, ...], where: str) -> None:
             raise SpecError(f"{where}: {n}={v!r} must be a finite number >= 0")
 
 
+#: Output-tile width along ``n`` of the GEMM kernels the curves describe (CUTLASS/cuBLAS Hopper
+#: and Ampere tensor-core kernels: 128 columns per thread block).
+GEMM_TILE_COLS = 128
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmCurve:
     """Efficiency of one weight format's GEMMs (see the module docstring)."""
@@ -126,22 +153,44 @@ class GemmCurve:
     weight_half: float
     memory: float
     tile_rows: int = 1
+    tiles_half: float = 0.0          # output tiles at half the ceiling (0: no parallelism term)
+    quant_bytes: float = 0.0         # bytes per activation element of the quantization pass (0: none)
+    quant_memory: float = 1.0        # its fraction of the memory bandwidth
     sd: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("overhead_s", "rows_half", "weight_half"), "gemm curve")
-        for n in ("compute_max", "memory"):
+        _check_positive(self, ("overhead_s", "rows_half", "weight_half", "tiles_half", "quant_bytes"), "gemm curve")
+        for n in ("compute_max", "memory", "quant_memory"):
             v = getattr(self, n)
             if not 0 < v <= 1.5:  # measured ceilings can exceed the datasheet slightly (boost clocks)
                 raise SpecError(f"gemm curve: {n}={v!r} must be in (0, 1.5]")
 
-    def time(self, m: Any, weight: Any, flops: Any, nbytes: Any, peak_flops: float, bandwidth: float) -> Any:
-        """Seconds for ``m`` rows by a weight of ``weight`` elements doing ``flops``/``nbytes``."""
+    def terms(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float,
+              bandwidth: float) -> tuple[Any, Any, Any]:
+        """``(fixed, compute, memory)`` seconds of ``m`` rows by a ``k x n`` weight doing
+        ``flops``/``nbytes``: the time is ``fixed + max(compute, memory)``, ``fixed`` being the
+        kernel latency and the activation-quantization pass."""
         m = np.maximum(m, 1.0)
-        pad = np.ceil(m / self.tile_rows) * self.tile_rows / m if self.tile_rows > 1 else 1.0
-        e_c = self.compute_max * m / (m + self.rows_half) * weight / (weight + self.weight_half)
-        return self.overhead_s + np.maximum(flops * pad / (peak_flops * e_c), nbytes / (bandwidth * self.memory))
+        e_c = self.compute_max * m / (m + self.rows_half)
+        w = n * k
+        e_c = e_c * w / (w + self.weight_half)
+        if self.tile_rows > 1 or self.tiles_half > 0:
+            tile = np.minimum(float(max(self.tile_rows, 1)), np.exp2(np.ceil(np.log2(m))))
+            row_tiles = np.ceil(m / tile)
+            if self.tile_rows > 1:
+                e_c = e_c * m / (row_tiles * tile)
+            if self.tiles_half > 0:
+                p = row_tiles * np.ceil(n / GEMM_TILE_COLS)
+                e_c = e_c * p / (p + self.tiles_half)
+        fixed = self.overhead_s + (self.quant_bytes * m * k / (bandwidth * self.quant_memory) if self.quant_bytes
+                                   else 0.0)
+        return fixed, flops / (peak_flops * e_c), nbytes / (bandwidth * self.memory)
+
+    def time(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float, bandwidth: float) -> Any:
+        """Seconds for ``m`` rows by a ``k x n`` weight doing ``flops``/``nbytes``."""
+        fixed, comp, mem = self.terms(m, n, k, flops, nbytes, peak_flops, bandwidth)
+        return fixed + np.maximum(comp, mem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
