@@ -33,12 +33,18 @@ from serveplan.estimator.roofline import (
     OpFamily,
     PhaseRates,
     SizeCurve,
+    SplitStep,
+    block_terms,
     compile_step,
     dispatch_times,
+    fixed_terms,
     layers_time,
     op_terms,
     phase_rates,
+    split_step,
     tile_quantized_rows,
+    tile_quantized_rows_array,
+    varying_features,
 )
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
@@ -273,6 +279,8 @@ class Estimator:
         self._kv_layers = (m.num_attention_layers,
                            m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
+        self._splits: dict[tuple[int, tuple[int, ...]], SplitStep] = {}
+        self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, np.ndarray]] = {}
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
         return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
@@ -344,7 +352,8 @@ class Estimator:
         for f in ("one", "pon", "don"):
             h[_I[f]] = x[_I[f]]
         if self.tile:
-            h[_I["ng"]] = np.vectorize(lambda n: tile_quantized_rows(n, self.tile))(h[_I["n"]])
+            h[_I["ng"]] = (tile_quantized_rows(h[_N], self.tile) if x.ndim == 1
+                           else tile_quantized_rows_array(h[_N], self.tile))
         self._expert_rows(h)
         return h
 
@@ -355,12 +364,13 @@ class Estimator:
         more than the communication hidden: engines run those unsplit, SGLang's two-batch
         overlap falls back to one batch when it cannot balance the two)."""
         half = self._halve(x)
-        *_, bc, bm = op_terms(self.compiled, rates, half)
         if x.ndim == 1:
+            *_, bc, bm = op_terms(self.compiled, rates, half)
             if x[_N] < 2 or not np.any(bm):
                 return plain
             return min(two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)[0],
                        plain)
+        bc, bm = self._block_terms(half, rates)
         t = two_batch_layers_time(list(bc), list(bm), rates.dispatch, self.compiled.counts)[0]
         return np.where((x[_N] >= 2) & np.any(bm != 0, axis=0), np.minimum(t, plain), plain)
 
@@ -419,11 +429,32 @@ class Estimator:
             total = self._overlapped(x, rates, total)
         return float(total + self._pp_time(x, rates.comm_efficiency))
 
+    def _block_terms(self, X: np.ndarray, rates: PhaseRates) -> tuple[np.ndarray, np.ndarray]:
+        """Per block compute and communication times of the columns of ``X`` (as ``op_terms``):
+        the operators that read no feature varying between the columns are timed once
+        (a decode table varies in its context sum only, so only attention is timed per column)."""
+        varying = varying_features(X)
+        key = (id(rates), varying)   # the rates are this estimator's own (self._rates): stable ids
+        split = self._splits.get(key)
+        if split is None:
+            split = self._splits[key] = split_step(self.compiled, rates, varying)
+        # the fixed part reads only the features that do not vary (the same for every table of
+        # one batch size): memoised on them
+        x0 = X[:, 0].copy()
+        x0[list(varying)] = 0.0
+        fkey = (key, x0.tobytes())
+        fixed = self._fixed.get(fkey)
+        if fixed is None:
+            if len(self._fixed) >= _CACHE_SIZE:
+                self._fixed.clear()
+            fixed = self._fixed[fkey] = fixed_terms(split, x0)
+        return block_terms(split, X, fixed)
+
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
         self._window_rows(X)
         rates = self._rates[phase]
-        *_, bc, bm = op_terms(self.compiled, rates, X)
+        bc, bm = self._block_terms(X, rates)
         total = self._layers_time(bc, bm, rates)
         if self._two_batch:
             total = self._overlapped(X, rates, total)
