@@ -482,6 +482,14 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     return comp, mem, comm
 
 
+def group_matrix(step: CompiledStep) -> np.ndarray:
+    """(groups, blocks) 0/1: the layer group each block belongs to."""
+    G = np.zeros((len(step.counts), step.num_blocks))
+    for bi, (gi, _) in enumerate(step.blocks):
+        G[gi, bi] = 1.0
+    return G
+
+
 def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence[float]],
                 counts: Sequence[float]) -> Any:
     """BestServe Algorithm 1 per layer kind, times the layer counts.

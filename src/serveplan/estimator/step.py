@@ -26,7 +26,7 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
-from serveplan.estimator.overlap import two_batch_layers_time
+from serveplan.estimator.overlap import two_batch_group_time, two_batch_layers_time
 from serveplan.estimator.roofline import (
     CompiledStep,
     CurveRates,
@@ -38,6 +38,7 @@ from serveplan.estimator.roofline import (
     compile_step,
     dispatch_times,
     fixed_terms,
+    group_matrix,
     layers_time,
     op_terms,
     phase_rates,
@@ -280,7 +281,9 @@ class Estimator:
                            m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
         self._splits: dict[tuple[int, tuple[int, ...]], SplitStep] = {}
-        self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, np.ndarray]] = {}
+        self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, ...]] = {}
+        self._groups = group_matrix(self.compiled)
+        self._counts = np.array(self.compiled.counts)
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
         return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
@@ -429,11 +432,15 @@ class Estimator:
             total = self._overlapped(x, rates, total)
         return float(total + self._pp_time(x, rates.comm_efficiency))
 
-    def _block_terms(self, X: np.ndarray, rates: PhaseRates) -> tuple[np.ndarray, np.ndarray]:
+    def _block_terms(self, X: np.ndarray, rates: PhaseRates, *, grouped: bool = False,
+                     varying: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per block compute and communication times of the columns of ``X`` (as ``op_terms``):
         the operators that read no feature varying between the columns are timed once
-        (a decode table varies in its context sum only, so only attention is timed per column)."""
-        varying = varying_features(X)
+        (a decode table varies in its context sum only, so only attention is timed per column).
+        ``grouped``: summed per layer group instead (groups x columns); ``varying``: the features
+        that vary between the columns, when the caller knows them (:func:`varying_features`)."""
+        if varying is None:
+            varying = varying_features(X)
         key = (id(rates), varying)   # the rates are this estimator's own (self._rates): stable ids
         split = self._splits.get(key)
         if split is None:
@@ -447,13 +454,40 @@ class Estimator:
         if fixed is None:
             if len(self._fixed) >= _CACHE_SIZE:
                 self._fixed.clear()
-            fixed = self._fixed[fkey] = fixed_terms(split, x0)
-        return block_terms(split, X, fixed)
+            bc0, bm0 = fixed_terms(split, x0)
+            G = self._groups
+            fixed = self._fixed[fkey] = (bc0, bm0, G @ bc0, G @ bm0)
+        if not grouped:
+            return block_terms(split, X, (fixed[0], fixed[1]))
+        *_, bc, bm = op_terms(*split.varying, X)
+        return self._groups @ bc + fixed[2][:, None], self._groups @ bm + fixed[3][:, None]
+
+    def _undispatched_times(self, X: np.ndarray, rates: PhaseRates) -> np.ndarray:
+        """``step_times`` where no module waits for its dispatch (decode under CUDA graphs):
+        Algorithm 1 then sums a layer's module times, so whole layer groups are summed at once
+        (and two-batch overlap applies its rule to the groups' sums, :func:`two_batch_group_time`)."""
+        counts = self._counts
+        varying = varying_features(X)
+        gc, gm = self._block_terms(X, rates, grouped=True, varying=varying)
+        total = counts @ (gc + gm)
+        if self._two_batch:
+            # the half varies where X does, and in the tile rows and active experts it recomputes
+            # from n and nall
+            derived = {_I["ng"]} if _N in varying else set()
+            if _I["nall"] in varying:
+                derived.add(_I["eact"])
+            hc, hm = self._block_terms(self._halve(X), rates, grouped=True,
+                                       varying=tuple(sorted(derived.union(varying))) if derived else varying)
+            t = two_batch_group_time(hc, hm, counts)
+            total = np.where((X[_N] >= 2) & np.any(hm != 0, axis=0), np.minimum(t, total), total)
+        return np.asarray(total)
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
         self._window_rows(X)
         rates = self._rates[phase]
+        if not any(d for per_group in rates.dispatch for d in per_group):
+            return np.asarray(self._undispatched_times(X, rates) + self._pp_time(X, rates.comm_efficiency))
         bc, bm = self._block_terms(X, rates)
         total = self._layers_time(bc, bm, rates)
         if self._two_batch:

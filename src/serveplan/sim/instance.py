@@ -111,7 +111,8 @@ class StepClock:
     * ``decode_times(nd, kvd0, k)``: ``k`` decode-only steps of ``nd`` sequences whose context
       sum starts at ``kvd0`` and grows by ``nd`` per step, read from lazily filled tables of
       ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time;
-      contiguous up to 4M context-sum values, so a stretch is a strided view).
+      contiguous up to 4M context-sum values, so a stretch is a strided view); stretches of at
+      least ``_DIRECT_ND`` sequences are timed directly, one ``step_times`` call each.
     """
 
     def __init__(self, est: Estimator) -> None:
