@@ -13,6 +13,7 @@ import pytest
 
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
 from serveplan.estimator import columns
+from serveplan.estimator.overlap import two_batch_group_time, two_batch_layers_time
 from serveplan.estimator.roofline import (
     block_terms,
     op_terms,
@@ -30,23 +31,32 @@ KVD = FEATURE_INDEX["kvd"]
 # (model, hardware, profile, layout, engine communication): MoE/MLA with DP attention and wide
 # EP, with and without two-batch overlap, on measured kernel curves and on constant factors; a
 # dense GQA model under fused-attention curves; a model with local-window layers
+# (model, hardware, profile, layout, engine communication, weight format): MoE/MLA with DP
+# attention and wide EP, with and without two-batch overlap, on measured kernel curves and on
+# constant factors; a dense GQA model under fused-attention curves; a model with local-window
+# layers; a profile whose decode steps wait for host dispatch (BestServe's, Algorithm 1 per block)
 CASES = [
-    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=1, dp=64, ep=64), CommOptions.deepep()),
-    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=1, dp=16, ep=16), None),
-    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=8, dp=1, ep=8), CommOptions.deepep()),
-    ("deepseek-v3", "h800", None, ParallelConfig(tp=1, dp=32, ep=32, redundant_experts=32), CommOptions.deepep()),
-    ("qwen3-30b-a3b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=2, dp=2, ep=4), CommOptions.deepep()),
-    ("llama-3.1-70b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=4), None),
-    ("gemma-2-9b", "a100-80g", None, ParallelConfig(tp=2), None),
+    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=1, dp=64, ep=64), CommOptions.deepep(), "fp8"),
+    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=1, dp=16, ep=16), None, "fp8"),
+    ("deepseek-v3", "h200", "measured-h200", ParallelConfig(tp=8, dp=1, ep=8), CommOptions.deepep(), "fp8"),
+    ("deepseek-v3", "h800", None, ParallelConfig(tp=1, dp=32, ep=32, redundant_experts=32), CommOptions.deepep(),
+     "fp8"),
+    ("qwen3-30b-a3b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=2, dp=2, ep=4), CommOptions.deepep(),
+     "fp8"),
+    ("llama-3.1-70b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=4), None, "fp8"),
+    ("gemma-2-9b", "a100-80g", None, ParallelConfig(tp=2), None, None),
+    ("codellama-34b", "ascend-910b3", "bestserve-910b3", ParallelConfig(tp=4), None, None),
+    ("deepseek-v2-lite", "ascend-910b3", "bestserve-910b3", ParallelConfig(tp=1, dp=4, ep=4), CommOptions.deepep(),
+     None),
 ]
 
 
 def _estimator(case: tuple) -> Estimator:
-    model, hw, prof, par, comm = case
+    model, hw, prof, par, comm, dtype = case
     profile = get_profile(prof) if prof else get_profile()
     if comm is not None:
         profile = profile.with_(comm=comm)
-    return Estimator(get_model(model), get_hardware(hw), profile, par, dtype="fp8" if prof else None)
+    return Estimator(get_model(model), get_hardware(hw), profile, par, dtype=dtype)
 
 
 def _one_by_one(est: Estimator, X: np.ndarray) -> np.ndarray:
@@ -57,7 +67,7 @@ def _one_by_one(est: Estimator, X: np.ndarray) -> np.ndarray:
 def test_decode_tables_equal_the_one_step_path(case):
     est = _estimator(case)
     rng = np.random.default_rng(7)
-    for nd in (1, 2, 3, 37, 64, 511, 1024):
+    for nd in (1, 2, 3, 37, 64, 511, 1024, 16384, 40000):   # two-batch overlap pays from about 16k
         base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
         kvd = np.sort(rng.integers(nd, nd * 9000, size=48)).astype(float)
         got = columns.step_times(est, base, "decode", decode_keys=kvd)
@@ -104,6 +114,19 @@ def test_block_terms_equal_op_terms_block_sums():
     *_, bc_ref, bm_ref = op_terms(est.compiled, rates, X)
     np.testing.assert_allclose(bc, bc_ref, rtol=1e-13)
     np.testing.assert_allclose(bm, bm_ref, rtol=1e-13)
+
+
+def test_two_batch_group_time_is_the_rule_without_dispatch():
+    """Random per-block times of three layer kinds, computation or communication binding."""
+    rng = np.random.default_rng(3)
+    blocks = (2, 3, 1)
+    bc, bm = rng.uniform(0, 1e-3, (6, 50)), rng.uniform(0, 1e-3, (6, 50)) * rng.uniform(0, 3, 50)
+    counts = np.array([3.0, 58.0, 1.0])
+    want = two_batch_layers_time(list(bc), list(bm), [(0.0,) * b for b in blocks], tuple(counts))[0]
+    G = np.zeros((3, 6))
+    for gi, (lo, hi) in enumerate(((0, 2), (2, 5), (5, 6))):
+        G[gi, lo:hi] = 1.0
+    np.testing.assert_allclose(two_batch_group_time(G @ bc, G @ bm, counts), want, rtol=1e-13)
 
 
 def test_tile_rows_array_is_the_scalar_rule():
