@@ -17,6 +17,7 @@ arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calib
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -280,7 +281,10 @@ class Estimator:
         self._kv_layers = (m.num_attention_layers,
                            m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
-        self._splits: dict[tuple[int, tuple[int, ...]], SplitStep] = {}
+        #: by (rates, varying features): the split, its varying part summed per layer group,
+        #: the features that do not vary
+        self._splits: dict[tuple[int, tuple[int, ...]],
+                           tuple[SplitStep, tuple[CompiledStep, PhaseRates], np.ndarray]] = {}
         self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, ...]] = {}
         self._groups = group_matrix(self.compiled)
         self._counts = np.array(self.compiled.counts)
@@ -442,25 +446,32 @@ class Estimator:
         if varying is None:
             varying = varying_features(X)
         key = (id(rates), varying)   # the rates are this estimator's own (self._rates): stable ids
-        split = self._splits.get(key)
-        if split is None:
-            split = self._splits[key] = split_step(self.compiled, rates, varying)
+        hit = self._splits.get(key)
+        if hit is None:
+            split = split_step(self.compiled, rates, varying)
+            var_step, var_rates = split.varying
+            # the varying operators' times summed per layer group rather than per block
+            by_group = dataclasses.replace(var_step, S=self._groups @ var_step.S, SC=self._groups @ var_step.SC)
+            fixed_rows = np.setdiff1d(np.arange(X.shape[0]), varying)
+            hit = self._splits[key] = (split, (by_group, var_rates), fixed_rows)
+        split, grouped_step, fixed_rows = hit
         # the fixed part reads only the features that do not vary (the same for every table of
         # one batch size): memoised on them
-        x0 = X[:, 0].copy()
-        x0[list(varying)] = 0.0
-        fkey = (key, x0.tobytes())
+        x0 = X[:, 0]
+        fkey = (key, x0[fixed_rows].tobytes())
         fixed = self._fixed.get(fkey)
         if fixed is None:
             if len(self._fixed) >= _CACHE_SIZE:
                 self._fixed.clear()
+            x0 = x0.copy()
+            x0[list(varying)] = 0.0
             bc0, bm0 = fixed_terms(split, x0)
             G = self._groups
             fixed = self._fixed[fkey] = (bc0, bm0, G @ bc0, G @ bm0)
         if not grouped:
             return block_terms(split, X, (fixed[0], fixed[1]))
-        *_, bc, bm = op_terms(*split.varying, X)
-        return self._groups @ bc + fixed[2][:, None], self._groups @ bm + fixed[3][:, None]
+        *_, gc, gm = op_terms(*grouped_step, X)
+        return gc + fixed[2][:, None], gm + fixed[3][:, None]
 
     def _undispatched_times(self, X: np.ndarray, rates: PhaseRates) -> np.ndarray:
         """``step_times`` where no module waits for its dispatch (decode under CUDA graphs):
