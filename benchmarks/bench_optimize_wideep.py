@@ -87,6 +87,12 @@ def main() -> None:
                      f"{r.tpot_p * 1e3:.1f} |")
     if len(res.strategies) > 25:
         lines.append(f"| ... | {len(res.strategies) - 25} more | | | | | | |")
+    best: dict[str, str] = {}
+    for i, r in enumerate(res.strategies, 1):
+        c = r.candidate
+        k = _kind(r.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
+        best.setdefault(k, f"{k}: #{i} {r.name} ({r.goodput_rps:.2f} req/s, {r.goodput_per_device:.3f} per device)")
+    lines += ["", "Best of each kind: " + "; ".join(best[k] for k in sorted(best))]
     lines += ["", f"Rejected ({len(res.rejected)}): " + ("; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:20])
                                                          or "none"),
               "Pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in res.pruned) or "none")]
