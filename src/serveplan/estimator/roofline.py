@@ -18,6 +18,11 @@ Pipeline (all pure):
 4. :func:`layers_time` applies BestServe Algorithm 1 (dispatch/compute overlap) per layer kind and
    multiplies by the layer counts.
 
+Columns that differ in a few features only (a decode stretch: its context sum) are timed by
+:func:`split_step` and :func:`block_terms`: the operators and collectives that read none of the
+varying features are timed once, the others per column (the same terms as :func:`op_terms`, the
+per-block sums taken in another order).
+
 Shape-aware efficiency
 ----------------------
 Efficiency enters in two places: :func:`phase_rates` gives every operator an inverse compute rate
