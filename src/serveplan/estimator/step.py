@@ -64,6 +64,7 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 
 _NF = len(FEATURES)
 _CACHE_SIZE = 1 << 16  # memoised step times per estimator
+_FIXED_CACHE_SIZE = 1 << 12  # memoised fixed parts of step columns per estimator (about 1 kB each)
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
 
@@ -456,18 +457,20 @@ class Estimator:
             hit = self._splits[key] = (split, (by_group, var_rates), fixed_rows)
         split, grouped_step, fixed_rows = hit
         # the fixed part reads only the features that do not vary (the same for every table of
-        # one batch size): memoised on them
+        # one batch size): memoised on them, unless nothing varies (a lone column, seldom repeated)
         x0 = X[:, 0]
         fkey = (key, x0[fixed_rows].tobytes())
-        fixed = self._fixed.get(fkey)
+        fixed = self._fixed.get(fkey) if varying else None
         if fixed is None:
-            if len(self._fixed) >= _CACHE_SIZE:
+            if len(self._fixed) >= _FIXED_CACHE_SIZE:
                 self._fixed.clear()
             x0 = x0.copy()
             x0[list(varying)] = 0.0
             bc0, bm0 = fixed_terms(split, x0)
             G = self._groups
-            fixed = self._fixed[fkey] = (bc0, bm0, G @ bc0, G @ bm0)
+            fixed = (bc0, bm0, G @ bc0, G @ bm0)
+            if varying:
+                self._fixed[fkey] = fixed
         if not grouped:
             return block_terms(split, X, (fixed[0], fixed[1]))
         *_, gc, gm = op_terms(*grouped_step, X)
