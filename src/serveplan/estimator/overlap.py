@@ -67,3 +67,12 @@ def two_batch_layers_time(block_compute: Any, block_comm: Any, dispatch: Sequenc
         compute_stream = compute_stream + count * 2 * c
         comm_stream = comm_stream + count * 2 * m
     return total + exposed, compute_stream, comm_stream
+
+
+def two_batch_group_time(group_compute: np.ndarray, group_comm: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`two_batch_layers_time`'s step where no module waits for its dispatch (decode under
+    CUDA graphs), from one micro-batch's per-layer-group sums (groups x steps): then a layer's
+    computation ``C`` is the sum of its modules' and ``M`` of their communication, and the step is
+    ``sum counts x max(2 C, 2 M) + max over kinds of min(C, M)`` (the same rule, whole arrays)."""
+    return np.asarray(counts @ np.maximum(2 * group_compute, 2 * group_comm)
+                      + np.minimum(group_compute, group_comm).max(axis=0))

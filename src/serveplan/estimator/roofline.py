@@ -18,6 +18,11 @@ Pipeline (all pure):
 4. :func:`layers_time` applies BestServe Algorithm 1 (dispatch/compute overlap) per layer kind and
    multiplies by the layer counts.
 
+Columns that differ in a few features only (a decode stretch: its context sum) are timed by
+:func:`split_step` and :func:`block_terms`: the operators and collectives that read none of the
+varying features are timed once, the others per column (the same terms as :func:`op_terms`, the
+per-block sums taken in another order).
+
 Shape-aware efficiency
 ----------------------
 Efficiency enters in two places: :func:`phase_rates` gives every operator an inverse compute rate
@@ -33,6 +38,7 @@ and a function of the batch features evaluated in :func:`op_terms`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +114,16 @@ def tile_quantized_rows(n: float, tile: int) -> float:
     n0 = TILE_FIXED_ROWS_FRACTION * tile
     padded = math.ceil(n / tile) * tile
     return n * (padded + n0) / (n + n0)
+
+
+def tile_quantized_rows_array(n: np.ndarray, tile: int) -> np.ndarray:
+    """:func:`tile_quantized_rows` of every element of ``n`` (the same arithmetic, elementwise)."""
+    if not tile:
+        return n
+    n0 = TILE_FIXED_ROWS_FRACTION * tile
+    padded = np.ceil(n / tile) * tile
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, n * (padded + n0) / (n + n0), n)
 
 
 def feature_vector(lin: Lin) -> np.ndarray:
@@ -474,6 +490,14 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     return comp, mem, comm
 
 
+def group_matrix(step: CompiledStep) -> np.ndarray:
+    """(groups, blocks) 0/1: the layer group each block belongs to."""
+    G = np.zeros((len(step.counts), step.num_blocks))
+    for bi, (gi, _) in enumerate(step.blocks):
+        G[gi, bi] = 1.0
+    return G
+
+
 def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence[float]],
                 counts: Sequence[float]) -> Any:
     """BestServe Algorithm 1 per layer kind, times the layer counts.
@@ -494,3 +518,89 @@ def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence
             i += 1
         total = total + count * t_c
     return total
+
+
+# ------------------------------------------------------------------------------ columns that vary in few features
+def restrict(step: CompiledStep, rates: PhaseRates, ops: np.ndarray,
+             colls: np.ndarray) -> tuple[CompiledStep, PhaseRates]:
+    """The step and rates of a subset of its operators (``ops``) and collectives (``colls``),
+    every block kept: :func:`op_terms` of the pair gives those operators' terms, and per block
+    their summed time and the chosen collectives' time."""
+    sub = CompiledStep(
+        group_names=step.group_names, counts=step.counts, blocks=step.blocks,
+        ops=tuple(step.ops[i] for i in ops), op_block=step.op_block[ops],
+        F=step.F[ops], B=step.B[ops], R=step.R[ops], rate=step.rate[ops], family=step.family[ops],
+        is_gemm=step.is_gemm[ops], S=step.S[:, ops],
+        C=step.C[colls], C_lat=step.C_lat[colls], SC=step.SC[:, colls],
+        weight_elems=step.weight_elems[ops], attn_phase=step.attn_phase[ops], attn_heads=step.attn_heads,
+        comm_volume=step.comm_volume[colls], comm_kind=tuple(step.comm_kind[i] for i in colls),
+        comm_group=tuple(step.comm_group[i] for i in colls),
+        comm_scale=step.comm_scale[colls] if step.comm_scale is not None else None,
+    )
+    cr = rates.curves
+    if cr is not None:
+        coll = tuple(cr.collectives[i] for i in colls)
+        gi = np.flatnonzero(sub.is_gemm)
+        cr = dataclasses.replace(
+            cr, collectives=coll, gemm_index=gi, gemm_rows=sub.R[gi], gemm_weight=sub.weight_elems[gi],
+            prefill_index=np.flatnonzero(sub.attn_phase == 1), decode_index=np.flatnonzero(sub.attn_phase == 2),
+            comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None))
+    return sub, dataclasses.replace(rates, inv_compute=rates.inv_compute[ops], inv_memory=rates.inv_memory[ops],
+                                    curves=cr)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitStep:
+    """A step split by the features that vary between the columns of a feature matrix: the
+    operators and collectives whose terms read one of them (``varying``), timed per column,
+    and the rest (``fixed``), timed once (:func:`split_step`, :func:`block_terms`)."""
+
+    varying: tuple[CompiledStep, PhaseRates]
+    fixed: tuple[CompiledStep, PhaseRates]
+
+
+def split_step(step: CompiledStep, rates: PhaseRates, features: Sequence[int]) -> SplitStep:
+    """Split ``step`` by the feature indices ``features`` that vary (see :class:`SplitStep`).
+
+    An operator reads a feature through its work, traffic or GEMM rows (``F``, ``B``, ``R``), and
+    a fused attention kernel under a measured curve also through its sequences and keys (``sp``,
+    ``kvp`` in prefill, ``nd``, ``kvd`` in decode); a collective through its coefficients and
+    payload, and every collective through ``n`` (its latency is paid when the step has tokens).
+    """
+    f = np.asarray(features, dtype=int)
+    ops = (step.F[:, f] != 0).any(axis=1) | (step.B[:, f] != 0).any(axis=1) | (step.R[:, f] != 0).any(axis=1)
+    fs = set(f.tolist())
+    if fs & {_SP, _KVP}:
+        ops |= step.attn_phase == 1
+    if fs & {_ND, _KVD}:
+        ops |= step.attn_phase == 2
+    if _N in fs:
+        colls = np.ones(len(step.C), dtype=bool)
+    else:
+        colls = (step.C[:, f] != 0).any(axis=1) | (step.comm_volume[:, f] != 0).any(axis=1)
+    return SplitStep(varying=restrict(step, rates, np.flatnonzero(ops), np.flatnonzero(colls)),
+                     fixed=restrict(step, rates, np.flatnonzero(~ops), np.flatnonzero(~colls)))
+
+
+def varying_features(X: np.ndarray) -> tuple[int, ...]:
+    """Indices of the features (rows of ``X``) that differ between its columns."""
+    return tuple(np.flatnonzero((X != X[:, :1]).any(axis=1)).tolist())
+
+
+def fixed_terms(split: SplitStep, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per block, the compute and communication times of the fixed operators and collectives of
+    ``split`` for the feature vector ``x`` (they read none of the varying features)."""
+    *_, bc, bm = op_terms(*split.fixed, x)
+    return bc, bm
+
+
+def block_terms(split: SplitStep, X: np.ndarray,
+                fixed: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per block, the compute and communication times of the columns of ``X`` (blocks x columns),
+    as :func:`op_terms` gives them, where ``X`` varies only in the features ``split`` was made
+    for: the fixed operators and collectives are timed on the first column (or given:
+    :func:`fixed_terms`) and added to every column's varying ones (equal to :func:`op_terms` up
+    to the order of the per-block sums)."""
+    bc0, bm0 = fixed if fixed is not None else fixed_terms(split, X[:, 0])
+    *_, bc, bm = op_terms(*split.varying, X)
+    return bc + bc0[:, None], bm + bm0[:, None]

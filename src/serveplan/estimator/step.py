@@ -17,6 +17,7 @@ arithmetic below lives in :mod:`serveplan.estimator.roofline` (shared with calib
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,19 +27,26 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.batch import StepBatch
-from serveplan.estimator.overlap import two_batch_layers_time
+from serveplan.estimator.overlap import two_batch_group_time, two_batch_layers_time
 from serveplan.estimator.roofline import (
     CompiledStep,
     CurveRates,
     OpFamily,
     PhaseRates,
     SizeCurve,
+    SplitStep,
+    block_terms,
     compile_step,
     dispatch_times,
+    fixed_terms,
+    group_matrix,
     layers_time,
     op_terms,
     phase_rates,
+    split_step,
     tile_quantized_rows,
+    tile_quantized_rows_array,
+    varying_features,
 )
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
@@ -56,6 +64,7 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 
 _NF = len(FEATURES)
 _CACHE_SIZE = 1 << 16  # memoised step times per estimator
+_FIXED_CACHE_SIZE = 1 << 12  # memoised fixed parts of step columns per estimator (about 1 kB each)
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
 
@@ -277,6 +286,13 @@ class Estimator:
         self._kv_layers = (m.num_attention_layers,
                            m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
+        #: by (rates, varying features): the split, its varying part summed per layer group,
+        #: the features that do not vary
+        self._splits: dict[tuple[int, tuple[int, ...]],
+                           tuple[SplitStep, tuple[CompiledStep, PhaseRates], np.ndarray]] = {}
+        self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, ...]] = {}
+        self._groups = group_matrix(self.compiled)
+        self._counts = np.array(self.compiled.counts)
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
         return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
@@ -348,7 +364,8 @@ class Estimator:
         for f in ("one", "pon", "don"):
             h[_I[f]] = x[_I[f]]
         if self.tile:
-            h[_I["ng"]] = np.vectorize(lambda n: tile_quantized_rows(n, self.tile))(h[_I["n"]])
+            h[_I["ng"]] = (tile_quantized_rows(h[_N], self.tile) if x.ndim == 1
+                           else tile_quantized_rows_array(h[_N], self.tile))
         self._expert_rows(h)
         return h
 
@@ -359,12 +376,13 @@ class Estimator:
         more than the communication hidden: engines run those unsplit, SGLang's two-batch
         overlap falls back to one batch when it cannot balance the two)."""
         half = self._halve(x)
-        *_, bc, bm = op_terms(self.compiled, rates, half)
         if x.ndim == 1:
+            *_, bc, bm = op_terms(self.compiled, rates, half)
             if x[_N] < 2 or not np.any(bm):
                 return plain
             return min(two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)[0],
                        plain)
+        bc, bm = self._block_terms(half, rates)
         t = two_batch_layers_time(list(bc), list(bm), rates.dispatch, self.compiled.counts)[0]
         return np.where((x[_N] >= 2) & np.any(bm != 0, axis=0), np.minimum(t, plain), plain)
 
@@ -423,11 +441,72 @@ class Estimator:
             total = self._overlapped(x, rates, total)
         return float(total + self._pp_time(x, rates.comm_efficiency))
 
+    def _block_terms(self, X: np.ndarray, rates: PhaseRates, *, grouped: bool = False,
+                     varying: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per block compute and communication times of the columns of ``X`` (as ``op_terms``):
+        the operators that read no feature varying between the columns are timed once
+        (a decode table varies in its context sum only, so only attention is timed per column).
+        ``grouped``: summed per layer group instead (groups x columns); ``varying``: the features
+        that vary between the columns, when the caller knows them (:func:`varying_features`)."""
+        if varying is None:
+            varying = varying_features(X)
+        key = (id(rates), varying)   # the rates are this estimator's own (self._rates): stable ids
+        hit = self._splits.get(key)
+        if hit is None:
+            split = split_step(self.compiled, rates, varying)
+            var_step, var_rates = split.varying
+            # the varying operators' times summed per layer group rather than per block
+            by_group = dataclasses.replace(var_step, S=self._groups @ var_step.S, SC=self._groups @ var_step.SC)
+            fixed_rows = np.setdiff1d(np.arange(X.shape[0]), varying)
+            hit = self._splits[key] = (split, (by_group, var_rates), fixed_rows)
+        split, grouped_step, fixed_rows = hit
+        # the fixed part reads only the features that do not vary (the same for every table of
+        # one batch size): memoised on them, unless nothing varies (a lone column, seldom repeated)
+        x0 = X[:, 0]
+        fkey = (key, x0[fixed_rows].tobytes())
+        fixed = self._fixed.get(fkey) if varying else None
+        if fixed is None:
+            if len(self._fixed) >= _FIXED_CACHE_SIZE:
+                self._fixed.clear()
+            x0 = x0.copy()
+            x0[list(varying)] = 0.0
+            bc0, bm0 = fixed_terms(split, x0)
+            G = self._groups
+            fixed = (bc0, bm0, G @ bc0, G @ bm0)
+            if varying:
+                self._fixed[fkey] = fixed
+        if not grouped:
+            return block_terms(split, X, (fixed[0], fixed[1]))
+        *_, gc, gm = op_terms(*grouped_step, X)
+        return gc + fixed[2][:, None], gm + fixed[3][:, None]
+
+    def _undispatched_times(self, X: np.ndarray, rates: PhaseRates) -> np.ndarray:
+        """``step_times`` where no module waits for its dispatch (decode under CUDA graphs):
+        Algorithm 1 then sums a layer's module times, so whole layer groups are summed at once
+        (and two-batch overlap applies its rule to the groups' sums, :func:`two_batch_group_time`)."""
+        counts = self._counts
+        varying = varying_features(X)
+        gc, gm = self._block_terms(X, rates, grouped=True, varying=varying)
+        total = counts @ (gc + gm)
+        if self._two_batch:
+            # the half varies where X does, and in the tile rows and active experts it recomputes
+            # from n and nall
+            derived = {_I["ng"]} if _N in varying else set()
+            if _I["nall"] in varying:
+                derived.add(_I["eact"])
+            hc, hm = self._block_terms(self._halve(X), rates, grouped=True,
+                                       varying=tuple(sorted(derived.union(varying))) if derived else varying)
+            t = two_batch_group_time(hc, hm, counts)
+            total = np.where((X[_N] >= 2) & np.any(hm != 0, axis=0), np.minimum(t, total), total)
+        return np.asarray(total)
+
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase."""
         self._window_rows(X)
         rates = self._rates[phase]
-        *_, bc, bm = op_terms(self.compiled, rates, X)
+        if not any(d for per_group in rates.dispatch for d in per_group):
+            return np.asarray(self._undispatched_times(X, rates) + self._pp_time(X, rates.comm_efficiency))
+        bc, bm = self._block_terms(X, rates)
         total = self._layers_time(bc, bm, rates)
         if self._two_batch:
             total = self._overlapped(X, rates, total)

@@ -57,6 +57,11 @@ _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per bat
 #: tables are dropped and refilled on demand (a pure function of the estimator: same values). A
 #: long run at large batches would otherwise keep one table of up to 32 MB per batch size (GBs).
 _TABLE_BYTES = 256 << 20
+#: decode stretches of at least this many sequences (and at most ``_DIRECT_STEPS`` steps) are timed
+#: directly rather than read from a table: a table block of 1,024 context sums holds at most
+#: ``1024 / nd`` of a stretch's steps, and wide-EP batches rarely meet the same context sum twice
+_DIRECT_ND = 32
+_DIRECT_STEPS = 1 << 13
 
 
 def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, float]:
@@ -106,7 +111,8 @@ class StepClock:
     * ``decode_times(nd, kvd0, k)``: ``k`` decode-only steps of ``nd`` sequences whose context
       sum starts at ``kvd0`` and grows by ``nd`` per step, read from lazily filled tables of
       ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time;
-      contiguous up to 4M context-sum values, so a stretch is a strided view).
+      contiguous up to 4M context-sum values, so a stretch is a strided view); stretches of at
+      least ``_DIRECT_ND`` sequences are timed directly, one ``step_times`` call each.
     """
 
     def __init__(self, est: Estimator) -> None:
@@ -184,6 +190,12 @@ class StepClock:
         return c
 
     def decode_times(self, nd: int, kvd0: int, k: int) -> np.ndarray:
+        if nd >= _DIRECT_ND and k <= _DIRECT_STEPS:
+            # a large batch reads one table value in ``nd``: its steps are timed directly, in one
+            # call (the estimator's cost per call hardly depends on the number of steps)
+            base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
+            return columns.step_times(self.est, base, "decode", length=k,
+                                      decode_keys=kvd0 + nd * np.arange(k, dtype=float))
         hi = kvd0 + nd * (k - 1)
         b0, b1 = kvd0 >> _BLK_BITS, hi >> _BLK_BITS
         if hi < _DENSE_MAX:
