@@ -532,8 +532,8 @@ def restrict(step: CompiledStep, rates: PhaseRates, ops: np.ndarray,
         F=step.F[ops], B=step.B[ops], R=step.R[ops], rate=step.rate[ops], family=step.family[ops],
         is_gemm=step.is_gemm[ops], S=step.S[:, ops],
         C=step.C[colls], C_lat=step.C_lat[colls], SC=step.SC[:, colls],
-        weight_elems=step.weight_elems[ops], attn_phase=step.attn_phase[ops], attn_heads=step.attn_heads,
-        comm_volume=step.comm_volume[colls], comm_kind=tuple(step.comm_kind[i] for i in colls),
+        weight_elems=step.weight_elems[ops], inner=step.inner[ops], attn_phase=step.attn_phase[ops],
+        attn_heads=step.attn_heads, comm_volume=step.comm_volume[colls], comm_kind=tuple(step.comm_kind[i] for i in colls),
         comm_group=tuple(step.comm_group[i] for i in colls),
         comm_scale=step.comm_scale[colls] if step.comm_scale is not None else None,
     )
@@ -543,7 +543,8 @@ def restrict(step: CompiledStep, rates: PhaseRates, ops: np.ndarray,
         gi = np.flatnonzero(sub.is_gemm)
         cr = dataclasses.replace(
             cr, collectives=coll, gemm_index=gi, gemm_rows=sub.R[gi], gemm_weight=sub.weight_elems[gi],
-            prefill_index=np.flatnonzero(sub.attn_phase == 1), decode_index=np.flatnonzero(sub.attn_phase == 2),
+            gemm_inner=sub.inner[gi], prefill_index=np.flatnonzero(sub.attn_phase == 1),
+            decode_index=np.flatnonzero(sub.attn_phase == 2),
             comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None))
     return sub, dataclasses.replace(rates, inv_compute=rates.inv_compute[ops], inv_memory=rates.inv_memory[ops],
                                     curves=cr)
