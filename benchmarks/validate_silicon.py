@@ -165,8 +165,12 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False) -> tuple[Any, di
 
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
-            statistic: str = "run") -> dict[str, Any]:
-    """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
+            statistic: str = "run", frontend_us: float | None = None) -> dict[str, Any]:
+    """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
+    steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
+    (``silicon_variants.py`` compares values on H100 rows)."""
+    import dataclasses
+
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
 
@@ -175,6 +179,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     hw = get_hardware(case.hardware)
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     spec, settings = row_engine(case, as_deployed=as_deployed)
+    if frontend_us is not None:
+        spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=spec,
         strategy="1m",
