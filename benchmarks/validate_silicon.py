@@ -22,8 +22,9 @@ the steady window instead (warm-up and cool-down excluded,
 
 ``--as-deployed`` simulates each row with aiconfigurator's generator settings
 (:func:`silicon_data.deployment`) instead of the engine's defaults. Nothing numeric is fitted to
-these rows; the statistic and the configuration were chosen on H100 rows only
-(``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
+these rows; the statistic, the configuration and the engines' frontend value (``frontend.per_request_us``)
+were chosen on H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows
+apart.
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
@@ -304,9 +305,12 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Nothing is fitted to these rows**"
-        + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`), so H100 rows are"
-           " reported apart from H200/B200 rows." if overhead_s else "."),
+        "**Nothing numeric is fitted to these rows except one chosen value**: the serving frontend's serial work "
+        "per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang and TensorRT-LLM 0), "
+        "chosen among 0, 250, 1,000 and 4,000 us on H100 rows only (`benchmarks/silicon_variants.py --system "
+        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); H200, B200, B300 and GB200 rows are held out and "
+        "reported apart"
+        + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"
         f" ({seconds:.0f} s for {n_all} rows with {jobs} processes on {platform.node() or 'this machine'};"
@@ -324,8 +328,7 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "",
         *table(rows, ("engine",), aisim=aisim),
         "",
-        "By system" + (" (H100 rows are where a tuned constant would be fitted; H200 and B200 are held out)"
-                       if overhead_s else "") + ":",
+        "By system (H100 rows are where the frontend value was chosen; the others are held out):",
         "",
         *table(rows, ("system",), aisim=aisim),
         "",
