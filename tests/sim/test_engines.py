@@ -84,7 +84,7 @@ def test_offline_throughput_never_falls_over_whole_waves_of_the_kv_cache(h100):
     # a partial wave of r < W requests whose out - 1 decode steps pay the fixed cost a for r
     # sequences instead of W (and vLLM, admitting on prompt blocks only, preempts the requests
     # the decodes' growth no longer fits and runs them last), the sawtooth `vllm bench throughput`
-    # shows too (2.7% from 230 to 240 requests here, 10 preempted). So the run sizes compared
+    # shows too (2.4% from 247 to 257 requests here, 9 preempted). So the run sizes compared
     # are 100 and 200 (one partial wave each) and whole waves up to 2,000 requests, and the
     # throughput must never fall between them, to float rounding.
     inp, out = 2048, 128

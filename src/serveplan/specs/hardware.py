@@ -60,7 +60,8 @@ class DeviceSpec:
         Device memory the CUDA driver reports (``nvidia-smi`` total, ``cudaMemGetInfo``; YAML
         ``driver_memory_mib``), which serving engines size their KV cache from; 0 = unknown, then
         ``memory_bytes`` (:attr:`engine_memory_bytes`). Datasheets give "80 GB" where the driver
-        reports 81,559 MiB (85.5e9 bytes).
+        reports 81,559 MiB (85.5e9 bytes). A variant with another ``memory_bytes``
+        (``dataclasses.replace``) keeps this total unless it is replaced too (0: the new size).
     in_switch_reduction:
         The scale-up switches reduce in the network (NVLink SHARP / NCCL NVLS: third-generation
         NVSwitch and later), so an all-reduce inside the domain sends each payload once
