@@ -10,7 +10,12 @@ is printed::
     python benchmarks/silicon_variants.py --system h100-sxm --sample 90
 
 The choice recorded in docs/validation.md ("Reading the serving errors") was made with this
-command on H100 rows; H200 and B200 rows did not take part.
+command on H100 rows; H200 and B200 rows did not take part. ``--frontend-us`` compares values of
+the engines' serial frontend work per request instead (the engines' defaults, ``run`` statistic;
+``--statistics run,steady`` for both), the value in ``frontend.per_request_us`` of the engine
+files::
+
+    python benchmarks/silicon_variants.py --system h100-sxm --sample 90 --frontend-us 0,250,1000,4000
 """
 
 from __future__ import annotations
@@ -37,8 +42,11 @@ VARIANTS = (("defaults", "steady"), ("defaults", "run"), ("as-deployed", "steady
 
 def _job(args: tuple[SiliconCase, str, str]) -> dict[str, Any]:
     case, config, statistic = args
+    frontend_us = None
+    if config.startswith("frontend="):  # the engines' defaults with this serial frontend time per request
+        frontend_us = float(config.split("=", 1)[1])
     try:
-        p = predict(case, as_deployed=config == "as-deployed", statistic=statistic)
+        p = predict(case, as_deployed=config == "as-deployed", statistic=statistic, frontend_us=frontend_us)
     except Exception as exc:  # a row the simulator rejects is left out of every variant's median
         return {"row_id": case.row_id, "config": config, "statistic": statistic, "error": str(exc)[:200]}
     return {"row_id": case.row_id, "engine": case.engine, "config": config, "statistic": statistic,
@@ -52,13 +60,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=90, help="every k-th covered row of the system, this many")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=None, help="write every prediction here (JSON)")
+    ap.add_argument("--frontend-us", default=None,
+                    help="comma-separated serial frontend times per request (us) to compare instead of the four "
+                         "variants: each is the engines' defaults (run statistic) with that frontend time")
+    ap.add_argument("--statistics", default="run", help="with --frontend-us: comma-separated statistics (run, steady)")
+    ap.add_argument("--engines", default=None, help="comma-separated engines: only their rows")
     args = ap.parse_args(argv)
-    cases = [c for c in covered_cases()[0] if c.hardware == args.system]
+    variants = VARIANTS if args.frontend_us is None else tuple(
+        (f"frontend={float(v):g}", stat) for v in args.frontend_us.split(",") for stat in args.statistics.split(","))
+    cases = [c for c in covered_cases()[0] if c.hardware == args.system
+             and (args.engines is None or c.engine in args.engines.split(","))]
     step = max(len(cases) / args.sample, 1.0)
     cases = [cases[int(i * step)] for i in range(min(args.sample, len(cases)))]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        out = list(pool.map(_job, [(c, cfg, stat) for c in cases for cfg, stat in VARIANTS], chunksize=2))
+        out = list(pool.map(_job, [(c, cfg, stat) for c in cases for cfg, stat in variants], chunksize=2))
     bad = {r["row_id"] for r in out if "error" in r}
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in out:

@@ -22,8 +22,9 @@ the steady window instead (warm-up and cool-down excluded,
 
 ``--as-deployed`` simulates each row with aiconfigurator's generator settings
 (:func:`silicon_data.deployment`) instead of the engine's defaults. Nothing numeric is fitted to
-these rows; the statistic and the configuration were chosen on H100 rows only
-(``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
+these rows; the statistic, the configuration and the engines' frontend value (``frontend.per_request_us``)
+were chosen on H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows
+apart.
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
@@ -165,8 +166,12 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False) -> tuple[Any, di
 
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
-            statistic: str = "run") -> dict[str, Any]:
-    """Closed-loop prediction of one row: mean TTFT and TPOT over the steady window."""
+            statistic: str = "run", frontend_us: float | None = None) -> dict[str, Any]:
+    """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
+    steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
+    (``silicon_variants.py`` compares values on H100 rows)."""
+    import dataclasses
+
     from serveplan import get_hardware, get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload, simulate
 
@@ -175,6 +180,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     hw = get_hardware(case.hardware)
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     spec, settings = row_engine(case, as_deployed=as_deployed)
+    if frontend_us is not None:
+        spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=spec,
         strategy="1m",
@@ -298,9 +305,12 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Nothing is fitted to these rows**"
-        + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`), so H100 rows are"
-           " reported apart from H200/B200 rows." if overhead_s else "."),
+        "**Nothing numeric is fitted to these rows except one chosen value**: the serving frontend's serial work "
+        "per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang and TensorRT-LLM 0), "
+        "chosen among 0, 250, 1,000 and 4,000 us on H100 rows only (`benchmarks/silicon_variants.py --system "
+        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); H200, B200, B300 and GB200 rows are held out and "
+        "reported apart"
+        + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"
         f" ({seconds:.0f} s for {n_all} rows with {jobs} processes on {platform.node() or 'this machine'};"
@@ -318,8 +328,7 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "",
         *table(rows, ("engine",), aisim=aisim),
         "",
-        "By system" + (" (H100 rows are where a tuned constant would be fitted; H200 and B200 are held out)"
-                       if overhead_s else "") + ":",
+        "By system (H100 rows are where the frontend value was chosen; the others are held out):",
         "",
         *table(rows, ("system",), aisim=aisim),
         "",

@@ -18,7 +18,8 @@ BS = 16  # vLLM's block size (engine vllm)
 
 def _cfg(wl: Workload, *, memory: float = 80e9, tiers: KVTiers | None = None, model: str = "llama-3.1-8b",
          rate: float | None = 0.25, offline: bool = False) -> SimulationConfig:
-    hw = dataclasses.replace(get_hardware("h100-sxm"), memory_bytes=memory)
+    # a device of `memory` bytes (no driver total: the engine sees `memory`)
+    hw = dataclasses.replace(get_hardware("h100-sxm"), memory_bytes=memory, driver_memory_bytes=0.0)
     return SimulationConfig(model=get_model(model), hardware=hw, profile=get_profile("default-gpu"), engine="vllm",
                             tp=1, rate=None if offline else rate, offline=offline, workload=wl, kv_tiers=tiers)
 

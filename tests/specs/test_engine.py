@@ -64,11 +64,13 @@ def test_sglang_chunk_by_memory_and_static_fraction() -> None:
     assert e.limits(get_hardware("b200")).chunk_size == 16384
     assert e.limits(get_hardware("l40s")).chunk_size == 4096  # 48 GB: the < 60 GiB row
     assert not e.mixed and e.max_prefill_tokens == 16384 and e.admission is Admission.RESERVE_RATIO
-    # H100 (80e9 B = 76,294 MiB), TP 1: reserved = 512 + 8192 x 1.5 + 256 x 2 + 1/8 x 1024 = 13,440 MiB,
-    # above the 10 GiB floor -> (76,294 - 13,440) / 76,294 = 0.824 (rounded to 3 digits as SGLang does)
-    assert e.static_fraction(get_hardware("h100-sxm"), tp=1) == pytest.approx(0.824, abs=1e-3)
-    # TP 8: 512 + 12,288 + 512 x 2 + 8/8 x 1024 = 14,848 MiB -> (76,294 - 14,848) / 76,294 = 0.805
-    assert e.static_fraction(get_hardware("h100-sxm"), tp=8) == pytest.approx(0.805, abs=1e-3)
+    # SGLang reads the GPU's memory from the driver (get_device_memory_capacity: 81,559 MiB on an H100
+    # 80GB, nvidia-smi), not the datasheet's 80e9 B. TP 1: reserved = 512 + 8192 x 1.5 + 256 x 2 +
+    # 1/8 x 1024 = 13,440 MiB, above the 10 GiB floor -> (81,559 - 13,440) / 81,559 = 0.835 (rounded
+    # to 3 digits as SGLang does)
+    assert e.static_fraction(get_hardware("h100-sxm"), tp=1) == pytest.approx(0.835, abs=1e-3)
+    # TP 8: 512 + 12,288 + 512 x 2 + 8/8 x 1024 = 14,848 MiB -> (81,559 - 14,848) / 81,559 = 0.818
+    assert e.static_fraction(get_hardware("h100-sxm"), tp=8) == pytest.approx(0.818, abs=1e-3)
 
 
 def test_trtllm_reserves_whole_sequences_and_never_chunks() -> None:
@@ -76,10 +78,11 @@ def test_trtllm_reserves_whole_sequences_and_never_chunks() -> None:
     lim = e.limits(get_hardware("h100-sxm"))
     assert (lim.max_num_seqs, lim.token_budget) == (2048, 8192)
     assert e.admission is Admission.FULL and not e.chunked_prefill and e.kv_block_size == 32
-    # free_gpu_memory_fraction 0.9 of what weights (40 GB) and activations (2 GB) leave of 80 GB:
-    # KV = 0.9 x 38 GB = 34.2 GB -> utilization (42 + 34.2) / 80 = 0.9525
+    # free_gpu_memory_fraction 0.9 of what weights (40 GB) and activations (2 GB) leave of the
+    # 81,559 MiB = 85.52 GB the driver reports: KV = 0.9 x 43.52 GB = 39.17 GB -> share of the
+    # catalog's 80 GB (42 + 39.17) / 80 = 1.0146
     util = e.memory_utilization(get_hardware("h100-sxm"), weights_bytes=40e9, activation_bytes=2e9)
-    assert util == pytest.approx(0.9525)
+    assert util == pytest.approx((42e9 + 0.9 * (81559 * 2**20 - 42e9)) / 80e9)
 
 
 def test_bestserve_engine_keeps_the_paper_testbed() -> None:
@@ -106,3 +109,59 @@ def test_sglang_0_5_23_chunks_4096_on_24_gb_gpus():
     # arg_groups/memory_hook.py (v0.5.23): the 20-35 GiB row (A10, 4090, 5090) chunks at 4096 (0.5.5: 2048)
     assert get_engine("sglang-0.5.23").limits(get_hardware("l4")).chunk_size == 4096
     assert get_engine("sglang-0.5").limits(get_hardware("l4")).chunk_size == 2048
+
+
+def test_engines_size_the_kv_cache_from_the_memory_the_driver_reports() -> None:
+    # nvidia-smi totals (MiB): H100 80GB HBM3 81,559; H200 143,771; B200 183,359 -- the memory that
+    # torch.cuda.mem_get_info returns and that vLLM (gpu_memory_utilization x total), SGLang
+    # (mem_fraction_static x the memory free at start) and TensorRT-LLM (free_gpu_memory_fraction x the
+    # memory free after loading) apply their fractions to
+    for hw, mib in (("h100-sxm", 81559), ("h200", 143771), ("b200", 183359)):
+        assert get_hardware(hw).engine_memory_bytes == mib * 2**20
+    vllm = get_engine("vllm-0.11")
+    h100 = get_hardware("h100-sxm")
+    assert vllm.memory_utilization(h100, weights_bytes=0, activation_bytes=0) * 80e9 == pytest.approx(
+        0.9 * 81559 * 2**20)
+
+
+def test_qwen3_32b_bf16_on_one_h100_under_sglang_keeps_gigabytes_of_kv() -> None:
+    # aiconfigurator's silicon row qwen3_32b h100 sglang 0.5.8 tp1 measured 1024/128 at 16 clients;
+    # with the datasheet's 80e9 B the rule left 0.40 GB (1,509 tokens, one request). SGLang
+    # (model_runner.profile_max_num_token, v0.5.x): KV = free after loading - total x (1 -
+    # mem_fraction_static) = 0.835 x 85.52 GB - 65.52 GB of weights = 5.89 GB, 22,400 tokens of 256 KiB
+    from serveplan import get_model, get_profile
+    from serveplan.sim.serving import engine_estimator
+    from serveplan.specs.parallel import ParallelConfig
+
+    h100 = get_hardware("h100-sxm")
+    est, _, _ = engine_estimator(get_engine("sglang-0.5"), get_model("qwen3-32b"), h100,
+                                 get_profile(None, "h100-sxm"), ParallelConfig(tp=1), dtype="bf16")
+    mem = est.memory
+    kv_bytes = mem.kv_capacity_tokens * mem.kv_bytes_per_token
+    assert kv_bytes == pytest.approx(0.835 * 81559 * 2**20 - mem.weights_bytes, rel=2e-3)
+    assert kv_bytes > 5.5e9 and mem.kv_capacity_tokens // 1152 >= 16
+
+
+def test_llama_70b_fp8_trtllm_on_two_h200_holds_the_128_clients_of_the_row() -> None:
+    # silicon row llama_3_1_70b h200 trtllm fp8 1024x8192 c128 tp2: GUARANTEED_NO_EVICT reserves
+    # 9,216 tokens per request; free_gpu_memory_fraction 0.9 of the 143,771 MiB the driver reports minus
+    # the weights (35.3 GB per GPU) holds 137 of them (with 141e9 B: 125, fewer than the 128 clients)
+    from serveplan import get_model, get_profile
+    from serveplan.sim.serving import engine_estimator
+    from serveplan.specs.parallel import ParallelConfig
+
+    est, _, _ = engine_estimator(get_engine("trtllm"), get_model("llama-3.1-70b"), get_hardware("h200"),
+                                 get_profile(None, "h200"), ParallelConfig(tp=2), dtype="fp8", kv_dtype="fp8")
+    assert est.memory.kv_capacity_tokens // 9216 >= 128
+
+
+def test_frontend_time_is_read_in_microseconds_and_checked() -> None:
+    from serveplan.specs.engine import engine_from_dict
+
+    base = {"mechanism": "chunked-prefill", "tiers": [{"max_num_seqs": 8}]}
+    spec = engine_from_dict({**base, "frontend": {"per_request_us": 1500}}, name="x")
+    assert spec.frontend_s == pytest.approx(1.5e-3)
+    assert engine_from_dict(base, name="x").frontend_s == 0.0
+    for bad in (-1, "fast", float("nan"), True):
+        with pytest.raises(SpecError, match="per_request_us"):
+            engine_from_dict({**base, "frontend": {"per_request_us": bad}}, name="x")

@@ -254,8 +254,11 @@ class Estimator:
             self.kv_dtype = DType.parse_kv(kv_dtype)
         else:
             self.kv_dtype = model.default_kv_dtype(self.dtype)
-        if not 0 < memory_utilization <= 1:
-            raise SpecError(f"memory_utilization={memory_utilization} must be in (0, 1]")
+        top = max(1.0, hardware.engine_memory_bytes / hardware.memory_bytes)  # up to what the driver reports
+        if not 0 < memory_utilization <= top:
+            raise SpecError(f"memory_utilization={memory_utilization} must be in (0, {top:.4g}] (the share of "
+                            f"{hardware.memory_bytes / 1e9:.0f} GB the driver reports)" if top > 1 else
+                            f"memory_utilization={memory_utilization} must be in (0, 1]")
         self.memory_utilization = memory_utilization
         self.peak_flops = hardware.flops(self.dtype)
         self.tile = hardware.tile_size if profile.tile_quantization else 0

@@ -55,7 +55,8 @@ from serveplan.sim.metrics import SLO, certain_misses
 from serveplan.sim.request import RequestState
 from serveplan.sim.router import Router
 
-__all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "OpenLoop", "Stage", "Strategy", "kv_transfer_time", "run_fleet"]
+__all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "Frontend", "OpenLoop", "Stage", "Strategy", "kv_transfer_time",
+           "run_fleet"]
 
 INF = math.inf
 #: early-stop checks per stage (spread evenly over the arrival span)
@@ -359,48 +360,84 @@ class ClosedLoop:
     #: ``clients`` requests in flight, as ``vllm bench serve --request-rate R --max-concurrency C``
     #: sends (a request waits for its arrival and then for a free slot, first come first served)
     not_before: Sequence[float] | None = None
+    #: the serving frontend's serial work per request, seconds (0: none): requests reach the
+    #: engine one at a time, each ``frontend_s`` after the previous one at the earliest
+    #: (:class:`Frontend`); latencies still count from the client's send
+    frontend_s: float = 0.0
     _next: int = field(default=0, init=False)
     _loop: EventLoop | None = field(default=None, init=False)
     _stage: Stage | None = field(default=None, init=False)
+    _frontend: Frontend | None = field(default=None, init=False)
 
     def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
         """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""
         self._loop, self._stage = loop, stage
+        self._frontend = Frontend(self.frontend_s) if self.frontend_s > 0 else None
         first: list[Scheduled] = []
         nb = self.not_before
         for k in range(min(self.clients, len(self.ids))):
-            ev = self._take()
+            q = self._take()
             t = self.t0 + k * self.ramp_s / self.clients
-            first.append((t if nb is None else max(t, nb[ev.q]), Priority.ARRIVAL, ev))
+            first.append(self._send(q, t if nb is None else max(t, nb[q])))
         return first
 
-    def _take(self) -> ClientArrival:
+    def _take(self) -> int:
         q = self.ids[self._next]
         self._next += 1
+        return q
+
+    def _send(self, q: int, t_send: float) -> Scheduled:
+        """Request ``q`` sent at ``t_send``: its arrival at the engine (through the frontend)."""
         assert self._stage is not None
-        return ClientArrival(self._stage, q)
+        fe = self._frontend
+        if fe is None:
+            return (t_send, Priority.ARRIVAL, ClientArrival(self._stage, q))
+        return (fe.admit(t_send), Priority.ARRIVAL, ClientArrival(self._stage, q, t_send))
 
     def on_finish(self, q: int, t: float) -> None:
         """A client's request finished: its next one arrives after the think time."""
         if self._next < len(self.ids):
             assert self._loop is not None
-            ev = self._take()
+            nxt = self._take()
             t_send = t + self.think_s
-            if self.not_before is not None and self.not_before[ev.q] > t_send:
-                t_send = self.not_before[ev.q]
-            self._loop.schedule(t_send, Priority.ARRIVAL, ev)
+            if self.not_before is not None and self.not_before[nxt] > t_send:
+                t_send = self.not_before[nxt]
+            self._loop.schedule(*self._send(nxt, t_send))
+
+
+@dataclass(slots=True)
+class Frontend:
+    """The serving frontend's one request at a time: an API server (HTTP parsing, chat template,
+    tokenisation, hand-off to the engine process) that works on one request after another. A
+    request sent at ``t`` reaches the engine at ``max(t, previous hand-off + per_request_s)``:
+    requests sent together reach the scheduler ``per_request_s`` apart, so an idle engine starts
+    its first step with the first of them alone. The work of a lone request is not added (its
+    latency is part of the measured lone TTFT the estimator is checked against); only the wait
+    behind other requests' frontend work is. Engine files give ``per_request_s``
+    (``frontend.per_request_us``) with the source of the serial path."""
+
+    per_request_s: float
+    free_at: float = -INF
+
+    def admit(self, t: float) -> float:
+        """Hand-off time of a request sent at ``t`` (requests are admitted in send order)."""
+        t_eng = t if t > self.free_at else self.free_at
+        self.free_at = t_eng + self.per_request_s
+        return t_eng
 
 
 @dataclass(frozen=True, slots=True)
 class ClientArrival:
-    """A closed-loop request arrives (its arrival time is set now) and wakes its instance."""
+    """A closed-loop request reaches the engine now and wakes its instance; its arrival time (what
+    latencies count from) is set to ``sent``, the client's send time (default: now)."""
 
     stage: Stage
     q: int
+    sent: float | None = None
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
         t = loop.now
-        self.stage.instances[0].req.arrival[self.q] = t
+        self.stage.instances[0].req.arrival[self.q] = t if self.sent is None else self.sent
         return self.stage.wake(self.stage.route(t, self.q), t)
 
 

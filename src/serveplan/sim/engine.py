@@ -707,7 +707,8 @@ def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: fl
         sends = nb.tolist()
     if cfg.workload.session is not None:  # each session's turns follow one another on one of the clients
         return session_loop(cfg.workload, starts=None, clients=clients)
-    return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends)
+    frontend_s = cfg.engine.frontend_s if cfg.engine is not None else 0.0
+    return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends, frontend_s=frontend_s)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:

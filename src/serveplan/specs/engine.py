@@ -104,7 +104,7 @@ class DeviceTier:
     graph_max_batch: tuple[int, int] = (0, 0)  # (TP < 4, TP >= 4): CUDA-graph batch (SGLang memory reserve)
 
     def matches(self, device: DeviceSpec) -> bool:
-        gib = device.memory_bytes / GiB
+        gib = device.engine_memory_bytes / GiB  # the engines read the driver's total (torch.cuda.mem_get_info)
         name = device.name.lower()
         return self.min_memory_gib <= gib < self.max_memory_gib and not any(x in name for x in self.exclude)
 
@@ -179,6 +179,10 @@ class EngineSpec:
         default is none of them (plain NCCL collectives).
     comm_flags:
         Name -> the engine's command-line flags that switch the setup on.
+    frontend_s:
+        Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
+        0: none): requests sent together reach the scheduler this far apart
+        (:class:`~serveplan.sim.cluster.Frontend`; closed loops only).
     cites:
         Field -> where in the engine's source the value was read.
     """
@@ -215,6 +219,7 @@ class EngineSpec:
     default_tp: int | None = None
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    frontend_s: float = 0.0
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -226,6 +231,9 @@ class EngineSpec:
             raise SpecError(f"engine {self.name!r}: memory_fraction={self.memory_fraction} must be in (0, 1]")
         if self.memory_basis is MemoryBasis.STATIC and self.memory_fraction is None and not self.reserve_mib:
             raise SpecError(f"engine {self.name!r}: memory basis 'static' needs memory_fraction or reserve_mib")
+        if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
+            raise SpecError(f"engine {self.name!r}: frontend.per_request_us={self.frontend_s * 1e6!r} must be a "
+                            "non-negative number of microseconds")
         if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
             raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
 
@@ -267,24 +275,30 @@ class EngineSpec:
 
     def memory_utilization(self, device: DeviceSpec, *, weights_bytes: float, activation_bytes: float,
                            tp: int = 1, pp: int = 1) -> float:
-        """Share of device memory that weights, activations and KV cache may fill under this
-        engine's rule (the estimator's ``memory_utilization``; its KV capacity is then
-        ``utilization x memory - weights - activations``)."""
-        mem = device.memory_bytes
+        """Share of device memory (the catalog's ``memory_bytes``) that weights, activations and
+        KV cache may fill under this engine's rule (the estimator's ``memory_utilization``; its KV
+        capacity is then ``utilization x memory - weights - activations``). Engines apply their
+        fraction to the memory the driver reports (:attr:`DeviceSpec.engine_memory_bytes`: vLLM
+        ``gpu_memory_utilization x`` the total of ``torch.cuda.mem_get_info``, SGLang's
+        ``mem_fraction_static x`` the memory free at start, TensorRT-LLM's
+        ``free_gpu_memory_fraction x`` the memory free after loading), which exceeds the
+        datasheet's decimal gigabytes, so the share may exceed 1."""
+        nominal = device.memory_bytes
+        mem = device.engine_memory_bytes
         if self.memory_basis is MemoryBasis.TOTAL:
-            return float(self.memory_fraction or 0.9)
+            return float(self.memory_fraction or 0.9) * mem / nominal
         if self.memory_basis is MemoryBasis.FREE:
             f = float(self.memory_fraction or 0.9)
             used = min(weights_bytes + activation_bytes, mem)
-            return min(1.0, f + (1.0 - f) * used / mem)
+            return min(mem, used + f * (mem - used)) / nominal
         # STATIC: weights + KV = fraction x memory; activations sit in the reserved remainder
         frac = self.memory_fraction if self.memory_fraction is not None else self.static_fraction(device, tp=tp, pp=pp)
-        return min(1.0, frac + activation_bytes / mem)
+        return min(mem, frac * mem + activation_bytes) / nominal
 
     def static_fraction(self, device: DeviceSpec, *, tp: int = 1, pp: int = 1) -> float:
         """SGLang's ``mem_fraction_static`` = (memory - reserved) / memory, reserved in MiB."""
         r = self.reserve_mib
-        gpu_mib = device.memory_bytes / MiB
+        gpu_mib = device.engine_memory_bytes / MiB  # get_device_memory_capacity(): the driver's total
         t = self.tier(device)
         chunk = t.chunk_size or 0
         graph = t.graph_max_batch[1 if tp >= 4 else 0]
@@ -330,6 +344,16 @@ def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise SpecError(f"{where}: {key}={v!r} must be a positive integer")
     return v
+
+
+def _frontend_s(raw: Any, where: str) -> float:
+    """``frontend: {per_request_us: X}`` -> seconds (absent: 0, no frontend queue)."""
+    if raw is None:
+        return 0.0
+    v = raw.get("per_request_us") if isinstance(raw, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+        raise SpecError(f"{where}: frontend.per_request_us={v!r} must be a non-negative number of microseconds")
+    return float(v) * 1e-6
 
 
 def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
@@ -409,5 +433,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         comm_options=comm_options, comm_flags=comm_flags,
+        frontend_s=_frontend_s(raw.get("frontend"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

@@ -56,6 +56,12 @@ class DeviceSpec:
         built of 4-GPU compute trays, so groups of up to 72 use NVLink, not the network.
     host_memory_bytes, host_link:
         CPU memory attached to the device and its link (GH200: LPDDR5X over NVLink-C2C).
+    driver_memory_bytes:
+        Device memory the CUDA driver reports (``nvidia-smi`` total, ``cudaMemGetInfo``; YAML
+        ``driver_memory_mib``), which serving engines size their KV cache from; 0 = unknown, then
+        ``memory_bytes`` (:attr:`engine_memory_bytes`). Datasheets give "80 GB" where the driver
+        reports 81,559 MiB (85.5e9 bytes). A variant with another ``memory_bytes``
+        (``dataclasses.replace``) keeps this total unless it is replaced too (0: the new size).
     in_switch_reduction:
         The scale-up switches reduce in the network (NVLink SHARP / NCCL NVLS: third-generation
         NVSwitch and later), so an all-reduce inside the domain sends each payload once
@@ -76,6 +82,7 @@ class DeviceSpec:
     host_memory_bytes: float = 0.0
     host_link: LinkSpec | None = None
     in_switch_reduction: bool = False
+    driver_memory_bytes: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -88,11 +95,17 @@ class DeviceSpec:
         check_number(f"{where}: memory_bytes", self.memory_bytes, low=0, low_open=True, unit="bytes")
         check_number(f"{where}: memory_bandwidth", self.memory_bandwidth, low=0, low_open=True, unit="bytes/s")
         check_number(f"{where}: host_memory_bytes", self.host_memory_bytes, low=0, unit="bytes")
+        check_number(f"{where}: driver_memory_bytes", self.driver_memory_bytes, low=0, unit="bytes")
         check_int(f"{where}: devices_per_node", self.devices_per_node, low=1, high=MAX_NODE_DEVICES,
                   why="devices in one server or scale-up domain")
         check_int(f"{where}: scale_up_domain", self.scale_up_domain, low=0, high=MAX_NODE_DEVICES,
                   why="devices in one scale-up domain; 0 = devices_per_node")
         check_int(f"{where}: tile_size", self.tile_size, low=0, high=1 << 16, why="GEMM tile along tokens; 0 = off")
+
+    @property
+    def engine_memory_bytes(self) -> float:
+        """Device memory a serving engine sees (the driver's total; else the datasheet's)."""
+        return self.driver_memory_bytes or self.memory_bytes
 
     @property
     def domain_size(self) -> int:
@@ -214,6 +227,8 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
                                            low=0, unit="bytes"),
             host_link=_link(raw["host_link"], f"hardware {name!r}: host_link") if raw.get("host_link") else None,
             in_switch_reduction=bool(raw.get("in_switch_reduction", False)),
+            driver_memory_bytes=check_number(f"{where}: driver_memory_mib", raw.get("driver_memory_mib") or 0.0,
+                                             low=0, unit="MiB") * 2**20,
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SpecError):
