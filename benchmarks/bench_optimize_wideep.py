@@ -53,6 +53,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--method", choices=("bounded", "exhaustive", "fast"), default="bounded",
+                    help="bounded: every fleet that may rank among the best --keep simulated whole, the rest "
+                         "pruned by their analytic bound (default); exhaustive: every fleet simulated; fast: "
+                         "pools composed, the best confirmed")
+    ap.add_argument("--keep", type=int, default=1, help="bounded: strategies ranked exactly as exhaustive")
     args = ap.parse_args()
     model, hw = get_model("deepseek-v3"), get_hardware("h200")
     profile = get_profile("measured-h200").with_(comm=CommOptions.deepep())
@@ -68,7 +73,8 @@ def main() -> None:
     print(f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}); "
           f"pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in listing.pruned) or "none"), flush=True)
     t0, c0 = time.perf_counter(), _cpu_s()
-    res = search(space, settings, jobs=args.jobs, progress=False)
+    res = search(space, settings, jobs=args.jobs, progress=False, method=args.method,
+                 **({"keep": args.keep} if args.method == "bounded" else {}))
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     lines = [f"machine: {describe()}",
              f"deepseek-v3 fp8 on up to 64 x h200 (8 nodes), DeepEP + two-batch overlap, prompts 4096 / outputs "

@@ -1,0 +1,68 @@
+"""Branch and bound over the exhaustive search (``method="bounded"``): the best ``keep`` strategies
+and their goodputs are the exhaustive search's; every other candidate is ruled out by one run."""
+
+from __future__ import annotations
+
+import pytest
+
+from serveplan import get_hardware, get_model, get_profile
+from serveplan.errors import SpecError
+from serveplan.optimize.goodput import GoodputSettings, max_goodput
+from serveplan.optimize.search import search
+from serveplan.optimize.space import SearchSpace
+from serveplan.sim import SLO, Fleet, Workload
+
+SPACE = SearchSpace(devices=8, tp_sizes=(2, 4, 8))
+
+
+def settings(n: int = 400) -> GoodputSettings:
+    return GoodputSettings(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
+                           profile=get_profile("bestserve-910b3"), workload=Workload.scenario("op3", num_requests=n),
+                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90))
+
+
+@pytest.fixture(scope="module")
+def full():
+    return search(SPACE, settings(), jobs=1, progress=False)
+
+
+@pytest.mark.parametrize("keep, jobs", [(1, 1), (3, 1), (3, 2)])
+def test_best_strategies_and_goodputs_are_the_exhaustive_searchs(full, keep, jobs):
+    got = search(SPACE, settings(), jobs=jobs, progress=False, method="bounded", keep=keep)
+    ref = {r.name: r for r in full.strategies}
+    # the best `keep`, in order, with the exhaustive search's goodputs (the same simulations)
+    assert [(r.name, r.goodput_rps) for r in got.strategies[:keep]] == \
+        [(r.name, r.goodput_rps) for r in full.strategies[:keep]]
+    # every strategy ranked is exact, in the exhaustive order: a subsequence of its ranking
+    assert all(r.goodput_rps == ref[r.name].goodput_rps for r in got.strategies)
+    order = [r.name for r in full.strategies]
+    idx = [order.index(r.name) for r in got.strategies]
+    assert idx == sorted(idx)
+    # each pruned one missed the SLO at the rate it had to beat, and its true goodput per device is
+    # below the keep-th best: none of them could enter the best `keep`
+    cut = [p for p in got.pruned if p.kind == "bound"]
+    assert cut and len(cut) + len(got.strategies) + len(got.rejected) == len(full.strategies) + len(full.rejected)
+    kth = full.strategies[keep - 1].goodput_per_device
+    for p in cut:
+        assert "SLO missed at" in p.reason and "analytic bound" in p.reason, p.reason
+        if p.name in ref:
+            assert ref[p.name].goodput_per_device < kth, p.name
+    assert got.num_simulations < full.num_simulations
+    assert got.settings_summary["method"] == "bounded" and got.settings_summary["keep"] == keep
+
+
+def test_one_run_at_the_rate_to_beat_rules_a_fleet_out_or_costs_one_extra_run():
+    s = settings()
+    cand = Fleet.build("1p1d", tp=4, max_batch=16, prefill_max_batch=4)
+    plain = max_goodput(cand, s)
+    above = max_goodput(cand, s, beat=1.5 * plain.goodput_rps)
+    assert above.method == "cut" and above.goodput_rps == 0 and above.num_simulations == 1
+    assert above.miss_rps == pytest.approx(1.5 * plain.goodput_rps) and "SLO missed at" in above.reason
+    below = max_goodput(cand, s, beat=0.5 * plain.goodput_rps)
+    assert below.method == "" and below.goodput_rps == plain.goodput_rps
+    assert below.num_simulations == plain.num_simulations + 1
+
+
+def test_keep_must_be_a_positive_integer():
+    with pytest.raises(SpecError, match="keep"):
+        search(SPACE, settings(), jobs=1, progress=False, method="bounded", keep=0)
