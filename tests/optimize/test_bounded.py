@@ -66,3 +66,17 @@ def test_one_run_at_the_rate_to_beat_rules_a_fleet_out_or_costs_one_extra_run():
 def test_keep_must_be_a_positive_integer():
     with pytest.raises(SpecError, match="keep"):
         search(SPACE, settings(), jobs=1, progress=False, method="bounded", keep=0)
+
+
+def test_cli_keep_runs_the_branch_and_bound_and_says_why_fleets_were_ruled_out():
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    args = ["optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3", "--num-requests", "400", "--jobs", "1",
+            "--no-progress"]
+    out = CliRunner().invoke(app, [*args, "--keep", "1"])
+    assert out.exit_code == 0, out.output
+    assert "ruled out by one run at the rate they had to beat" in out.output
+    bad = CliRunner().invoke(app, [*args, "--keep", "1", "--target-rate", "3"])
+    assert bad.exit_code == 2 and "target-rate" in bad.output

@@ -424,7 +424,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         cands = [c for c in listing.candidates if c.name not in results]
         if opts.method == "bounded":
             if target_rate is not None:
-                raise SpecError("target-rate applies to the fast and exhaustive methods, not method='bounded'")
+                raise SpecError(f"target-rate={target_rate:g} ranks by fewest devices; the branch and bound "
+                                "(method 'bounded', --keep) ranks by goodput per device: use one of them")
             plan.branch = _Brancher(settings, listing.candidates, opts.keep)
             for r in results.values():  # resumed: they already set the rate to beat
                 plan.branch.done(r)
