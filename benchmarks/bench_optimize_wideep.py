@@ -7,10 +7,15 @@ token prompts (the prompt length of DeepSeek's published inference profiles,
 deepseek-ai/profile-data) and 1,000 output tokens; SLO P90 TTFT 2 s and TPOT 50 ms (20 tokens/s
 per user, the speed DeepSeek's service reports).
 
+The search is the branch and bound over the exhaustive search (``method="bounded"``, ``--keep``
+strategies exact, default 1): best analytic bound first, every other fleet ruled out by one run at
+the rate it must beat, with that reason. ``--method exhaustive`` simulates every fleet.
+
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_optimize_wideep.py [--requests N] [--jobs J]
+    [--method bounded|exhaustive|fast] [--keep K]
 Same as: serveplan optimize --model deepseek-v3 --hardware h200 --dtype fp8 --devices 64 \
-    --tp 1,8 --dp 1,8,16,32,64 --ep 1,8,16,32,64 ... (the DeepEP options are a profile setting:
-    ``comm: deepep`` in a profile YAML).
+    --tp 1,8 --dp 1,8,16,32,64 --ep 1,8,16,32,64 --keep 1 ... (the DeepEP options are a profile
+    setting: ``comm: deepep`` in a profile YAML).
 """
 
 from __future__ import annotations
@@ -100,8 +105,15 @@ def main() -> None:
         best.setdefault(k, f"{k}: #{i} {r.name} ({r.goodput_rps:.2f} req/s, {r.goodput_per_device:.3f} per device)")
     lines += ["", "Best of each kind: " + "; ".join(best[k] for k in sorted(best))]
     lines += ["", f"Rejected ({len(res.rejected)}): " + ("; ".join(f"{r.name} ({r.reason})" for r in res.rejected[:20])
-                                                         or "none"),
-              "Pruned: " + ("; ".join(f"{p.name} ({p.reason})" for p in res.pruned) or "none")]
+                                                         or "none")]
+    by_kind: dict[str, list[str]] = {}
+    kind_of = {c.name: _kind(c.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
+               for c in listing.candidates}
+    for p in res.pruned:
+        by_kind.setdefault(kind_of.get(p.name, "layout"), []).append(f"- {p.name}: {p.reason}")
+    lines += ["", f"Pruned ({len(res.pruned)}), by kind:"]
+    for k in sorted(by_kind):
+        lines += ["", f"{k} ({len(by_kind[k])}):", *by_kind[k]]
     report(lines, "optimize-wideep-64xh200.md")
 
 
