@@ -468,7 +468,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
             return GoodputResult(
                 candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
                 reason=(f"SLO missed at {p.rate:.3g} req/s ({p.rate / cand.num_devices:.3g} per device), "
-                        f"not above the {beat:.3g} req/s it had to beat"),
+                        + ("the rate it had to beat" if math.isclose(p.rate, beat or 0.0)
+                           else f"below the {beat:.3g} req/s it had to beat")),
                 ttft_p=p.ttft, tpot_p=p.tpot, capacity_bound_rps=bound, miss_rps=p.rate,
                 num_simulations=runner.runs, method="cut")
         runs += runner.runs
