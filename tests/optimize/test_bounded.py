@@ -80,3 +80,52 @@ def test_cli_keep_runs_the_branch_and_bound_and_says_why_fleets_were_ruled_out()
     assert "ruled out by one run at the rate they had to beat" in out.output
     bad = CliRunner().invoke(app, [*args, "--keep", "1", "--target-rate", "3"])
     assert bad.exit_code == 2 and "target-rate" in bad.output
+    plain = CliRunner().invoke(app, args)  # the default: method "auto", here the fast search's ranking
+    assert plain.exit_code == 0, plain.output
+    said = " ".join(plain.output.split())
+    assert "search method fast: every fleet simulated whole agreed with its composition" in said
+
+
+# method "auto" (the CLI default): the fast search where its whole-fleet confirmations agree with its
+# compositions, else the branch and bound
+
+def test_auto_keeps_the_fast_search_where_its_confirmations_agree():
+    fast = search(SPACE, settings(), jobs=1, progress=False, method="fast")
+    auto = search(SPACE, settings(), jobs=1, progress=False, method="auto")
+    assert not fast.settings_summary["disagreements"]
+    assert [(r.name, r.goodput_rps, r.method) for r in auto.strategies] == \
+        [(r.name, r.goodput_rps, r.method) for r in fast.strategies]
+    assert auto.num_simulations == fast.num_simulations and auto.pruned == fast.pruned
+    assert auto.settings_summary["method"] == "fast" and auto.settings_summary["auto"].startswith("fast:")
+
+
+def wide_ep_settings() -> tuple[SearchSpace, GoodputSettings]:
+    """DeepSeek-V3 FP8 on 24 x H200, DP attention and EP 8 with DeepEP, batches of 1,024 and 300
+    requests: the 1p2d decode pools composed from one instance fed every 2nd request give 11.1 req/s,
+    the whole fleet 7.05 (the stream never fills them, so no pool is in its steady state)."""
+    from serveplan import DType
+    from serveplan.specs.comm import CommOptions
+
+    space = SearchSpace(devices=24, tp_sizes=(1, 8), dp_sizes=(1, 8), ep_sizes=(1, 8), max_batches=(1024,),
+                        prefill_max_batch=None, schedulers=("chunked-prefill",), chunk_sizes=(8192,))
+    st = GoodputSettings(model=get_model("deepseek-v3"), hardware=get_hardware("h200"),
+                         profile=get_profile("measured-h200").with_(comm=CommOptions.deepep()),
+                         workload=Workload.fixed(4096, 1000, num_requests=300),
+                         slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=DType.FP8)
+    return space, st
+
+
+def test_auto_runs_the_branch_and_bound_where_the_composition_disagrees_with_the_whole_fleet():
+    space, st = wide_ep_settings()
+    fast = search(space, st, jobs=1, progress=False, method="fast")
+    assert any(d.startswith("1p2d-tp1-dp8") for d in fast.settings_summary["disagreements"])
+    auto = search(space, st, jobs=1, progress=False, method="auto")
+    exact = search(space, st, jobs=1, progress=False, method="bounded")  # the exhaustive best (test above)
+    assert (auto.best.name, auto.best.goodput_rps) == (exact.best.name, exact.best.goodput_rps)
+    assert auto.best.goodput_rps != fast.best.goodput_rps  # the fast search's figure is a composition's
+    assert [r.name for r in auto.strategies] == [r.name for r in exact.strategies]
+    summ = auto.settings_summary
+    assert summ["method"] == "bounded" and summ["auto"].startswith("bounded: the composition")
+    assert "1p2d-tp1-dp8" in summ["auto"]
+    # the fast attempt's simulations are counted
+    assert auto.num_simulations == exact.num_simulations + summ["fast_attempt_simulations"]

@@ -30,8 +30,9 @@ from serveplan.sim.fleet import Fleet
 
 CHECKPOINT = "checkpoint.jsonl"
 #: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
-#: can still reach the best ``keep`` simulated whole, best analytic bound first (branch and bound)
-METHODS = ("exhaustive", "fast", "bounded")
+#: can still reach the best ``keep`` simulated whole, best analytic bound first (branch and bound);
+#: the fast one where its confirmations agree with its compositions, else the branch and bound
+METHODS = ("exhaustive", "fast", "bounded", "auto")
 #: method "bounded": how many of the best strategies are ranked exactly as the exhaustive search
 KEEP = 1
 
@@ -297,6 +298,14 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     rank among the best ``keep`` per device (branch and bound on the analytic bounds, best bound
     first, :class:`_Brancher`); the others are pruned with the bound or the missed rate that rules
     them out. Its best ``keep`` are the exhaustive search's, with the same goodputs.
+    ``method="auto"`` (what ``serveplan optimize`` runs unless ``--exhaustive`` or ``--keep``) runs
+    the fast search and keeps its ranking when every whole-fleet confirmation agrees with its
+    composition (within the bisection tolerance); when one disagrees, the composition's premise
+    (pools independent, each in steady state on its share of the stream) is measured false on this
+    space, the composed ranking is dropped and the branch and bound ranks the space instead
+    (``settings_summary["auto"]`` says which ran and why; the fast attempt's simulations are
+    counted). With ``target_rate`` or ``frontier`` it stays the fast search (the branch and bound
+    ranks by goodput per device only), disagreements reported.
 
     Parameters
     ----------
@@ -394,6 +403,8 @@ class _Plan:
     done: dict[str, GoodputResult] = field(default_factory=dict)   # checkpointed records (fast search)
     fast: FastOutcome | None = None
     branch: _Brancher | None = None
+    auto: str = ""          # method "auto": which method ranked the space, and why
+    probe_sims: int = 0     # method "auto": simulations of a fast attempt dropped for the branch and bound
 
 
 def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwargs: Any) -> list[SearchResult]:
@@ -437,15 +448,20 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     tracker = _Tracker(plans, ckpt, kwargs.get("on_progress"), opts.progress)
     on_done, settle, record = tracker.on_done, tracker.settle, tracker.record
     bar = tracker.bar
-    gate = tracker.gate if any(p.branch is not None for p in plans) else None
+    auto = opts.method == "auto" and target_rate is None and not opts.frontier
 
     try:
-        for plan in plans:
+        for key, plan in enumerate(plans):
             if _is_fast(plan, exhaustive):
                 plan.fast = fast_search(plan.listing.candidates, plan.settings, jobs=jobs, done=plan.done,
                                         on_record=record(plan), on_candidate=settle(plan), confirm=confirm,
-                                        target_rate=target_rate, frontier=opts.frontier)
+                                        target_rate=target_rate, frontier=opts.frontier, strict=auto)
                 plan.results = plan.fast.results
+                if auto and max_new is None:
+                    todo += _auto_fallback(key, plan, opts.keep)
+                    if plan.branch is not None:
+                        tracker.restart(plan)
+        gate = tracker.gate if any(p.branch is not None for p in plans) else None
         if backend == "ray" and gate is None:
             _run_ray(todo, jobs, kwargs.get("ray_address"), on_done)
         else:  # method "bounded" starts each task once the results it must beat are known: local workers
@@ -470,6 +486,13 @@ class _Tracker:
 
             self.bar = tqdm(total=self.total, initial=sum(p.resumed for p in plans), desc="strategies",
                             unit="strategy", dynamic_ncols=True, leave=False)
+
+    def restart(self, plan: _Plan) -> None:
+        """Method "auto" fell back to the branch and bound: its candidates are counted again."""
+        plan.evaluated = 0
+        if self.bar is not None:
+            self.bar.reset(total=self.total)
+            self.bar.update(sum(p.evaluated + p.resumed for p in self.plans))
 
     def _tick(self, label: str | None) -> None:
         if self.bar is not None:
@@ -577,6 +600,30 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
     return listing
 
 
+def _auto_fallback(key: int, plan: _Plan, keep: int) -> list[Task]:
+    """Method "auto" after the fast search: keep it when its confirmations agree with their
+    compositions; else drop the composed ranking and queue the branch and bound's tasks."""
+    assert plan.fast is not None
+    fast = plan.fast
+    if not fast.disagreements:
+        plan.auto = ("fast: every fleet simulated whole agreed with its composition from pool measurements, "
+                     "so the composed ranking stands")
+        return []
+    plan.auto = ("bounded: the composition from pool measurements disagreed with the whole fleet ("
+                 + "; ".join(fast.disagreements[:2]) + "), so its premise (pools independent, each in steady "
+                 "state on its share of the stream) fails here and the branch and bound ranked every strategy")
+    plan.probe_sims = fast.num_simulations
+    plan.fast = None
+    names = {c.name for c in plan.listing.candidates}
+    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method == ""}
+    plan.resumed = len(plan.results)
+    plan.branch = _Brancher(plan.settings, plan.listing.candidates, keep)
+    for r in plan.results.values():
+        plan.branch.done(r)
+    cands = plan.branch.order([c for c in plan.listing.candidates if c.name not in plan.results])
+    return [(key, c, plan.settings) for c in cands]
+
+
 def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
     return not exhaustive and decomposable(plan.settings)
 
@@ -619,8 +666,12 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
                     "disagreements": list(plan.fast.disagreements)}
     if plan.branch is not None:
         pruned += plan.branch.pruned
-        n_sims += plan.branch.cut_sims
+        n_sims += plan.branch.cut_sims + plan.probe_sims
         summary |= {"pruned_by_bound": len(plan.branch.pruned), "keep": plan.branch.keep}
+    if plan.auto:
+        summary |= {"auto": plan.auto}
+        if plan.probe_sims:
+            summary |= {"fast_attempt_simulations": plan.probe_sims}
     if target_rate is not None:
         summary["target_rate"] = target_rate
     result = SearchResult(
