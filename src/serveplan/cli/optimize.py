@@ -126,8 +126,14 @@ def optimize_cmd(
         "inter-node link.")),
     exhaustive: bool = typer.Option(False, "--exhaustive", help=(
         "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
-        "bounds and simulates only the best fleets whole).")),
+        "bounds and simulates only the best fleets whole, and runs the branch and bound of --keep 1 instead "
+        "where a fleet simulated whole disagrees with its composition).")),
     confirm: int = typer.Option(3, "--confirm", help="Best composed fleets simulated whole to confirm (fast search)."),
+    keep: int = typer.Option(0, "--keep", help=(
+        "Branch and bound: simulate whole every fleet that can still rank among the best KEEP per device, best "
+        "analytic bound first; each other one is ruled out by one run missing the SLO at the rate it must beat. "
+        "The best KEEP and every goodput shown are the exhaustive search's. 0: the default (the fast search where "
+        "its whole-fleet confirmations agree with its compositions, else the branch and bound with KEEP 1).")),
     frontier: bool = typer.Option(False, "--frontier", help=(
         "Fast search: keep every strategy that may lie on the tokens/s-per-device vs tokens/s-per-user frontier "
         "(prunes less, so slower; default keeps those that may beat the best per device).")),
@@ -160,6 +166,8 @@ def optimize_cmd(
     )
     check_search(space, num_requests=num_requests, seeds=seeds, seed=seed, jobs=jobs, relaxation=relaxation,
                  tolerance=tolerance, band=band, band_top=band_top)
+    if keep < 0:
+        raise SpecError(f"keep={keep} must be >= 0 (0: the fast search)")
     if slo_ttft <= 0 or slo_tpot <= 0:
         raise SpecError(f"SLO targets must be positive seconds; got slo-ttft={slo_ttft}, slo-tpot={slo_tpot}")
     if not 0 < percentile < 100:
@@ -182,8 +190,8 @@ def optimize_cmd(
     results = search_many(space, settings, jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out,
                           progress=progress and not json_out,
                           # bands compare the top strategies, which pruning by bound would drop
-                          method="exhaustive" if exhaustive or band else "fast",
-                          confirm=confirm, target_rate=target_rate, frontier=frontier)
+                          method="exhaustive" if exhaustive or band else "bounded" if keep > 0 else "auto",
+                          confirm=confirm, target_rate=target_rate, frontier=frontier, keep=max(1, keep))
     multi = len(results) > 1
     bands: list[list[GoodputBand]] = []
     if band:
@@ -288,10 +296,21 @@ def _print_ranking(model: str, hardware: str, profile: str, devices: int, wl: Wo
         con.print(f"{len(layouts)} layouts pruned before simulation: "
                   + "; ".join(f"{p.name} ({p.reason})" for p in layouts[:6])
                   + (" ..." if len(layouts) > 6 else ""))
-    if bounded:
+    if bounded and res.settings_summary.get("method") == "bounded":
+        con.print(f"{len(bounded)} strategies ruled out by one run at the rate they had to beat, e.g. "
+                  + "; ".join(f"{p.name} ({p.reason})" for p in bounded[:2]))
+    elif bounded:
         con.print(f"{len(bounded)} strategies pruned by their analytic bound, e.g. "
                   + "; ".join(f"{p.name} ({p.reason})" for p in bounded[:2]))
     summ = res.settings_summary
+    if summ.get("auto"):
+        con.print(f"search method {summ['auto']}")
+    if summ.get("method") == "bounded":
+        probe = summ.get("fast_attempt_simulations")
+        con.print(f"branch and bound: the best {summ.get('keep', 1)} and every goodput shown are the exhaustive "
+                  f"search's; {res.num_simulations} simulations"
+                  + (f" ({probe} of them the fast attempt's)" if probe else "") + f", {res.elapsed_s:.1f} s "
+                  f"(--exhaustive ranks every strategy)")
     if summ.get("method") == "fast":
         confirmed = summ.get("confirmed", [])
         con.print(f"fast search: {summ.get('pool_measurements', 0)} pool measurements composed "

@@ -216,19 +216,20 @@ class FastOutcome:
 def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int,
                 done: dict[str, GoodputResult], on_record: Callable[[str, GoodputResult], None],
                 on_candidate: Callable[[str], None], confirm: int = CONFIRM,
-                target_rate: float | None = None, frontier: bool = False) -> FastOutcome:
+                target_rate: float | None = None, frontier: bool = False, strict: bool = False) -> FastOutcome:
     """Bound, compose and confirm (module doc). ``done`` holds checkpointed units and whole-fleet
     results by key; ``on_record`` stores new ones; ``on_candidate`` ticks the progress per
     candidate settled. With ``target_rate`` the objective is the fewest devices reaching it.
     ``frontier`` keeps every candidate that may lie on the throughput frontier: one is pruned only
     when a composed fleet beats both its bound on output tokens/s per device and its bound on
-    tokens/s per user (a lone request's decode speed)."""
+    tokens/s per user (a lone request's decode speed). ``strict`` stops the confirmations at the
+    first batch with a disagreement (``method="auto"`` then ranks the space another way)."""
     run = _FastSearch(settings, jobs=jobs, done=done, on_record=on_record, on_candidate=on_candidate,
                       target_rate=target_rate)
     run.frontier = frontier
     run.seed(candidates)
     run.branch_and_bound(candidates)
-    run.confirm_best(confirm)
+    run.confirm_best(confirm, strict=strict)
     return FastOutcome(results=run.results, pruned=run.pruned, num_simulations=run.meas.num_simulations + run.n_sims,
                        num_units=run.meas.num_units, disagreements=run.disagreements,
                        num_resumed=run.meas.num_resumed + run.n_resumed)
@@ -357,9 +358,10 @@ class _FastSearch:
             return min(good, key=lambda r: (r.candidate.num_devices, -r.goodput_rps), default=None)
         return max(good, key=lambda r: r.goodput_per_device, default=None)
 
-    def confirm_best(self, confirm: int) -> None:
+    def confirm_best(self, confirm: int, strict: bool = False) -> None:
         """Simulate the best compositions whole: at least ``confirm``, more (up to
-        :data:`MAX_CONFIRM`) while an unconfirmed one still beats the best confirmed."""
+        :data:`MAX_CONFIRM`) while an unconfirmed one still beats the best confirmed; ``strict``:
+        none after a batch with a disagreement."""
         s, target = self.settings, self.target_rate
         ok = sorted((r for r in self.composed.values() if r.status == GoodputStatus.OK),
                     key=lambda r: (-r.goodput_per_device, r.candidate.num_devices, r.name))
@@ -368,7 +370,7 @@ class _FastSearch:
                         key=lambda r: (r.candidate.num_devices, -r.goodput_rps, r.name))
         confirmed: dict[str, GoodputResult] = {}
         queue = list(ok)
-        while queue and len(confirmed) < MAX_CONFIRM:
+        while queue and len(confirmed) < MAX_CONFIRM and not (strict and self.disagreements):
             top = self._best_confirmed(confirmed)
             if len(confirmed) >= confirm and top is not None:
                 nxt = queue[0]

@@ -99,7 +99,8 @@ class GoodputResult:
     goodput_samples: tuple[float, ...] = ()
     #: how the goodput was found: "" (this fleet simulated whole), "composed" (from pool
     #: measurements, :mod:`serveplan.optimize.compose`), "confirmed" (composed, then simulated
-    #: whole; ``composed_rps`` keeps the composition), "bound" (rejected analytically)
+    #: whole; ``composed_rps`` keeps the composition), "bound" (rejected analytically), "cut"
+    #: (search ended below the rate to beat, ``max_goodput(beat=...)``)
     method: str = ""
     composed_rps: float = math.nan
 
@@ -177,6 +178,9 @@ class _Runner:
     #: which targets the check applies: "both", or only "ttft" (a prefill pool measured alone) or
     #: "tpot" (a decode pool measured alone, :mod:`serveplan.optimize.compose`)
     check: str = "both"
+    #: branch and bound (``search(method="bounded")``): a full-stream probe missing the SLO at or
+    #: below this rate ends the search (:class:`_Beaten`): the goodput is below it
+    beat: float | None = None
     runs: int = 0
     probes: list[_Probe] = field(default_factory=list)
 
@@ -222,7 +226,19 @@ class _Runner:
                    out_tps=res.output_tokens_per_s, kv_limited=bool(res.num_preemptions) or bool(res.kv_limited),
                    margin=margin)
         self.probes.append(p)
+        if self.beat is not None and workload is None and not p.feasible and rate <= self.beat:
+            raise _Beaten(p)
         return p
+
+
+class _Beaten(Exception):
+    """A full-stream probe missed the SLO at a rate no higher than the one to beat: with the SLO met
+    below the goodput and missed above it (the premise of the bisection), the goodput is below
+    that rate, so the search ends there (``max_goodput(beat=...)``)."""
+
+    def __init__(self, probe: _Probe) -> None:
+        super().__init__(probe.rate)
+        self.probe = probe
 
 
 def _percentile(res: SimulationResult, metric: str, pct: float) -> float:
@@ -361,6 +377,11 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False,
     confirmed by two runs.
     """
     s = runner.settings
+    if runner.beat is not None and runner.beat > 0:
+        # one full-stream run at the rate to beat decides whether the search is worth it: missing the
+        # SLO there ends it (_Beaten); meeting it, the search below runs as without a rate to beat
+        # (this run is not reused, so the goodput found is the one the plain search finds)
+        runner.probe(runner.beat)
     if guess is not None and guess > 0:
         step0 = 1 + 2 * s.rel_tol
         lo0, hi0 = _bracket(runner, guess, step0, None)
@@ -414,13 +435,18 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False,
 
 
 def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
-                guess: float | None = None) -> GoodputResult:
+                guess: float | None = None, beat: float | None = None) -> GoodputResult:
     """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
 
     With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
     goodput is their mean and ``goodput_ci`` a 95% Student-t interval. ``check`` (``"ttft"`` or
     ``"tpot"``) applies one target only (a pool measured alone); ``guess`` starts the bracket at a
-    rate already estimated (:func:`_search_rate`).
+    rate already estimated (:func:`_search_rate`). ``beat`` (req/s; one seed only) ends the search
+    as soon as a full-stream run misses the SLO at or below that rate: the result then has
+    ``method="cut"``, no goodput, and ``miss_rps`` that run's rate, above the goodput (the branch
+    and bound of ``search(method="bounded")``: such a fleet cannot reach the rate it had to beat).
+    The first run is at that rate: one run rules out a fleet that cannot beat it, and one more run
+    than without ``beat`` finds the goodput of one that can.
     """
     if check not in ("both", "ttft", "tpot"):
         raise SpecError(f"check={check!r}; expected one of: both, ttft, tpot")
@@ -431,9 +457,21 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
                              reason=reason, capacity_bound_rps=bound)
     rates, runs = [], 0
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
+    if beat is not None and settings.seeds > 1:
+        beat = None  # one seed missing the SLO says nothing of the mean over seeds
     for k in range(settings.seeds):
-        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k, check=check)
-        got = _search_rate(runner, bound, risky=margin0 > 0.85, guess=guess)
+        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k, check=check, beat=beat)
+        try:
+            got = _search_rate(runner, bound, risky=margin0 > 0.85, guess=guess)
+        except _Beaten as cut:
+            p = cut.probe
+            return GoodputResult(
+                candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
+                reason=(f"SLO missed at {p.rate:.3g} req/s ({p.rate / cand.num_devices:.3g} per device), "
+                        + ("the rate it had to beat" if math.isclose(p.rate, beat or 0.0)
+                           else f"below the {beat:.3g} req/s it had to beat")),
+                ttft_p=p.ttft, tpot_p=p.tpot, capacity_bound_rps=bound, miss_rps=p.rate,
+                num_simulations=runner.runs, method="cut")
         runs += runner.runs
         rates.append(got[0])
         found.append(got)

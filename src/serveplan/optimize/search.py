@@ -24,12 +24,17 @@ from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
 from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, watch_parent
+from serveplan.optimize.screen import Screen, mean_lengths
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.fleet import Fleet
 
 CHECKPOINT = "checkpoint.jsonl"
-#: search methods: every fleet simulated, or pools composed and the best confirmed
-METHODS = ("exhaustive", "fast")
+#: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
+#: can still reach the best ``keep`` simulated whole, best analytic bound first (branch and bound);
+#: the fast one where its confirmations agree with its compositions, else the branch and bound
+METHODS = ("exhaustive", "fast", "bounded", "auto")
+#: method "bounded": how many of the best strategies are ranked exactly as the exhaustive search
+KEEP = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +116,10 @@ def _evaluate(args: tuple[int, Fleet, GoodputSettings]) -> tuple[int, GoodputRes
     return key, max_goodput(cand, settings)
 
 
+def _evaluate_beat(key: int, cand: Fleet, settings: GoodputSettings, beat: float | None) -> tuple[int, GoodputResult]:
+    return key, max_goodput(cand, settings, beat=beat)
+
+
 def _check_ray_address(address: str) -> None:
     """Fail fast with a one-line error when a Ray head is not reachable (``host:port``)."""
     if address in ("auto", "local"):
@@ -127,9 +136,37 @@ def _check_ray_address(address: str) -> None:
 
 
 Task = tuple[int, Fleet, GoodputSettings]
+#: method "bounded": when a task starts, the rate it must beat (None: none yet)
+Gate = Callable[[Task], "float | None"]
 
 
-def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None]) -> None:
+def _run_gated(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None], gate: Gate) -> None:
+    """Run tasks in the given order (best bound first), at most ``jobs`` at a time, each asking the
+    gate when it starts for the rate it must beat given the results finished so far."""
+    if jobs <= 1 or len(todo) <= 1:
+        for t in todo:
+            on_done(*_evaluate_beat(*t, gate(t)))
+        return
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    queue = list(todo)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=watch_parent,
+                             initargs=(os.getpid(),)) as pool:
+        pending: set[Any] = set()
+        while queue or pending:
+            while queue and len(pending) < jobs:
+                t = queue.pop(0)
+                pending.add(pool.submit(_evaluate_beat, *t, gate(t)))
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                on_done(*f.result())
+
+
+def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None],
+               gate: Gate | None = None) -> None:
+    if gate is not None:
+        _run_gated(todo, jobs, on_done, gate)
+        return
     if jobs <= 1 or len(todo) <= 1:
         for key, c, st in todo:
             on_done(key, max_goodput(c, st))
@@ -248,7 +285,7 @@ def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
 def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
            max_new_evaluations: int | None = None, method: str = "exhaustive", confirm: int = 3,
-           target_rate: float | None = None, frontier: bool = False) -> SearchResult:
+           target_rate: float | None = None, frontier: bool = False, keep: int = KEEP) -> SearchResult:
     """Rank the candidates of ``space`` by goodput per device.
 
     ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
@@ -257,6 +294,18 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     and the best ``confirm`` fleets are simulated whole. ``target_rate`` (req/s) ranks the fleets
     reaching it by fewest devices instead. ``frontier`` (fast method) keeps every fleet that may lie
     on the throughput frontier instead of only those that may beat the best per device.
+    ``method="bounded"`` simulates whole, as the exhaustive search does, every fleet that may still
+    rank among the best ``keep`` per device (branch and bound on the analytic bounds, best bound
+    first, :class:`_Brancher`); the others are pruned with the bound or the missed rate that rules
+    them out. Its best ``keep`` are the exhaustive search's, with the same goodputs.
+    ``method="auto"`` (what ``serveplan optimize`` runs unless ``--exhaustive`` or ``--keep``) runs
+    the fast search and keeps its ranking when every whole-fleet confirmation agrees with its
+    composition (within the bisection tolerance); when one disagrees, the composition's premise
+    (pools independent, each in steady state on its share of the stream) is measured false on this
+    space, the composed ranking is dropped and the branch and bound ranks the space instead
+    (``settings_summary["auto"]`` says which ran and why; the fast attempt's simulations are
+    counted). With ``target_rate`` or ``frontier`` it stays the fast search (the branch and bound
+    ranks by goodput per device only), disagreements reported.
 
     Parameters
     ----------
@@ -276,7 +325,71 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     """
     return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
                        progress=progress, max_new_evaluations=max_new_evaluations, method=method,
-                       confirm=confirm, target_rate=target_rate, frontier=frontier)[0]
+                       confirm=confirm, target_rate=target_rate, frontier=frontier, keep=keep)[0]
+
+
+class _Brancher:
+    """Branch and bound over the exhaustive search (``method="bounded"``).
+
+    Candidates start best analytic bound per device first (:meth:`Screen.fleet`), so the best are
+    found early. Once ``keep`` strategies are simulated, each candidate that starts is told the
+    rate it must beat: the ``keep``-th best goodput per device so far times its devices. Its first
+    run is at that rate (``max_goodput(beat=...)``); missing the SLO there proves its goodput lower
+    (the bisection's own premise: the SLO holds below the goodput and fails above it), so it is
+    pruned with that reason after one run; meeting it, its goodput is searched exactly as the
+    exhaustive search does. The best ``keep`` strategies and their goodputs are therefore the
+    exhaustive search's; the strategies ranked below them are exact too, only fewer.
+
+    The analytic bound orders, it does not prune: it is a steady-state rate, and a finite stream
+    (its first requests decode in small batches while the load ramps up) may beat it (Pp1d-tp8
+    decode pools of DeepSeek-V3 on H200 reach 1.23x their bound at 300 requests of 1,000 output
+    tokens, benchmarks/results/optimize-wideep-64xh200.md).
+    """
+
+    def __init__(self, settings: GoodputSettings, candidates: list[Fleet], keep: int) -> None:
+        s = settings
+        lim = 1.0 + s.relaxation
+        s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
+        screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
+                        ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
+        self.keep = keep
+        self.bounds = {c.name: screen.fleet(c) for c in candidates}
+        self.top: list[tuple[float, str]] = []      # the best goodputs per device simulated, best first
+        self.pruned: list[Pruned] = []
+        self.cut_sims = 0
+        self._beat: dict[str, tuple[float, str]] = {}
+
+    def order(self, cands: list[Fleet]) -> list[Fleet]:
+        """Best bound per device first (ties, such as ``N`` copies of one instance: the fewest devices,
+        the cheapest to simulate, then the name)."""
+        return sorted(cands, key=lambda c: (-self.bounds[c.name] / c.num_devices, c.num_devices, c.name))
+
+    def _which(self) -> str:
+        pd, name = self.top[self.keep - 1]
+        rank = "the best" if self.keep == 1 else f"the {self.keep}th best"
+        return f"{rank} simulated, {pd:.3g} per device ({name})"
+
+    def gate(self, cand: Fleet) -> float | None:
+        """The rate ``cand`` must beat, None while fewer than ``keep`` are simulated."""
+        if len(self.top) < self.keep:
+            return None
+        self._beat[cand.name] = (self.top[self.keep - 1][0], self._which())
+        return self.top[self.keep - 1][0] * cand.num_devices
+
+    def done(self, res: GoodputResult) -> bool:
+        """Record a finished search; False when it was cut (then pruned with the reason)."""
+        if res.method == "cut":
+            self.cut_sims += res.num_simulations
+            why = self._beat.get(res.name, (0.0, "the best simulated"))[1]
+            self.pruned.append(Pruned(name=res.name, num_devices=res.candidate.num_devices, kind="bound",
+                                      reason=f"{res.reason}: {why}; analytic bound "
+                                             f"{self.bounds[res.name]:.3g} req/s"))
+            return False
+        if res.status == GoodputStatus.OK and res.goodput_rps > 0:
+            self.top.append((res.goodput_per_device, res.name))
+            self.top.sort(key=lambda t: (-t[0], t[1]))
+            del self.top[self.keep:]
+        return True
 
 
 @dataclass
@@ -289,6 +402,9 @@ class _Plan:
     evaluated: int = 0
     done: dict[str, GoodputResult] = field(default_factory=dict)   # checkpointed records (fast search)
     fast: FastOutcome | None = None
+    branch: _Brancher | None = None
+    auto: str = ""          # method "auto": which method ranked the space, and why
+    probe_sims: int = 0     # method "auto": simulations of a fast attempt dropped for the branch and bound
 
 
 def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwargs: Any) -> list[SearchResult]:
@@ -297,7 +413,7 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     ``on_progress(done, total)``, if given, is called after every finished evaluation."""
     opts = _Options.of(kwargs)
     jobs, backend, max_new, out_dir = opts.jobs, opts.backend, opts.max_new, opts.out_dir
-    exhaustive, confirm, target_rate = opts.method == "exhaustive", opts.confirm, opts.target_rate
+    exhaustive, confirm, target_rate = opts.method in ("exhaustive", "bounded"), opts.confirm, opts.target_rate
     t0 = time.perf_counter()
     ckpt = None
     if out_dir is not None:
@@ -314,26 +430,42 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
             plans.append(_Plan(settings, fp, listing, {}, 0, done=done))
             continue
         results = {n: r for n, r in done.items() if n in names and r.method in ("", "confirmed")}
-        plans.append(_Plan(settings, fp, listing, results, len(results)))
-        todo += [(key, c, settings) for c in listing.candidates if c.name not in results]
+        plan = _Plan(settings, fp, listing, results, len(results))
+        plans.append(plan)
+        cands = [c for c in listing.candidates if c.name not in results]
+        if opts.method == "bounded":
+            if target_rate is not None:
+                raise SpecError(f"target-rate={target_rate:g} ranks by fewest devices; the branch and bound "
+                                "(method 'bounded', --keep) ranks by goodput per device: use one of them")
+            plan.branch = _Brancher(settings, listing.candidates, opts.keep)
+            for r in results.values():  # resumed: they already set the rate to beat
+                plan.branch.done(r)
+            cands = plan.branch.order(cands)
+        todo += [(key, c, settings) for c in cands]
     if max_new is not None:
         todo = todo[:max_new]
 
     tracker = _Tracker(plans, ckpt, kwargs.get("on_progress"), opts.progress)
     on_done, settle, record = tracker.on_done, tracker.settle, tracker.record
     bar = tracker.bar
+    auto = opts.method == "auto" and target_rate is None and not opts.frontier
 
     try:
-        for plan in plans:
+        for key, plan in enumerate(plans):
             if _is_fast(plan, exhaustive):
                 plan.fast = fast_search(plan.listing.candidates, plan.settings, jobs=jobs, done=plan.done,
                                         on_record=record(plan), on_candidate=settle(plan), confirm=confirm,
-                                        target_rate=target_rate, frontier=opts.frontier)
+                                        target_rate=target_rate, frontier=opts.frontier, strict=auto)
                 plan.results = plan.fast.results
-        if backend == "ray":
+                if auto and max_new is None:
+                    todo += _auto_fallback(key, plan, opts.keep)
+                    if plan.branch is not None:
+                        tracker.restart(plan)
+        gate = tracker.gate if any(p.branch is not None for p in plans) else None
+        if backend == "ray" and gate is None:
             _run_ray(todo, jobs, kwargs.get("ray_address"), on_done)
-        else:
-            _run_local(todo, jobs, on_done)
+        else:  # method "bounded" starts each task once the results it must beat are known: local workers
+            _run_local(todo, jobs, on_done, gate)
     finally:
         if bar is not None:
             bar.close()
@@ -355,6 +487,13 @@ class _Tracker:
             self.bar = tqdm(total=self.total, initial=sum(p.resumed for p in plans), desc="strategies",
                             unit="strategy", dynamic_ncols=True, leave=False)
 
+    def restart(self, plan: _Plan) -> None:
+        """Method "auto" fell back to the branch and bound: its candidates are counted again."""
+        plan.evaluated = 0
+        if self.bar is not None:
+            self.bar.reset(total=self.total)
+            self.bar.update(sum(p.evaluated + p.resumed for p in self.plans))
+
     def _tick(self, label: str | None) -> None:
         if self.bar is not None:
             if label:
@@ -366,11 +505,19 @@ class _Tracker:
     def on_done(self, key: int, res: GoodputResult) -> None:
         """An exhaustive evaluation finished."""
         plan = self.plans[key]
-        plan.results[res.name] = res
         plan.evaluated += 1
+        if plan.branch is not None and not plan.branch.done(res):
+            self._tick(f"{res.name}: cut")  # not checkpointed: a rerun may have a lower rate to beat
+            return
+        plan.results[res.name] = res
         if self.ckpt is not None:
             _append_checkpoint(self.ckpt, plan.fingerprint, res)
         self._tick(f"{res.name}: {res.goodput_rps:.2f} req/s")
+
+    def gate(self, task: Task) -> float | None:
+        """Method "bounded": the rate the task must beat."""
+        plan = self.plans[task[0]]
+        return None if plan.branch is None else plan.branch.gate(task[1])
 
     def settle(self, plan: _Plan) -> Callable[[str], None]:
         """Fast search: a candidate was composed or pruned."""
@@ -402,6 +549,7 @@ class _Options:
     confirm: int
     target_rate: float | None
     frontier: bool = False
+    keep: int = KEEP
 
     @staticmethod
     def of(kwargs: dict[str, Any]) -> _Options:
@@ -416,6 +564,9 @@ class _Options:
             raise SpecError(f"target-rate={target_rate!r} must be a positive number of requests per second")
         if confirm < 1:
             raise SpecError(f"confirm={confirm} must be a positive integer")
+        keep = kwargs.get("keep", KEEP)
+        if not (isinstance(keep, int) and keep >= 1):
+            raise SpecError(f"keep={keep!r} must be a positive integer (strategies ranked exactly)")
         if backend not in ("local", "ray"):
             raise SpecError(f"backend={backend!r}; expected one of: local, ray")
         if jobs is not None and jobs < 1:
@@ -423,7 +574,7 @@ class _Options:
         return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
                         progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
                         method=method, confirm=confirm, target_rate=target_rate,
-                        frontier=bool(kwargs.get("frontier", False)))
+                        frontier=bool(kwargs.get("frontier", False)), keep=keep)
 
 
 def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
@@ -447,6 +598,30 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
             raise SpecError(f"no admissible layout: {reasons}")
         raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
     return listing
+
+
+def _auto_fallback(key: int, plan: _Plan, keep: int) -> list[Task]:
+    """Method "auto" after the fast search: keep it when its confirmations agree with their
+    compositions; else drop the composed ranking and queue the branch and bound's tasks."""
+    assert plan.fast is not None
+    fast = plan.fast
+    if not fast.disagreements:
+        plan.auto = ("fast: every fleet simulated whole agreed with its composition from pool measurements, "
+                     "so the composed ranking stands")
+        return []
+    plan.auto = ("bounded: the composition from pool measurements disagreed with the whole fleet ("
+                 + "; ".join(fast.disagreements[:2]) + "), so its premise (pools independent, each in steady "
+                 "state on its share of the stream) fails here and the branch and bound ranked every strategy")
+    plan.probe_sims = fast.num_simulations
+    plan.fast = None
+    names = {c.name for c in plan.listing.candidates}
+    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method == ""}
+    plan.resumed = len(plan.results)
+    plan.branch = _Brancher(plan.settings, plan.listing.candidates, keep)
+    for r in plan.results.values():
+        plan.branch.done(r)
+    cands = plan.branch.order([c for c in plan.listing.candidates if c.name not in plan.results])
+    return [(key, c, plan.settings) for c in cands]
 
 
 def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
@@ -477,7 +652,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
-        "method": "fast" if plan.fast is not None else "exhaustive",
+        "method": "fast" if plan.fast is not None else "bounded" if plan.branch is not None else "exhaustive",
     }
     pruned = list(listing.pruned)
     n_sims = sum(r.num_simulations for r in results.values())
@@ -489,6 +664,14 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         summary |= {"pool_measurements": plan.fast.num_units, "pruned_by_bound": len(plan.fast.pruned),
                     "confirmed": [r.name for r in ok if r.method == "confirmed"],
                     "disagreements": list(plan.fast.disagreements)}
+    if plan.branch is not None:
+        pruned += plan.branch.pruned
+        n_sims += plan.branch.cut_sims + plan.probe_sims
+        summary |= {"pruned_by_bound": len(plan.branch.pruned), "keep": plan.branch.keep}
+    if plan.auto:
+        summary |= {"auto": plan.auto}
+        if plan.probe_sims:
+            summary |= {"fast_attempt_simulations": plan.probe_sims}
     if target_rate is not None:
         summary["target_rate"] = target_rate
     result = SearchResult(
