@@ -165,3 +165,10 @@ def test_frontend_time_is_read_in_microseconds_and_checked() -> None:
     for bad in (-1, "fast", float("nan"), True):
         with pytest.raises(SpecError, match="per_request_us"):
             engine_from_dict({**base, "frontend": {"per_request_us": bad}}, name="x")
+
+
+def test_trtllm_fuses_gemm_input_quantization_and_vllm_does_not_say_so():
+    from serveplan.specs.catalog import get_engine as _get
+    assert _get("trtllm").fused_input_quantization
+    assert "fused_input_quantization" in _get("trtllm").cites
+    assert not _get("vllm").fused_input_quantization and not _get("sglang").fused_input_quantization

@@ -79,6 +79,26 @@ def test_bundled_fp8_curves_charge_the_activation_pass():
         assert get_profile(name).kernels.gemm["bf16"].quant_bytes == 0.0
 
 
+def test_fused_input_quantization_drops_the_pass_and_the_separate_kernels_floor():
+    # An engine that quantizes a GEMM's input in the kernel before it runs neither the quantization
+    # pass nor its launch: by hand, m = 16, k = 8192 at 1 TB/s and quant_memory 0.25 the pass is
+    # 3 x 16 x 8192 / 0.25e12 = 1.57 us, and the floor falls from 14 us to the base curve's 5 us.
+    base = dict(compute_max=0.8, rows_half=0.0, weight_half=0.0, memory=1.0)
+    engine_curve = GemmCurve(**base, overhead_s=14e-6, quant_bytes=3.0, quant_memory=0.25)
+    fused = engine_curve.with_fused_input(5e-6)
+    m, n, k = 16.0, 1024.0, 8192.0
+    args = (m, n, k, 2 * m * n * k, n * k, 1e15, 1e12)
+    assert engine_curve.terms(*args)[0] == pytest.approx(14e-6 + 3 * 16 * 8192 / 0.25e12)
+    assert fused.terms(*args)[0] == pytest.approx(5e-6)
+    assert engine_curve.terms(*args)[1:] == fused.terms(*args)[1:]
+    assert GemmCurve(**base, overhead_s=3e-6).with_fused_input(5e-6).overhead_s == 3e-6  # bf16: unchanged
+    # the bundled profiles: TensorRT-LLM's own FP8 curve loses its pass only when the engine says so
+    p = get_profile("measured-b200")
+    assert p.for_engine("trtllm").kernels.gemm["fp8"].quant_bytes == 3.0
+    fused_fp8 = p.for_engine("trtllm", fused_input_quantization=True).kernels.gemm["fp8"]
+    assert fused_fp8.quant_bytes == 0.0 and fused_fp8.overhead_s <= p.kernels.gemm["fp8"].overhead_s
+
+
 def test_attention_and_collective_times_grow_with_size():
     a = AttentionCurve(overhead_s=1e-5, compute_max=0.6, memory_max=0.8, len_half=100.0, parallel_half=8.0,
                        head_dim_half=16.0)
@@ -210,7 +230,9 @@ def test_simulation_config_of_an_engine_takes_its_kernels():
     p = get_profile(None, "h200")
     cfg = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
                            engine="trtllm", tp=1, rate=1.0)
-    assert cfg.profile.kernels.gemm == p.engine_kernels["trtllm"].gemm
+    # TensorRT-LLM's own GEMM curves, with its fused input quantization (no separate pass)
+    assert cfg.profile.kernels.gemm == p.for_engine("trtllm", fused_input_quantization=True).kernels.gemm
+    assert cfg.profile.kernels.gemm["bf16"] == p.engine_kernels["trtllm"].gemm["bf16"]
     plain = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
                              strategy="1m", tp=1, rate=1.0)
     assert plain.profile is p

@@ -167,6 +167,11 @@ class EngineSpec:
     kv_dtype_with_fp8_weights:
         KV format the engine picks for FP8 checkpoints when none is asked for (``None``: the
         estimator's default, the activations' 16-bit format).
+    fused_input_quantization:
+        The engine quantizes FP8/FP4 GEMM inputs inside the kernel before them (RMSNorm, all-reduce
+        or activation fusions), so a measured profile's curves of its own GEMMs apply without the
+        separate quantization pass their tables were timed with
+        (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`).
     prefix_caching:
         Whether the engine keeps computed KV in a prefix cache by default: a preempted request's
         computed tokens are then found there on its return instead of being recomputed (eviction
@@ -215,6 +220,7 @@ class EngineSpec:
     clip_tokens: int = 0
     preemption: str = "recompute"
     prefix_caching: bool = False
+    fused_input_quantization: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
@@ -430,6 +436,7 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         min_ratio_factor=float(adm.get("min_ratio_factor", 1.0)),
         ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
         preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
+        fused_input_quantization=bool(raw.get("fused_input_quantization", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         comm_options=comm_options, comm_flags=comm_flags,

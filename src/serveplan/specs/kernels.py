@@ -72,6 +72,7 @@ source, fit date and number of points they were fitted on (:class:`Provenance`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -165,6 +166,17 @@ class GemmCurve:
             v = getattr(self, n)
             if not 0 < v <= 1.5:  # measured ceilings can exceed the datasheet slightly (boost clocks)
                 raise SpecError(f"gemm curve: {n}={v!r} must be in (0, 1.5]")
+
+    def with_fused_input(self, floor_s: float) -> GemmCurve:
+        """This curve inside an engine that quantizes the GEMM's input in the kernel before it
+        (fused RMSNorm/all-reduce + FP8 quantization): no separate quantization pass, and a per-call
+        latency no larger than ``floor_s``, the floor of a single GEMM kernel measured under CUDA
+        graphs on the same GPU. A table that timed the layer's ``forward`` on an unquantized input
+        (aiconfigurator's TensorRT-LLM collector, ``collector/trtllm/collect_gemm.py``) holds both the
+        quantization kernel and its launch in every row; the engine runs neither."""
+        if not self.quant_bytes:
+            return self
+        return dataclasses.replace(self, quant_bytes=0.0, overhead_s=min(self.overhead_s, floor_s))
 
     def terms(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float,
               bandwidth: float) -> tuple[Any, Any, Any]:

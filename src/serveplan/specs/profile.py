@@ -190,13 +190,22 @@ class EfficiencyProfile:
         """Factors of a phase (``prefill`` or ``decode``)."""
         return self.prefill if phase == Phase.PREFILL else self.decode
 
-    def for_engine(self, engine: str) -> EfficiencyProfile:
+    def for_engine(self, engine: str, *, fused_input_quantization: bool = False) -> EfficiencyProfile:
         """This profile with the GEMM and attention curves measured for ``engine``'s own kernels
-        (``engine_kernels``), or unchanged when it has none for that engine."""
+        (``engine_kernels``), or unchanged when it has none for that engine.
+
+        ``fused_input_quantization``: the engine quantizes a GEMM's input inside the kernel before
+        it, so the engine's GEMM curves lose their separate quantization pass and keep at most the
+        per-call floor of this profile's own (CUDA-graph timed) curve of the same format
+        (:meth:`~serveplan.specs.kernels.GemmCurve.with_fused_input`)."""
         ek = self.engine_kernels.get(engine)
         if ek is None or self.kernels is None:
             return self
-        return self.with_(kernels=dataclasses.replace(self.kernels, gemm=ek.gemm or self.kernels.gemm,
+        gemm = ek.gemm or self.kernels.gemm
+        if fused_input_quantization and ek.gemm:
+            base = self.kernels.gemm
+            gemm = {dt: (c.with_fused_input(base[dt].overhead_s) if dt in base else c) for dt, c in gemm.items()}
+        return self.with_(kernels=dataclasses.replace(self.kernels, gemm=gemm,
                                                       attention=ek.attention or self.kernels.attention))
 
     def with_(self, **changes: Any) -> EfficiencyProfile:
