@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from serveplan.errors import SpecError
+from serveplan.errors import SpecError, check_number
 from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.units import DType, GiB, MiB
@@ -237,9 +237,7 @@ class EngineSpec:
             raise SpecError(f"engine {self.name!r}: memory_fraction={self.memory_fraction} must be in (0, 1]")
         if self.memory_basis is MemoryBasis.STATIC and self.memory_fraction is None and not self.reserve_mib:
             raise SpecError(f"engine {self.name!r}: memory basis 'static' needs memory_fraction or reserve_mib")
-        if not (math.isfinite(self.frontend_s) and self.frontend_s >= 0):
-            raise SpecError(f"engine {self.name!r}: frontend.per_request_us={self.frontend_s * 1e6!r} must be a "
-                            "non-negative number of microseconds")
+        check_number(f"engine {self.name!r}: frontend_s", self.frontend_s, low=0, unit="seconds")
         if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
             raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
 
@@ -357,9 +355,7 @@ def _frontend_s(raw: Any, where: str) -> float:
     if raw is None:
         return 0.0
     v = raw.get("per_request_us") if isinstance(raw, dict) else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-        raise SpecError(f"{where}: frontend.per_request_us={v!r} must be a non-negative number of microseconds")
-    return float(v) * 1e-6
+    return check_number(f"{where}: frontend.per_request_us", v, low=0, unit="microseconds") * 1e-6
 
 
 def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
