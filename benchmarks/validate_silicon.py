@@ -402,12 +402,17 @@ def _report_only(args: argparse.Namespace) -> int:
     section = report(rows, saved["failures"], saved["skipped"], aisim=aisim,
                      overhead_s=saved.get("step_overhead_s", 0.0), seconds=saved["seconds"],
                      jobs=saved["jobs"], statistic=saved.get("statistic", "steady"))
-    if not args.no_docs:
+    return _publish(section, rows, args.no_docs, "")
+
+
+def _publish(section: str, rows: list[dict[str, Any]], no_docs: bool, tail: str, lead: str = "") -> int:
+    """Write the docs section (unless ``no_docs``) and print the headline figures."""
+    if not no_docs:
         write_docs(section)
     n, mt, wt = summarise(r["ttft_err"] for r in rows)
     _, mp, wp = summarise(r["tpot_err"] for r in rows)
-    print(f"{n} rows: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
-          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%)")
+    print(f"{n} rows{lead}: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
+          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%){tail}")
     return 0
 
 
@@ -465,13 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "as_deployed": args.as_deployed}))
     section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs,
                      statistic=args.statistic)
-    if not args.no_docs:
-        write_docs(section)
-    n, mt, wt = summarise(r["ttft_err"] for r in rows)
-    _, mp, wp = summarise(r["tpot_err"] for r in rows)
-    print(f"{n} rows in {seconds:.0f} s: TTFT median |err| {mt:.1%} ({wt:.0%} within 25%), "
-          f"TPOT median |err| {mp:.1%} ({wp:.0%} within 25%); {len(failures)} failed")
-    return 0
+    return _publish(section, rows, args.no_docs, f"; {len(failures)} failed", f" in {seconds:.0f} s")
 
 
 if __name__ == "__main__":
