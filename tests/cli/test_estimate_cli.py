@@ -126,3 +126,16 @@ def test_unwritable_output_is_one_line_exit_2():
     out = subprocess.run([sys.executable, "-m", "serveplan", "optimize", "--num-requests", "100", "--devices", "4",
                           "--tp", "4", "--out", "/proc/forbidden/x"], capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.startswith("error: cannot access"), out.stderr
+
+
+def test_estimate_engine_prices_its_operator_list_and_refuses_an_unknown_engine():
+    base = ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "1", "--json"]
+    plain = json.loads(runner.invoke(app, base).stdout)
+    r = runner.invoke(app, [*base, "--engine", "sglang"])
+    assert r.exit_code == 0, r.output
+    fused = json.loads(r.stdout)
+    assert fused["total_s"] < plain["total_s"]
+    assert "qkv_proj" in {op["name"] for op in fused["ops"]}
+    bad = runner.invoke(app, [*base, "--engine", "vlm"])
+    assert bad.exit_code == 2
+    assert "unknown engine 'vlm'" in bad.output and "vllm" in bad.output

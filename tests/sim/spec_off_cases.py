@@ -19,6 +19,7 @@ import numpy as np
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import Workload, simulate
 from serveplan.sim.engine import simulation_config
+from serveplan.specs.catalog import get_engine
 
 #: (name, engine, model, hardware, fleet options, load, workload)
 CASES: list[tuple[str, str, str, str, dict[str, Any], dict[str, Any], tuple[int, int, int]]] = [
@@ -42,7 +43,12 @@ def run_case(case: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     device = get_hardware(hw)
     if getattr(device, "driver_memory_bytes", 0.0):  # absent in the golden's own sources
         device = dataclasses.replace(device, driver_memory_bytes=0.0)
-    cfg = simulation_config(engine=engine, strategy=strategy, fleet_options=fleet, model=get_model(model),
+    # and when the engines were priced with BestServe's eager operator list (before
+    # ``fused_operators``): the same engine without the fused list keeps that graph
+    spec = get_engine(engine)
+    if getattr(spec, "fused_operators", False):  # absent in the golden's own sources
+        spec = dataclasses.replace(spec, fused_operators=False)
+    cfg = simulation_config(engine=spec, strategy=strategy, fleet_options=fleet, model=get_model(model),
                             hardware=device, profile=get_profile(), workload=Workload.fixed(inp, out, n),
                             **load, **extra)
     res = simulate(cfg)

@@ -86,7 +86,10 @@ def test_offline_throughput_never_falls_over_whole_waves_of_the_kv_cache(h100):
     # the decodes' growth no longer fits and runs them last), the sawtooth `vllm bench throughput`
     # shows too (2.4% from 247 to 257 requests here, 9 preempted). So the run sizes compared
     # are 100 and 200 (one partial wave each) and whole waves up to 2,000 requests, and the
-    # throughput must never fall between them, to float rounding.
+    # throughput must never fall between them by more than 1e-4: later waves are alike but not
+    # identical (where a wave's prompts meet the previous wave's last decodes moves by a fraction
+    # of a step from wave to wave; with the engines' fused operator list the fifth wave of 247
+    # requests is 2.0e-5 slower than the mean of the first four).
     inp, out = 2048, 128
     cfg, _ = _offline(h100, 1)
     w = cfg.engine_setup.kv_capacity_tokens // (inp + out)
@@ -97,7 +100,7 @@ def test_offline_throughput_never_falls_over_whole_waves_of_the_kv_cache(h100):
         _, res = _offline(h100, n)
         assert res.num_completed == n
         tput = res.output_tokens_per_s
-        assert tput >= prev * (1 - 1e-12), (n, prev, tput, sizes)
+        assert tput >= prev * (1 - 1e-4), (n, prev, tput, sizes)
         prev = tput
 
 

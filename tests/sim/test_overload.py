@@ -72,14 +72,15 @@ def _vllm(strategy: str, rate: float, n: int = 10000):
 
 
 def test_overload_is_the_queue_growing_not_a_batch_size_proxy():
-    # `serveplan simulate -s 6m --rate 10` (vLLM's max batch 256): completions fall behind arrivals
-    # (9.7 req/s at 10 req/s, the backlog gains ~240 requests over the second half of the stream,
-    # P90 TTFT 26 s) though the backlog never reaches the old threshold of 2 x 256 x 6 slots.
-    grows = _vllm("6m", 10.0)
-    assert grows.throughput_rps < 9.8 and grows.ttft_s.p90 > 20
+    # `serveplan simulate -s 6m --rate 10.5` (vLLM's max batch 256, its fused operator list):
+    # completions fall behind arrivals (10.1 req/s at 10.5 req/s, P90 TTFT 30 s) though the backlog
+    # never reaches the old threshold of 2 x 256 x 6 slots. (At 10 req/s six instances keep up since
+    # the engines' fused operators replaced BestServe's eager list: 9.93 req/s, P90 TTFT 8.5 s.)
+    grows = _vllm("6m", 10.5)
+    assert grows.throughput_rps < 10.3 and grows.ttft_s.p90 > 20
     assert grows.overloaded
-    # one instance more: the backlog wanders (200-300) with no trend; P90 TTFT 1.5 s
-    stable = _vllm("7m", 10.0)
+    # one instance more: the backlog wanders with no trend; P90 TTFT 1.5 s
+    stable = _vllm("7m", 10.5)
     assert not stable.overloaded and stable.num_completed == 10000
 
 

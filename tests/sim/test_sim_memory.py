@@ -43,8 +43,10 @@ def test_a_windowed_run_is_the_same_simulation(monkeypatch, testbed, engine, str
     whole, part, sizes = _windowed(monkeypatch, cfg)
     assert sizes, "the run was not windowed"
     a, b = whole.requests, part.requests
-    for k in a.FIELDS:   # every record, bit for bit (these runs cut no decode stretch at a chunk boundary)
-        assert np.array_equal(a[k], b[k], equal_nan=True), k
+    for k in a.FIELDS:
+        # every record: bit for bit where no decode stretch is cut at a chunk boundary, else in the
+        # last bits only (a cut stretch's times are summed in two parts; the SGLang run cuts one)
+        assert np.allclose(a[k], b[k], rtol=1e-12, atol=1e-12, equal_nan=True), k
     assert (whole.num_steps, whole.num_preemptions, whole.overloaded, whole.prefill_tokens_saved) == \
            (part.num_steps, part.num_preemptions, part.overloaded, part.prefill_tokens_saved)
 

@@ -70,8 +70,12 @@ def test_tpot_is_step_time_over_expected_tokens():
     spec = SpecDecodeConfig(method="ngram", num_tokens=3, acceptance=1.0)
     res = _lone(spec)
     from serveplan.estimator.speculative import SpecEstimator
+    from serveplan.specs.catalog import get_engine
     from serveplan.specs.parallel import ParallelConfig
-    est = SpecEstimator(M, HW, PR, ParallelConfig(tp=1), spec=spec, memory_utilization=0.92)
+    eng = get_engine("vllm")   # the engine's own profile: its kernels and operator list
+    pr = PR.for_engine(eng.engine, fused_input_quantization=eng.fused_input_quantization,
+                       fused_operators=eng.fused_operators)
+    est = SpecEstimator(M, HW, pr, ParallelConfig(tp=1), spec=spec, memory_utilization=0.92)
     from serveplan.estimator.batch import StepBatch
     steps = [est.time(StepBatch.decode(1, 1001 + i)) for i in range(199)]  # context 1000 + generated
     assert math.isclose(res.tpot_s.mean, float(np.mean(steps)), rel_tol=1e-9)

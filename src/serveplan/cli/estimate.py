@@ -29,6 +29,9 @@ def estimate_cmd(
     model: str = typer.Option("codellama-34b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("ascend-910b3", "--hardware", "-H", help=HW_HELP),
     profile: str | None = typer.Option(None, "--profile", "-p", help=PROFILE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=(
+        "Price the step as this engine runs it (vllm, sglang, trtllm or a versioned id): its kernels and "
+        "fused operators. Default: the profile's operators (BestServe's eager list).")),
     tp: int = typer.Option(4, "--tp", help="Tensor-parallel size."),
     pp: int = typer.Option(1, "--pp", help="Pipeline stages."),
     dp: int = typer.Option(1, "--dp", help="Data-parallel attention ranks."),
@@ -86,9 +89,9 @@ def estimate_cmd(
     check_int("seed", seed, low=0)
     res = estimate(model, hardware, profile=profile, parallel=ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep),
                    dtype=dtype, kv_dtype=kv_dtype, batch=batch, input_len=input_len, output_len=output_len, phase=phase,
-                   context_len=context_len, allow_long_context=allow_long_context,
+                   context_len=context_len, allow_long_context=allow_long_context, engine=engine,
                    spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model))
-    step_band = _step_band(res, model, hardware, profile, band_samples, seed) if band else None
+    step_band = _step_band(res, model, hardware, profile, band_samples, seed, engine) if band else None
     if json_out:
         d = res.to_dict()
         if step_band is not None:
@@ -98,7 +101,8 @@ def estimate_cmd(
     con = console()
     what = (f"{res.phase} step, batch {res.batch}, input {res.input_len}" if res.phase is Phase.PREFILL
             else f"decode step, batch {res.batch}, context {res.context_len}")
-    setup = f"{res.parallel.label()}, {res.dtype}, KV {res.kv_dtype}, profile {res.profile}"
+    setup = f"{res.parallel.label()}, {res.dtype}, KV {res.kv_dtype}, profile {res.profile}" + (
+        f", as {engine} runs it" if engine else "")
     t = Table(title=f"{res.model} on {res.hardware} ({setup}): {what}")
     for col in ("layers", "module", "dispatch (ms)", "compute (ms)", "communicate (ms)", "step (ms)"):
         t.add_column(col, justify="left" if col == "module" else "right")
@@ -144,14 +148,14 @@ def estimate_cmd(
 
 
 def _step_band(res: EstimateResult, model: str, hardware: str, profile: str | None, samples: int,
-               seed: int) -> Band:
+               seed: int, engine: str | None = None) -> Band:
     """Band of the step time of ``res`` over profiles sampled from the profile's uncertainty."""
     from serveplan.calibrate.bands import band
     from serveplan.estimator.api import resolve_specs
     from serveplan.estimator.batch import StepBatch
     from serveplan.estimator.step import Estimator
 
-    m, hw, pr = resolve_specs(model, hardware, profile)
+    m, hw, pr = resolve_specs(model, hardware, profile, engine)
     b = (StepBatch.prefill(res.batch, res.input_len) if res.phase is Phase.PREFILL
          else StepBatch.decode(res.batch, res.context_len or 1))
     return band(lambda p: Estimator(m, hw, p, res.parallel, dtype=res.dtype, kv_dtype=res.kv_dtype).time(b),

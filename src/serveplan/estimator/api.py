@@ -10,7 +10,8 @@ from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import StaticMetrics, static_batch
 from serveplan.estimator.step import Estimator, StepEstimate
-from serveplan.specs.catalog import get_hardware, get_model, get_profile
+from serveplan.specs.catalog import get_engine, get_hardware, get_model, get_profile
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -76,14 +77,21 @@ class EstimateResult:
 
 
 def resolve_specs(model: str | ModelSpec, hardware: str | DeviceSpec,
-                  profile: str | EfficiencyProfile | None) -> tuple[ModelSpec, DeviceSpec, EfficiencyProfile]:
-    """Catalog ids or paths to specs (specs pass through)."""
+                  profile: str | EfficiencyProfile | None,
+                  engine: str | EngineSpec | None = None) -> tuple[ModelSpec, DeviceSpec, EfficiencyProfile]:
+    """Catalog ids or paths to specs (specs pass through). With ``engine``, the profile as that
+    engine runs (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`: its kernels' curves
+    and its operator list), as ``simulate`` prices its steps."""
     m = get_model(model) if isinstance(model, str) else model
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     if profile is None or isinstance(profile, str):
         pr = get_profile(profile, hw.name)
     else:
         pr = profile
+    if engine is not None:
+        eng = get_engine(engine) if isinstance(engine, str) else engine
+        pr = pr.for_engine(eng.engine, fused_input_quantization=eng.fused_input_quantization,
+                           fused_operators=eng.fused_operators)
     return m, hw, pr
 
 
@@ -92,7 +100,7 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
              kv_dtype: str | DType | None = None, batch: int = 1, input_len: int = 2048,
              output_len: int | None = None, phase: Phase | str = Phase.PREFILL,
              context_len: int | None = None, spec: SpecDecodeConfig | None = None,
-             allow_long_context: bool = False) -> EstimateResult:
+             allow_long_context: bool = False, engine: str | EngineSpec | None = None) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
 
@@ -104,7 +112,10 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     hence the KV capacity, and the bytes attention reads from the cache. The result says whether
     the batch's KV cache fits the instance (``kv_fits``, ``kv_tokens_needed``,
     ``kv_capacity_tokens``); a sequence longer than the model's ``max_position_embeddings`` is
-    refused unless ``allow_long_context`` (then flagged: ``beyond_max_position``).
+    refused unless ``allow_long_context`` (then flagged: ``beyond_max_position``). ``engine``
+    (``"vllm"``, ``"sglang"``, ``"trtllm"``, a versioned id or a spec) prices the step as that engine
+    runs it: its own kernels' curves and its fused operator list; ``None`` keeps the profile as it is
+    (BestServe's eager operator list).
 
     Raises
     ------
@@ -120,7 +131,7 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
             "the static batch evaluates every decode step, 136 bytes a step"))
     if context_len is not None:
         check_int("context_len", context_len, low=0, high=MAX_LENGTH, why="keys attended by each decode")
-    m, hw, pr = resolve_specs(model, hardware, profile)
+    m, hw, pr = resolve_specs(model, hardware, profile, engine)
     if spec is not None and spec.is_active:
         est: Estimator = SpecEstimator(m, hw, pr, parallel or ParallelConfig(), spec=spec, dtype=dtype,
                                        kv_dtype=kv_dtype)

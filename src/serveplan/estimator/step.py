@@ -266,6 +266,7 @@ class Estimator:
             model, parallel, dtype=self.dtype, kv_dtype=self.kv_dtype,
             attention_impl=profile.attention_impl, include_lm_head=profile.include_lm_head,
             expert_imbalance=profile.expert_imbalance, comm=comm or profile.comm,
+            fused_operators=profile.fused_operators,
         )
         self.comm = comm or profile.comm or CommOptions()
         fused_gqa = (profile.kernels is not None and profile.attention_impl is AttentionImpl.FUSED

@@ -121,8 +121,22 @@ def _norm_ops(prefix: str, tokens: Lin, h: int, kind: NormKind, ab: float, wb: f
     return ops
 
 
+def _fused_norm_ops(prefix: str, tokens: Lin, h: int, kind: NormKind, ab: float, wb: float,
+                    module: Module = Module.NORM) -> list[Op]:
+    """Residual add and RMSNorm (or LayerNorm) in one kernel, as the engines run it: one pass reads
+    the layer's input and the residual and writes the new residual and the normalised output,
+    ``4*ab*h`` bytes per token (vLLM ``fused_add_rms_norm``, ``vllm/model_executor/layers/layernorm.py``
+    ``RMSNorm.forward_cuda`` with ``residual``; SGLang ``sgl_kernel.fused_add_rmsnorm``; TensorRT-LLM
+    fuses it with the all-reduce, ``AllReduceFusionOp.RESIDUAL_RMS_NORM``). About 4 FLOP per value
+    for the add, square, scale and weight (LayerNorm: 7, mean subtraction and bias)."""
+    per = 7 if kind is NormKind.LAYER else 4
+    return [Op(f"{prefix}.fused_add_norm", module, tokens * (per * h),
+               tokens * (4 * ab * h) + ONE * (wb * h * (2 if kind is NormKind.LAYER else 1)),
+               source="engines' fused residual add + norm: read input and residual, write both")]
+
+
 def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
-                       ab: float, wb: float, kvb: float, local: bool = False) -> list[Op]:
+                       ab: float, wb: float, kvb: float, local: bool = False, fused: bool = False) -> list[Op]:
     # local layers see only their window: swap in the windowed key and score features
     KVP, KVD, AP, APC = (KVPW, KVDW, APW, APCW) if local else (_KVP, _KVD, _AP, _APC)
     h, t = model.hidden_size, par.tp
@@ -132,12 +146,24 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     dq_t, dkv_t = hq_t * d, hkv_t * d
     M = Module.ATTENTION
     gate = 2 if model.attn_output_gate else 1  # Qwen3-Next: q_proj also emits the output gate
-    ops = [
-        _gemm("q_proj", M, N, NG, h, gate * dq_t, ab, wb, "BestServe Table 8/10 row 1"),
-        _gemm("k_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 2"),
-        _gemm("v_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 3"),
-    ]
-    if model.model_type != "opt":  # OPT uses learned absolute positions, no RoPE
+    if fused:
+        # one column-parallel GEMM for q, k and v (vLLM QKVParallelLinear, SGLang the same,
+        # TensorRT-LLM's fused qkv Linear), then RoPE in place on this device's q and k heads
+        # (vLLM/SGLang rotary_embedding kernels; TensorRT-LLM applies it in the attention
+        # preprocessing kernel that also writes the cache): read and write q and k once
+        ops = [_gemm("qkv_proj", M, N, NG, h, gate * dq_t + 2 * dkv_t, ab, wb,
+                     "fused QKV projection: BestServe Table 8/10 rows 1-3 as one GEMM")]
+        if model.model_type != "opt":
+            rq, rk = dq_t * model.partial_rotary_factor, dkv_t * model.partial_rotary_factor
+            ops.append(Op("rope", M, N * (3.0 * (rq + rk)), N * (2 * ab * (dq_t + dkv_t)),
+                          source="RoPE in place on this device's q and k heads (one read and write)"))
+    else:
+        ops = [
+            _gemm("q_proj", M, N, NG, h, gate * dq_t, ab, wb, "BestServe Table 8/10 row 1"),
+            _gemm("k_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 2"),
+            _gemm("v_proj", M, N, NG, h, dkv_t, ab, wb, "BestServe Table 8/10 row 3"),
+        ]
+    if model.model_type != "opt" and not fused:  # OPT uses learned absolute positions, no RoPE
         # RoPE is not divided by t in Tables 10/11; Table 3(a) confirms it (the attention row
         # matches 2.122 ms only with the undivided term), so it is kept as printed.
         # partial rotary (GPT-J, GPT-NeoX, GLM, Qwen3-Next) rotates that share of each head
@@ -276,8 +302,21 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
 
 
 def _gated_mlp_ops(prefix: str, module: Module, tokens: Lin, gemm_tokens: Lin, h: int, ff_t: float,
-                   ab: float, wb: float, residual_t: float) -> list[Op]:
-    """BestServe Tables 1/2 (and 12/13 with TP): gate, SiLU, up, mul, down, add."""
+                   ab: float, wb: float, residual_t: float, fused: bool = False) -> list[Op]:
+    """BestServe Tables 1/2 (and 12/13 with TP): gate, SiLU, up, mul, down, add.
+
+    ``fused``: the engines' form: one GEMM for gate and up (vLLM MergedColumnParallelLinear,
+    SGLang the same, TensorRT-LLM's fused gate_up Linear), one ``silu_and_mul`` kernel that reads
+    both halves and writes the product, and down; the residual add runs inside the next fused
+    norm (:func:`_fused_norm_ops`)."""
+    if fused:
+        return [
+            _gemm(f"{prefix}gate_up_proj", module, tokens, gemm_tokens, h, 2 * ff_t, ab, wb,
+                  "fused gate and up projections: BestServe Table 1/12 rows 1 and 3 as one GEMM"),
+            Op(f"{prefix}silu_and_mul", module, tokens * (6 * ff_t), tokens * (3 * ab * ff_t),
+               source="silu(gate) * up in one kernel: read 2*ff, write ff"),
+            _gemm(f"{prefix}down_proj", module, tokens, gemm_tokens, ff_t, h, ab, wb, "BestServe Table 1/12 row 5"),
+        ]
     return [
         _gemm(f"{prefix}gate_proj", module, tokens, gemm_tokens, h, ff_t, ab, wb, "BestServe Table 1/12 row 1"),
         Op(f"{prefix}silu", module, tokens * (5 * ff_t), tokens * (2 * ab * ff_t), source="BestServe Table 1/12 row 2"),
@@ -290,22 +329,24 @@ def _gated_mlp_ops(prefix: str, module: Module, tokens: Lin, gemm_tokens: Lin, h
     ]
 
 
-def _mlp_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float) -> list[Op]:
+def _mlp_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, fused: bool = False) -> list[Op]:
     h, t = model.hidden_size, par.tp
     ff_t = model.intermediate_size / t
     if model.mlp is MLPKind.GATED:
-        return _gated_mlp_ops("", Module.MLP, N, NG, h, ff_t, ab, wb, t)
+        return _gated_mlp_ops("", Module.MLP, N, NG, h, ff_t, ab, wb, t, fused)
     M = Module.MLP
-    return [  # OPT: fc1, ReLU, fc2, residual add (same accounting as Table 1)
+    ops = [  # OPT: fc1, ReLU, fc2, residual add (same accounting as Table 1)
         _gemm("fc1", M, N, NG, h, ff_t, ab, wb, "two-matrix FFN, notes A.6 step 1"),
         Op("relu", M, N * ff_t, N * (2 * ab * ff_t), source="notes A.6 step 2"),
         _gemm("fc2", M, N, NG, ff_t, h, ab, wb, "notes A.6 step 3"),
-        Op("add", M, N * (h / t), N * (2 * ab * h / t), source="BestServe Table 1/12 row 6"),
     ]
+    if not fused:  # fused: the residual add runs inside the next norm
+        ops.append(Op("add", M, N * (h / t), N * (2 * ab * h / t), source="BestServe Table 1/12 row 6"))
+    return ops
 
 
 def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbalance: float,
-             swb: float | None = None) -> list[Op]:
+             swb: float | None = None, fused: bool = False) -> list[Op]:
     """Routed experts read ``wb`` bytes per weight; router and shared experts ``swb``."""
     swb = wb if swb is None else swb
     h, E, k = model.hidden_size, model.num_experts, model.num_experts_per_tok
@@ -330,7 +371,7 @@ def _moe_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float, imbala
     ]
     if model.num_shared_experts:
         sff_t = model.shared_intermediate / par.tp
-        ops += _gated_mlp_ops("shared.", M, N, NG, h, sff_t, ab, swb, par.tp)
+        ops += _gated_mlp_ops("shared.", M, N, NG, h, sff_t, ab, swb, par.tp, fused)
     return ops
 
 
@@ -386,6 +427,7 @@ def build_layer_groups(
     include_lm_head: bool,
     expert_imbalance: float = 1.0,
     comm: CommOptions | None = None,
+    fused_operators: bool = False,
 ) -> tuple[LayerGroup, ...]:
     """Operator lists of the model's distinct layer kinds, per device of one pipeline stage.
 
@@ -394,6 +436,10 @@ def build_layer_groups(
     ``linear-moe``, ...), and, when ``include_lm_head``, a one-off group with the final norm and
     the logits projection. Layer counts are for the whole model; the estimator divides them over
     pipeline stages. ``comm`` sets the MoE payload formats and routing (:class:`CommOptions`).
+
+    ``fused_operators`` gives the operator list the serving engines run (vLLM, SGLang and
+    TensorRT-LLM): fused residual add + norm, one QKV GEMM with RoPE in place, one gate-up GEMM with
+    ``silu_and_mul``; ``False`` keeps BestServe's eager list (Tables 1-13), as its reproductions need.
     """
     layer_dt, expert_dt, embed_dt = model.weight_formats(dtype)
     wb, ewb, hwb = layer_dt.bytes, expert_dt.bytes, embed_dt.bytes
@@ -401,9 +447,11 @@ def build_layer_groups(
     kvb = kv_dtype.bytes
     sb = 2.0  # linear-attention state in 16 bits (vLLM mamba_cache_dtype "auto" = model dtype)
     h = model.hidden_size
-    norm = ModuleBlock(Module.NORM, tuple(_norm_ops("input_norm", N, h, model.norm, ab, wb)))
-    norm2 = ModuleBlock(Module.NORM, tuple(_norm_ops("post_attention_norm", N, h, model.norm, ab, wb)))
-    extra_norm = ModuleBlock(Module.NORM, tuple(_norm_ops("sandwich_norm", N, h, model.norm, ab, wb)))
+    fused = fused_operators
+    norm_ops = _fused_norm_ops if fused else _norm_ops
+    norm = ModuleBlock(Module.NORM, tuple(norm_ops("input_norm", N, h, model.norm, ab, wb)))
+    norm2 = ModuleBlock(Module.NORM, tuple(norm_ops("post_attention_norm", N, h, model.norm, ab, wb)))
+    extra_norm = ModuleBlock(Module.NORM, tuple(norm_ops("sandwich_norm", N, h, model.norm, ab, wb)))
     mixers: dict[LayerType, ModuleBlock] = {}
     attn_comms = tuple(_comms(model, parallel, Module.ATTENTION, ab))
     for kind in dict.fromkeys(model.layer_kinds):
@@ -412,11 +460,11 @@ def build_layer_groups(
         elif model.attention is AttentionKind.MLA:
             ops = _mla_attention_ops(model, parallel, attention_impl, ab, wb, kvb)
         else:
-            ops = _gqa_attention_ops(model, parallel, attention_impl, ab, wb, kvb, local=kind.is_local)
+            ops = _gqa_attention_ops(model, parallel, attention_impl, ab, wb, kvb, local=kind.is_local, fused=fused)
         mixers[kind] = ModuleBlock(Module.ATTENTION, tuple(ops), attn_comms)
-    mlp = ModuleBlock(Module.MLP, tuple(_mlp_ops(model, parallel, ab, wb)),
+    mlp = ModuleBlock(Module.MLP, tuple(_mlp_ops(model, parallel, ab, wb, fused)),
                       tuple(_comms(model, parallel, Module.MLP, ab)))
-    moe = (ModuleBlock(Module.MOE, tuple(_moe_ops(model, parallel, ab, ewb, expert_imbalance, wb)),
+    moe = (ModuleBlock(Module.MOE, tuple(_moe_ops(model, parallel, ab, ewb, expert_imbalance, wb, fused)),
                        tuple(_comms(model, parallel, Module.MOE, ab, expert_imbalance, comm)))
            if model.is_moe else None)
     groups: list[LayerGroup] = []
@@ -440,7 +488,7 @@ def build_layer_groups(
         groups.append(LayerGroup(name, count, tuple(blocks)))
     if include_lm_head:
         V = model.vocab_size
-        head_ops = _norm_ops("final_norm", NOUT, h, model.norm, ab, wb, Module.LM_HEAD) + [
+        head_ops = norm_ops("final_norm", NOUT, h, model.norm, ab, wb, Module.LM_HEAD) + [
             _gemm("lm_head", Module.LM_HEAD, NOUT, NOUT, h, V / parallel.tp, ab, hwb,
                   "logits of the last token of each sequence, vocabulary split over TP"),
         ]

@@ -172,6 +172,10 @@ class EngineSpec:
         or activation fusions), so a measured profile's curves of its own GEMMs apply without the
         separate quantization pass their tables were timed with
         (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`).
+    fused_operators:
+        The engine runs the fused operator list (fused residual add + norm, one QKV GEMM with RoPE
+        in place, one gate-up GEMM with ``silu_and_mul``) rather than BestServe's eager one
+        (:func:`~serveplan.ops.graph.build_layer_groups`).
     prefix_caching:
         Whether the engine keeps computed KV in a prefix cache by default: a preempted request's
         computed tokens are then found there on its return instead of being recomputed (eviction
@@ -221,6 +225,7 @@ class EngineSpec:
     preemption: str = "recompute"
     prefix_caching: bool = False
     fused_input_quantization: bool = False
+    fused_operators: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
@@ -433,6 +438,7 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
         preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
         fused_input_quantization=bool(raw.get("fused_input_quantization", False)),
+        fused_operators=bool(raw.get("fused_operators", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         comm_options=comm_options, comm_flags=comm_flags,

@@ -135,6 +135,11 @@ class EfficiencyProfile:
         engine family; :meth:`for_engine` swaps them in (collectives stay ``kernels``').
     measured_from:
         One line naming the measurements a measured profile was fitted to (``serveplan hardware``).
+    fused_operators:
+        Price the operator list the serving engines run (fused residual add + norm, one QKV GEMM
+        with RoPE in place, one gate-up GEMM with ``silu_and_mul``;
+        :func:`~serveplan.ops.graph.build_layer_groups`) instead of BestServe's eager list. Set by
+        :meth:`for_engine` for engines whose file says ``fused_operators: true``.
     comm:
         How the stack runs expert-parallel communication (:class:`~serveplan.specs.comm.CommOptions`:
         two-batch overlap, FP8 dispatch, node-deduplicated all-to-all); ``None``: none of them.
@@ -163,6 +168,7 @@ class EfficiencyProfile:
     engine_kernels: Mapping[str, KernelCurves] = field(default_factory=dict)
     measured_from: str = ""
     comm: CommOptions | None = None
+    fused_operators: bool = False
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
@@ -190,14 +196,20 @@ class EfficiencyProfile:
         """Factors of a phase (``prefill`` or ``decode``)."""
         return self.prefill if phase == Phase.PREFILL else self.decode
 
-    def for_engine(self, engine: str, *, fused_input_quantization: bool = False) -> EfficiencyProfile:
+    def for_engine(self, engine: str, *, fused_input_quantization: bool = False,
+                   fused_operators: bool = False) -> EfficiencyProfile:
         """This profile with the GEMM and attention curves measured for ``engine``'s own kernels
         (``engine_kernels``), or unchanged when it has none for that engine.
+
+        ``fused_operators``: the engine runs the fused operator list (sets :attr:`fused_operators`).
 
         ``fused_input_quantization``: the engine quantizes a GEMM's input inside the kernel before
         it, so the engine's GEMM curves lose their separate quantization pass and keep at most the
         per-call floor of this profile's own (CUDA-graph timed) curve of the same format
         (:meth:`~serveplan.specs.kernels.GemmCurve.with_fused_input`)."""
+        if fused_operators and not self.fused_operators:
+            return self.with_(fused_operators=True).for_engine(
+                engine, fused_input_quantization=fused_input_quantization)
         ek = self.engine_kernels.get(engine)
         if ek is None or self.kernels is None:
             return self
@@ -236,6 +248,7 @@ class EfficiencyProfile:
                if self.matmul_size_curve else {}),
             **({"measured_from": self.measured_from} if self.measured_from else {}),
             **({"comm": self.comm.to_dict()} if self.comm is not None else {}),
+            **({"fused_operators": True} if self.fused_operators else {}),
             **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
             **({"engine_kernels": {e: k.to_dict() for e, k in self.engine_kernels.items()}}
                if self.engine_kernels else {}),
@@ -312,6 +325,7 @@ def profile_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> Eff
         engine_kernels=_engine_kernels(raw.get("engine_kernels"), name),
         measured_from=str(raw.get("measured_from", "")),
         comm=comm_options_from_dict(raw.get("comm"), f"profile {name!r}: comm"),
+        fused_operators=bool(raw.get("fused_operators", False)),
     )
 
 
