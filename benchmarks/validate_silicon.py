@@ -357,8 +357,9 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
                 f"| AISimulate | {at:.0%} | {awt:.0%} | {ap:.0%} | {awp:.0%} | {t_a:.2f} |",
                 "",
                 "AISimulate's wheel bundles the same `silicon_sample.csv` and aiconfigurator's measured kernel tables",
-                "for these GPUs, so its figures here are not a held-out test; serveplan's are (roofline with",
-                "`default-gpu` efficiencies, nothing fitted).",
+                "for these GPUs, so its figures here are not a held-out test. serveplan's profiles are fitted to",
+                "aiconfigurator's per-kernel tables, never to these rows; the one value chosen on rows (the vLLM",
+                "frontend's work per request) was chosen on H100 rows only.",
                 "",
             ]
     worst = sorted(rows, key=lambda r: -max(abs(r["ttft_err"]), abs(r["tpot_err"])))[:12]
