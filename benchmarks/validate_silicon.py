@@ -20,11 +20,11 @@ the steady window instead (warm-up and cool-down excluded,
     python benchmarks/validate_silicon.py --report-only benchmarks/results/silicon_validation.json \
         --aisimulate benchmarks/results/aisimulate_silicon.json # rewrite the table from saved results
 
-``--as-deployed`` simulates each row with aiconfigurator's generator settings
-(:func:`silicon_data.deployment`) instead of the engine's defaults. Nothing numeric is fitted to
-these rows; the statistic, the configuration and the engines' frontend value (``frontend.per_request_us``)
-were chosen on H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows
-apart.
+``--as-deployed ENGINES`` simulates those engines' rows with aiconfigurator's generator settings
+(:func:`silicon_data.deployment`) instead of the engine's defaults (``all``, ``none`` or a comma list;
+default :data:`AS_DEPLOYED`: vLLM's rows). Nothing numeric is fitted to these rows; the statistic, the
+configuration per engine and the engines' frontend value (``frontend.per_request_us``) were chosen on
+H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
@@ -106,6 +106,33 @@ def run_requests(concurrency: int, statistic: str) -> int:
     """Requests simulated per row: the benchmark's run (``statistic="run"``) or enough for the
     steady window (:func:`num_requests`)."""
     return BENCH_ROUNDS * concurrency if statistic == "run" else num_requests(concurrency)
+
+
+#: Engines whose rows are simulated with aiconfigurator's generator settings (``--as-deployed``): the
+#: configuration was chosen per engine on every covered H100 row (docs/validation.md, "Reading the
+#: serving errors"): vLLM's 138 H100 rows 47.8% -> 28.2% median |TTFT error| as deployed, TensorRT-LLM's
+#: 357 44.5% -> 62.8% and SGLang's 84 15.0% -> 83.8% (so those keep their defaults).
+AS_DEPLOYED = frozenset({"vllm"})
+ENGINES = ("sglang", "trtllm", "vllm")
+
+
+def _engine_list(engines: frozenset[str]) -> str:
+    names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+    return " and ".join(names[e] for e in sorted(engines))
+
+
+def deployed_engines(text: str) -> frozenset[str]:
+    """``--as-deployed`` value -> engine families: ``all``, ``none`` or a comma list."""
+    if text == "all":
+        return frozenset(ENGINES)
+    if text == "none":
+        return frozenset()
+    names = frozenset(t.strip() for t in text.split(",") if t.strip())
+    bad = sorted(names - set(ENGINES))
+    if bad:
+        raise SystemExit(f"--as-deployed: unknown engine {bad[0]!r}; expected all, none or a comma list of "
+                         f"{', '.join(ENGINES)}")
+    return names
 
 
 def _version_key(text: str) -> tuple[int, ...]:
@@ -283,7 +310,7 @@ def table(rows: list[dict[str, Any]], keys: tuple[str, ...], *, aisim: dict[str,
 
 def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[str, int], *,
            aisim: dict[str, Any] | None, overhead_s: float, seconds: float, jobs: int,
-           statistic: str = "run") -> str:
+           statistic: str = "run", deployed: frozenset[str] = AS_DEPLOYED) -> str:
     n_all, mt, wt = summarise(r["ttft_err"] for r in rows)
     _, mp, wp = summarise(r["tpot_err"] for r in rows)
     models = sorted({r["model"] for r in rows})
@@ -296,7 +323,12 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "Development set: NVIDIA aiconfigurator's `silicon_sample.csv` (Apache-2.0, `aiconfigurator-core` 0.12.0",
         "wheel), aggregated rows that serveplan can state (model, system and weight format in the catalog; one",
         "instance). Each row is simulated as measured: closed loop at the row's concurrency, the row's engine with",
-        "its defaults (`specs/data/engines`), layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
+        "its defaults (`specs/data/engines`)"
+        + (f" except {_engine_list(deployed)} rows, simulated with the settings aiconfigurator's generator writes "
+           "for its benchmarks (`silicon_data.deployment`: max batch = the row's batch size, token budget = batch "
+           "+ isl + 1,500; `generator/rule_plugin/benchmark/*.rule`), the configuration chosen per engine on H100 "
+           "rows only" if deployed else "")
+        + ", layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
         "input/output lengths, each GPU's bundled efficiency profile. "
         + (f"Predicted TTFT/TPOT are computed as the benchmark computes them: means over every request of a run of "
            f"{BENCH_ROUNDS} x C requests in which all C clients send their first request at once (aiconfigurator's "
@@ -402,7 +434,8 @@ def _report_only(args: argparse.Namespace) -> int:
     rows = saved["rows"]
     section = report(rows, saved["failures"], saved["skipped"], aisim=aisim,
                      overhead_s=saved.get("step_overhead_s", 0.0), seconds=saved["seconds"],
-                     jobs=saved["jobs"], statistic=saved.get("statistic", "steady"))
+                     jobs=saved["jobs"], statistic=saved.get("statistic", "steady"),
+                     deployed=frozenset(saved.get("as_deployed") or ()))
     return _publish(section, rows, args.no_docs, "")
 
 
@@ -427,10 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None,
                     help="efficiency profile for every row (default: each hardware's own; "
                          "default-gpu = assumed factors)")
-    ap.add_argument("--as-deployed", action="store_true",
-                    help="simulate every row with the configuration aiconfigurator's generator writes "
-                         "(max batch = the row's batch_size, token budget batch + isl + 1500, ...) instead of "
-                         "its engine's defaults")
+    ap.add_argument("--as-deployed", default=",".join(sorted(AS_DEPLOYED)), metavar="ENGINES",
+                    help="these engines' rows (all, none or a comma list) with the configuration aiconfigurator's "
+                         "generator writes (max batch = the row's batch_size, token budget batch + isl + 1500, "
+                         "...) instead of the engine's defaults (default: %(default)s, chosen on H100 rows)")
     ap.add_argument("--statistic", choices=("steady", "run"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
@@ -441,12 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.report_only is not None:
         return _report_only(args)
+    deployed = deployed_engines(args.as_deployed)
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, args.profile, args.as_deployed, args.statistic) for c in cases],
-                                chunksize=4))
+        results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic)
+                                               for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
     for c in cases:
@@ -468,9 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
                                     "jobs": args.jobs, "step_overhead_s": overhead, "statistic": args.statistic,
-                                    "as_deployed": args.as_deployed}))
+                                    "as_deployed": sorted(deployed)}))
     section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs,
-                     statistic=args.statistic)
+                     statistic=args.statistic, deployed=deployed)
     return _publish(section, rows, args.no_docs, f"; {len(failures)} failed", f" in {seconds:.0f} s")
 
 
