@@ -263,3 +263,24 @@ def test_tp16_step_is_slower_than_two_tp8_halves_would_suggest():
     e8, e16 = _llama70(ParallelConfig(tp=8)).estimate(b), _llama70(ParallelConfig(tp=16)).estimate(b)
     comm = lambda e: sum(m.comm_s * m.count for m in e.modules)  # noqa: E731
     assert comm(e16) > 1.5 * comm(e8)
+
+
+def test_hierarchical_all_reduce_takes_a_measured_domain_start_up_once():
+    # A measured profile gives the start-up latency A of a whole all-reduce over one domain (its
+    # NCCL curve at 8 ranks). Across 2 domains the domain's reduce-scatter + all-gather cost that
+    # start-up once, not once per ring hop: latency A + 2 (D-1) a_out. Hand check with A = 20 us,
+    # a_out = 5 us (H100 InfiniBand), D = 2: 30 us; charging A per hop, 2*7*20 + 2*5 = 290 us,
+    # priced a 57 KB decode all-reduce over 16 B200 at 0.36 ms (measured SGLang TPOT of DeepSeek at
+    # TP 16 over 2 nodes: about 9 ms a step for 61 layers, i.e. well under 0.1 ms an all-reduce).
+    import numpy as np
+
+    from serveplan.estimator.collectives import collective_coefficients
+    from serveplan.ops.base import Collective
+    from serveplan.specs.profile import CommModel
+
+    vol = np.array([1.0])
+    _, lat = collective_coefficients(Collective.ALL_REDUCE, 16, vol, vol, H100, CommModel.ALPHA_BETA,
+                                     scale_up_latency={Collective.ALL_REDUCE: 20e-6})
+    assert lat == pytest.approx(20e-6 + 2 * INTER.latency_s, rel=1e-12)
+    _, lat_link = collective_coefficients(Collective.ALL_REDUCE, 16, vol, vol, H100, CommModel.ALPHA_BETA)
+    assert lat_link == pytest.approx(2 * 7 * INTRA.latency_s + 2 * INTER.latency_s, rel=1e-12)
