@@ -337,11 +337,12 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Nothing numeric is fitted to these rows except one chosen value**: the serving frontend's serial work "
-        "per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang and TensorRT-LLM 0), "
-        "chosen among 0, 250, 1,000 and 4,000 us on H100 rows only (`benchmarks/silicon_variants.py --system "
-        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); H200, B200, B300 and GB200 rows are held out and "
-        "reported apart"
+        "**Nothing numeric is fitted to these rows; two things were chosen on H100 rows only**: the serving "
+        "frontend's serial work per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang "
+        "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
+        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`), and per engine whether its rows run with the "
+        "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation.md "
+        "\"Reading the serving errors\"); H200, B200, B300 and GB200 rows are held out and reported apart"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"
