@@ -51,3 +51,23 @@ def test_bad_layout_is_a_layout_cause():
 def test_coverage_counts_causes():
     cov = sd.coverage([ROW, {**ROW, "system": "mi999"}])
     assert cov["statable"] == 1 and cov["left_out"][0]["cause"] == "system mi999"
+
+
+def test_vllm_rows_run_as_aiconfigurator_deploys_them_and_the_choice_is_spelled_per_engine():
+    # the generator's benchmark rule for an aggregated vLLM worker (generator/rule_plugin/benchmark/
+    # vllm.rule): max_num_tokens = max_batch_size + isl + 1500, max_batch_size = the row's batch size
+    row = {**ROW, "backend": "vllm", "backend_version": "0.12.0", "isl": "8192", "batch_size": "4",
+           "silicon_data_source": "db-dump; silicon_concurrency=4; measured=2026"}
+    dep = sd.deployment(sd.map_row(row))
+    assert (dep.max_batch, dep.token_budget) == (4, 4 + 8192 + 1500)
+    vpath = _PATH.parent / "validate_silicon.py"
+    spec = importlib.util.spec_from_file_location("validate_silicon", vpath)
+    assert spec and spec.loader
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    assert vs.AS_DEPLOYED == frozenset({"vllm"})        # chosen on H100 rows (docs/validation.md)
+    assert vs.deployed_engines("all") == frozenset({"vllm", "sglang", "trtllm"})
+    assert vs.deployed_engines("none") == frozenset()
+    assert vs.deployed_engines("trtllm,vllm") == frozenset({"trtllm", "vllm"})
+    with pytest.raises(SystemExit, match="unknown engine 'vlm'"):
+        vs.deployed_engines("vlm")
