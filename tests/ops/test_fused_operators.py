@@ -80,3 +80,17 @@ def test_estimate_as_an_engine_runs_it_is_faster_for_a_long_prefill():
     names = {op.name for op in vllm.step.ops}
     assert {"qkv_proj", "gate_up_proj", "silu_and_mul", "input_norm.fused_add_norm"} <= names
     assert not names & {"q_proj", "gate_proj", "input_norm.pow"}
+
+
+def test_mla_down_projections_run_as_one_gemm_of_the_same_work():
+    # DeepSeek-V3: h = 7168, q LoRA rank 1536, KV LoRA rank 512, RoPE key 64 per token:
+    # one GEMM of 7168 x (1536 + 512 + 64) = 2 * 7168 * 2112 = 30,277,632 FLOP per token
+    groups = {fused: build_layer_groups(get_model("deepseek-v3"), ParallelConfig(tp=8), dtype=DType.FP8,
+                                        kv_dtype=DType.BF16, attention_impl=AttentionImpl.FUSED,
+                                        include_lm_head=False, fused_operators=fused)
+              for fused in (False, True)}
+    ops = {fused: {op.name: op for g in gs for blk in g.blocks for op in blk.ops} for fused, gs in groups.items()}
+    fused = ops[True]["mla.fused_qkv_a"].flops.evaluate(n=1, ng=1)
+    assert fused == 2 * 7168 * (1536 + 512 + 64) == 30_277_632
+    assert fused == sum(ops[False][k].flops.evaluate(n=1, ng=1) for k in ("mla.q_down", "mla.kv_down", "mla.k_rope"))
+    assert not {"mla.q_down", "mla.kv_down", "mla.k_rope"} & set(ops[True])

@@ -252,7 +252,7 @@ def _linear_attention_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: 
 
 
 def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
-                       ab: float, wb: float, kvb: float) -> list[Op]:
+                       ab: float, wb: float, kvb: float, fused: bool = False) -> list[Op]:
     """Modeling notes A.5. Latent projections (no heads) are replicated on every TP rank.
 
     The prefill path's up-projections (explicit K and V) and the decode path's (absorbed) read
@@ -266,14 +266,25 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     dqk = dC + dR
     M = Module.ATTENTION
     ops: list[Op] = []
-    if model.q_lora_rank:
+    if fused:
+        # the engines run the token's down-projections as one GEMM: the query's (when it has a
+        # LoRA rank), the latent KV's and the shared RoPE key's (vLLM deepseek_v2.py
+        # fused_qkv_a_proj, SGLang fused_qkv_a_proj_with_mqa, TensorRT-LLM's fused_a)
+        ops.append(_gemm("mla.fused_qkv_a", M, N, NG, h, (ql if model.q_lora_rank else 0) + dkv + dR, ab, wb,
+                         "notes A.5 steps 1, 3 and 4 (W^DQ, W^DKV, W^KR) as one GEMM"))
+    elif model.q_lora_rank:
         ops.append(_gemm("mla.q_down", M, N, NG, h, ql, ab, wb, "notes A.5 prefill/decode step 1: 2*B*S*d*d_q^c"))
-    ops += [
+    ops.append(
         # prefill path (explicit up-projection)
         _gemm("mla.prefill.q_up", M, NP, NP, ql, Ht * dqk, ab, wb,
-              "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP", PON),
-        _gemm("mla.kv_down", M, N, NG, h, dkv, ab, wb, "notes A.5 prefill step 3: 2*B*S*d*d_kv^c"),
-        _gemm("mla.k_rope", M, N, NG, h, dR, ab, wb, "notes A.5 prefill step 4 (W^KR) / decode step 3: 2*B*S*d*d_R"),
+              "notes A.5 prefill step 2: 2*B*S*d_q^c*H*d_qk/TP", PON))
+    if not fused:
+        ops += [
+            _gemm("mla.kv_down", M, N, NG, h, dkv, ab, wb, "notes A.5 prefill step 3: 2*B*S*d*d_kv^c"),
+            _gemm("mla.k_rope", M, N, NG, h, dR, ab, wb,
+                  "notes A.5 prefill step 4 (W^KR) / decode step 3: 2*B*S*d*d_R"),
+        ]
+    ops += [
         _gemm("mla.prefill.k_up", M, NP, NP, dkv, Ht * dC, ab, wb,
               "notes A.5 prefill step 4: 2*B*S*d_kv^c*H*d_C/TP", PON),
         _gemm("mla.prefill.v_up", M, NP, NP, dkv, Ht * dv, ab, wb,
@@ -458,7 +469,7 @@ def build_layer_groups(
         if kind is LayerType.LINEAR:
             ops = _linear_attention_ops(model, parallel, ab, wb, sb)
         elif model.attention is AttentionKind.MLA:
-            ops = _mla_attention_ops(model, parallel, attention_impl, ab, wb, kvb)
+            ops = _mla_attention_ops(model, parallel, attention_impl, ab, wb, kvb, fused)
         else:
             ops = _gqa_attention_ops(model, parallel, attention_impl, ab, wb, kvb, local=kind.is_local, fused=fused)
         mixers[kind] = ModuleBlock(Module.ATTENTION, tuple(ops), attn_comms)
