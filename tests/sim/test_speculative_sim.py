@@ -72,9 +72,7 @@ def test_tpot_is_step_time_over_expected_tokens():
     from serveplan.estimator.speculative import SpecEstimator
     from serveplan.specs.catalog import get_engine
     from serveplan.specs.parallel import ParallelConfig
-    eng = get_engine("vllm")   # the engine's own profile: its kernels and operator list
-    pr = PR.for_engine(eng.engine, fused_input_quantization=eng.fused_input_quantization,
-                       fused_operators=eng.fused_operators)
+    pr = get_engine("vllm").profile_for(PR)   # the engine's own profile: its kernels and operator list
     est = SpecEstimator(M, HW, pr, ParallelConfig(tp=1), spec=spec, memory_utilization=0.92)
     from serveplan.estimator.batch import StepBatch
     steps = [est.time(StepBatch.decode(1, 1001 + i)) for i in range(199)]  # context 1000 + generated

@@ -89,9 +89,7 @@ def resolve_specs(model: str | ModelSpec, hardware: str | DeviceSpec,
     else:
         pr = profile
     if engine is not None:
-        eng = get_engine(engine) if isinstance(engine, str) else engine
-        pr = pr.for_engine(eng.engine, fused_input_quantization=eng.fused_input_quantization,
-                           fused_operators=eng.fused_operators)
+        pr = (get_engine(engine) if isinstance(engine, str) else engine).profile_for(pr)
     return m, hw, pr
 
 

@@ -193,8 +193,7 @@ class SimulationConfig:
             _check_kv_format(hardware, kv)
         spec = get_engine(engine) if isinstance(engine, str) else engine
         if spec is not None:   # a measured profile's curves of this engine's own kernels
-            profile = profile.for_engine(spec.engine, fused_input_quantization=spec.fused_input_quantization,
-                                          fused_operators=spec.fused_operators)
+            profile = spec.profile_for(profile)
         if spec is not None and engine_setup is None:
             fleet, engine_setup = _engine_fleet(spec, model, hardware, profile, fleet, fleet_settings,
                                                 workload if workload is not None else _default_workload(),

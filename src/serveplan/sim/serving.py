@@ -83,8 +83,7 @@ def engine_estimator(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec,
     Returns the estimator, the memory share it was built with and the KV format chosen
     (``None``: the estimator's default). A measured profile's curves of the engine's own kernels
     apply (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`)."""
-    profile = profile.for_engine(engine.engine, fused_input_quantization=engine.fused_input_quantization,
-                                  fused_operators=engine.fused_operators)
+    profile = engine.profile_for(profile)
     w_dtype = DType.parse(dtype) if dtype is not None else model.dtype
     kv = DType.parse(kv_dtype) if kv_dtype is not None else engine.kv_dtype_for(w_dtype)
     probe = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv, memory_utilization=1.0)

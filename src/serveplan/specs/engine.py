@@ -30,6 +30,7 @@ from typing import Any
 from serveplan.errors import SpecError, check_number
 from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType, GiB, MiB
 
 
@@ -330,6 +331,12 @@ class EngineSpec:
         except KeyError:
             offered = ", ".join(sorted(self.comm_options)) or "none (the engine has no expert-parallel options here)"
             raise SpecError(f"comm={name!r} for engine {self.name!r}; expected one of: {offered}") from None
+
+    def profile_for(self, profile: EfficiencyProfile) -> EfficiencyProfile:
+        """``profile`` as this engine runs it: its own kernels' curves, its fused input
+        quantization and its operator list (:meth:`EfficiencyProfile.for_engine`)."""
+        return profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
+                                  fused_operators=self.fused_operators)
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""

@@ -207,17 +207,15 @@ class EfficiencyProfile:
         it, so the engine's GEMM curves lose their separate quantization pass and keep at most the
         per-call floor of this profile's own (CUDA-graph timed) curve of the same format
         (:meth:`~serveplan.specs.kernels.GemmCurve.with_fused_input`)."""
-        if fused_operators and not self.fused_operators:
-            return self.with_(fused_operators=True).for_engine(
-                engine, fused_input_quantization=fused_input_quantization)
+        prof = self.with_(fused_operators=True) if fused_operators and not self.fused_operators else self
         ek = self.engine_kernels.get(engine)
         if ek is None or self.kernels is None:
-            return self
+            return prof
         gemm = ek.gemm or self.kernels.gemm
         if fused_input_quantization and ek.gemm:
             base = self.kernels.gemm
             gemm = {dt: (c.with_fused_input(base[dt].overhead_s) if dt in base else c) for dt, c in gemm.items()}
-        return self.with_(kernels=dataclasses.replace(self.kernels, gemm=gemm,
+        return prof.with_(kernels=dataclasses.replace(self.kernels, gemm=gemm,
                                                       attention=ek.attention or self.kernels.attention))
 
     def with_(self, **changes: Any) -> EfficiencyProfile:
