@@ -164,18 +164,37 @@ def engine_for(engine: str, version: str) -> str:
     return older[-1] if older else bundled[0][1]
 
 
-def row_engine(case: SiliconCase, *, as_deployed: bool = False) -> tuple[Any, dict[str, int]]:
+def held_slot_rows(text: str) -> frozenset[tuple[str, str]]:
+    """``--held-slot`` value -> ``(engine, version)`` pairs: ``none`` or a comma list of ``engine@version``."""
+    if text == "none":
+        return frozenset()
+    out = set()
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        engine, sep, version = item.partition("@")
+        if not sep or engine not in ENGINES or not version:
+            raise SystemExit(f"--held-slot: {item!r} is not ENGINE@VERSION with ENGINE one of {', '.join(ENGINES)} "
+                             "(e.g. trtllm@1.0.0rc3), or none")
+        out.add((engine, version))
+    return frozenset(out)
+
+
+def row_engine(case: SiliconCase, *, as_deployed: bool = False,
+               held_slot: bool = False) -> tuple[Any, dict[str, int]]:
     """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
     (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
     aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
-    SGLang's prefill cap and mixing, TRT-LLM's memory share)."""
+    SGLang's prefill cap and mixing, TRT-LLM's memory share). ``held_slot=True`` (an experiment,
+    ``--held-slot``): the server's batch limit is the row's ``batch_size`` less one, as if one of
+    the slots the clients fill were held by something else, so that every new request waits for a
+    completion (docs/validation.md, "Reading the serving errors")."""
     import dataclasses
 
     from serveplan.specs.catalog import get_engine
 
     spec = get_engine(engine_for(case.engine, case.engine_version))
+    held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
     if not as_deployed:
-        return spec, {}
+        return spec, held
     dep = deployment(case)
     changes: dict[str, Any] = {}
     if dep.max_prefill_tokens is not None:
@@ -189,11 +208,12 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False) -> tuple[Any, di
     settings = {"max_batch": dep.max_batch}
     if dep.token_budget is not None:
         settings["token_budget"] = dep.token_budget
+    settings.update(held)
     return spec, settings
 
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
-            statistic: str = "run", frontend_us: float | None = None) -> dict[str, Any]:
+            statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows)."""
@@ -206,7 +226,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     par = case.parallel
     hw = get_hardware(case.hardware)
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
-    spec, settings = row_engine(case, as_deployed=as_deployed)
+    spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot)
     if frontend_us is not None:
         spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
     cfg = SimulationConfig(
@@ -229,10 +249,11 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str]) -> tuple[str, dict[str, Any]]:
-    case, profile_name, as_deployed, statistic = args
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool]) -> tuple[str, dict[str, Any]]:
+    case, profile_name, as_deployed, statistic, held_slot = args
     try:
-        return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic)
+        return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
+                                    held_slot=held_slot)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -465,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="these engines' rows (all, none or a comma list) with the configuration aiconfigurator's "
                          "generator writes (max batch = the row's batch_size, token budget batch + isl + 1500, "
                          "...) instead of the engine's defaults (default: %(default)s, chosen on H100 rows)")
+    ap.add_argument("--held-slot", default="none", metavar="ENGINE@VERSION",
+                    help="experiment: these engine versions' rows (comma list, e.g. trtllm@1.0.0rc3) with a batch "
+                         "limit of the row's batch_size less one (default: none)")
     ap.add_argument("--statistic", choices=("steady", "run"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
@@ -476,11 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only is not None:
         return _report_only(args)
     deployed = deployed_engines(args.as_deployed)
+    held = held_slot_rows(args.held_slot)
+    if held and not args.no_docs:
+        raise SystemExit("--held-slot is an experiment, not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic)
+        results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
+                                                (c.engine, c.engine_version) in held)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
@@ -503,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
                                     "jobs": args.jobs, "step_overhead_s": overhead, "statistic": args.statistic,
-                                    "as_deployed": sorted(deployed)}))
+                                    "as_deployed": sorted(deployed), "held_slot": sorted(f"{e}@{v}" for e, v in held)}))
     section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs,
                      statistic=args.statistic, deployed=deployed)
     return _publish(section, rows, args.no_docs, f"; {len(failures)} failed", f" in {seconds:.0f} s")

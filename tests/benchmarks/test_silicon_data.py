@@ -71,3 +71,46 @@ def test_vllm_rows_run_as_aiconfigurator_deploys_them_and_the_choice_is_spelled_
     assert vs.deployed_engines("trtllm,vllm") == frozenset({"trtllm", "vllm"})
     with pytest.raises(SystemExit, match="unknown engine 'vlm'"):
         vs.deployed_engines("vlm")
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, _PATH.parent / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_held_slot_experiment_lowers_the_batch_limit_by_one_for_the_named_versions_only():
+    vs = _module("validate_silicon")
+    assert vs.held_slot_rows("none") == frozenset()
+    assert vs.held_slot_rows("trtllm@1.0.0rc3, vllm@0.12.0") == frozenset({("trtllm", "1.0.0rc3"), ("vllm", "0.12.0")})
+    for bad in ("trtllm", "tensorrt@1.0", "trtllm@"):
+        with pytest.raises(SystemExit, match="ENGINE@VERSION"):
+            vs.held_slot_rows(bad)
+    case = sd.map_row(ROW)  # batch_size 64, TP 4
+    _, plain = vs.row_engine(case)
+    _, held = vs.row_engine(case, held_slot=True)
+    _, held_dep = vs.row_engine(case, as_deployed=True, held_slot=True)
+    assert plain == {} and held == {"max_batch": 63}
+    assert held_dep["max_batch"] == 63 and held_dep["token_budget"] == 64 + 1024 + 1500
+    with pytest.raises(SystemExit, match="--no-docs"):
+        vs.main(["--held-slot", "trtllm@1.0.0rc3"])
+
+
+def test_output_length_slope_reads_one_completion_wait_as_one_and_none_as_zero():
+    # Hand derivation: C clients, requests of osl tokens at TPOT t complete every osl t / C; a TTFT of
+    # 0.1 s + osl t / C grows by t / C per output token (ratio 1); a constant TTFT gives 0.
+    sl = _module("silicon_osl_slope")
+    osl, tpot, conc = [128, 256, 512], [0.008, 0.008, 0.008], 8
+    assert sl.slope_ratio(osl, [0.1 + o * 0.008 / conc for o in osl], tpot, conc) == pytest.approx(1.0)
+    assert sl.slope_ratio(osl, [0.2, 0.2, 0.2], tpot, conc) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="two distinct"):
+        sl.slope_ratio([128, 128], [0.1, 0.2], [0.01, 0.01], 4)
+    rows = [sd.map_row({**ROW, "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)}) for o in (128, 256, 512)]
+    rows.append(sd.map_row({**ROW, "isl": "2048", "osl": "128"}))   # a set of one length: left out
+    sets = sl.output_length_sets(rows)
+    assert len(sets) == 1 and len(next(iter(sets.values()))) == 3
+    ((key, n, ratio),) = sl.summary(rows)
+    assert key == ("trtllm", "1.2.0rc6", "h100-sxm", "llama-3.1-70b", 64) and n == 1
+    assert ratio == pytest.approx(1.0)
