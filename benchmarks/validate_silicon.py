@@ -25,6 +25,9 @@ the steady window instead (warm-up and cool-down excluded,
 default :data:`AS_DEPLOYED`: vLLM's rows). Nothing numeric is fitted to these rows; the statistic, the
 configuration per engine and the engines' frontend value (``frontend.per_request_us``) were chosen on
 H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
+``--held-slot ENGINE@VERSION`` is an experiment (it needs ``--no-docs``): those rows run with a batch
+limit of their ``batch_size`` less one (docs/validation.md, "Reading the serving errors";
+``silicon_osl_slope.py`` reads the same effect from the measurements alone).
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
