@@ -272,12 +272,35 @@ def summarise(errs: Iterable[float]) -> tuple[int, float, float]:
     return int(a.size), float(np.median(a)), float(np.mean(a <= WITHIN))
 
 
-def diagnose(case: SiliconCase, p: dict[str, Any]) -> str:
-    """A short reading of why a row is off, from the regime it runs in."""
+#: ``dTTFT/d(osl) / (TPOT/C)`` of a row's output-length set (``silicon_osl_slope.py``) above which the
+#: diagnosis names a wait for a completion (1: every new request waits for one; 0: none).
+COMPLETION_WAIT_RATIO = 0.4
+
+
+def osl_slopes(cases: Iterable[SiliconCase]) -> dict[str, float]:
+    """Row id -> the measured output-length slope ratio of its set (rows in sets of at least three
+    output lengths; :func:`silicon_osl_slope.slope_ratio`)."""
+    from silicon_osl_slope import output_length_sets, slope_ratio
+
+    out: dict[str, float] = {}
+    for rows in output_length_sets(cases).values():
+        ratio = slope_ratio([c.osl for c in rows], [c.ttft_s for c in rows], [c.tpot_s for c in rows],
+                            rows[0].concurrency)
+        out.update((c.row_id, ratio) for c in rows)
+    return out
+
+
+def diagnose(case: SiliconCase, p: dict[str, Any], osl_slope: float | None = None) -> str:
+    """A short reading of why a row is off, from the regime it runs in (and, where its set of output
+    lengths gives one, the measured output-length slope :func:`osl_slopes`)."""
     e_ttft, e_tpot = rel_err(p["ttft_s"], case.ttft_s), rel_err(p["tpot_s"], case.tpot_s)
     bits = []
     if abs(e_ttft) >= abs(e_tpot):
-        if case.concurrency > 1 and e_ttft < 0:
+        if e_ttft < 0 and osl_slope is not None and osl_slope > COMPLETION_WAIT_RATIO:
+            bits.append(f"TTFT under-predicted: the measured TTFT of this configuration grows by {osl_slope:.2f} x "
+                        f"TPOT / C per output token (silicon_osl_slope.py), as when each new request waits for "
+                        f"the next completion (a batch slot held); the engine's scheduler admits it at once")
+        elif case.concurrency > 1 and e_ttft < 0:
             bits.append("TTFT under-predicted: measured TTFT includes queueing and prompt interleaving at "
                         f"concurrency {case.concurrency} that the engine's scheduler spreads over more steps")
         elif e_ttft < 0:
@@ -515,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}
+    slopes = osl_slopes(cases)
     for c in cases:
         p = results[c.row_id]
         if "error" in p:
@@ -527,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
              "ttft_meas_s": c.ttft_s, "tpot_meas_s": c.tpot_s, "ttft_pred_s": p["ttft_s"], "tpot_pred_s": p["tpot_s"],
              "ttft_err": rel_err(p["ttft_s"], c.ttft_s), "tpot_err": rel_err(p["tpot_s"], c.tpot_s),
              "seconds": p["seconds"], "preemptions": p["preemptions"]}
-        r["diagnosis"] = diagnose(c, p)
+        r["diagnosis"] = diagnose(c, p, slopes.get(c.row_id))
         r["kv_capacity_tokens"] = p["kv_capacity_tokens"]
         rows.append(r)
     aisim = json.loads(args.aisimulate.read_text()) if args.aisimulate else None
