@@ -107,7 +107,8 @@ def test_output_length_slope_reads_one_completion_wait_as_one_and_none_as_zero()
     assert sl.slope_ratio(osl, [0.2, 0.2, 0.2], tpot, conc) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="two distinct"):
         sl.slope_ratio([128, 128], [0.1, 0.2], [0.01, 0.01], 4)
-    rows = [sd.map_row({**ROW, "id": f"row_{o}", "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)}) for o in (128, 256, 512)]
+    rows = [sd.map_row({**ROW, "id": f"row_{o}", "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)})
+            for o in (128, 256, 512)]
     rows.append(sd.map_row({**ROW, "isl": "2048", "osl": "128"}))   # a set of one length: left out
     sets = sl.output_length_sets(rows)
     assert len(sets) == 1 and len(next(iter(sets.values()))) == 3
@@ -118,7 +119,8 @@ def test_output_length_slope_reads_one_completion_wait_as_one_and_none_as_zero()
 
 def test_diagnosis_names_a_completion_wait_only_where_the_measured_slope_shows_one():
     vs = _module("validate_silicon")
-    rows = [sd.map_row({**ROW, "id": f"row_{o}", "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)}) for o in (128, 256, 512)]
+    rows = [sd.map_row({**ROW, "id": f"row_{o}", "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)})
+            for o in (128, 256, 512)]
     slopes = vs.osl_slopes(rows)
     assert set(slopes) == {c.row_id for c in rows} and all(v == pytest.approx(1.0) for v in slopes.values())
     case = rows[-1]
