@@ -55,14 +55,19 @@ def output_length_sets(cases: Iterable[SiliconCase]) -> dict[tuple[object, ...],
     return {k: v for k, v in groups.items() if len({c.osl for c in v}) >= MIN_LENGTHS}
 
 
+def set_ratios(cases: Iterable[SiliconCase]) -> list[tuple[list[SiliconCase], float]]:
+    """Each output-length set (:func:`output_length_sets`) with its :func:`slope_ratio`."""
+    return [(rows, slope_ratio([c.osl for c in rows], [c.ttft_s for c in rows], [c.tpot_s for c in rows],
+                               rows[0].concurrency))
+            for rows in output_length_sets(cases).values()]
+
+
 def summary(cases: Iterable[SiliconCase]) -> list[tuple[tuple[str, str, str, str, int], int, float]]:
     """``((engine, version, system, model, C), sets, median ratio)``, sorted."""
     per: dict[tuple[str, str, str, str, int], list[float]] = defaultdict(list)
-    for key, rows in output_length_sets(cases).items():
-        engine, version, system, model = (str(k) for k in key[:4])
-        conc = int(key[-1])  # type: ignore[call-overload]
-        per[(engine, version, system, model, conc)].append(
-            slope_ratio([c.osl for c in rows], [c.ttft_s for c in rows], [c.tpot_s for c in rows], conc))
+    for rows, ratio in set_ratios(cases):
+        c = rows[0]
+        per[(c.engine, c.engine_version, c.hardware, c.model, c.concurrency)].append(ratio)
     return [(k, len(v), float(np.median(v))) for k, v in sorted(per.items())]
 
 

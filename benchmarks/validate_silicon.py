@@ -280,14 +280,9 @@ COMPLETION_WAIT_RATIO = 0.4
 def osl_slopes(cases: Iterable[SiliconCase]) -> dict[str, float]:
     """Row id -> the measured output-length slope ratio of its set (rows in sets of at least three
     output lengths; :func:`silicon_osl_slope.slope_ratio`)."""
-    from silicon_osl_slope import output_length_sets, slope_ratio
+    from silicon_osl_slope import set_ratios
 
-    out: dict[str, float] = {}
-    for rows in output_length_sets(cases).values():
-        ratio = slope_ratio([c.osl for c in rows], [c.ttft_s for c in rows], [c.tpot_s for c in rows],
-                            rows[0].concurrency)
-        out.update((c.row_id, ratio) for c in rows)
-    return out
+    return {c.row_id: ratio for rows, ratio in set_ratios(cases) for c in rows}
 
 
 def diagnose(case: SiliconCase, p: dict[str, Any], osl_slope: float | None = None) -> str:
