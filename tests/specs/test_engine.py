@@ -124,6 +124,17 @@ def test_engines_size_the_kv_cache_from_the_memory_the_driver_reports() -> None:
         0.9 * 81559 * 2**20)
 
 
+def test_memory_rule_names_each_engines_own_setting() -> None:
+    # the setting a user would pass to the engine, with the value the share above was computed from:
+    # H100 driver total 81,559 MiB = 85.5 GB; SGLang's fraction is its static_fraction (the reserve rule of
+    # ServerArgs._handle_gpu_memory_settings), printed as the engine would take it
+    h100 = get_hardware("h100-sxm")
+    assert get_engine("vllm-0.11").memory_rule(h100) == "gpu_memory_utilization 0.9 x 85.5 GB reported"
+    assert get_engine("sglang-0.5.23").memory_rule(h100) == (
+        f"mem_fraction_static {get_engine('sglang-0.5.23').static_fraction(h100):g} x 85.5 GB reported")
+    assert get_engine("trtllm-1.2").memory_rule(h100).startswith("free_gpu_memory_fraction 0.9 ")
+
+
 def test_qwen3_32b_bf16_on_one_h100_under_sglang_keeps_gigabytes_of_kv() -> None:
     # aiconfigurator's silicon row qwen3_32b h100 sglang 0.5.8 tp1 measured 1024/128 at 16 clients;
     # with the datasheet's 80e9 B the rule left 0.40 GB (1,509 tokens, one request). SGLang

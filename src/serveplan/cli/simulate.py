@@ -116,9 +116,13 @@ def _print_engine(cfg: SimulationConfig) -> None:
     if setup is None:
         return
     kv = cfg.effective_kv_dtype
+    par = cfg.fleet.first.parallel
+    rule = setup.engine.memory_rule(cfg.hardware, tp=par.tp, pp=par.pp)
+    block = f"{setup.block_size} token{'s' if setup.block_size != 1 else ''}"
     con.print(f"engine {setup.engine.label} ({setup.engine.mechanism.value}): "
-              + "; ".join(setup.notes) + f"; KV block {setup.block_size} tokens, KV cache "
-              f"{(kv.value if kv is not None else 'weights format')}, memory share {setup.memory_utilization:.3f}")
+              + "; ".join(setup.notes) + f"; KV block {block}, KV cache "
+              f"{(kv.value if kv is not None else 'weights format')}, memory share {setup.memory_utilization:.3f} of "
+              f"the datasheet's {cfg.hardware.memory_bytes / 1e9:.0f} GB ({rule})")
 
 
 def _print_spec(cfg: SimulationConfig) -> None:

@@ -305,6 +305,17 @@ class EngineSpec:
         frac = self.memory_fraction if self.memory_fraction is not None else self.static_fraction(device, tp=tp, pp=pp)
         return min(mem, frac * mem + activation_bytes) / nominal
 
+    def memory_rule(self, device: DeviceSpec, *, tp: int = 1, pp: int = 1) -> str:
+        """The engine's memory setting in its own terms, for output beside the share
+        :meth:`memory_utilization` gives (e.g. ``gpu_memory_utilization 0.92 x 81.6 GB reported``)."""
+        reported = f"{device.engine_memory_bytes / 1e9:.1f} GB reported"
+        if self.memory_basis is MemoryBasis.TOTAL:
+            return f"gpu_memory_utilization {float(self.memory_fraction or 0.9):g} x {reported}"
+        if self.memory_basis is MemoryBasis.FREE:
+            return f"free_gpu_memory_fraction {float(self.memory_fraction or 0.9):g} of the memory free after weights"
+        frac = self.memory_fraction if self.memory_fraction is not None else self.static_fraction(device, tp=tp, pp=pp)
+        return f"mem_fraction_static {frac:g} x {reported}"
+
     def static_fraction(self, device: DeviceSpec, *, tp: int = 1, pp: int = 1) -> float:
         """SGLang's ``mem_fraction_static`` = (memory - reserved) / memory, reserved in MiB."""
         r = self.reserve_mib
