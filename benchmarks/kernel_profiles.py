@@ -56,7 +56,8 @@ from serveplan.specs.catalog import get_hardware, get_profile  # noqa: E402
 CACHE = Path(os.environ.get("SERVEPLAN_BENCH_CACHE", Path.home() / ".cache" / "serveplan-bench"))
 WHEEL = "aiconfigurator-core==0.12.0"
 #: aiconfigurator system -> serveplan hardware id
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80g", "l40s": "l40s"}
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "a100_sxm": "a100-80g", "l40s": "l40s",
+           "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "rtx_pro_6000_server": "rtx-pro-6000"}
 FRAMEWORK = "vllm"   # the default profile models a vLLM-style stack (default-gpu)
 #: other engines whose own GEMM and attention tables go to the profile's engine_kernels
 OTHER_ENGINES = ("trtllm", "sglang")

@@ -7,8 +7,9 @@ synthetic dataset with fixed prompt and output lengths queued at once (an offlin
 PyTorch backend, NVIDIA's ModelOpt FP8 or NVFP4 checkpoint (FP8 KV cache), and the reported
 "Total Output Throughput (tokens/sec)" of the whole system. The dense-model tables are covered:
 Llama-3.1-8B, Llama-3.3-70B (Llama-3.1-70B's architecture) and Llama-3.1-405B on H100, H200, B200,
-GB200 and RTX PRO 6000 at the overview's TP/PP layouts (146 rows). The MoE tables do not give the
-expert-parallel size and are left out.
+GB200 and RTX PRO 6000 at the overview's TP/PP layouts (146 rows), and the MoE tables' one-GPU
+columns (Qwen3-30B-A3B on B200, GB200 and RTX PRO 6000, Llama-4-Scout on B200 and GB200: 50 rows);
+on more GPUs the overview does not give the expert-parallel size, so those columns are left out.
 
 How a row is predicted (nothing here is fitted; no constant was chosen on these rows):
 
@@ -28,7 +29,7 @@ How a row is predicted (nothing here is fitted; no constant was chosen on these 
 
 Usage::
 
-    python benchmarks/validate_offline_trtllm.py               # all rows, writes the results JSON
+    python benchmarks/validate_offline_trtllm.py               # all 196 rows, writes the results JSON
     python benchmarks/validate_offline_trtllm.py --kv-fraction 0.95 --out /tmp/o95.json
     python benchmarks/validate_offline_trtllm.py --engine-defaults   # LLM API defaults instead
 
@@ -185,6 +186,12 @@ def report(results: list[dict[str, Any]]) -> list[str]:
            f"error = predicted / measured - 1.", "",
            "| rows | n | median abs error | within 25% | signed median |", "|---|---|---|---|---|"]
     out.append(f"| all | {len(ok)} | {summary([r['err'] for r in ok])} |")
+    from serveplan import get_model
+    moe = {m: get_model(m).is_moe for m in {r["model"] for r in ok}}
+    for label, sel in (("dense models", False), ("MoE models (one GPU)", True)):
+        errs = [r["err"] for r in ok if moe[r["model"]] is sel]
+        if errs:
+            out.append(f"| {label} | {len(errs)} | {summary(errs)} |")
     groups: dict[str, list[float]] = {}
     for r in ok:
         lay = f"TP{r['tp']}" + (f" PP{r['pp']}" if r["pp"] > 1 else "")
