@@ -78,7 +78,8 @@ def ensure_tables() -> Path:
     with zipfile.ZipFile(found[0]) as z:
         for info in z.infolist():
             f = info.filename
-            if "/systems/" in f and (f.endswith(".yaml") or any(f"/{k}/" in f for k in ("gemm", "attention", "comm"))):
+            kinds = ("gemm", "attention", "comm", "moe")
+            if "/systems/" in f and (f.endswith(".yaml") or any(f"/{k}/" in f for k in kinds)):
                 z.extract(info, out)
     return out
 
@@ -128,16 +129,35 @@ def breakdown(ms, hw, dtype: str, seed: int) -> list[str]:
     return out + [""]
 
 
+def newest_moe_only(ms):
+    """The measurements with the fused-MoE rows of one engine version only: the version with the
+    most rows (several collections of the same shapes would otherwise be fitted together)."""
+    from collections import Counter
+
+    from serveplan.calibrate.measurements import MeasurementSet
+
+    runs = Counter(shape_of(r).get("runtime", "") for r in ms.rows if r.kind == "moe")
+    if len(runs) < 2:
+        return ms
+    keep = max(runs, key=lambda v: (runs[v], v))
+    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or shape_of(r).get("runtime") == keep),
+                          ms.metadata)
+
+
 def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, dict]:
     """GEMM and attention curves of TensorRT-LLM's and SGLang's own kernel tables (held out too)."""
     curves, held = {}, {}
     for eng in OTHER_ENGINES:
+        # the fused-MoE tables of TensorRT-LLM: its default MoE backend (MoeConfig.backend = "CUTLASS",
+        # DeepGEMM for block-scaled FP8 on Blackwell); vLLM's and SGLang's tables time several backends
+        # per format whose default depends on the GPU and version, so theirs are not read yet
+        kinds = ("gemm", "context_attention", "generation_attention") + (("moe",) if eng == "trtllm" else ())
         try:
-            ems = import_aiconfigurator(root, system, framework=eng,
-                                        kinds=("gemm", "context_attention", "generation_attention"))
+            ems = import_aiconfigurator(root, system, framework=eng, kinds=kinds)
         except Exception as exc:  # a system without that engine's tables
             print(f"  {eng}: {exc}")
             continue
+        ems = newest_moe_only(ems)
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
                                                    collective_runtime="none")

@@ -155,7 +155,7 @@ def test_measured_profiles_carry_provenance_and_uncertainty(name):
 def test_measured_profiles_are_small_and_round_trip(name):
     f = _data_dir("profiles").joinpath(f"{name}.yaml")
     text = f.read_text()
-    assert len(text.encode()) < 16 * 1024   # vLLM curves ~7 KB, other engines' GEMM/attention ~5 KB
+    assert len(text.encode()) < 20 * 1024   # vLLM curves ~7 KB, other engines' GEMM/attention ~5 KB, MoE ~2 KB
     p = get_profile(name)
     again = profile_from_dict(yaml.safe_load(yaml.safe_dump(p.to_dict())), name=name)
     assert again.kernels == p.kernels

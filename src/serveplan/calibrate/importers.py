@@ -7,7 +7,9 @@ Two sources are read, whatever subset of their tables a directory holds:
   ``gemm_perf`` (``gemm_dtype, m, n, k, latency``), ``context_attention_perf`` and
   ``generation_attention_perf`` (``batch_size, isl, num_heads, num_key_value_heads, head_dim,
   kv_cache_dtype, step, window_size, latency``) and ``nccl_perf`` (``op_name, num_gpus,
-  nccl_dtype, message_size, latency``). Latencies are milliseconds; NCCL message sizes are
+  nccl_dtype, message_size, latency``), ``moe_perf`` (``moe_dtype, num_tokens, hidden_size,
+  inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, kernel_source,
+  latency``: one MoE layer's fused routed-expert kernel). Latencies are milliseconds; NCCL message sizes are
   elements (an all-gather of N half elements takes the time of 2N int8 elements in the tables).
   Older releases wrote the same columns as CSV text (``*.txt``/``*.csv``); both are read.
 * **Vidur** (Microsoft, MIT; ``data/profiling``): ``compute/<gpu>/<model>/mlp.csv`` holds
@@ -129,6 +131,7 @@ def find_systems(root: str | Path) -> dict[str, Path]:
 def import_aiconfigurator(root: str | Path, system: str, *, framework: str | None = None,
                           kinds: Iterable[str] = ("gemm", "context_attention", "generation_attention", "nccl"),
                           ) -> MeasurementSet:
+    # ``kinds`` may add "moe" (the fused MoE tables; :func:`_moe_rows` says which rows are kept)
     """Read one system's GEMM, attention and NCCL tables into measurements.
 
     Parameters
@@ -155,7 +158,8 @@ def import_aiconfigurator(root: str | Path, system: str, *, framework: str | Non
     used: list[str] = []
     kinds = tuple(kinds)
     for stem, reader in (("gemm_perf", _gemm_rows), ("context_attention_perf", _context_rows),
-                         ("generation_attention_perf", _generation_rows), ("nccl_perf", _nccl_rows)):
+                         ("generation_attention_perf", _generation_rows), ("nccl_perf", _nccl_rows),
+                         ("moe_perf", _moe_rows)):
         if stem.removesuffix("_perf") not in kinds:
             continue
         for path in _tables(sdir, stem):
@@ -189,6 +193,42 @@ def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
                           bytes=ab_in * m * k + _ACT_BYTES * m * n + wb * k * n, time_s=t, rows=m,
                           name=_name(m=int(m), n=int(n), k=int(k), dtype=DTYPE_NAME[dt],
                                      kernel=str(r.get("kernel_source", "")).replace(" ", "_"), runtime=runtime))
+
+
+#: Kernel paths of the MoE tables that are not an engine's default for a gated expert MLP:
+#: TensorRT-LLM's opt-in min-latency mode and the kernels for non-gated (ReLU^2) experts.
+MOE_SKIPPED_KERNELS = ("min_latency", "nongated")
+
+
+def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    """Fused routed-expert kernel of one MoE layer, balanced routing, no expert parallelism
+    (``moe_ep_size`` 1: every expert on the device; ``moe_tp_size`` splits each expert's
+    intermediate size). Work and traffic as ``ops/graph.py`` counts ``experts.gate_up``,
+    ``experts.silu_mul`` and ``experts.down`` together: ``c = tokens x top-k`` routed rows,
+    ``i = inter / tp``, ``W = c (6 h i + 6 i)``, ``Q = 2 c (2 h + 8 i) + e_act w 3 h i`` with
+    ``e_act = E (1 - (1 - k/E)^tokens)`` experts holding a token. The shape given to the curve:
+    ``m = c / E`` rows per expert, ``n = 3 i E`` output columns of the group, ``k = h``."""
+    for r in _read_table(path):
+        dt = str(r.get("moe_dtype", ""))
+        src = str(r.get("kernel_source", ""))
+        if (dt not in DTYPE_BYTES or str(r.get("distribution", "balanced")) != "balanced"
+                or any(s in src for s in MOE_SKIPPED_KERNELS)):
+            continue
+        tokens, h, inter, topk, E, tp, ep = (_num(r, c, path) for c in (
+            "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"))
+        t = _num(r, "latency", path) * 1e-3
+        if ep != 1 or t <= 0 or min(tokens, h, inter, topk, E, tp) <= 0 or inter % tp:
+            continue
+        i = inter / tp
+        c = tokens * topk
+        eact = E * (1.0 - (1.0 - topk / E) ** tokens)
+        wb = DTYPE_BYTES[dt]
+        yield Measurement(kind="moe", phase="decode" if tokens <= 64 else "prefill",
+                          flops=c * (6 * h * i + 6 * i), bytes=_ACT_BYTES * c * (2 * h + 8 * i) + eact * wb * 3 * h * i,
+                          time_s=t, rows=c / E,
+                          name=_name(m=c, n=int(3 * i), k=int(h), dtype=DTYPE_NAME[dt], tokens=int(tokens),
+                                     experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
+                                     kernel=src.replace(" ", "_"), runtime=runtime))
 
 
 def _attn_common(r: Mapping[str, Any], path: Path) -> tuple[float, float, float, float, float, str]:

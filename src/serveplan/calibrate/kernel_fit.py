@@ -251,6 +251,14 @@ def attention_group(rows: Sequence[Measurement], phase: str) -> np.ndarray:
     return _attn_rows(rows, phase).group
 
 
+def moe_group(rows: Sequence[Measurement]) -> np.ndarray:
+    """Shape group of a fused-MoE row: one model's MoE layer at one split (hidden, intermediate,
+    experts, top-k, expert TP), whatever the token count."""
+    keys = [tuple(int(float(shape_of(r)[f])) for f in ("k", "inter", "experts", "topk", "tp")) for r in rows]
+    index = {key: i for i, key in enumerate(sorted(set(keys)))}
+    return np.array([index[key] for key in keys], dtype=float)
+
+
 def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, seed: int = 0) -> int:
     """The tile of :data:`TILE_CHOICES` whose curve, fitted on a seeded half of the shape groups
     of ``rows``, predicts the other half best. Called on the training half only, so the reported
@@ -315,6 +323,23 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             attention[f"{phase}/{kv}"] = fit_attention(
                 rows, hardware, phase, provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                                              held_out_median=ho_median))
+    moe: dict[str, GemmCurve] = {}
+    for dt in sorted({shape_of(r)["dtype"] for r in select(ms, "moe")}):
+        rows = select(ms, "moe", dtype=dt)
+        if len(rows) < 2 * MIN_POINTS:
+            continue
+        groups = moe_group(rows)
+        tr = split_by_group(groups, seed)
+        if tr.all() or not tr.any():   # one shape group: no held-out half
+            continue
+        train = [r for r, m in zip(rows, tr, strict=True) if m]
+        test = [r for r, m in zip(rows, tr, strict=True) if not m]
+        c = fit_gemm(train, hardware, dt)
+        ho = summarize(f"moe {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
+                                               np.array([r.time_s for r in test])), len(train))
+        held.append(ho)
+        moe[dt] = fit_gemm(rows, hardware, dt, provenance=Provenance(source=source, fit_date=fit_date,
+                                                                     points=len(rows), held_out_median=ho.median))
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     crow = select(ms, "collective")
     if collective_runtime:
@@ -341,4 +366,5 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             rows, op, g, link=link,
             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                   held_out_median=held[-1].median if big else None))
-    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, source=source, fit_date=fit_date), held
+    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, moe=moe, source=source,
+                        fit_date=fit_date), held

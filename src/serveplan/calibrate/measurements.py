@@ -5,7 +5,8 @@ GPU model, torch version, thread count, measured peaks) and whose rows are:
 
 ============  ==============================================================================
 ``kind``      ``gemm``, ``gemv``, ``copy``, ``elementwise``, ``norm``, ``attention``, ``launch``,
-              ``module`` (a whole module at a tiny shape: its dispatch time) or ``collective``
+              ``module`` (a whole module at a tiny shape: its dispatch time), ``collective`` or
+              ``moe`` (one MoE layer's fused routed-expert kernel)
 ``phase``     ``prefill`` or ``decode``: which phase's efficiency factors the row informs
               (shapes of prefill steps: hundreds to thousands of tokens; of decode steps: 1-64);
               ``any`` for ``launch`` and ``module`` rows
@@ -36,7 +37,7 @@ import numpy as np
 
 from serveplan.errors import SpecError
 
-KINDS = ("gemm", "gemv", "copy", "elementwise", "norm", "attention", "launch", "module", "collective")
+KINDS = ("gemm", "gemv", "copy", "elementwise", "norm", "attention", "launch", "module", "collective", "moe")
 PHASES = ("prefill", "decode", "any")
 MODULES = ("norm", "attention", "mlp", "moe", "lm_head")
 REQUIRED = ("kind", "phase", "flops", "bytes", "time_s")

@@ -188,6 +188,9 @@ class CompiledStep:
     comm_kind: tuple[Collective, ...]
     comm_group: tuple[int, ...]
     comm_scale: np.ndarray | None = None  # (collectives,) 1: the row holds its own efficiency, 0: take e_+
+    #: (ops,) part of a fused routed-expert kernel: 1 ``experts.gate_up``, 2 ``experts.silu_mul``,
+    #: 3 ``experts.down``, else 0 (a measured fused-MoE curve covers the three together)
+    expert_part: np.ndarray | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -279,7 +282,12 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
         weight_elems=weight, inner=inner, attn_phase=attn_phase, attn_heads=attention_heads or (0.0, 0.0, 0.0),
         comm_volume=matrix(comm_vol), comm_kind=tuple(comm_kind), comm_group=tuple(comm_group),
         comm_scale=np.array(comm_own, dtype=bool) if any(comm_own) else None,
+        expert_part=np.array([_EXPERT_PART.get(o.name, 0) for o in ops], dtype=int),
     )
+
+
+#: Operators of the routed experts (``ops/graph.py`` ``_moe_ops``) that one fused MoE kernel runs.
+_EXPERT_PART = {"experts.gate_up": 1, "experts.silu_mul": 2, "experts.down": 3}
 
 
 # ------------------------------------------------------------------------------ rates
@@ -328,17 +336,36 @@ class CurveRates:
     prefill_index: np.ndarray
     decode_index: np.ndarray
     comm_index: tuple[int, ...]
+    # the fused MoE kernel: its curve, the aligned indices of each MoE block's gate-up, activation
+    # and down operators, and (expert intermediate size per device, hidden size)
+    moe: GemmCurve | None = None
+    moe_parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    moe_dims: tuple[float, float] = (0.0, 0.0)
+
+    @staticmethod
+    def expert_parts(step: CompiledStep) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Indices of each MoE block's ``experts.gate_up``, ``experts.silu_mul`` and
+        ``experts.down`` (aligned: one entry per block), or ``None`` without a complete set."""
+        if step.expert_part is None:
+            return None
+        parts = tuple(np.flatnonzero(step.expert_part == p) for p in (1, 2, 3))
+        if not len(parts[0]) or not len(parts[0]) == len(parts[1]) == len(parts[2]):
+            return None
+        return parts[0], parts[1], parts[2]
 
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
                 peak_flops: float, attention_peak_flops: float, bandwidth: float,
-                max_ranks: int | None = None) -> CurveRates:
+                max_ranks: int | None = None, moe_dims: tuple[float, float] | None = None) -> CurveRates:
         """``max_ranks``: the largest group a collective curve stands for (the scale-up domain
-        the NCCL tables were measured in); larger groups keep the per-tier model."""
+        the NCCL tables were measured in); larger groups keep the per-tier model. ``moe_dims``:
+        (expert intermediate size per device, hidden size) of a MoE model, for a fused-MoE curve."""
         on = step.attn_heads[0] > 0
         gi = np.flatnonzero(step.is_gemm)
         coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g) if max_ranks is None or g <= max_ranks else None
                      for k, g in zip(step.comm_kind, step.comm_group, strict=True))
+        moe = curves.moe_curve(dtype) if moe_dims is not None else None
+        parts = cls.expert_parts(step) if moe is not None else None
         return cls(
             gemm=curves.gemm_curve(dtype),
             prefill_attention=curves.attention_curve("prefill", kv_dtype) if on else None,
@@ -349,6 +376,7 @@ class CurveRates:
             gemm_inner=step.inner[gi],
             prefill_index=np.flatnonzero(step.attn_phase == 1), decode_index=np.flatnonzero(step.attn_phase == 2),
             comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
+            moe=moe if parts is not None else None, moe_parts=parts, moe_dims=moe_dims or (0.0, 0.0),
         )
 
 
@@ -455,6 +483,16 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
         fixed = fixed * (Wg > 0)      # an op without work this step costs nothing
         comp[gi] = fixed + cg
         mem[gi] = fixed + mg
+    if cr.moe is not None and cr.moe_parts is not None:
+        # one fused kernel per MoE block: its time on the gate-up operator, none on the other two
+        g, a, dn = cr.moe_parts
+        inter, h = cr.moe_dims
+        We, Qe = W[g] + W[a] + W[dn], Q[g] + Q[a] + Q[dn]
+        routed = W[dn] / (2.0 * inter * h)          # routed rows through this device's experts
+        fixed, cm, mm = cr.moe.terms(routed, 3.0 * inter, h, We, Qe, cr.peak_flops, cr.bandwidth)
+        fixed = fixed * (We > 0)
+        comp[g], mem[g] = fixed + cm, fixed + mm
+        comp[a] = mem[a] = comp[dn] = mem[dn] = 0.0
     hq, hkv, d = step.attn_heads
     for curve, idx, ph in ((cr.prefill_attention, cr.prefill_index, 1), (cr.decode_attention, cr.decode_index, 2)):
         if curve is None or not len(idx):
@@ -537,6 +575,7 @@ def restrict(step: CompiledStep, rates: PhaseRates, ops: np.ndarray,
         comm_kind=tuple(step.comm_kind[i] for i in colls),
         comm_group=tuple(step.comm_group[i] for i in colls),
         comm_scale=step.comm_scale[colls] if step.comm_scale is not None else None,
+        expert_part=step.expert_part[ops] if step.expert_part is not None else None,
     )
     cr = rates.curves
     if cr is not None:
@@ -546,7 +585,10 @@ def restrict(step: CompiledStep, rates: PhaseRates, ops: np.ndarray,
             cr, collectives=coll, gemm_index=gi, gemm_rows=sub.R[gi], gemm_weight=sub.weight_elems[gi],
             gemm_inner=sub.inner[gi], prefill_index=np.flatnonzero(sub.attn_phase == 1),
             decode_index=np.flatnonzero(sub.attn_phase == 2),
-            comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None))
+            comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
+            moe_parts=CurveRates.expert_parts(sub) if cr.moe is not None else None)
+        if cr.moe is not None and cr.moe_parts is None:
+            cr = dataclasses.replace(cr, moe=None)
     return sub, dataclasses.replace(rates, inv_compute=rates.inv_compute[ops], inv_memory=rates.inv_memory[ops],
                                     curves=cr)
 

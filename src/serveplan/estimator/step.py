@@ -190,15 +190,16 @@ def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Pha
 
 
 def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware: DeviceSpec, *, dtype: DType,
-                   kv_dtype: DType) -> CurveRates | None:
+                   kv_dtype: DType, moe_dims: tuple[float, float] | None = None) -> CurveRates | None:
     """The profile's measured curves for these formats, or ``None`` for a constant-factor profile.
-    Collective curves stand for groups inside the scale-up domain they were measured in."""
+    Collective curves stand for groups inside the scale-up domain they were measured in.
+    ``moe_dims``: (expert intermediate size per device, hidden size) of a MoE model."""
     if profile.kernels is None:
         return None
     return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
                               peak_flops=gemm_peak_flops(hardware, dtype.value),
                               attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth,
-                              max_ranks=hardware.domain_size)
+                              max_ranks=hardware.domain_size, moe_dims=moe_dims)
 
 
 def scale_up_latencies(profile: EfficiencyProfile, hardware: DeviceSpec) -> dict[Collective, float] | None:
@@ -275,7 +276,10 @@ class Estimator:
                   float(model.head_dim)) if fused_gqa else None)
         self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads,
                                      scale_up_latency=scale_up_latencies(profile, hardware))
-        self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype)
+        moe_dims = ((model.moe_intermediate_size / parallel.expert_tp, float(model.hidden_size))
+                    if model.is_moe else None)
+        self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                                      moe_dims=moe_dims)
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum

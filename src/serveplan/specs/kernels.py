@@ -63,6 +63,16 @@ bandwidth form misses NCCL's 1-64 MiB range by 13-23% on H100; with it, by 1-4% 
 ``docs/validation.md``). ``ramp_bytes`` is the size at which the fill equals the transfer. Rank counts between measured
 ones take the nearest measured count's bandwidth and latency.
 
+**Fused MoE** (per weight format): the routed experts of one MoE layer as the engine's fused kernel
+runs them (token permutation, the gate-up and down grouped GEMMs with their activation, the
+un-permutation and weighting), timed as one operator. Its curve has the GEMM form above with
+``m`` the routed rows per local expert (``tokens x top-k / experts`` per device), ``n`` the output
+columns of all local experts' three projections (``3 x inter x experts``, so output tiles count the
+whole group) and ``k`` the hidden size; ``W`` and ``Q`` are the experts' work and traffic as
+``ops/graph.py`` counts them (active experts' weights, routed activations). TensorRT-LLM's CUTLASS
+MoE on B200 reaches under a tenth of the NVFP4 peak at thousands of tokens (aiconfigurator's
+``moe_perf`` tables), where its dense GEMMs reach over half: a dense GEMM curve does not describe it.
+
 **Launch**: ``eager_launch_s`` is the host cost of one eager operator launch; ``graph_step_s`` the
 fixed cost of one replayed CUDA graph step.
 
@@ -271,6 +281,7 @@ class KernelCurves:
     gemm: Mapping[str, GemmCurve] = field(default_factory=dict)
     attention: Mapping[str, AttentionCurve] = field(default_factory=dict)
     collectives: Mapping[str, Mapping[int, CollectiveCurve]] = field(default_factory=dict)
+    moe: Mapping[str, GemmCurve] = field(default_factory=dict)   # fused MoE kernel, by weight format
     eager_launch_s: float | None = None
     graph_step_s: float | None = None
     launch_provenance: str = ""
@@ -283,6 +294,14 @@ class KernelCurves:
         for key in (dtype, GEMM_CURVE_KEY.get(dtype, ""), {"bf16": "fp16", "fp8_block": "fp8"}.get(dtype, "")):
             if key in self.gemm:
                 return self.gemm[key]
+        return None
+
+    def moe_curve(self, dtype: str) -> GemmCurve | None:
+        """Fused-MoE curve of a weight format (``nvfp4`` and ``fp4`` stand for each other, ``fp16`` for
+        ``bf16``); no fallback across precisions: another format runs other kernels."""
+        for key in (dtype, {"nvfp4": "fp4", "fp4": "nvfp4", "fp16": "bf16"}.get(dtype, "")):
+            if key in self.moe:
+                return self.moe[key]
         return None
 
     def attention_curve(self, phase: str, kv_dtype: str) -> AttentionCurve | None:
@@ -322,6 +341,8 @@ class KernelCurves:
             out["attention"] = {k: one(v) for k, v in self.attention.items()}
         if self.collectives:
             out["collectives"] = {op: {int(g): one(c) for g, c in by.items()} for op, by in self.collectives.items()}
+        if self.moe:
+            out["moe"] = {k: one(v) for k, v in self.moe.items()}
         launch: dict[str, Any] = {}
         if self.eager_launch_s is not None:
             launch["eager_launch_s"] = _round(self.eager_launch_s)
@@ -378,12 +399,13 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
         return None
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where} must map gemm, attention, collectives and launch to curves")
-    unknown = set(raw) - {"gemm", "attention", "collectives", "launch", "source", "fit_date"}
+    unknown = set(raw) - {"gemm", "attention", "collectives", "moe", "launch", "source", "fit_date"}
     if unknown:
         raise SpecError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; "
-                        f"expected: source, fit_date, gemm, attention, collectives, launch")
+                        f"expected: source, fit_date, gemm, attention, collectives, moe, launch")
     parent = (str(raw.get("source", "")), str(raw.get("fit_date", "")))
     gemm = {str(k): _build(GemmCurve, v, f"{where}.gemm.{k}", parent) for k, v in (raw.get("gemm") or {}).items()}
+    moe = {str(k): _build(GemmCurve, v, f"{where}.moe.{k}", parent) for k, v in (raw.get("moe") or {}).items()}
     attn = {}
     for k, v in (raw.get("attention") or {}).items():
         if str(k).split("/")[0] not in ("prefill", "decode"):
@@ -403,5 +425,5 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
         graph = float(launch["graph_step_s"]) if launch.get("graph_step_s") is not None else None
     except (TypeError, ValueError):
         raise SpecError(f"{where}.launch: eager_launch_s and graph_step_s must be seconds") from None
-    return KernelCurves(gemm=gemm, attention=attn, collectives=coll, eager_launch_s=eager, graph_step_s=graph,
+    return KernelCurves(gemm=gemm, attention=attn, collectives=coll, moe=moe, eager_launch_s=eager, graph_step_s=graph,
                         launch_provenance=str(launch.get("source", "")), source=parent[0], fit_date=parent[1])
