@@ -201,3 +201,38 @@ def test_cli_calibrate_from_errors_exit_2(args, message, tmp_path):
     r = runner.invoke(app, ["calibrate", *args, "--out", str(tmp_path / "p.yaml")])
     assert r.exit_code == 2 and message in r.output, r.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+VARIANTS = (("moe_torch_flow_cutlass", "balanced", 1), ("moe_torch_flow_min_latency", "balanced", 1),
+            ("moe_torch_flow_cutlass", "power_law_1.2", 1), ("moe_torch_flow_cutlass", "balanced", 8))
+
+
+def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_path):
+    # aiconfigurator's moe_perf layout: one MoE layer's fused routed-expert kernel. Rows of the
+    # opt-in min-latency kernel, skewed routing and expert parallelism are left out.
+    true = GemmCurve(overhead_s=2e-5, compute_max=0.5, rows_half=64.0, weight_half=1e6, memory=0.6)
+    rows = []
+    for tokens in (1, 8, 64, 256, 1024, 4096, 16384):
+        for h, inter, E, topk in ((2048, 768, 128, 8), (4096, 1536, 64, 6), (7168, 2048, 256, 8), (5120, 1536, 160, 6)):
+            c, eact = tokens * topk, E * (1 - (1 - topk / E) ** tokens)
+            W = c * (6 * h * inter + 6 * inter)
+            Q = 2.0 * c * (2 * h + 8 * inter) + eact * 1.0 * 3 * h * inter
+            t = float(true.time(float(c), 3.0 * inter, float(h), W, Q, 1979e12, 3.35e12))
+            for src, dist, ep in VARIANTS:
+                rows.append({"framework": "TRTLLM", "version": "1.3.0rc20", "device": "NVIDIA H100 80GB HBM3",
+                             "op_name": "moe", "kernel_source": src, "moe_dtype": "fp8", "num_tokens": tokens,
+                             "hidden_size": h, "inter_size": inter, "topk": topk, "num_experts": E,
+                             "moe_tp_size": 1, "moe_ep_size": ep, "distribution": dist, "latency": t * 1e3})
+    _write(tmp_path / "h100_sxm" / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.csv", rows)
+    ms = import_aiconfigurator(tmp_path, "h100_sxm", framework="trtllm", kinds=("moe",))
+    moe = select(ms, "moe", dtype="fp8")
+    assert len(moe) == 7 * 4                                   # only the balanced, EP-free CUTLASS rows
+    # by hand, Qwen3-30B-A3B's layer at 64 tokens: 512 routed rows, W = 512 (6 x 2048 x 768 + 6 x 768),
+    # e_act = 128 (1 - (1 - 8/128)^64) = 126.8 experts holding a token
+    r = next(r for r in moe if shape_of(r)["tokens"] == "64" and shape_of(r)["k"] == "2048")
+    assert r.flops == pytest.approx(512 * (6 * 2048 * 768 + 6 * 768))
+    assert r.bytes == pytest.approx(2 * 512 * (2 * 2048 + 8 * 768) + 128 * (1 - (1 - 8 / 128) ** 64) * 3 * 2048 * 768)
+    assert (shape_of(r)["m"], shape_of(r)["n"]) == ("512", str(3 * 768))
+    curves, held = fit_kernel_curves(ms, H100, source="test", fit_date="2026-11-27")
+    assert "fp8" in curves.moe and next(h for h in held if h.what == "moe fp8").median < 0.05
+    assert curves.moe_curve("fp8") is curves.moe["fp8"] and curves.moe_curve("bf16") is None

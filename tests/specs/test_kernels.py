@@ -240,3 +240,28 @@ def test_simulation_config_of_an_engine_takes_its_kernels():
     plain = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h200"), profile=p,
                              strategy="1m", tp=1, rate=1.0)
     assert plain.profile is p
+
+
+def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
+    # Qwen3-30B-A3B NVFP4 on one B200 under TensorRT-LLM's kernels: 512 decode tokens route
+    # 512 x 8 = 4,096 rows through experts of intermediate 768 and hidden 2,048; the curve's time
+    # (hand-assembled from its terms) sits on experts.gate_up, the activation and down read 0
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_model
+
+    prof = get_profile("measured-b200").for_engine("trtllm")
+    curve = prof.kernels.moe_curve("nvfp4")
+    assert curve is not None and curve.provenance is not None and curve.provenance.held_out_median < 0.25
+    hw = get_hardware("b200")
+    est = Estimator(get_model("qwen3-30b-a3b"), hw, prof, ParallelConfig(tp=1), dtype="nvfp4", kv_dtype="fp8")
+    ops = {o.name: o for o in est.estimate(StepBatch.of((), [1000] * 512)).ops if o.module == "moe"}
+    W = sum(ops[n].flops for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
+    Q = sum(ops[n].bytes for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
+    assert ops["experts.down"].flops == pytest.approx(4096 * 2 * 768 * 2048)
+    fixed, comp, mem = curve.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth)
+    assert ops["experts.gate_up"].time_s == pytest.approx(fixed + max(comp, mem), rel=1e-9)
+    assert ops["experts.silu_mul"].time_s == 0.0 and ops["experts.down"].time_s == 0.0
+    # the vLLM-side kernels have no MoE curve: the three operators keep their own times
+    plain = Estimator(get_model("qwen3-30b-a3b"), hw, get_profile("measured-b200"), ParallelConfig(tp=1),
+                      dtype="nvfp4", kv_dtype="fp8")
+    assert all(o.time_s > 0 for o in plain.estimate(StepBatch.of((), [1000] * 512)).ops
+               if o.name.startswith("experts."))

@@ -207,7 +207,7 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     ``experts.silu_mul`` and ``experts.down`` together: ``c = tokens x top-k`` routed rows,
     ``i = inter / tp``, ``W = c (6 h i + 6 i)``, ``Q = 2 c (2 h + 8 i) + e_act w 3 h i`` with
     ``e_act = E (1 - (1 - k/E)^tokens)`` experts holding a token. The shape given to the curve:
-    ``m = c / E`` rows per expert, ``n = 3 i E`` output columns of the group, ``k = h``."""
+    ``m = c`` routed rows, ``n = 3 i`` (one expert's three projections), ``k = h``."""
     for r in _read_table(path):
         dt = str(r.get("moe_dtype", ""))
         src = str(r.get("kernel_source", ""))
@@ -225,8 +225,8 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
         wb = DTYPE_BYTES[dt]
         yield Measurement(kind="moe", phase="decode" if tokens <= 64 else "prefill",
                           flops=c * (6 * h * i + 6 * i), bytes=_ACT_BYTES * c * (2 * h + 8 * i) + eact * wb * 3 * h * i,
-                          time_s=t, rows=c / E,
-                          name=_name(m=c, n=int(3 * i), k=int(h), dtype=DTYPE_NAME[dt], tokens=int(tokens),
+                          time_s=t, rows=c,
+                          name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=DTYPE_NAME[dt], tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
                                      kernel=src.replace(" ", "_"), runtime=runtime))
 

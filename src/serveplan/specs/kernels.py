@@ -66,12 +66,14 @@ ones take the nearest measured count's bandwidth and latency.
 **Fused MoE** (per weight format): the routed experts of one MoE layer as the engine's fused kernel
 runs them (token permutation, the gate-up and down grouped GEMMs with their activation, the
 un-permutation and weighting), timed as one operator. Its curve has the GEMM form above with
-``m`` the routed rows per local expert (``tokens x top-k / experts`` per device), ``n`` the output
-columns of all local experts' three projections (``3 x inter x experts``, so output tiles count the
-whole group) and ``k`` the hidden size; ``W`` and ``Q`` are the experts' work and traffic as
-``ops/graph.py`` counts them (active experts' weights, routed activations). TensorRT-LLM's CUTLASS
-MoE on B200 reaches under a tenth of the NVFP4 peak at thousands of tokens (aiconfigurator's
-``moe_perf`` tables), where its dense GEMMs reach over half: a dense GEMM curve does not describe it.
+``m`` the routed rows through the device's experts (``tokens x top-k``, divided by EP), ``n`` one
+expert's three projections (``3 x inter`` per device) and ``k`` the hidden size; ``W`` and ``Q``
+are the experts' work and traffic as ``ops/graph.py`` counts them (active experts' weights, routed
+activations), and the activation pass ``q m k`` is a cost per routed element (permutation and
+quantization of the expanded rows). Taking ``m`` per expert instead (``n`` over all experts) missed
+the held-out rows by more (B200 NVFP4 25.5% against 19.3%). TensorRT-LLM's CUTLASS MoE on B200
+reaches about 6% of the NVFP4 peak at thousands of tokens (aiconfigurator's ``moe_perf`` tables),
+where its dense GEMMs reach over half: a dense GEMM curve does not describe it.
 
 **Launch**: ``eager_launch_s`` is the host cost of one eager operator launch; ``graph_step_s`` the
 fixed cost of one replayed CUDA graph step.
