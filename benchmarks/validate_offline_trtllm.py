@@ -122,19 +122,16 @@ def bench_settings(row: Row, kv_fraction: float = KV_FRACTION) -> tuple[int, int
     kv_max_requests = cache_memory / (byte_per_token * (row.isl + row.osl))
     raw_bs = min(kv_max_requests, 4096) / row.pp
     raw_token = min(raw_bs * (1 + row.isl / row.osl), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_token < 4096:
-        max_token = max(2048, 256 * math.ceil(raw_token / 256))
-    elif raw_token < 8192:
-        max_token = 512 * math.ceil(raw_token / 512)
-    else:
-        max_token = 1024 * math.ceil(raw_token / 1024)
+    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128)), 256))           # at least 64 sequences
+    max_token = max(2048, _round_up(raw_token, ((4096, 256), (8192, 512)), 1024))  # at least 2048 tokens
     return max_bs, max(max_token, row.isl + max_bs)
+
+
+def _round_up(x: float, bands: tuple[tuple[float, int], ...], last: int) -> int:
+    """``x`` rounded up to a multiple of the step of the first band whose bound it is under
+    (``finetune_setting``'s ladders), else of ``last``."""
+    step = next((st for bound, st in bands if x < bound), last)
+    return step * math.ceil(x / step)
 
 
 def predict(row: Row, *, kv_fraction: float = KV_FRACTION, engine_defaults: bool = False) -> dict[str, Any]:

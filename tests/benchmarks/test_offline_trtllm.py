@@ -3,18 +3,11 @@ heuristic it writes out (hand derivations below; the simulation itself runs only
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from bench_modules import load
 
 from serveplan import get_hardware, get_model
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "validate_offline_trtllm.py"
-_spec = importlib.util.spec_from_file_location("validate_offline_trtllm", _PATH)
-assert _spec and _spec.loader
-vo = importlib.util.module_from_spec(_spec)
-sys.modules["validate_offline_trtllm"] = vo  # dataclasses look their module up
-_spec.loader.exec_module(vo)
+vo = load("validate_offline_trtllm")
 
 
 def _row(**kw: object) -> object:

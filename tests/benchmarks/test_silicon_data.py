@@ -3,20 +3,12 @@ wheel itself is fetched only by the benchmark script, never here)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_modules import load
 
 from serveplan import DType
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "silicon_data.py"
-_spec = importlib.util.spec_from_file_location("silicon_data", _PATH)
-assert _spec and _spec.loader
-sd = importlib.util.module_from_spec(_spec)
-sys.modules["silicon_data"] = sd  # dataclasses look their module up
-_spec.loader.exec_module(sd)
+sd = load("silicon_data")
 
 ROW = {
     "id": "llama_h100_trtllm_fp8_agg_1024x1024_c64", "backend": "trtllm", "backend_version": "1.2.0rc6",
@@ -60,11 +52,7 @@ def test_vllm_rows_run_as_aiconfigurator_deploys_them_and_the_choice_is_spelled_
            "silicon_data_source": "db-dump; silicon_concurrency=4; measured=2026"}
     dep = sd.deployment(sd.map_row(row))
     assert (dep.max_batch, dep.token_budget) == (4, 4 + 8192 + 1500)
-    vpath = _PATH.parent / "validate_silicon.py"
-    spec = importlib.util.spec_from_file_location("validate_silicon", vpath)
-    assert spec and spec.loader
-    vs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vs)
+    vs = load("validate_silicon")
     assert vs.AS_DEPLOYED == frozenset({"vllm"})        # chosen on H100 rows (docs/validation.md)
     assert vs.deployed_engines("all") == frozenset({"vllm", "sglang", "trtllm"})
     assert vs.deployed_engines("none") == frozenset()
@@ -73,16 +61,8 @@ def test_vllm_rows_run_as_aiconfigurator_deploys_them_and_the_choice_is_spelled_
         vs.deployed_engines("vlm")
 
 
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, _PATH.parent / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_held_slot_experiment_lowers_the_batch_limit_by_one_for_the_named_versions_only():
-    vs = _module("validate_silicon")
+    vs = load("validate_silicon")
     assert vs.held_slot_rows("none") == frozenset()
     assert vs.held_slot_rows("trtllm@1.0.0rc3, vllm@0.12.0") == frozenset({("trtllm", "1.0.0rc3"), ("vllm", "0.12.0")})
     for bad in ("trtllm", "tensorrt@1.0", "trtllm@"):
@@ -101,7 +81,7 @@ def test_held_slot_experiment_lowers_the_batch_limit_by_one_for_the_named_versio
 def test_output_length_slope_reads_one_completion_wait_as_one_and_none_as_zero():
     # Hand derivation: C clients, requests of osl tokens at TPOT t complete every osl t / C; a TTFT of
     # 0.1 s + osl t / C grows by t / C per output token (ratio 1); a constant TTFT gives 0.
-    sl = _module("silicon_osl_slope")
+    sl = load("silicon_osl_slope")
     osl, tpot, conc = [128, 256, 512], [0.008, 0.008, 0.008], 8
     assert sl.slope_ratio(osl, [0.1 + o * 0.008 / conc for o in osl], tpot, conc) == pytest.approx(1.0)
     assert sl.slope_ratio(osl, [0.2, 0.2, 0.2], tpot, conc) == pytest.approx(0.0, abs=1e-12)
@@ -118,7 +98,7 @@ def test_output_length_slope_reads_one_completion_wait_as_one_and_none_as_zero()
 
 
 def test_diagnosis_names_a_completion_wait_only_where_the_measured_slope_shows_one():
-    vs = _module("validate_silicon")
+    vs = load("validate_silicon")
     rows = [sd.map_row({**ROW, "id": f"row_{o}", "osl": str(o), "silicon_ttft_ms": str(100 + o * 20.0 / 64)})
             for o in (128, 256, 512)]
     slopes = vs.osl_slopes(rows)
