@@ -159,8 +159,9 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
             continue
         ems = newest_moe_only(ems)
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
+        # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
-                                                   collective_runtime="none")
+                                                   collective_runtime="none", xqa_decode=eng == "trtllm")
         print(f"  {eng}: {len(ems.rows)} rows ({runtime_version(ems, 'gemm')})")
     return curves, held
 

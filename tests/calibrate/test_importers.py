@@ -236,3 +236,42 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     curves, held = fit_kernel_curves(ms, H100, source="test", fit_date="2026-11-27")
     assert "fp8" in curves.moe and next(h for h in held if h.what == "moe fp8").median < 0.05
     assert curves.moe_curve("fp8") is curves.moe["fp8"] and curves.moe_curve("bf16") is None
+
+
+def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
+    # TensorRT-LLM's decode kernels by query heads per KV head (kernelUtils.cpp): XQA for 2-32, the
+    # masked MHA kernel for 1 and above 32. Synthetic table: the MHA kernel streams the cache at a
+    # quarter of XQA's rate; one curve over both cannot hold, one per regime recovers each.
+    from serveplan.calibrate.kernel_fit import fit_attention, fit_decode_regimes, predict_decode_regimes
+    from serveplan.specs.kernels import AttentionCurve
+
+    xqa = AttentionCurve(overhead_s=6e-6, compute_max=1.0, memory_max=0.8, len_half=30.0, parallel_half=2.0,
+                         group_cost_s=1e-6, dim_cost_s=2e-6, sm_count=132, multi_block_tokens=128)
+    mha = AttentionCurve(overhead_s=8e-6, compute_max=1.0, memory_max=0.2, len_half=30.0, parallel_half=2.0,
+                         sm_count=132, multi_block_tokens=128)
+    rows = []
+    for hq, hkv in ((32, 32), (16, 16), (32, 8), (64, 8), (32, 4), (64, 1), (128, 2)):
+        for b in (1, 8, 64, 256):
+            for s in (64, 1024, 8192):
+                g = hq / hkv
+                W, Q = b * s * (4 * hq * 128 + 5 * hq), b * 2 * 2 * hq * 128 + b * s * 2 * 2 * hkv * 128
+                c = xqa if 2 <= g <= 32 else mha
+                t = float(c.time("decode", float(s), float(b * hkv), 128.0, W, Q, 989.4e12, 3.35e12, g))
+                rows.append({"framework": "TRTLLM", "version": "1.3.0rc20", "device": "NVIDIA H100 80GB HBM3",
+                             "op_name": "generation_attention", "batch_size": b, "isl": s, "num_heads": hq,
+                             "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
+                             "step": 0, "latency": t * 1e3})
+    _write(tmp_path / "h100_sxm" / "attention" / "trtllm" / "1.3.0rc20" / "generation_attention_perf.csv", rows)
+    ms = import_aiconfigurator(tmp_path, "h100_sxm", framework="trtllm", kinds=("generation_attention",))
+    dec = [r for r in select(ms, "attention", kv_dtype="bf16") if r.phase == "decode"]
+    curves = fit_decode_regimes(dec, H100, "bf16")
+    assert sorted(curves) == ["decode/bf16", "decode/bf16/g=1", "decode/bf16/g=33-"]
+    assert curves["decode/bf16"].multi_block_tokens == 128 and curves["decode/bf16"].sm_count == 132
+    t = [r.time_s for r in dec]
+    err = [abs(p / m - 1) for p, m in zip(predict_decode_regimes(curves, dec, H100, "bf16"), t, strict=True)]
+    assert max(err) < 0.02
+    # one curve over every row misses: the MHA rows are four times slower at long contexts
+    one = predict_decode_regimes({"decode/bf16": fit_attention(dec, H100, "decode")}, dec, H100, "bf16")
+    assert sorted(abs(p / m - 1) for p, m in zip(one, t, strict=True))[len(t) // 2] > 0.1
+    kc, _ = fit_kernel_curves(ms, H100, source="t", fit_date="2026-11-27", xqa_decode=True)
+    assert kc.attention_curve("decode", "bf16", 64.0) is kc.attention["decode/bf16/g=33-"]

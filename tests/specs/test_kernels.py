@@ -13,7 +13,9 @@ from serveplan.specs.kernels import (
     AttentionCurve,
     CollectiveCurve,
     GemmCurve,
+    KernelCurves,
     bus_factor,
+    group_range,
     kernel_curves_from_dict,
 )
 from serveplan.specs.profile import profile_from_dict
@@ -115,6 +117,55 @@ def test_attention_and_collective_times_grow_with_size():
     assert c.time("all_reduce", 8, 1e9) == pytest.approx(1e-5 + (1.75e9 + np.sqrt(1.75e9 * 3e6)) / 3e11)
 
 
+def test_xqa_multi_block_split_follows_tensorrt_llm_rule():
+    # decoderXQAImplJIT computeMultiBlockCount, by hand with 132 SMs, 128 history tokens per block and
+    # kTargetWaveFactor 8 (one wave = 132 CTAs, eight waves = 1,056):
+    a = AttentionCurve(overhead_s=0.0, compute_max=1.0, memory_max=0.8, len_half=10.0, parallel_half=1.0,
+                       sm_count=132, multi_block_tokens=128)
+    # 8 pairs, 4,096 tokens: 32 blocks, 256 CTAs = 0.24 of eight waves: kept
+    assert a.blocks(4096.0, 8.0) == 32
+    # 64 pairs, 8,192 tokens: 64 blocks, 4,096 CTAs = 3.88 x eight waves -> floor(64 / 3.879) = 16
+    assert a.blocks(8192.0, 64.0) == 16
+    # 1,024 pairs, 4,096 tokens: 32,768 CTAs = 31.03 x eight waves -> floor(32 / 31.03) = 1
+    assert a.blocks(4096.0, 1024.0) == 1
+    # short contexts are never split; at most one block per SM
+    assert a.blocks(100.0, 1.0) == 1 and a.blocks(1e6, 1.0) == 132
+    # the split shortens the length each CTA streams: a long context on few pairs is faster than without it
+    b = AttentionCurve(overhead_s=0.0, compute_max=1.0, memory_max=0.8, len_half=10.0, parallel_half=1.0)
+    args = ("decode", 8192.0, 1.0, 128.0, 1.0, 1e9, 1e15, 3e12, 8.0)
+    assert a.time(*args) < b.time(*args)
+    with pytest.raises(SpecError, match="sm_count"):
+        AttentionCurve(overhead_s=0.0, compute_max=1.0, memory_max=0.8, len_half=10.0, multi_block_tokens=128)
+
+
+def test_decode_floors_grow_with_group_head_dim_and_waves():
+    a = AttentionCurve(overhead_s=5e-6, compute_max=1.0, memory_max=0.8, len_half=10.0, parallel_half=1.0,
+                       group_cost_s=2e-6, dim_cost_s=4e-6, sm_count=132)
+    fixed = lambda pairs, d, g: a.terms("decode", 64.0, pairs, d, g, 0.0, 0.0, 1e15, 3e12)[0]  # noqa: E731
+    # 8 query heads per KV head of 128: 5 + 2 x 1024 / 4096 + 4 x 64 / 128 = 7.5 us in one wave
+    assert fixed(8.0, 128.0, 8.0) == pytest.approx(7.5e-6)
+    # 264 CTAs are two waves of 132 SMs: the group term doubles
+    assert fixed(264.0, 128.0, 8.0) == pytest.approx(5e-6 + 2 * 0.5e-6 + 2e-6)
+    # head dim 64: the dim term is 4 us
+    assert fixed(8.0, 64.0, 8.0) == pytest.approx(5e-6 + 2e-6 * 512 / 4096 + 4e-6)
+
+
+def test_attention_regime_curves_are_picked_by_heads_per_kv_head():
+    def curve(t0: float) -> AttentionCurve:
+        return AttentionCurve(overhead_s=t0, compute_max=1.0, memory_max=0.8, len_half=10.0)
+    kc = KernelCurves(attention={"decode/fp8": curve(1e-6), "decode/fp8/g=1": curve(2e-6),
+                                 "decode/fp8/g=33-": curve(3e-6), "prefill/bf16": curve(4e-6)})
+    pick = lambda g: kc.attention_curve("decode", "fp8", g).overhead_s  # noqa: E731
+    assert [pick(1.0), pick(8.0), pick(32.0), pick(33.0), pick(128.0)] == [2e-6, 1e-6, 1e-6, 3e-6, 3e-6]
+    assert kc.attention_curve("decode", "fp8").overhead_s == 1e-6          # no group: the default curve
+    assert kc.attention_curve("prefill", "fp8", 8.0).overhead_s == 4e-6     # falls back to bf16
+    assert group_range("g=1") == (1.0, 1.0) and group_range("g=2-32") == (2.0, 32.0)
+    assert group_range("g=33-") == (33.0, float("inf"))
+    assert group_range("g=0") is None and group_range("g=8-2") is None and group_range("x") is None
+    raw = kc.to_dict()
+    assert sorted(kernel_curves_from_dict(raw).attention) == sorted(kc.attention)
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     ({"gemm": {"bf16": {"overhead_s": 1e-6, "compute_max": 2.0, "rows_half": 1, "weight_half": 1, "memory": 0.8}}},
      "compute_max"),
@@ -123,6 +174,8 @@ def test_attention_and_collective_times_grow_with_size():
      "numbers"),
     ({"attention": {"sideways/bf16": {"overhead_s": 0, "compute_max": 1, "memory_max": 1, "len_half": 1}}},
      "prefill|decode"),
+    ({"attention": {"decode/bf16/g=0": {"overhead_s": 0, "compute_max": 1, "memory_max": 1, "len_half": 1}}},
+     "query heads per KV head"),
     ({"collectives": {"broadcast": {}}}, "broadcast"),
     ({"collectives": {"all_reduce": {8: {"latency_s": 1e-5, "bus_bandwidth": 0}}}}, "bus_bandwidth"),
     ({"tables": {}}, "unknown section"),

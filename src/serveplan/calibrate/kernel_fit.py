@@ -16,8 +16,9 @@ other (:func:`held_out`). The bundled profiles are then fitted on all rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from serveplan.specs.kernels import (
     Provenance,
     bus_factor,
     gemm_peak_flops,
+    regime_key,
 )
 from serveplan.units import DType
 
@@ -62,6 +64,7 @@ class _Rows:
     b: np.ndarray        # weight columns n (GEMM), (sequence, head) pairs (attention)
     c: np.ndarray        # weight rows k (GEMM), head dimension (attention)
     group: np.ndarray    # shape group for the held-out split
+    ratio: np.ndarray | None = None   # attention: query heads per KV head
 
 
 def _gemm_rows(rows: Sequence[Measurement]) -> _Rows:
@@ -80,19 +83,26 @@ def _attn_rows(rows: Sequence[Measurement], phase: str) -> _Rows:
     pairs = np.array([float(s["batch"]) * float(s[heads]) for s in sh])
     return _Rows(np.array([r.time_s for r in rows]), np.array([r.flops for r in rows]),
                  np.array([r.bytes for r in rows]), length, pairs,
-                 np.array([float(s["head_dim"]) for s in sh]), grp)
+                 np.array([float(s["head_dim"]) for s in sh]), grp,
+                 np.array([float(s["heads"]) / float(s["kv_heads"]) for s in sh]))
 
 
 def _fit(model: Callable[[np.ndarray, _Rows], np.ndarray], p0: Sequence[float], d: _Rows,
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """Log-parameter least squares on log(predicted / measured); returns (params, relative sd)."""
+         starts: Sequence[Sequence[float]] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Log-parameter least squares on log(predicted / measured); returns (params, relative sd).
+    ``starts``: further starting points; the fit with the lowest cost is kept."""
     from scipy.optimize import least_squares
 
     def resid(lp: np.ndarray) -> np.ndarray:
         return np.asarray(np.log(model(np.exp(lp), d) / d.t))
 
-    res = least_squares(resid, np.log(np.asarray(p0, dtype=float)), loss="soft_l1", f_scale=0.1,
-                        bounds=(np.log(1e-12), np.log(1e12)), max_nfev=3000)
+    res = None
+    for start in (p0, *starts):
+        r = least_squares(resid, np.log(np.asarray(start, dtype=float)), loss="soft_l1", f_scale=0.1,
+                          bounds=(np.log(1e-12), np.log(1e12)), max_nfev=3000)
+        if res is None or (r.status >= 0 and np.all(np.isfinite(r.x)) and r.cost < res.cost):
+            res = r
+    assert res is not None
     if res.status < 0 or not np.all(np.isfinite(res.x)):
         raise SpecError(f"kernel curve fit did not converge: {res.message}")
     J = res.jac
@@ -149,34 +159,108 @@ def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec
 
 
 # ------------------------------------------------------------------------------------ attention
-def _attn_model(phase: str, peak: float, bw: float) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+#: TensorRT-LLM's decode kernels by query heads per KV head (``kernels/decoderMaskedMultiheadAttention/
+#: decoderXQAImplJIT/kernelUtils.cpp``, ``supportConfigCommon``/``supportConfigQGMMA``/``supportConfigHMMA``):
+#: XQA (``mha.cu``, ``mha_sm90.cu``) takes groups of 2 to 32; plain MHA (1) and groups above 32 run
+#: the masked multi-head attention kernel. Each regime gets its own curve; the XQA one is the default.
+XQA_REGIMES: tuple[tuple[int, int | None], ...] = ((2, 32), (1, 1), (33, None))
+#: XQA's history tokens per CTA before it splits a context over more CTAs
+#: (``decoderXQAConstants.h`` ``kMinHistoryTokensPerBlock = 128``).
+XQA_BLOCK_TOKENS = 128
+ATTN_PARAMS = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half",
+               "group_cost_s", "dim_cost_s")
+
+
+def _attn_curve(phase: str, p: np.ndarray, sm_count: int, multi_block: int, **kw: Any) -> AttentionCurve:
+    decode = phase == "decode"
+    return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
+                          parallel_half=p[4], head_dim_half=0.0 if decode else p[5],
+                          group_cost_s=p[5] if decode else 0.0, dim_cost_s=p[6] if decode else 0.0,
+                          sm_count=sm_count if decode else 0, multi_block_tokens=multi_block if decode else 0, **kw)
+
+
+def _attn_model(phase: str, peak: float, bw: float, sm_count: int = 0,
+                multi_block: int = 0) -> Callable[[np.ndarray, _Rows], np.ndarray]:
     def f(p: np.ndarray, d: _Rows) -> np.ndarray:
-        c = AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
-                           parallel_half=p[4], head_dim_half=p[5] if phase == "prefill" else 0.0)
-        return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, peak, bw))
+        c = _attn_curve(phase, p, sm_count, multi_block)
+        return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, peak, bw, d.ratio))
     return f
 
 
-def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *,
+def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *, multi_block: int = 0,
                   provenance: Provenance | None = None) -> AttentionCurve:
-    """Fit one phase's attention curve (``t0, c_max, m_max, len_half, parallel_half`` and, in
-    prefill, ``head_dim_half``) for one KV format."""
+    """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
+    parallel_half`` and, in prefill, ``head_dim_half``; in decode the two per-CTA floors
+    (``group_cost_s``, ``dim_cost_s``; waves of the device's ``sm_count`` SMs where it is known)
+    instead. ``multi_block``: the history tokens per CTA of TensorRT-LLM XQA's context split
+    (:data:`XQA_BLOCK_TOKENS`; 0: none; needs the device's ``sm_count``)."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"attention {phase}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
+    sm = hardware.sm_count
+    if multi_block and not sm:
+        raise SpecError(f"attention {phase}: a multi-block split needs the SM count of {hardware.name} (sm_count)")
     d = _attn_rows(rows, phase)
-    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else ())
-    p, sd = _fit(_attn_model(phase, hardware.flops(DType.BF16), hardware.memory_bandwidth), p0, d)
-    names = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half")
+    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else (1e-6, 1e-6))
+    # decode: a second start at short saturation lengths (the floors and the saturation trade off;
+    # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
+    starts = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
+    p, sd = _fit(_attn_model(phase, hardware.flops(DType.BF16), hardware.memory_bandwidth, sm, multi_block), p0, d,
+                 starts)
+    names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:]
     if phase == "decode":  # compute never binds a paged decode kernel: its ceiling is not identified
         p[1], sd[1] = min(p[1], 1.0), 1.0
-    return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
-                          parallel_half=p[4], head_dim_half=p[5] if phase == "prefill" else 0.0,
-                          sd=dict(zip(names, sd.tolist(), strict=False)), provenance=provenance)  # decode: 5 of 6
+    return _attn_curve(phase, p, sm, multi_block, sd=dict(zip(names, sd.tolist(), strict=True)),
+                       provenance=provenance)
 
 
 def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> np.ndarray:
     d = _attn_rows(rows, phase)
-    return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, hardware.flops(DType.BF16), hardware.memory_bandwidth))
+    return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, hardware.flops(DType.BF16), hardware.memory_bandwidth,
+                             d.ratio))
+
+
+def _in_regime(rows: Sequence[Measurement], lo: int, hi: int | None) -> list[Measurement]:
+    out = []
+    for r in rows:
+        s = shape_of(r)
+        g = float(s["heads"]) / float(s["kv_heads"])
+        if lo <= g and (hi is None or g <= hi):
+            out.append(r)
+    return out
+
+
+def fit_decode_regimes(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *,
+                       provenance: Provenance | None = None) -> dict[str, AttentionCurve]:
+    """TensorRT-LLM's decode curves, one per kernel regime (:data:`XQA_REGIMES`), each with XQA's
+    multi-block split: ``{"decode/<kv>": XQA curve, "decode/<kv>/g=1": ..., "decode/<kv>/g=33-": ...}``
+    (regimes with too few rows are left to the XQA curve)."""
+    out: dict[str, AttentionCurve] = {}
+    for lo, hi in XQA_REGIMES:
+        sub = _in_regime(rows, lo, hi)
+        if len(sub) < 2 * MIN_POINTS:
+            continue
+        prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
+        key = f"decode/{kv}" if (lo, hi) == XQA_REGIMES[0] else regime_key("decode", kv, lo, hi)
+        out[key] = fit_attention(sub, hardware, "decode", multi_block=XQA_BLOCK_TOKENS, provenance=prov)
+    if f"decode/{kv}" not in out:   # too few XQA rows: one curve over all of them stands in
+        out[f"decode/{kv}"] = fit_attention(rows, hardware, "decode", multi_block=XQA_BLOCK_TOKENS,
+                                            provenance=provenance)
+    return out
+
+
+def predict_decode_regimes(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
+                           kv: str) -> np.ndarray:
+    """Each row timed by the curve of its regime (:meth:`KernelCurves.attention_curve`)."""
+    kc = KernelCurves(attention=dict(curves))
+    ratio = _attn_rows(rows, "decode").ratio
+    assert ratio is not None
+    out = np.empty(len(rows))
+    for g in np.unique(ratio):
+        c = kc.attention_curve("decode", kv, float(g))
+        assert c is not None
+        idx = np.flatnonzero(ratio == g)
+        out[idx] = predict_attention(c, [rows[i] for i in idx], hardware, "decode")
+    return out
 
 
 # ------------------------------------------------------------------------------------ collectives
@@ -274,16 +358,49 @@ def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, s
     return TILE_CHOICES[int(np.argmin(errs))]
 
 
+def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Sequence[str], seed: int,
+                      held: list[HeldOut], *, xqa_decode: bool, source: str, fit_date: str,
+                      ) -> dict[str, AttentionCurve]:
+    """The attention curves of :func:`fit_kernel_curves` (held-out figures appended to ``held``)."""
+    attention: dict[str, AttentionCurve] = {}
+    for phase in ("prefill", "decode"):
+        for kv in kv_dtypes:
+            rows = [r for r in select(ms, "attention", kv_dtype=kv) if r.phase == phase]
+            if len(rows) < 2 * MIN_POINTS:
+                continue
+            tr = split_by_group(attention_group(rows, phase), seed)
+            train = [r for r, m in zip(rows, tr, strict=True) if m]
+            test = [r for r, m in zip(rows, tr, strict=True) if not m]
+            ho_median = None
+            regimes = xqa_decode and phase == "decode" and bool(hardware.sm_count)
+            if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
+                t = np.array([r.time_s for r in test])
+                if regimes:
+                    pred = predict_decode_regimes(fit_decode_regimes(train, hardware, kv), test, hardware, kv)
+                else:
+                    pred = predict_attention(fit_attention(train, hardware, phase), test, hardware, phase)
+                ho = summarize(f"{phase} attention, KV {kv}", rel_errors(pred, t), len(train))
+                held.append(ho)
+                ho_median = ho.median
+            prov = Provenance(source=source, fit_date=fit_date, points=len(rows), held_out_median=ho_median)
+            if regimes:
+                attention.update(fit_decode_regimes(rows, hardware, kv, provenance=prov))
+            else:
+                attention[f"{phase}/{kv}"] = fit_attention(rows, hardware, phase, provenance=prov)
+    return attention
+
+
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
                       gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
                       kv_dtypes: Sequence[str] = ("bf16", "fp8"),
-                      collective_runtime: str | None = None,
+                      collective_runtime: str | None = None, xqa_decode: bool = False,
                       ) -> tuple[KernelCurves, list[HeldOut]]:
     """Fit every curve the measurements support; returns the curves (fitted on all rows) and the
     held-out errors (fitted on half of the shape groups, evaluated on the other half).
 
     A GEMM format's tile size is chosen among :data:`TILE_CHOICES` within the training half
-    (:func:`choose_tile`).
+    (:func:`choose_tile`). ``xqa_decode``: the decode tables are TensorRT-LLM's, whose kernel depends
+    on the query heads per KV head (:func:`fit_decode_regimes`; needs the device's ``sm_count``).
     """
     held: list[HeldOut] = []
     gemm: dict[str, GemmCurve] = {}
@@ -303,26 +420,8 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
         gemm[dt] = fit_gemm(rows, hardware, dt, tile=tile,
                             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                                   held_out_median=ho.median))
-    attention: dict[str, AttentionCurve] = {}
-    for phase in ("prefill", "decode"):
-        for kv in kv_dtypes:
-            rows = [r for r in select(ms, "attention", kv_dtype=kv) if r.phase == phase]
-            if len(rows) < 2 * MIN_POINTS:
-                continue
-            tr = split_by_group(attention_group(rows, phase), seed)
-            train = [r for r, m in zip(rows, tr, strict=True) if m]
-            test = [r for r, m in zip(rows, tr, strict=True) if not m]
-            ho_median = None
-            if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
-                ca = fit_attention(train, hardware, phase)
-                ho = summarize(f"{phase} attention, KV {kv}",
-                               rel_errors(predict_attention(ca, test, hardware, phase),
-                                          np.array([r.time_s for r in test])), len(train))
-                held.append(ho)
-                ho_median = ho.median
-            attention[f"{phase}/{kv}"] = fit_attention(
-                rows, hardware, phase, provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
-                                                             held_out_median=ho_median))
+    attention = _attention_curves(ms, hardware, kv_dtypes, seed, held, xqa_decode=xqa_decode,
+                                  source=source, fit_date=fit_date)
     moe: dict[str, GemmCurve] = {}
     for dt in sorted({shape_of(r)["dtype"] for r in select(ms, "moe")}):
         rows = select(ms, "moe", dtype=dt)

@@ -85,6 +85,7 @@ inter_node_link:                # optional: link used by groups spanning nodes (
   bandwidth: 25.0e+9            # bytes/s per direction per device (e.g. 200 Gb/s NIC = 25e9)
   latency_s: 5.0e-6
 tile_size: 128                  # optional: GEMM tile along tokens for tile quantization (0 = off)
+sm_count: 108                   # optional: streaming multiprocessors (whitepaper), for measured decode curves
 """
 
 

@@ -361,6 +361,7 @@ class CurveRates:
         the NCCL tables were measured in); larger groups keep the per-tier model. ``moe_dims``:
         (expert intermediate size per device, hidden size) of a MoE model, for a fused-MoE curve."""
         on = step.attn_heads[0] > 0
+        group = step.attn_heads[0] / step.attn_heads[1] if on else None
         gi = np.flatnonzero(step.is_gemm)
         coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g) if max_ranks is None or g <= max_ranks else None
                      for k, g in zip(step.comm_kind, step.comm_group, strict=True))
@@ -368,8 +369,8 @@ class CurveRates:
         parts = cls.expert_parts(step) if moe is not None else None
         return cls(
             gemm=curves.gemm_curve(dtype),
-            prefill_attention=curves.attention_curve("prefill", kv_dtype) if on else None,
-            decode_attention=curves.attention_curve("decode", kv_dtype) if on else None,
+            prefill_attention=curves.attention_curve("prefill", kv_dtype, group) if on else None,
+            decode_attention=curves.attention_curve("decode", kv_dtype, group) if on else None,
             collectives=coll,
             peak_flops=peak_flops, attention_peak_flops=attention_peak_flops, bandwidth=bandwidth,
             gemm_index=gi, gemm_rows=step.R[gi], gemm_weight=step.weight_elems[gi],
@@ -502,18 +503,11 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
         else:
             seqs, keys, heads = x[_ND], x[_KVD], hkv
         length = keys / np.maximum(seqs, 1e-30)
-        pairs = seqs * heads
-        sat = length / (length + curve.len_half) * pairs / (pairs + curve.parallel_half + 1e-30)
         Wa, Qa = W[idx], Q[idx]
-        t0 = curve.overhead_s * (Wa > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if ph == 1:
-                sat = sat * d / (d + curve.head_dim_half)
-                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max * sat)
-                ma = t0 + Qa / (cr.bandwidth * curve.memory_max)
-            else:
-                ca = t0 + Wa / (cr.attention_peak_flops * curve.compute_max)
-                ma = t0 + Qa / (cr.bandwidth * curve.memory_max * sat)
+        fixed, ca, ma = curve.terms("prefill" if ph == 1 else "decode", length, seqs * heads, d, hq / hkv, Wa, Qa,
+                                    cr.attention_peak_flops, cr.bandwidth)
+        fixed = fixed * (Wa > 0)
+        ca, ma = fixed + ca, fixed + ma
         on = Wa > 0
         comp[idx] = np.where(on, ca, 0.0)
         mem[idx] = np.where(on, ma, 0.0)

@@ -50,6 +50,10 @@ class DeviceSpec:
         Links used by parallel groups that fit in one node, and by larger groups.
     tile_size:
         GEMM tile along the token dimension for tile quantization (Sarathi §4.4); 0 = unknown/off.
+    sm_count:
+        Streaming multiprocessors (datasheet or whitepaper): the CTAs one wave of a kernel runs,
+        for the measured decode-attention curves (:class:`~serveplan.specs.kernels.AttentionCurve`);
+        0 = unknown.
     scale_up_domain:
         Devices that reach each other over ``intra_node_link`` (an NVLink/Infinity Fabric
         domain); 0 = ``devices_per_node``. A GB200/GB300 NVL72 rack is one 72-GPU NVLink domain
@@ -78,6 +82,7 @@ class DeviceSpec:
     intra_node_link: LinkSpec
     inter_node_link: LinkSpec | None = None
     tile_size: int = 0
+    sm_count: int = 0
     scale_up_domain: int = 0
     host_memory_bytes: float = 0.0
     host_link: LinkSpec | None = None
@@ -101,6 +106,8 @@ class DeviceSpec:
         check_int(f"{where}: scale_up_domain", self.scale_up_domain, low=0, high=MAX_NODE_DEVICES,
                   why="devices in one scale-up domain; 0 = devices_per_node")
         check_int(f"{where}: tile_size", self.tile_size, low=0, high=1 << 16, why="GEMM tile along tokens; 0 = off")
+        check_int(f"{where}: sm_count", self.sm_count, low=0, high=1 << 12,
+                  why="streaming multiprocessors; 0 = unknown")
 
     @property
     def engine_memory_bytes(self) -> float:
@@ -222,6 +229,7 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
                 if raw.get("inter_node_link") else None
             ),
             tile_size=count("tile_size", 0),
+            sm_count=count("sm_count", 0),
             scale_up_domain=count("scale_up_domain", 0),
             host_memory_bytes=check_number(f"{where}: host_memory_bytes", raw.get("host_memory_bytes") or 0.0,
                                            low=0, unit="bytes"),

@@ -52,6 +52,22 @@ and few (sequence, head) pairs leave tiles and memory pipelines idle. ``W`` and 
 as ``ops/graph.py`` counts the fused kernel, so a smaller KV format reads fewer bytes and may also
 have its own ceilings.
 
+A decode kernel runs one CTA per (sequence, KV head) and per context block, each loading the
+``g = h_q / h_kv`` query rows of its head group and writing their outputs, so its fixed time has
+two more terms (fitted; 0 when absent)::
+
+    t0 + group_cost * (g d / 4096) * max(1, CTAs / SMs) + dim_cost * 64 / d
+
+the first a per-CTA cost that grows with the head group's size and with the waves of CTAs over
+the device's SMs (``sm_count``, datasheet), the second the floor of small heads (TensorRT-LLM's
+XQA at one sequence and a short context, H100: 7.8-9.4 us at ``d = 64`` against 5.6-7.0 us at
+``d = 128``). TensorRT-LLM's XQA kernel splits a long context over several CTAs
+(``multi_block_tokens``, :meth:`AttentionCurve.blocks`): the length each CTA streams is then
+``c / blocks`` and the CTAs ``b h_kv blocks``. Which kernel runs depends on ``g``
+(``kernelUtils.cpp``: XQA for 2 to 32, the masked MHA kernel otherwise), so TensorRT-LLM's
+profiles hold one decode curve per regime, keyed ``decode/<kv>/g=<lo>-<hi>``
+(:meth:`KernelCurves.attention_curve`).
+
 **Collectives** (NCCL, per operation and rank count, on the link the table was measured on)::
 
     t = latency + (f(op, g) * bytes + sqrt(f(op, g) * bytes * ramp_bytes)) / bus_bandwidth
@@ -155,6 +171,10 @@ def _check_positive(obj: Any, names: tuple[str, ...], where: str) -> None:
 #: and Ampere tensor-core kernels: 128 columns per thread block).
 GEMM_TILE_COLS = 128
 
+#: TensorRT-LLM XQA's multi-block split aims at this many waves of CTAs at most
+#: (``decoderXQAConstants.h`` ``kTargetWaveFactor = 8``).
+XQA_TARGET_WAVES = 8.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmCurve:
@@ -219,7 +239,7 @@ class GemmCurve:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionCurve:
-    """Efficiency of one phase's attention kernel for one KV format."""
+    """Efficiency of one phase's attention kernel for one KV format (module docstring)."""
 
     overhead_s: float
     compute_max: float
@@ -227,27 +247,64 @@ class AttentionCurve:
     len_half: float
     head_dim_half: float = 0.0
     parallel_half: float = 0.0
+    # decode only (0: off): the per-CTA floors and TensorRT-LLM XQA's multi-block split
+    group_cost_s: float = 0.0        # per wave of CTAs, per 4096 (query heads per KV head x head dim)
+    dim_cost_s: float = 0.0          # x 64 / head_dim
+    sm_count: int = 0                # SMs one wave of CTAs fills (datasheet; 0: every kernel one wave)
+    multi_block_tokens: int = 0      # XQA: history tokens per CTA before the context is split (0: no split)
     sd: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half"), "attention curve")
+        _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half", "group_cost_s",
+                               "dim_cost_s", "sm_count", "multi_block_tokens"), "attention curve")
         for n in ("compute_max", "memory_max"):
             v = getattr(self, n)
             if not 0 < v <= 1.5:
                 raise SpecError(f"attention curve: {n}={v!r} must be in (0, 1.5]")
+        if self.multi_block_tokens and not self.sm_count:
+            raise SpecError("attention curve: multi_block_tokens needs sm_count (the SMs the split fills)")
+
+    def blocks(self, length: Any, pairs: Any) -> Any:
+        """CTAs per (sequence, KV head) of a decode kernel: 1 without a multi-block split, else
+        TensorRT-LLM XQA's rule (``decoderXQAImplJIT``/``xqaDispatcher`` ``computeMultiBlockCount``:
+        ``history / kMinHistoryTokensPerBlock``, scaled down when the CTAs would exceed
+        ``kTargetWaveFactor`` = 8 waves of the SMs, at most one per SM)."""
+        if not self.multi_block_tokens:
+            return 1.0
+        mb = np.maximum(np.floor(length / self.multi_block_tokens), 1.0)
+        adj = pairs * mb / (self.sm_count * XQA_TARGET_WAVES)
+        mb = np.where(adj > 1.0, np.maximum(np.floor(mb / np.maximum(adj, 1.0)), 1.0), mb)
+        return np.minimum(mb, float(self.sm_count))
+
+    def terms(self, phase: str, length: Any, pairs: Any, head_dim: Any, group: Any, flops: Any, nbytes: Any,
+              peak_flops: float, bandwidth: float) -> tuple[Any, Any, Any]:
+        """``(fixed, compute, memory)`` seconds of a kernel whose sequences have ``length`` tokens
+        (prompt or context) over ``pairs`` (sequence, head) pairs (query heads in prefill, KV heads
+        in decode), ``group`` query heads per KV head: the time is ``fixed + max(compute, memory)``."""
+        if phase == "prefill":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sat = length / (length + self.len_half) * pairs / (pairs + self.parallel_half)
+                sat = sat * head_dim / (head_dim + self.head_dim_half)
+                return (self.overhead_s, flops / (peak_flops * self.compute_max * sat),
+                        nbytes / (bandwidth * self.memory_max))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mb = self.blocks(length, pairs)
+            ctas = pairs * mb
+            sat = (length / mb) / (length / mb + self.len_half) * ctas / (ctas + self.parallel_half)
+            fixed: Any = self.overhead_s
+            if self.group_cost_s:
+                waves = np.maximum(ctas / self.sm_count, 1.0) if self.sm_count else 1.0
+                fixed = fixed + self.group_cost_s * group * head_dim / 4096.0 * waves
+            if self.dim_cost_s:
+                fixed = fixed + self.dim_cost_s * 64.0 / np.maximum(head_dim, 1.0)
+            return fixed, flops / (peak_flops * self.compute_max), nbytes / (bandwidth * self.memory_max * sat)
 
     def time(self, phase: str, length: Any, pairs: Any, head_dim: Any, flops: Any, nbytes: Any,
-             peak_flops: float, bandwidth: float) -> Any:
-        """Seconds of a kernel whose sequences have ``length`` tokens (prompt or context) over
-        ``pairs`` (sequence, head) pairs (query heads in prefill, KV heads in decode)."""
-        sat = length / (length + self.len_half) * pairs / (pairs + self.parallel_half)
-        if phase == "prefill":
-            sat = sat * head_dim / (head_dim + self.head_dim_half)
-            return self.overhead_s + np.maximum(flops / (peak_flops * self.compute_max * sat),
-                                                nbytes / (bandwidth * self.memory_max))
-        return self.overhead_s + np.maximum(flops / (peak_flops * self.compute_max),
-                                            nbytes / (bandwidth * self.memory_max * sat))
+             peak_flops: float, bandwidth: float, group: Any = 1.0) -> Any:
+        """Seconds of a kernel (:meth:`terms`)."""
+        fixed, comp, mem = self.terms(phase, length, pairs, head_dim, group, flops, nbytes, peak_flops, bandwidth)
+        return fixed + np.maximum(comp, mem)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,12 +363,21 @@ class KernelCurves:
                 return self.moe[key]
         return None
 
-    def attention_curve(self, phase: str, kv_dtype: str) -> AttentionCurve | None:
-        for kv in (kv_dtype, "fp16" if kv_dtype == "bf16" else "bf16" if kv_dtype == "fp16" else ""):
+    def attention_curve(self, phase: str, kv_dtype: str, group: float | None = None) -> AttentionCurve | None:
+        """Curve of a phase and KV format; with ``group`` (query heads per KV head), the curve of
+        the kernel regime that covers it (keys ``<phase>/<kv>/g=<lo>-<hi>``) where there is one."""
+        for kv in (kv_dtype, "fp16" if kv_dtype == "bf16" else "bf16" if kv_dtype == "fp16" else "", "bf16"):
+            if group is not None:
+                for key, c in self.attention.items():
+                    parts = key.split("/")
+                    if len(parts) == 3 and parts[:2] == [phase, kv]:
+                        lo, hi = group_range(parts[2]) or (0.0, 0.0)
+                        if lo <= group <= hi:
+                            return c
             c = self.attention.get(f"{phase}/{kv}")
             if c is not None:
                 return c
-        return self.attention.get(f"{phase}/bf16")
+        return None
 
     def collective_curve(self, op: str, ranks: int) -> CollectiveCurve | None:
         """The curve measured at ``ranks``, else at the nearest measured rank count."""
@@ -325,7 +391,9 @@ class KernelCurves:
         parent = Provenance(source=self.source, fit_date=self.fit_date, points=0)
 
         def one(c: Any) -> dict[str, Any]:
-            d = {f.name: _round(getattr(c, f.name)) for f in fields(c) if f.name not in ("sd", "provenance")}
+            # fields at their default (terms a curve does not use) are left out
+            d = {f.name: _round(getattr(c, f.name)) for f in fields(c) if f.name not in ("sd", "provenance")
+                 and (f.default is dataclasses.MISSING or getattr(c, f.name) != f.default)}
             if c.sd:
                 d["sd"] = {k: float(f"{float(v):.2g}") for k, v in c.sd.items()}
             if c.provenance is not None:
@@ -356,6 +424,24 @@ class KernelCurves:
         return out
 
 
+def group_range(tag: str) -> tuple[float, float] | None:
+    """``(lo, hi)`` of a regime tag ``g=<lo>-<hi>`` (``g=33-``: 33 and up; ``g=1``: exactly 1)."""
+    if not tag.startswith("g="):
+        return None
+    lo_s, sep, hi_s = tag[2:].partition("-")
+    try:
+        lo = float(int(lo_s))
+        hi = float(int(hi_s)) if hi_s else (math.inf if sep else lo)
+    except ValueError:
+        return None
+    return (lo, hi) if 0 < lo <= hi else None
+
+
+def regime_key(phase: str, kv: str, lo: int, hi: int | None) -> str:
+    """Key of a regime curve (:func:`group_range`)."""
+    return f"{phase}/{kv}/g={lo}" + ("" if hi == lo else f"-{hi}" if hi is not None else "-")
+
+
 def _round(v: Any) -> Any:
     return float(f"{v:.4g}") if isinstance(v, float) else v
 
@@ -374,6 +460,9 @@ def _prov(raw: Any, where: str, parent: tuple[str, str]) -> Provenance | None:
         raise SpecError(f"{where}.provenance: points must be an integer, held_out_median a number") from None
 
 
+_INT_FIELDS = ("tile_rows", "sm_count", "multi_block_tokens")
+
+
 def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -> Any:
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where} must be a mapping of fitted values")
@@ -382,7 +471,7 @@ def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected: {', '.join(sorted(names))}")
     try:
-        kw = {k: (str(v) if k == "link" else int(v) if k == "tile_rows" else float(v)) for k, v in raw.items()
+        kw = {k: (str(v) if k == "link" else int(v) if k in _INT_FIELDS else float(v)) for k, v in raw.items()
               if k in names}
         sd = {str(k): float(v) for k, v in (raw.get("sd") or {}).items()}
     except (TypeError, ValueError):
@@ -410,8 +499,11 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
     moe = {str(k): _build(GemmCurve, v, f"{where}.moe.{k}", parent) for k, v in (raw.get("moe") or {}).items()}
     attn = {}
     for k, v in (raw.get("attention") or {}).items():
-        if str(k).split("/")[0] not in ("prefill", "decode"):
-            raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>'")
+        parts = str(k).split("/")
+        if parts[0] not in ("prefill", "decode") or len(parts) not in (2, 3) or (
+                len(parts) == 3 and group_range(parts[2]) is None):
+            raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>' or "
+                            f"'<prefill|decode>/<kv format>/g=<lo>-<hi>' (query heads per KV head, hi optional)")
         attn[str(k)] = _build(AttentionCurve, v, f"{where}.attention.{k}", parent)
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     for op, by in (raw.get("collectives") or {}).items():
