@@ -259,7 +259,7 @@ def predict_decode_regimes(curves: Mapping[str, AttentionCurve], rows: Sequence[
         c = kc.attention_curve("decode", kv, float(g))
         assert c is not None
         idx = np.flatnonzero(ratio == g)
-        out[idx] = predict_attention(c, [rows[i] for i in idx], hardware, "decode")
+        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, "decode")
     return out
 
 

@@ -368,15 +368,15 @@ class KernelCurves:
         the kernel regime that covers it (keys ``<phase>/<kv>/g=<lo>-<hi>``) where there is one."""
         for kv in (kv_dtype, "fp16" if kv_dtype == "bf16" else "bf16" if kv_dtype == "fp16" else "", "bf16"):
             if group is not None:
-                for key, c in self.attention.items():
+                for key, regime in self.attention.items():
                     parts = key.split("/")
                     if len(parts) == 3 and parts[:2] == [phase, kv]:
                         lo, hi = group_range(parts[2]) or (0.0, 0.0)
                         if lo <= group <= hi:
-                            return c
-            c = self.attention.get(f"{phase}/{kv}")
-            if c is not None:
-                return c
+                            return regime
+            default = self.attention.get(f"{phase}/{kv}")
+            if default is not None:
+                return default
         return None
 
     def collective_curve(self, op: str, ranks: int) -> CollectiveCurve | None:
