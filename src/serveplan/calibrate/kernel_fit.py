@@ -219,24 +219,16 @@ def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: 
                              d.ratio))
 
 
-def _in_regime(rows: Sequence[Measurement], lo: int, hi: int | None) -> list[Measurement]:
-    out = []
-    for r in rows:
-        s = shape_of(r)
-        g = float(s["heads"]) / float(s["kv_heads"])
-        if lo <= g and (hi is None or g <= hi):
-            out.append(r)
-    return out
-
-
 def fit_decode_regimes(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *,
                        provenance: Provenance | None = None) -> dict[str, AttentionCurve]:
     """TensorRT-LLM's decode curves, one per kernel regime (:data:`XQA_REGIMES`), each with XQA's
     multi-block split: ``{"decode/<kv>": XQA curve, "decode/<kv>/g=1": ..., "decode/<kv>/g=33-": ...}``
     (regimes with too few rows are left to the XQA curve)."""
     out: dict[str, AttentionCurve] = {}
+    ratio = _attn_rows(rows, "decode").ratio
+    assert ratio is not None
     for lo, hi in XQA_REGIMES:
-        sub = _in_regime(rows, lo, hi)
+        sub = [r for r, g in zip(rows, ratio, strict=True) if lo <= g and (hi is None or g <= hi)]
         if len(sub) < 2 * MIN_POINTS:
             continue
         prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
