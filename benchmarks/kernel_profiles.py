@@ -130,28 +130,48 @@ def breakdown(ms, hw, dtype: str, seed: int) -> list[str]:
 
 
 def newest_moe_only(ms):
-    """The measurements with the fused-MoE rows of one engine version only: the version with the
-    most rows (several collections of the same shapes would otherwise be fitted together)."""
+    """The measurements with the fused-MoE rows of one engine version and one kernel per weight
+    format only: the version with the most rows (several collections of the same shapes would
+    otherwise be fitted together), then, per format, the kernel path with the most rows in it.
+
+    vLLM's and SGLang's tables time several backends for some formats (vLLM 0.24 on B200: FlashInfer's
+    TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200: FlashInfer-TRT-LLM and Triton for
+    block FP8). Which one an engine picks depends on its version, the GPU and flags
+    (vLLM ``fused_moe/oracle``, SGLang ``--moe-runner-backend auto``); the collector times the path
+    it treats as the default on the most shapes, so that one is kept (one rule for every engine, GPU
+    and format, chosen without any serving row)."""
     from collections import Counter
 
     from serveplan.calibrate.measurements import MeasurementSet
 
-    runs = Counter(shape_of(r).get("runtime", "") for r in ms.rows if r.kind == "moe")
-    if len(runs) < 2:
+    moe = [r for r in ms.rows if r.kind == "moe"]
+    runs = Counter(shape_of(r).get("runtime", "") for r in moe)
+    if not runs:
         return ms
     keep = max(runs, key=lambda v: (runs[v], v))
-    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or shape_of(r).get("runtime") == keep),
-                          ms.metadata)
+    moe = [r for r in moe if shape_of(r).get("runtime") == keep]
+    paths = Counter((shape_of(r)["dtype"], shape_of(r).get("kernel", "")) for r in moe)
+    best = {}
+    for (dt_, kernel), n in sorted(paths.items()):
+        if n > best.get(dt_, ("", -1))[1]:
+            best[dt_] = (kernel, n)
+    kept = {id(r) for r in moe if best[shape_of(r)["dtype"]][0] == shape_of(r).get("kernel", "")}
+    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or id(r) in kept), ms.metadata)
+
+
+def moe_kernels(ms) -> str:
+    """``fmt: kernel`` of the fused-MoE rows kept (for the profile's source line)."""
+    pairs = sorted({(shape_of(r)["dtype"], shape_of(r).get("kernel", "")) for r in ms.rows if r.kind == "moe"})
+    return ", ".join(f"{d} {k}" for d, k in pairs)
 
 
 def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, dict]:
     """GEMM and attention curves of TensorRT-LLM's and SGLang's own kernel tables (held out too)."""
     curves, held = {}, {}
     for eng in OTHER_ENGINES:
-        # the fused-MoE tables of TensorRT-LLM: its default MoE backend (MoeConfig.backend = "CUTLASS",
-        # DeepGEMM for block-scaled FP8 on Blackwell); vLLM's and SGLang's tables time several backends
-        # per format whose default depends on the GPU and version, so theirs are not read yet
-        kinds = ("gemm", "context_attention", "generation_attention") + (("moe",) if eng == "trtllm" else ())
+        # the fused-MoE tables: one version and one kernel path per format (newest_moe_only); for
+        # TensorRT-LLM that is its default MoE backend (MoeConfig.backend = "CUTLASS")
+        kinds = ("gemm", "context_attention", "generation_attention", "moe")
         try:
             ems = import_aiconfigurator(root, system, framework=eng, kinds=kinds)
         except Exception as exc:  # a system without that engine's tables
@@ -162,7 +182,7 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
         # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
                                                    collective_runtime="none", xqa_decode=eng == "trtllm")
-        print(f"  {eng}: {len(ems.rows)} rows ({runtime_version(ems, 'gemm')})")
+        print(f"  {eng}: {len(ems.rows)} rows ({runtime_version(ems, 'gemm')}; MoE: {moe_kernels(ems) or 'none'})")
     return curves, held
 
 
@@ -188,7 +208,8 @@ def main() -> None:
         info = system_info(root, system)
         nccl = str(info.get("misc", {}).get("nccl_version", ""))
         t0 = time.perf_counter()
-        ms = import_aiconfigurator(root, system, framework=FRAMEWORK)
+        ms = newest_moe_only(import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=(
+            "gemm", "context_attention", "generation_attention", "nccl", "moe")))
         nccl_runtime = f"nccl-{nccl}"
         if not any(shape_of(r).get("runtime") == nccl_runtime for r in select(ms, "collective")):
             versions = sorted({shape_of(r).get("runtime", "") for r in select(ms, "collective")})
@@ -197,7 +218,7 @@ def main() -> None:
         curves, held = fit_kernel_curves(ms, hw, source=source, fit_date=today, seed=args.seed,
                                          collective_runtime=nccl_runtime)
         fitted[system] = (hw, curves, ms)
-        print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s")
+        print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s (MoE: {moe_kernels(ms) or 'none'})")
         engine_curves, engine_held = fit_other_engines(root, system, hw, today, args.seed)
         lines += [f"## {hw_id} (aiconfigurator `{system}`; {runtime_version(ms, 'gemm')}, {nccl_runtime})", "",
                   "| curve | fit rows | held-out rows | median | P90 |", "|---|---|---|---|---|"]
@@ -221,7 +242,7 @@ def main() -> None:
                       f"# Operators without a curve (norms, element-wise, cache writes, dispatch) keep default-gpu's\n"
                       f"# assumed factors. sd = relative standard deviation of each fitted value.\n")
             out = ROOT / "src" / "serveplan" / "specs" / "data" / "profiles" / f"measured-{hw_id}.yaml"
-            out.write_text(header + yaml.safe_dump(d, sort_keys=False))
+            out.write_text(header + yaml.safe_dump(d, sort_keys=False, default_flow_style=None, width=120))
             print(f"  wrote {out.relative_to(ROOT)} ({out.stat().st_size / 1024:.1f} KB)")
 
     # H100 -> H200 with datasheet ratios only

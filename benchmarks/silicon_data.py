@@ -263,7 +263,16 @@ def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
         mode = row["precision"]
     if mode not in QUANT_MODES:
         raise NotStatable("precision", f"quant mode {mode!r}")
-    return QUANT_MODES[mode]
+    dt = QUANT_MODES[mode]
+    # the served weights are the checkpoint's: an FP8 row of a checkpoint published with 128x128 block scales (DeepSeek-V3/R1, MiniMax-M2.5:
+    # ``quantization_config.weight_block_size``) serves those weights: the engine runs its block-scaled
+    # FP8 kernels, whatever the row's family name says
+    if dt is DType.FP8 and model.dtype is DType.FP8_BLOCK:
+        return DType.FP8_BLOCK
+    # likewise an FP4 row of a checkpoint published in MXFP4 (gpt-oss: ``quant_method: mxfp4``)
+    if dt is DType.NVFP4 and model.dtype is DType.MXFP4:
+        return DType.MXFP4
+    return dt
 
 
 def kv_format(row: dict[str, str]) -> DType:

@@ -110,3 +110,35 @@ def test_diagnosis_names_a_completion_wait_only_where_the_measured_slope_shows_o
     assert "waits for the next completion" not in vs.diagnose(case, under)
     over = {**under, "ttft_s": case.ttft_s * 2}
     assert "over-predicted" in vs.diagnose(case, over, 1.0)
+
+
+def test_rows_serve_the_checkpoints_own_quantized_format():
+    # the row's family name ("fp8", "nvfp4") against the checkpoint's quantization_config:
+    # DeepSeek-R1 and MiniMax-M2.5 publish FP8 with 128x128 block scales, gpt-oss MXFP4; a
+    # 16-bit checkpoint quantized by the engine keeps the row's format
+    ds = sd.map_row({**ROW, "model_path": "deepseek-ai/DeepSeek-R1", "tp_size": "8", "moe_ep_size": "8"})
+    assert ds.dtype is DType.FP8_BLOCK
+    oss = sd.map_row({**ROW, "model_path": "openai/gpt-oss-120b", "system": "b200_sxm", "gemm_quant_mode": "nvfp4",
+                      "moe_quant_mode": "nvfp4", "precision": "fp4", "tp_size": "1"})
+    assert oss.dtype is DType.MXFP4
+    assert sd.map_row(ROW).dtype is DType.FP8          # Llama-3.1-70B: a BF16 checkpoint
+
+
+def test_one_fused_moe_kernel_per_format_the_one_timed_on_most_shapes():
+    kp = load("kernel_profiles")
+    from serveplan.calibrate.measurements import Measurement, MeasurementSet
+
+    def row(kernel, dt, ver="0.24.0", kind="moe"):
+        return Measurement(kind=kind, phase="prefill", flops=1.0, bytes=1.0, time_s=1.0, rows=1,
+                           name=f"m=1 n=1 k=1 dtype={dt} kernel={kernel} runtime=vllm-{ver}")
+
+    rows = ([row("a", "fp8")] * 3 + [row("b", "fp8")] * 2 + [row("c", "bf16")] * 2 + [row("d", "fp8", "0.19.0")]
+            + [row("x", "bf16", kind="gemm")])
+    kept = kp.newest_moe_only(MeasurementSet(tuple(rows), {})).rows
+    assert sorted(sd_shape(r) for r in kept if r.kind == "moe") == [("bf16", "c")] * 2 + [("fp8", "a")] * 3
+    assert sum(r.kind == "gemm" for r in kept) == 1
+
+
+def sd_shape(r):
+    from serveplan.calibrate.importers import shape_of
+    return shape_of(r)["dtype"], shape_of(r)["kernel"]

@@ -275,3 +275,18 @@ def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
     assert sorted(abs(p / m - 1) for p, m in zip(one, t, strict=True))[len(t) // 2] > 0.1
     kc, _ = fit_kernel_curves(ms, H100, source="t", fit_date="2026-11-27", xqa_decode=True)
     assert kc.attention_curve("decode", "bf16", 64.0) is kc.attention["decode/bf16/g=33-"]
+
+
+def test_mxfp4_moe_rows_are_read_with_their_own_width(tmp_path):
+    # gpt-oss's MXFP4 experts (``w4a16_mxfp4`` in the MoE tables only): 4-bit values plus one 8-bit
+    # scale per 32 = 4.25 bits = 0.53125 bytes per weight, written ``mxfp4``; GEMM tables of that
+    # format are not read (no GEMM row carries it here)
+    row = {"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA H200", "op_name": "moe",
+           "kernel_source": "vllm_gptossmxfp4moe_triton", "moe_dtype": "w4a16_mxfp4", "num_tokens": 64,
+           "hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128, "moe_tp_size": 1,
+           "moe_ep_size": 1, "distribution": "balanced", "latency": 0.1}
+    _write(tmp_path / "h200_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.csv", [row])
+    (r,) = import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe",)).rows
+    eact = 128 * (1 - (1 - 4 / 128) ** 64)
+    assert shape_of(r)["dtype"] == "mxfp4" and r.time_s == pytest.approx(1e-4)
+    assert r.bytes == pytest.approx(2 * 256 * (2 * 2880 + 8 * 2880) + eact * 0.53125 * 3 * 2880 * 2880)

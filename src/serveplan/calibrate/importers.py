@@ -200,6 +200,11 @@ def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
 MOE_SKIPPED_KERNELS = ("min_latency", "nongated")
 
 
+#: Weight formats only the MoE tables carry: MXFP4 experts with 16-bit activations (gpt-oss's
+#: checkpoint format; 4-bit values plus one 8-bit scale per 32, OCP MX v1.0), written ``mxfp4``.
+MOE_ONLY_DTYPES = {"w4a16_mxfp4": ("mxfp4", 0.53125)}
+
+
 def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     """Fused routed-expert kernel of one MoE layer, balanced routing, no expert parallelism
     (``moe_ep_size`` 1: every expert on the device; ``moe_tp_size`` splits each expert's
@@ -211,7 +216,8 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     for r in _read_table(path):
         dt = str(r.get("moe_dtype", ""))
         src = str(r.get("kernel_source", ""))
-        if (dt not in DTYPE_BYTES or str(r.get("distribution", "balanced")) != "balanced"
+        fmt = MOE_ONLY_DTYPES.get(dt) or ((DTYPE_NAME[dt], DTYPE_BYTES[dt]) if dt in DTYPE_BYTES else None)
+        if (fmt is None or str(r.get("distribution", "balanced")) != "balanced"
                 or any(s in src for s in MOE_SKIPPED_KERNELS)):
             continue
         tokens, h, inter, topk, E, tp, ep = (_num(r, c, path) for c in (
@@ -222,11 +228,11 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
         i = inter / tp
         c = tokens * topk
         eact = E * (1.0 - (1.0 - topk / E) ** tokens)
-        wb = DTYPE_BYTES[dt]
+        name, wb = fmt
         yield Measurement(kind="moe", phase="decode" if tokens <= 64 else "prefill",
                           flops=c * (6 * h * i + 6 * i), bytes=_ACT_BYTES * c * (2 * h + 8 * i) + eact * wb * 3 * h * i,
                           time_s=t, rows=c,
-                          name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=DTYPE_NAME[dt], tokens=int(tokens),
+                          name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=name, tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
                                      kernel=src.replace(" ", "_"), runtime=runtime))
 
