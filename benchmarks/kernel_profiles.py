@@ -218,7 +218,8 @@ def main() -> None:
         curves, held = fit_kernel_curves(ms, hw, source=source, fit_date=today, seed=args.seed,
                                          collective_runtime=nccl_runtime)
         fitted[system] = (hw, curves, ms)
-        print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s (MoE: {moe_kernels(ms) or 'none'})")
+        print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s "
+              f"(MoE: {moe_kernels(ms) or 'none'})")
         engine_curves, engine_held = fit_other_engines(root, system, hw, today, args.seed)
         lines += [f"## {hw_id} (aiconfigurator `{system}`; {runtime_version(ms, 'gemm')}, {nccl_runtime})", "",
                   "| curve | fit rows | held-out rows | median | P90 |", "|---|---|---|---|---|"]

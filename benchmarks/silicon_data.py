@@ -264,9 +264,9 @@ def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
     if mode not in QUANT_MODES:
         raise NotStatable("precision", f"quant mode {mode!r}")
     dt = QUANT_MODES[mode]
-    # the served weights are the checkpoint's: an FP8 row of a checkpoint published with 128x128 block scales (DeepSeek-V3/R1, MiniMax-M2.5:
-    # ``quantization_config.weight_block_size``) serves those weights: the engine runs its block-scaled
-    # FP8 kernels, whatever the row's family name says
+    # the served weights are the checkpoint's: an FP8 row of a checkpoint published with 128x128
+    # block scales (DeepSeek-R1, MiniMax-M2.5: ``quantization_config.weight_block_size``) runs the
+    # engine's block-scaled FP8 kernels, whatever the row's family name says
     if dt is DType.FP8 and model.dtype is DType.FP8_BLOCK:
         return DType.FP8_BLOCK
     # likewise an FP4 row of a checkpoint published in MXFP4 (gpt-oss: ``quant_method: mxfp4``)
