@@ -129,40 +129,45 @@ def breakdown(ms, hw, dtype: str, seed: int) -> list[str]:
     return out + [""]
 
 
-def newest_moe_only(ms):
-    """The measurements with the fused-MoE rows of one engine version and one kernel per weight
-    format only: the version with the most rows (several collections of the same shapes would
-    otherwise be fitted together), then, per format, the kernel path with the most rows in it.
+#: Kernel paths of a checkpoint tool's own quantization method (vLLM's ModelOpt and
+#: compressed-tensors MoE methods): the checkpoint picks them, not the format. Kept for a format
+#: only where the engine's tables time no other path for it.
+CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
 
-    vLLM's and SGLang's tables time several backends for some formats (vLLM 0.24 on B200: FlashInfer's
-    TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200: FlashInfer-TRT-LLM and Triton for
-    block FP8). Which one an engine picks depends on its version, the GPU and flags
-    (vLLM ``fused_moe/oracle``, SGLang ``--moe-runner-backend auto``); the collector times the path
-    it treats as the default on the most shapes, so that one is kept (one rule for every engine, GPU
-    and format, chosen without any serving row)."""
+
+def newest_moe_only(ms):
+    """The measurements with one fused-MoE kernel path per weight format: among every collection
+    (engine version) and kernel path timed for the format, the one timed on the most shapes, newest
+    version first on a tie, leaving out a checkpoint tool's own method where another path exists
+    (:data:`CHECKPOINT_METHODS`). Several collections of the same shapes would otherwise be fitted
+    together, and vLLM's and SGLang's tables time several backends for some formats (vLLM 0.24 on
+    B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200:
+    FlashInfer-TRT-LLM and Triton for block FP8), whose choice depends on the version, the GPU and
+    flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``). One rule for every engine,
+    GPU and format, chosen without any serving row."""
     from collections import Counter
 
     from serveplan.calibrate.measurements import MeasurementSet
 
-    moe = [r for r in ms.rows if r.kind == "moe"]
-    runs = Counter(shape_of(r).get("runtime", "") for r in moe)
-    if not runs:
-        return ms
-    keep = max(runs, key=lambda v: (runs[v], v))
-    moe = [r for r in moe if shape_of(r).get("runtime") == keep]
-    paths = Counter((shape_of(r)["dtype"], shape_of(r).get("kernel", "")) for r in moe)
-    best = {}
-    for (dt_, kernel), n in sorted(paths.items()):
-        if n > best.get(dt_, ("", -1))[1]:
-            best[dt_] = (kernel, n)
-    kept = {id(r) for r in moe if best[shape_of(r)["dtype"]][0] == shape_of(r).get("kernel", "")}
-    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or id(r) in kept), ms.metadata)
+    def path(r):
+        sh = shape_of(r)
+        return sh["dtype"], sh.get("runtime", ""), sh.get("kernel", "")
+
+    counts = Counter(path(r) for r in ms.rows if r.kind == "moe")
+    best: dict[str, tuple] = {}
+    for dt_ in sorted({d for d, _, _ in counts}):
+        cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
+        generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
+        best[dt_] = max(generic or cands, key=lambda kn: (kn[1], kn[0][1]))[0]
+    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == path(r)),
+                          ms.metadata)
 
 
 def moe_kernels(ms) -> str:
     """``fmt: kernel`` of the fused-MoE rows kept (for the profile's source line)."""
-    pairs = sorted({(shape_of(r)["dtype"], shape_of(r).get("kernel", "")) for r in ms.rows if r.kind == "moe"})
-    return ", ".join(f"{d} {k}" for d, k in pairs)
+    pairs = sorted({(shape_of(r)["dtype"], shape_of(r).get("kernel", ""), shape_of(r).get("runtime", ""))
+                    for r in ms.rows if r.kind == "moe"})
+    return ", ".join(f"{d} {k} ({v})" for d, k, v in pairs)
 
 
 def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, dict]:

@@ -133,12 +133,17 @@ def test_one_fused_moe_kernel_per_format_the_one_timed_on_most_shapes():
                            name=f"m=1 n=1 k=1 dtype={dt} kernel={kernel} runtime=vllm-{ver}")
 
     rows = ([row("a", "fp8")] * 3 + [row("b", "fp8")] * 2 + [row("c", "bf16")] * 2 + [row("d", "fp8", "0.19.0")]
+            + [row("c", "bf16", "0.19.0")] * 2                       # a tie: the newer collection
+            + [row("modeloptfp8", "fp8_block")] * 5 + [row("triton", "fp8_block", "0.19.0")]   # checkpoint method out
+            + [row("compressedtensors", "fp4")] * 2                  # the only fp4 path: kept
             + [row("x", "bf16", kind="gemm")])
     kept = kp.newest_moe_only(MeasurementSet(tuple(rows), {})).rows
-    assert sorted(sd_shape(r) for r in kept if r.kind == "moe") == [("bf16", "c")] * 2 + [("fp8", "a")] * 3
+    assert sorted(sd_shape(r) for r in kept if r.kind == "moe") == (
+        [("bf16", "c", "vllm-0.24.0")] * 2 + [("fp4", "compressedtensors", "vllm-0.24.0")] * 2
+        + [("fp8", "a", "vllm-0.24.0")] * 3 + [("fp8_block", "triton", "vllm-0.19.0")])
     assert sum(r.kind == "gemm" for r in kept) == 1
 
 
 def sd_shape(r):
     from serveplan.calibrate.importers import shape_of
-    return shape_of(r)["dtype"], shape_of(r)["kernel"]
+    return shape_of(r)["dtype"], shape_of(r)["kernel"], shape_of(r)["runtime"]
