@@ -135,7 +135,7 @@ def breakdown(ms, hw, dtype: str, seed: int) -> list[str]:
 CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
 
 
-def newest_moe_only(ms):
+def one_moe_path_per_format(ms):
     """The measurements with one fused-MoE kernel path per weight format: among every collection
     (engine version) and kernel path timed for the format, the one timed on the most shapes, newest
     version first on a tie, leaving out a checkpoint tool's own method where another path exists
@@ -149,32 +149,32 @@ def newest_moe_only(ms):
 
     from serveplan.calibrate.measurements import MeasurementSet
 
-    def path(r):
-        sh = shape_of(r)
-        return sh["dtype"], sh.get("runtime", ""), sh.get("kernel", "")
-
-    counts = Counter(path(r) for r in ms.rows if r.kind == "moe")
+    counts = Counter(moe_path(r) for r in ms.rows if r.kind == "moe")
     best: dict[str, tuple] = {}
     for dt_ in sorted({d for d, _, _ in counts}):
         cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
         generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
         best[dt_] = max(generic or cands, key=lambda kn: (kn[1], kn[0][1]))[0]
-    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == path(r)),
+    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == moe_path(r)),
                           ms.metadata)
 
 
+def moe_path(r) -> tuple[str, str, str]:
+    """``(format, runtime, kernel)`` of a fused-MoE row."""
+    sh = shape_of(r)
+    return sh["dtype"], sh.get("runtime", ""), sh.get("kernel", "")
+
+
 def moe_kernels(ms) -> str:
-    """``fmt: kernel`` of the fused-MoE rows kept (for the profile's source line)."""
-    pairs = sorted({(shape_of(r)["dtype"], shape_of(r).get("kernel", ""), shape_of(r).get("runtime", ""))
-                    for r in ms.rows if r.kind == "moe"})
-    return ", ".join(f"{d} {k} ({v})" for d, k, v in pairs)
+    """``format kernel (runtime)`` of the fused-MoE rows kept (printed per system)."""
+    return ", ".join(f"{d} {k} ({v})" for d, v, k in sorted({moe_path(r) for r in ms.rows if r.kind == "moe"}))
 
 
 def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, dict]:
     """GEMM and attention curves of TensorRT-LLM's and SGLang's own kernel tables (held out too)."""
     curves, held = {}, {}
     for eng in OTHER_ENGINES:
-        # the fused-MoE tables: one version and one kernel path per format (newest_moe_only); for
+        # the fused-MoE tables: one version and one kernel path per format (one_moe_path_per_format); for
         # TensorRT-LLM that is its default MoE backend (MoeConfig.backend = "CUTLASS")
         kinds = ("gemm", "context_attention", "generation_attention", "moe")
         try:
@@ -182,7 +182,7 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
         except Exception as exc:  # a system without that engine's tables
             print(f"  {eng}: {exc}")
             continue
-        ems = newest_moe_only(ems)
+        ems = one_moe_path_per_format(ems)
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
         # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
@@ -213,7 +213,7 @@ def main() -> None:
         info = system_info(root, system)
         nccl = str(info.get("misc", {}).get("nccl_version", ""))
         t0 = time.perf_counter()
-        ms = newest_moe_only(import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=(
+        ms = one_moe_path_per_format(import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=(
             "gemm", "context_attention", "generation_attention", "nccl", "moe")))
         nccl_runtime = f"nccl-{nccl}"
         if not any(shape_of(r).get("runtime") == nccl_runtime for r in select(ms, "collective")):

@@ -264,15 +264,11 @@ def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
     if mode not in QUANT_MODES:
         raise NotStatable("precision", f"quant mode {mode!r}")
     dt = QUANT_MODES[mode]
-    # the served weights are the checkpoint's: an FP8 row of a checkpoint published with 128x128
-    # block scales (DeepSeek-R1, MiniMax-M2.5: ``quantization_config.weight_block_size``) runs the
-    # engine's block-scaled FP8 kernels, whatever the row's family name says
-    if dt is DType.FP8 and model.dtype is DType.FP8_BLOCK:
-        return DType.FP8_BLOCK
-    # likewise an FP4 row of a checkpoint published in MXFP4 (gpt-oss: ``quant_method: mxfp4``)
-    if dt is DType.NVFP4 and model.dtype is DType.MXFP4:
-        return DType.MXFP4
-    return dt
+    # the served weights are the checkpoint's: a row naming the family of a checkpoint's own
+    # quantized format (same tensor-core arithmetic, DType.compute) runs that format's kernels, e.g.
+    # an "fp8" row of DeepSeek-R1 or MiniMax-M2.5 (128x128 block scales) as fp8_block, an "nvfp4"
+    # row of gpt-oss (MXFP4) as mxfp4
+    return model.dtype if model.dtype.compute is dt.compute else dt
 
 
 def kv_format(row: dict[str, str]) -> DType:

@@ -137,7 +137,7 @@ def test_one_fused_moe_kernel_per_format_the_one_timed_on_most_shapes():
             + [row("modeloptfp8", "fp8_block")] * 5 + [row("triton", "fp8_block", "0.19.0")]   # checkpoint method out
             + [row("compressedtensors", "fp4")] * 2                  # the only fp4 path: kept
             + [row("x", "bf16", kind="gemm")])
-    kept = kp.newest_moe_only(MeasurementSet(tuple(rows), {})).rows
+    kept = kp.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
     assert sorted(sd_shape(r) for r in kept if r.kind == "moe") == (
         [("bf16", "c", "vllm-0.24.0")] * 2 + [("fp4", "compressedtensors", "vllm-0.24.0")] * 2
         + [("fp8", "a", "vllm-0.24.0")] * 3 + [("fp8_block", "triton", "vllm-0.19.0")])
