@@ -159,6 +159,44 @@ def one_moe_path_per_format(ms):
                           ms.metadata)
 
 
+def table_key(r) -> tuple[str, str, str]:
+    """``(kind, phase, format)`` of a GEMM or attention row: one table of one collection."""
+    sh = shape_of(r)
+    if r.kind == "attention":
+        return r.kind, r.phase, sh.get("kv_dtype", "")
+    return r.kind, "", sh.get("dtype", "")
+
+
+def one_collection_per_table(ms):
+    """The measurements with one collection (engine version) per GEMM and attention table: for each
+    kind, phase and format, the version timed on the most rows, newest first on a tie, the rule
+    :func:`one_moe_path_per_format` applies to the fused-MoE tables. vLLM's B200 tables hold two
+    collections of every attention table (vLLM 0.22.0 and 0.24.0, whose kernels differ: the 0.22.0
+    prefill rows run 34% faster than a curve fitted to both), and SGLang's H100 GEMM tables two
+    (0.5.6.post2 and 0.5.14); one curve fitted to both describes neither."""
+    from collections import Counter
+
+    from serveplan.calibrate.measurements import MeasurementSet
+
+    def versioned(r) -> bool:
+        return r.kind in ("gemm", "attention")
+
+    counts = Counter((table_key(r), shape_of(r).get("runtime", "")) for r in ms.rows if versioned(r))
+    best: dict[tuple[str, str, str], str] = {}
+    for (key, runtime), n in sorted(counts.items(), key=lambda kv: _version_order(kv[0][1])):
+        if key not in best or n >= counts[(key, best[key])]:
+            best[key] = runtime
+    return MeasurementSet(tuple(r for r in ms.rows if not versioned(r)
+                                or best[table_key(r)] == shape_of(r).get("runtime", "")), ms.metadata)
+
+
+def _version_order(runtime: str) -> tuple[int, ...]:
+    """``vllm-0.24.0`` -> ``(0, 24, 0)`` (a runtime's version for ordering; non-digits are dropped)."""
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", runtime.split("-", 1)[-1])[:4])
+
+
 def moe_path(r) -> tuple[str, str, str]:
     """``(format, runtime, kernel)`` of a fused-MoE row."""
     sh = shape_of(r)
@@ -182,7 +220,7 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
         except Exception as exc:  # a system without that engine's tables
             print(f"  {eng}: {exc}")
             continue
-        ems = one_moe_path_per_format(ems)
+        ems = one_collection_per_table(one_moe_path_per_format(ems))
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
         # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
@@ -213,8 +251,9 @@ def main() -> None:
         info = system_info(root, system)
         nccl = str(info.get("misc", {}).get("nccl_version", ""))
         t0 = time.perf_counter()
-        ms = one_moe_path_per_format(import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=(
-            "gemm", "context_attention", "generation_attention", "nccl", "moe")))
+        ms = one_collection_per_table(one_moe_path_per_format(import_aiconfigurator(
+            root, system, framework=FRAMEWORK, kinds=("gemm", "context_attention", "generation_attention", "nccl",
+                                                      "moe"))))
         nccl_runtime = f"nccl-{nccl}"
         if not any(shape_of(r).get("runtime") == nccl_runtime for r in select(ms, "collective")):
             versions = sorted({shape_of(r).get("runtime", "") for r in select(ms, "collective")})

@@ -147,3 +147,29 @@ def test_one_fused_moe_kernel_per_format_the_one_timed_on_most_shapes():
 def sd_shape(r):
     from serveplan.calibrate.importers import shape_of
     return shape_of(r)["dtype"], shape_of(r)["kernel"], shape_of(r)["runtime"]
+
+
+def test_one_collection_per_gemm_and_attention_table():
+    # vLLM's B200 tables hold vLLM 0.22.0 and 0.24.0 collections of every attention table: per
+    # kind, phase and format the version with most rows is kept (the newer on a tie); other kinds
+    # (collectives, fused MoE) pass through
+    kp = load("kernel_profiles")
+    from serveplan.calibrate.measurements import Measurement, MeasurementSet
+
+    def row(kind, phase, ver, **shape):
+        name = " ".join(f"{k}={v}" for k, v in {**shape, "runtime": f"vllm-{ver}"}.items())
+        return Measurement(kind=kind, phase=phase, flops=1.0, bytes=1.0, time_s=1.0, rows=1, name=name)
+
+    att = dict(batch=1, seq=8, heads=8, kv_heads=8, head_dim=128)
+    rows = ([row("attention", "prefill", "0.22.0", kv_dtype="fp8", **att)] * 3
+            + [row("attention", "prefill", "0.24.0", kv_dtype="fp8", **att)] * 2        # fewer rows: out
+            + [row("attention", "decode", "0.22.0", kv_dtype="fp8", **att)] * 2
+            + [row("attention", "decode", "0.24.0", kv_dtype="fp8", **att)] * 2         # a tie: the newer
+            + [row("gemm", "prefill", "0.9.0", m=1, n=1, k=1, dtype="bf16")] * 2
+            + [row("gemm", "decode", "0.10.0", m=1, n=1, k=1, dtype="bf16")]           # one GEMM table per format
+            + [row("moe", "prefill", "0.19.0", m=1, n=1, k=1, dtype="fp8", kernel="a")])
+    kept = kp.one_collection_per_table(MeasurementSet(tuple(rows), {})).rows
+    from serveplan.calibrate.importers import shape_of
+    got = sorted((r.kind, r.phase, shape_of(r)["runtime"]) for r in kept)
+    assert got == ([("attention", "decode", "vllm-0.24.0")] * 2 + [("attention", "prefill", "vllm-0.22.0")] * 3
+                   + [("gemm", "prefill", "vllm-0.9.0")] * 2 + [("moe", "prefill", "vllm-0.19.0")])
