@@ -31,8 +31,9 @@ How a row is stated (each choice is the row's own field unless said otherwise):
   column, so this is an assumption.
 * layout: aggregated rows use ``tp_size``, ``pp_size``, ``attention_dp_size`` (serveplan ``dp``)
   and ``moe_ep_size`` (``ep``); aiconfigurator's ``moe_tp_size * moe_ep_size`` must equal
-  ``tp_size * attention_dp_size`` (serveplan's expert split is ``tp*dp/ep``). Dense models
-  ignore the MoE fields. Disaggregated rows give a prefill and a decode layout and worker counts.
+  ``tp_size * attention_dp_size`` (serveplan's expert split is ``tp*dp/ep``); rows of two
+  collections that record a ``tp N, ep N`` run as ``N * N`` ranks with ``moe_tp = moe_ep = N`` are
+  stated on ``N`` GPUs (:func:`folded_expert_parallelism`). Dense models ignore the MoE fields. Disaggregated rows give a prefill and a decode layout and worker counts.
 * engine: ``backend`` (vllm, sglang, trtllm) and ``backend_version``.
 * load: ``isl``, ``osl`` and the closed-loop concurrency (``silicon_concurrency=`` in
   ``silicon_data_source``; else ``_c<N>_`` in the row id; else ``batch_size``).
@@ -243,6 +244,9 @@ def _layout(row: dict[str, str], model: ModelSpec, prefix: str) -> Layout:
     if model.is_moe:
         moe_ep = _int(row, prefix + "moe_ep_size", 1) or 1
         moe_tp = _int(row, prefix + "moe_tp_size", 0) or (tp * dp) // moe_ep
+        if folded_expert_parallelism(row, tp, dp, moe_tp, moe_ep):
+            n = moe_ep
+            tp, dp, moe_tp = (n, dp, 1) if tp == n * n else (tp, n, 1)
         if min(moe_tp, moe_ep) < 1 or moe_tp * moe_ep != tp * dp:
             raise NotStatable(
                 "layout", f"{prefix}moe_tp x moe_ep = {moe_tp} x {moe_ep} differs from tp x attention_dp = {tp} x {dp}"
@@ -255,6 +259,28 @@ def _layout(row: dict[str, str], model: ModelSpec, prefix: str) -> Layout:
         raise NotStatable("layout", str(exc)) from None
     workers = _int(row, prefix + "num_workers", 1) if prefix else 1
     return Layout(par, workers)
+
+
+#: Collections whose layouts were written from an engine's ``tp N, ep N`` launch (the
+#: InferenceMAX-style database dump and its CSV export, ``silicon_data_source`` starting with these).
+FOLDED_EP_SOURCES = ("db-dump/", "source_file=20")
+
+
+def folded_expert_parallelism(row: dict[str, str], tp: int, dp: int, moe_tp: int, moe_ep: int) -> bool:
+    """Whether an aggregated row's layout holds its expert parallelism twice: ``moe_tp = moe_ep = N > 1``
+    with ``N * N`` attention ranks, for a run on ``N`` GPUs launched with ``tp N`` (or attention DP
+    ``N``) and ``ep N``. In the two collections of :data:`FOLDED_EP_SOURCES` every row with both MoE
+    sizes above 1 has them equal (329 rows, none with a mixed split), and 89 of them carry exactly the
+    TTFT and TPOT (to the microsecond) of another row of the same model, system, engine and lengths
+    laid out on ``N`` GPUs with ``moe_tp = 1, moe_ep = N`` (e.g. SGLang 0.5.9, DeepSeek on B200,
+    1024/1024 at 4 clients: 189 ms / 8.0 ms recorded both as ``tp 64, moe 8 x 8`` and as ``tp 8,
+    ep 8``; gpt-oss-120b, a one-GPU model, appears at ``tp 64`` on H200). Those rows are stated on
+    ``N`` GPUs (:func:`_layout`); the gap-analysis collection's ``tp 4, moe 2 x 2`` rows (Qwen3-235B
+    FP8 on H100, which needs all four GPUs) keep their layout."""
+    n = moe_ep
+    if not (moe_tp == n > 1 and tp * dp == n * n and 1 in (tp, dp)):
+        return False
+    return row.get("silicon_data_source", "").startswith(FOLDED_EP_SOURCES)
 
 
 def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
@@ -273,6 +299,16 @@ def weight_format(row: dict[str, str], model: ModelSpec) -> DType:
 
 def kv_format(row: dict[str, str]) -> DType:
     return DType.FP8 if row.get("precision") in ("fp8", "fp4") else DType.BF16
+
+
+def _batch_size(row: dict[str, str], layout: Layout | None) -> int:
+    """The row's ``batch_size`` (per attention-DP rank) for the ranks it is stated with: a folded
+    layout (:func:`folded_expert_parallelism`) has fewer ranks, each with more of the clients."""
+    bs = _int(row, "batch_size", 0)
+    recorded = _int(row, "attention_dp_size", 1) or 1
+    if layout is not None and bs and layout.parallel.dp < recorded:
+        return bs * (recorded // layout.parallel.dp)
+    return bs
 
 
 def map_row(row: dict[str, str]) -> SiliconCase:
@@ -324,7 +360,7 @@ def map_row(row: dict[str, str]) -> SiliconCase:
         row_id=row.get("id", ""), model=model_id, hardware=hw.name, dtype=dtype, kv_dtype=kv_format(row),
         engine=engine, engine_version=row.get("backend_version", ""), mode=mode, layout=layout,
         prefill=prefill, decode=decode, isl=_int(row, "isl"), osl=_int(row, "osl"),
-        concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot, batch_size=_int(row, "batch_size", 0),
+        concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot, batch_size=_batch_size(row, layout),
     )
 
 

@@ -86,10 +86,30 @@ def covered_cases(sample: int | None = None, models: set[str] | None = None,
             continue
         cases.append(case)
     cases.sort(key=lambda c: c.row_id)
+    cases = unique_measurements(cases, skipped)
     if sample and sample < len(cases):
         step = len(cases) / sample
         cases = [cases[int(i * step)] for i in range(sample)]
     return cases, dict(skipped)
+
+
+def unique_measurements(cases: list[SiliconCase], skipped: dict[str, int]) -> list[SiliconCase]:
+    """Each measurement once: a row with the same model, system, format, engine and version,
+    layout, lengths and concurrency and the same TTFT and TPOT (to the nanosecond) as a row kept
+    before it (``cases`` in id order) is the same run exported twice (the CSV holds a database dump
+    and a file export of the same collections) and is counted under ``duplicate measurement``."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for c in cases:
+        key = (c.model, c.hardware, c.dtype, c.kv_dtype, c.engine, c.engine_version,
+               tuple(sorted(c.layout.to_dict().items())) if c.layout else None, c.isl, c.osl, c.concurrency,
+               round(c.ttft_s, 9), round(c.tpot_s, 9))
+        if key in seen:
+            skipped["duplicate measurement"] += 1
+            continue
+        seen.add(key)
+        kept.append(c)
+    return kept
 
 
 def num_requests(concurrency: int) -> int:

@@ -173,3 +173,35 @@ def test_one_collection_per_gemm_and_attention_table():
     got = sorted((r.kind, r.phase, shape_of(r)["runtime"]) for r in kept)
     assert got == ([("attention", "decode", "vllm-0.24.0")] * 2 + [("attention", "prefill", "vllm-0.22.0")] * 3
                    + [("gemm", "prefill", "vllm-0.9.0")] * 2 + [("moe", "prefill", "vllm-0.19.0")])
+
+
+DSR1 = {**ROW, "id": "dsr1_b200_trtllm_fp4_agg_1024x1024_c256_cfg191", "model_path": "deepseek-ai/DeepSeek-R1",
+        "system": "b200_sxm", "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+        "silicon_data_source": "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=256"}
+
+
+def test_a_tp_n_ep_n_run_recorded_on_n_squared_ranks_is_stated_on_n_gpus():
+    # the same measurement appears twice in the CSV: "tp 1, attention DP 64, moe 8 x 8, batch 4"
+    # and "tp 1, attention DP 8, moe 1 x 8, batch 32" (791 ms / 23.9 ms); both are 8 GPUs
+    folded = sd.map_row({**DSR1, "tp_size": "1", "attention_dp_size": "64", "moe_tp_size": "8",
+                         "moe_ep_size": "8", "batch_size": "4"})
+    plain = sd.map_row({**DSR1, "tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1",
+                        "moe_ep_size": "8", "batch_size": "32"})
+    assert folded.layout == plain.layout and folded.batch_size == plain.batch_size == 32
+    assert (folded.parallel.tp, folded.parallel.dp, folded.parallel.ep) == (1, 8, 8)
+    tp_fold = sd.map_row({**DSR1, "tp_size": "64", "attention_dp_size": "1", "moe_tp_size": "8", "moe_ep_size": "8"})
+    assert (tp_fold.parallel.tp, tp_fold.parallel.dp, tp_fold.parallel.ep, tp_fold.batch_size) == (8, 1, 8, 64)
+    # the gap-analysis collection's 4-GPU MoE TP 2 x EP 2 layout is a real one: kept
+    gap = sd.map_row({**DSR1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/b.csv",
+                      "tp_size": "4", "attention_dp_size": "", "moe_tp_size": "2", "moe_ep_size": "2"})
+    assert (gap.parallel.tp, gap.parallel.ep) == (4, 2)
+
+
+def test_each_measurement_counted_once():
+    vs = load("validate_silicon")
+    a = sd.map_row({**ROW, "id": "a"})
+    b = sd.map_row({**ROW, "id": "b"})                               # the same run exported twice
+    c = sd.map_row({**ROW, "id": "c", "silicon_ttft_ms": "120.6"})   # another run
+    skipped: dict[str, int] = __import__("collections").defaultdict(int)
+    assert [x.row_id for x in vs.unique_measurements([a, b, c], skipped)] == ["a", "c"]
+    assert skipped["duplicate measurement"] == 1
