@@ -33,7 +33,8 @@ How a row is stated (each choice is the row's own field unless said otherwise):
   and ``moe_ep_size`` (``ep``); aiconfigurator's ``moe_tp_size * moe_ep_size`` must equal
   ``tp_size * attention_dp_size`` (serveplan's expert split is ``tp*dp/ep``); rows of two
   collections that record a ``tp N, ep N`` run as ``N * N`` ranks with ``moe_tp = moe_ep = N`` are
-  stated on ``N`` GPUs (:func:`folded_expert_parallelism`). Dense models ignore the MoE fields. Disaggregated rows give a prefill and a decode layout and worker counts.
+  stated on ``N`` GPUs (:func:`folded_expert_parallelism`). Dense models ignore the MoE fields.
+  Disaggregated rows give a prefill and a decode layout and worker counts.
 * engine: ``backend`` (vllm, sglang, trtllm) and ``backend_version``.
 * load: ``isl``, ``osl`` and the closed-loop concurrency (``silicon_concurrency=`` in
   ``silicon_data_source``; else ``_c<N>_`` in the row id; else ``batch_size``).
