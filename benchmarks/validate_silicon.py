@@ -94,16 +94,18 @@ def covered_cases(sample: int | None = None, models: set[str] | None = None,
 
 
 def unique_measurements(cases: list[SiliconCase], skipped: dict[str, int]) -> list[SiliconCase]:
-    """Each measurement once: a row with the same model, system, format, engine and version,
-    layout, lengths and concurrency and the same TTFT and TPOT (to the nanosecond) as a row kept
-    before it (``cases`` in id order) is the same run exported twice (the CSV holds a database dump
-    and a file export of the same collections) and is counted under ``duplicate measurement``."""
+    """Each measurement once. The CSV holds the same collections more than once (a database dump,
+    its file export and the gap-analysis copy), with the engine version spelled differently
+    (``nightly-dev`` and ``nightly-dev-20260216-d3bae71e``) and the times printed to different
+    digits (0.4233117 s and 0.42331 s). A row with the same model, system, formats, engine, layout,
+    lengths and concurrency as a row kept before it (``cases`` in id order) and the same TTFT and
+    TPOT to 10 us is that run again: counted under ``duplicate measurement``."""
     seen: set[tuple[Any, ...]] = set()
     kept = []
     for c in cases:
-        key = (c.model, c.hardware, c.dtype, c.kv_dtype, c.engine, c.engine_version,
+        key = (c.model, c.hardware, c.dtype, c.kv_dtype, c.engine,
                tuple(sorted(c.layout.to_dict().items())) if c.layout else None, c.isl, c.osl, c.concurrency,
-               round(c.ttft_s, 9), round(c.tpot_s, 9))
+               round(c.ttft_s * 1e5), round(c.tpot_s * 1e5))
         if key in seen:
             skipped["duplicate measurement"] += 1
             continue
