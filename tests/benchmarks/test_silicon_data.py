@@ -205,3 +205,20 @@ def test_each_measurement_counted_once():
     skipped: dict[str, int] = __import__("collections").defaultdict(int)
     assert [x.row_id for x in vs.unique_measurements([a, b, c], skipped)] == ["a", "c"]
     assert skipped["duplicate measurement"] == 1
+
+
+def test_a_row_faster_than_the_gpus_peak_did_not_prefill_its_prompts():
+    # hand derivation: Llama-3.1-70B (69.5e9 active non-embedding weights) FP8 on 4 H100 (1979
+    # TFLOPS FP8 each), 1024/1024 at 64 clients, 120.5 ms / 20 ms: 64 x 1024 / (0.1205 + 1023 x
+    # 0.020) = 3,184 prompt tokens/s x 2 x 69.5e9 = 4.4e14 FLOP/s, 5.6% of 7.9e15
+    vs = load("validate_silicon")
+    ok = sd.map_row(ROW)
+    share = vs.implied_prefill_share(ok)
+    assert 0.05 < share < 0.06
+    # 15,000-token prompts at 448 clients answered in 0.75 s: 888,000 prompt tokens/s, 15x the peak
+    fast = sd.map_row({**ROW, "isl": "15000", "osl": "500", "silicon_ttft_ms": "746.4", "silicon_tpot_ms": "13.67",
+                       "silicon_data_source": "db-dump; silicon_concurrency=448"})
+    skipped: dict[str, int] = __import__("collections").defaultdict(int)
+    assert vs.implied_prefill_share(fast) > 10
+    assert vs.faster_than_peak(fast, skipped) and not vs.faster_than_peak(ok, skipped)
+    assert skipped == {"prefill faster than the GPUs' peak": 1}
