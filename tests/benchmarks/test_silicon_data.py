@@ -222,3 +222,18 @@ def test_a_row_faster_than_the_gpus_peak_did_not_prefill_its_prompts():
     assert vs.implied_prefill_share(fast) > 10
     assert vs.faster_than_peak(fast, skipped) and not vs.faster_than_peak(ok, skipped)
     assert skipped == {"prefill faster than the GPUs' peak": 1}
+
+
+def test_signed_errors_by_collection_and_concurrency():
+    bc = load("silicon_by_concurrency")
+    assert [bc.bucket(c) for c in (1, 4, 5, 16, 17, 64, 65)] == ["1-4", "1-4", "5-16", "5-16", "17-64", "17-64",
+                                                                 "> 64"]
+    assert bc.collection("source_file=/Users/x/aic-auto-gap-analysis/data/a.csv") == "gap analysis"
+    assert bc.collection("db-dump/2026-04-27; config_id=1") == "database dump"
+    assert bc.collection("source_file=2026-04-06.csv; model=DeepSeek-R1") == "file export"
+    base = {"engine": "vllm", "concurrency": 4}
+    rows = [{**base, "row_id": "a", "ttft_err": -0.5, "ttft_meas_s": 0.1, "ttft_pred_s": 0.05},
+            {**base, "row_id": "b", "ttft_err": -0.3, "ttft_meas_s": 0.5, "ttft_pred_s": 0.5}]
+    groups = bc.by_concurrency(rows, {"a": "db-dump/x", "b": "db-dump/y"})
+    assert groups == {("database dump", "vllm", "1-4"): [-0.5, -0.3]}
+    assert bc.low_concurrency_ratios(rows) == [("30-60 ms", 1, 2.0), ("400-inf ms", 1, 1.0)]
