@@ -3,7 +3,10 @@
 The development set is NVIDIA aiconfigurator's ``silicon_sample.csv`` (Apache-2.0, inside the
 ``aiconfigurator-core`` 0.12.0 wheel; loaded and stated by ``silicon_data.py``, which downloads the
 wheel once into ``$SERVEPLAN_BENCH_CACHE``). Every aggregated row that serveplan can state (its
-model, system and weight format are in the catalog) is simulated as it was measured: one instance
+model, system and weight format are in the catalog), each measurement once
+(:func:`unique_measurements`: the CSV repeats runs across its collections) and without the rows
+whose prompts could not have been prefilled at the GPUs' peak (:func:`faster_than_peak`: prefix
+cache hits the row does not state), is simulated as it was measured: one instance
 with the row's TP/PP/attention-DP/EP layout and weight/KV formats, the row's engine
 (``--engine vllm|sglang|trtllm`` with that engine's defaults), fixed ``isl``/``osl`` and a closed loop
 at the row's concurrency. Predicted TTFT and TPOT are computed as the benchmark computed the
