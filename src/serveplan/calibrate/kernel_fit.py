@@ -34,11 +34,11 @@ from serveplan.specs.kernels import (
     GemmCurve,
     KernelCurves,
     Provenance,
+    attention_peak_flops,
     bus_factor,
     gemm_peak_flops,
     regime_key,
 )
-from serveplan.units import DType
 
 #: Tile sizes along the rows tried for each format (chosen inside the training rows, :func:`choose_tile`).
 TILE_CHOICES = (1, 64, 128, 256)
@@ -187,6 +187,14 @@ def _attn_model(phase: str, peak: float, bw: float, sm_count: int = 0,
     return f
 
 
+def _attention_peak(rows: Sequence[Measurement], hardware: DeviceSpec) -> float:
+    """:func:`~serveplan.specs.kernels.attention_peak_flops` of the rows' one KV format."""
+    kvs = {shape_of(r).get("kv_dtype", "bf16") for r in rows}
+    if len(kvs) != 1:
+        raise SpecError(f"attention rows of several KV formats ({sorted(kvs)}): fit each format apart")
+    return attention_peak_flops(hardware, kvs.pop())
+
+
 def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *, multi_block: int = 0,
                   provenance: Provenance | None = None) -> AttentionCurve:
     """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
@@ -204,7 +212,7 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
     # decode: a second start at short saturation lengths (the floors and the saturation trade off;
     # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
     starts = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
-    p, sd = _fit(_attn_model(phase, hardware.flops(DType.BF16), hardware.memory_bandwidth, sm, multi_block), p0, d,
+    p, sd = _fit(_attn_model(phase, _attention_peak(rows, hardware), hardware.memory_bandwidth, sm, multi_block), p0, d,
                  starts)
     names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:]
     if phase == "decode":  # compute never binds a paged decode kernel: its ceiling is not identified
@@ -215,7 +223,7 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
 
 def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> np.ndarray:
     d = _attn_rows(rows, phase)
-    return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, hardware.flops(DType.BF16), hardware.memory_bandwidth,
+    return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, _attention_peak(rows, hardware), hardware.memory_bandwidth,
                              d.ratio))
 
 

@@ -53,7 +53,7 @@ from serveplan.ops.graph import build_layer_groups
 from serveplan.ops.window import window_features
 from serveplan.specs.comm import CommOptions, Overlap, deepep_buffer_bytes
 from serveplan.specs.hardware import DeviceSpec
-from serveplan.specs.kernels import gemm_peak_flops
+from serveplan.specs.kernels import attention_peak_flops, gemm_peak_flops
 from serveplan.specs.model import AttentionKind, LayerType, ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import AttentionImpl, EfficiencyProfile, Phase
@@ -198,7 +198,8 @@ def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware:
         return None
     return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
                               peak_flops=gemm_peak_flops(hardware, dtype.value),
-                              attention_peak_flops=hardware.flops(DType.BF16), bandwidth=hardware.memory_bandwidth,
+                              attention_peak_flops=attention_peak_flops(hardware, kv_dtype.value),
+                              bandwidth=hardware.memory_bandwidth,
                               max_ranks=hardware.domain_size, moe_dims=moe_dims)
 
 

@@ -129,6 +129,20 @@ def gemm_peak_flops(hardware: Any, fmt: str) -> float:
     return float(hardware.flops(DType.parse(fmt)))
 
 
+def attention_peak_flops(hardware: Any, kv_fmt: str) -> float:
+    """The peak an attention curve of KV format ``kv_fmt`` is a fraction of. With an FP8 KV cache
+    the engines quantize the query and run both products on FP8 tensor cores: vLLM's
+    FlashAttention-3 backend quantizes the query with the KV scales (``q_descale``), its FlashInfer
+    backend on Blackwell runs TensorRT-LLM's FP8 kernels, TensorRT-LLM runs FP8 context FMHA, SGLang
+    FA3 the same as vLLM. So the FP8 dense peak, where the datasheet lists one (else BF16);
+    otherwise the BF16 peak. Fit and estimator both use this; where a fitted ceiling is inside its
+    bound the choice only rescales it (Blackwell's FP8-KV prefill ceiling was at the bound against
+    BF16)."""
+    if kv_fmt == "fp8" and DType.FP8 in hardware.peak_flops:
+        return float(hardware.flops(DType.FP8))
+    return float(hardware.flops(DType.BF16))
+
+
 def bus_factor(op: str, ranks: int) -> float:
     """Bytes each rank moves per payload byte (nccl-tests PERFORMANCE.md bus bandwidth)."""
     if op == "all_reduce":
