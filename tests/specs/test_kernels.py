@@ -14,6 +14,7 @@ from serveplan.specs.kernels import (
     CollectiveCurve,
     GemmCurve,
     KernelCurves,
+    attention_peak_flops,
     bus_factor,
     group_range,
     kernel_curves_from_dict,
@@ -22,6 +23,14 @@ from serveplan.specs.profile import profile_from_dict
 
 MEASURED = ["measured-h100-sxm", "measured-h200", "measured-b200", "measured-a100-80g", "measured-l40s",
             "measured-gb200", "measured-b300", "measured-gb300", "measured-rtx-pro-6000"]
+
+
+def test_fp8_kv_attention_is_a_fraction_of_the_fp8_peak():
+    # datasheet dense peaks (catalog): H100 SXM BF16 989.4, FP8 1978.9 TFLOPS; A100 has no FP8
+    h100, a100 = get_hardware("h100-sxm"), get_hardware("a100-80g")
+    assert attention_peak_flops(h100, "fp8") == pytest.approx(1978.9e12)
+    assert attention_peak_flops(h100, "bf16") == pytest.approx(989.4e12)
+    assert attention_peak_flops(a100, "fp8") == pytest.approx(312e12)
 
 
 def test_bus_factors_follow_nccl_tests():
