@@ -167,13 +167,25 @@ def table_key(r) -> tuple[str, str, str]:
     return r.kind, "", sh.get("dtype", "")
 
 
+def variant(r) -> tuple[str, str]:
+    """``(runtime, compute format)`` of a GEMM or attention row: the collection, and for a context
+    attention row the format its kernel computes in (``q_dtype``; the KV format where the table
+    does not say)."""
+    sh = shape_of(r)
+    return sh.get("runtime", ""), sh.get("q_dtype", sh.get("kv_dtype", ""))
+
+
 def one_collection_per_table(ms):
-    """The measurements with one collection (engine version) per GEMM and attention table: for each
-    kind, phase and format, the version timed on the most rows, newest first on a tie, the rule
-    :func:`one_moe_path_per_format` applies to the fused-MoE tables. vLLM's B200 tables hold two
-    collections of every attention table (vLLM 0.22.0 and 0.24.0, whose kernels differ: the 0.22.0
-    prefill rows run 34% faster than a curve fitted to both), and SGLang's H100 GEMM tables two
-    (0.5.6.post2 and 0.5.14); one curve fitted to both describes neither."""
+    """The measurements with one collection (engine version) and one kernel per GEMM and attention
+    table: for each kind, phase and format, the context kernel that computes in the KV cache's
+    format where the table times one (TensorRT-LLM's and SGLang's tables time an FP8 KV cache
+    with both a 16-bit and an FP8 context kernel; an FP8 checkpoint with an FP8 cache runs the FP8
+    one: TensorRT-LLM's FP8 context FMHA, SGLang's FA3 FP8 path), then the version timed on the
+    most rows, newest first on a tie: the rule :func:`one_moe_path_per_format` applies to the
+    fused-MoE tables. vLLM's B200 tables hold two collections of every attention table (vLLM
+    0.22.0 and 0.24.0, whose kernels differ: the 0.22.0 prefill rows run 34% faster than a curve
+    fitted to both), and SGLang's H100 GEMM tables two (0.5.6.post2 and 0.5.14); one curve fitted
+    to both describes neither."""
     from collections import Counter
 
     from serveplan.calibrate.measurements import MeasurementSet
@@ -181,13 +193,17 @@ def one_collection_per_table(ms):
     def versioned(r) -> bool:
         return r.kind in ("gemm", "attention")
 
-    counts = Counter((table_key(r), shape_of(r).get("runtime", "")) for r in ms.rows if versioned(r))
-    best: dict[tuple[str, str, str], str] = {}
-    for (key, runtime), n in sorted(counts.items(), key=lambda kv: _version_order(kv[0][1])):
-        if key not in best or n >= counts[(key, best[key])]:
-            best[key] = runtime
-    return MeasurementSet(tuple(r for r in ms.rows if not versioned(r)
-                                or best[table_key(r)] == shape_of(r).get("runtime", "")), ms.metadata)
+    counts = Counter((table_key(r), variant(r)) for r in ms.rows if versioned(r))
+
+    def rank(item):
+        (key, (runtime, q)), n = item
+        return (q == key[2], n, _version_order(runtime))
+
+    best: dict[tuple[str, str, str], tuple[str, str]] = {}
+    for (key, var), _n in sorted(counts.items(), key=rank):
+        best[key] = var    # ascending: the last one written is the best
+    return MeasurementSet(tuple(r for r in ms.rows if not versioned(r) or best[table_key(r)] == variant(r)),
+                          ms.metadata)
 
 
 def _version_order(runtime: str) -> tuple[int, ...]:

@@ -170,9 +170,18 @@ def test_one_collection_per_gemm_and_attention_table():
             + [row("moe", "prefill", "0.19.0", m=1, n=1, k=1, dtype="fp8", kernel="a")])
     kept = kp.one_collection_per_table(MeasurementSet(tuple(rows), {})).rows
     from serveplan.calibrate.importers import shape_of
+
     got = sorted((r.kind, r.phase, shape_of(r)["runtime"]) for r in kept)
     assert got == ([("attention", "decode", "vllm-0.24.0")] * 2 + [("attention", "prefill", "vllm-0.22.0")] * 3
                    + [("gemm", "prefill", "vllm-0.9.0")] * 2 + [("moe", "prefill", "vllm-0.19.0")])
+    # TensorRT-LLM's and SGLang's FP8-KV context tables time a 16-bit and an FP8 kernel: the one
+    # computing in the KV format is kept even with fewer rows; a 16-bit KV table keeps its kernel
+    ctx = ([row("attention", "prefill", "1.3.0", kv_dtype="fp8", q_dtype="bf16", **att)] * 9
+           + [row("attention", "prefill", "1.3.0", kv_dtype="fp8", q_dtype="fp8", **att)]
+           + [row("attention", "prefill", "1.3.0", kv_dtype="bf16", q_dtype="bf16", **att)] * 2)
+    kept = kp.one_collection_per_table(MeasurementSet(tuple(ctx), {})).rows
+    assert sorted((shape_of(r)["kv_dtype"], shape_of(r)["q_dtype"]) for r in kept) == (
+        [("bf16", "bf16")] * 2 + [("fp8", "fp8")])
 
 
 DSR1 = {**ROW, "id": "dsr1_b200_trtllm_fp4_agg_1024x1024_c256_cfg191", "model_path": "deepseek-ai/DeepSeek-R1",

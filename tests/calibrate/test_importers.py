@@ -102,6 +102,8 @@ def test_aiconfigurator_rows_count_work_and_traffic_as_the_estimator(aic_dir):
     ctx = int(s["context"])                              # isl + step
     # query read and output written (bf16), K and V of every cached token read
     assert dec.bytes == int(s["batch"]) * (2 * 2 * int(s["heads"]) * 128 + ctx * 2 * 2 * int(s["kv_heads"]) * 128)
+    pre = next(r for r in att if r.phase == "prefill")
+    assert shape_of(pre)["q_dtype"] == "bf16"          # the context kernel's format (attn_dtype)
     coll = select(ms, "collective")
     assert len(coll) == 3 * 21 and coll[0].bytes == 2 * 2 ** 8      # half elements -> bytes
     assert ms.metadata["system"] == "h100_sxm"

@@ -244,6 +244,14 @@ def _attn_common(r: Mapping[str, Any], path: Path) -> tuple[float, float, float,
     return b, hq, hkv, d, win, kv
 
 
+def _query_dtype(r: Mapping[str, Any], kv: str) -> str:
+    """The format the context kernel computes in (``attn_dtype``: TensorRT-LLM's and SGLang's
+    tables time an FP8 KV cache both with a 16-bit and with an FP8 context kernel); tables
+    without the column: the KV format's."""
+    q = str(r.get("attn_dtype", "") or kv)
+    return DTYPE_NAME.get(q, q)
+
+
 def _context_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     for r in _read_table(path):
         b, hq, hkv, d, win, kv = _attn_common(r, path)
@@ -256,7 +264,7 @@ def _context_rows(path: Path, runtime: str) -> Iterator[Measurement]:
         nbytes = b * s * 2 * _ACT_BYTES * hq * d + b * s * 2 * DTYPE_BYTES[kv] * hkv * d
         yield Measurement(kind="attention", phase="prefill", flops=flops, bytes=nbytes, time_s=t, rows=b * s,
                           name=_name(batch=int(b), seq=int(s), heads=int(hq), kv_heads=int(hkv), head_dim=int(d),
-                                     kv_dtype=DTYPE_NAME[kv], runtime=runtime))
+                                     kv_dtype=DTYPE_NAME[kv], q_dtype=_query_dtype(r, kv), runtime=runtime))
 
 
 def _generation_rows(path: Path, runtime: str) -> Iterator[Measurement]:
