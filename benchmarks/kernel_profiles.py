@@ -51,6 +51,10 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     select,
     split_by_group,
 )
+from serveplan.calibrate.selection import (  # noqa: E402
+    moe_path,
+    one_kernel_per_table,
+)
 from serveplan.specs.catalog import get_hardware, get_profile  # noqa: E402
 
 CACHE = Path(os.environ.get("SERVEPLAN_BENCH_CACHE", Path.home() / ".cache" / "serveplan-bench"))
@@ -129,96 +133,6 @@ def breakdown(ms, hw, dtype: str, seed: int) -> list[str]:
     return out + [""]
 
 
-#: Kernel paths of a checkpoint tool's own quantization method (vLLM's ModelOpt and
-#: compressed-tensors MoE methods): the checkpoint picks them, not the format. Kept for a format
-#: only where the engine's tables time no other path for it.
-CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
-
-
-def one_moe_path_per_format(ms):
-    """The measurements with one fused-MoE kernel path per weight format: among every collection
-    (engine version) and kernel path timed for the format, the one timed on the most shapes, newest
-    version first on a tie, leaving out a checkpoint tool's own method where another path exists
-    (:data:`CHECKPOINT_METHODS`). Several collections of the same shapes would otherwise be fitted
-    together, and vLLM's and SGLang's tables time several backends for some formats (vLLM 0.24 on
-    B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200:
-    FlashInfer-TRT-LLM and Triton for block FP8), whose choice depends on the version, the GPU and
-    flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``). One rule for every engine,
-    GPU and format, chosen without any serving row."""
-    from collections import Counter
-
-    from serveplan.calibrate.measurements import MeasurementSet
-
-    counts = Counter(moe_path(r) for r in ms.rows if r.kind == "moe")
-    best: dict[str, tuple] = {}
-    for dt_ in sorted({d for d, _, _ in counts}):
-        cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
-        generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
-        best[dt_] = max(generic or cands, key=lambda kn: (kn[1], kn[0][1]))[0]
-    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == moe_path(r)),
-                          ms.metadata)
-
-
-def table_key(r) -> tuple[str, str, str]:
-    """``(kind, phase, format)`` of a GEMM or attention row: one table of one collection."""
-    sh = shape_of(r)
-    if r.kind == "attention":
-        return r.kind, r.phase, sh.get("kv_dtype", "")
-    return r.kind, "", sh.get("dtype", "")
-
-
-def variant(r) -> tuple[str, str]:
-    """``(runtime, compute format)`` of a GEMM or attention row: the collection, and for a context
-    attention row the format its kernel computes in (``q_dtype``; the KV format where the table
-    does not say)."""
-    sh = shape_of(r)
-    return sh.get("runtime", ""), sh.get("q_dtype", sh.get("kv_dtype", ""))
-
-
-def one_collection_per_table(ms):
-    """The measurements with one collection (engine version) and one kernel per GEMM and attention
-    table: for each kind, phase and format, the context kernel that computes in the KV cache's
-    format where the table times one (TensorRT-LLM's and SGLang's tables time an FP8 KV cache
-    with both a 16-bit and an FP8 context kernel; an FP8 checkpoint with an FP8 cache runs the FP8
-    one: TensorRT-LLM's FP8 context FMHA, SGLang's FA3 FP8 path), then the version timed on the
-    most rows, newest first on a tie: the rule :func:`one_moe_path_per_format` applies to the
-    fused-MoE tables. vLLM's B200 tables hold two collections of every attention table (vLLM
-    0.22.0 and 0.24.0, whose kernels differ: the 0.22.0 prefill rows run 34% faster than a curve
-    fitted to both), and SGLang's H100 GEMM tables two (0.5.6.post2 and 0.5.14); one curve fitted
-    to both describes neither."""
-    from collections import Counter
-
-    from serveplan.calibrate.measurements import MeasurementSet
-
-    def versioned(r) -> bool:
-        return r.kind in ("gemm", "attention")
-
-    counts = Counter((table_key(r), variant(r)) for r in ms.rows if versioned(r))
-
-    def rank(item):
-        (key, (runtime, q)), n = item
-        return (q == key[2], n, _version_order(runtime))
-
-    best: dict[tuple[str, str, str], tuple[str, str]] = {}
-    for (key, var), _n in sorted(counts.items(), key=rank):
-        best[key] = var    # ascending: the last one written is the best
-    return MeasurementSet(tuple(r for r in ms.rows if not versioned(r) or best[table_key(r)] == variant(r)),
-                          ms.metadata)
-
-
-def _version_order(runtime: str) -> tuple[int, ...]:
-    """``vllm-0.24.0`` -> ``(0, 24, 0)`` (a runtime's version for ordering; non-digits are dropped)."""
-    import re
-
-    return tuple(int(x) for x in re.findall(r"\d+", runtime.split("-", 1)[-1])[:4])
-
-
-def moe_path(r) -> tuple[str, str, str]:
-    """``(format, runtime, kernel)`` of a fused-MoE row."""
-    sh = shape_of(r)
-    return sh["dtype"], sh.get("runtime", ""), sh.get("kernel", "")
-
-
 def moe_kernels(ms) -> str:
     """``format kernel (runtime)`` of the fused-MoE rows kept (printed per system)."""
     return ", ".join(f"{d} {k} ({v})" for d, v, k in sorted({moe_path(r) for r in ms.rows if r.kind == "moe"}))
@@ -236,7 +150,7 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
         except Exception as exc:  # a system without that engine's tables
             print(f"  {eng}: {exc}")
             continue
-        ems = one_collection_per_table(one_moe_path_per_format(ems))
+        ems = one_kernel_per_table(ems)
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
         # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
@@ -267,9 +181,9 @@ def main() -> None:
         info = system_info(root, system)
         nccl = str(info.get("misc", {}).get("nccl_version", ""))
         t0 = time.perf_counter()
-        ms = one_collection_per_table(one_moe_path_per_format(import_aiconfigurator(
+        ms = one_kernel_per_table(import_aiconfigurator(
             root, system, framework=FRAMEWORK, kinds=("gemm", "context_attention", "generation_attention", "nccl",
-                                                      "moe"))))
+                                                      "moe")))
         nccl_runtime = f"nccl-{nccl}"
         if not any(shape_of(r).get("runtime") == nccl_runtime for r in select(ms, "collective")):
             versions = sorted({shape_of(r).get("runtime", "") for r in select(ms, "collective")})

@@ -191,6 +191,7 @@ def _calibrate_from(source: str, directory: Path, *, hardware: str, out: Path, s
 
     from serveplan.calibrate.importers import SOURCES, import_aiconfigurator, import_vidur
     from serveplan.calibrate.kernel_fit import fit_kernel_curves
+    from serveplan.calibrate.selection import one_kernel_per_table
     from serveplan.specs.catalog import get_hardware, get_profile
 
     hw = get_hardware(hardware)
@@ -199,7 +200,8 @@ def _calibrate_from(source: str, directory: Path, *, hardware: str, out: Path, s
         if sysname is None:
             raise SpecError(f"--system is needed: no aiconfigurator system is known for hardware {hw.name!r}; "
                             f"known: {', '.join(f'{k} ({v})' for k, v in AICONFIGURATOR_SYSTEMS.items())}")
-        ms = import_aiconfigurator(directory, sysname, framework=framework or None)
+        # one kernel per table, as the bundled profiles are fitted (calibrate/selection.py)
+        ms = one_kernel_per_table(import_aiconfigurator(directory, sysname, framework=framework or None))
         label = f"aiconfigurator {sysname}" + (f" ({framework})" if framework else "")
     elif source == "vidur":
         ms = import_vidur(directory, gpu=system)

@@ -1,0 +1,59 @@
+"""One kernel per aiconfigurator table (calibrate/selection.py): the rules the bundled profiles
+and `serveplan calibrate --from aiconfigurator` apply before a fit (synthetic rows)."""
+
+from __future__ import annotations
+
+from serveplan.calibrate import selection as sel
+from serveplan.calibrate.importers import shape_of
+from serveplan.calibrate.measurements import Measurement, MeasurementSet
+
+
+def test_one_fused_moe_kernel_per_format_the_one_timed_on_most_shapes():
+    def row(kernel, dt, ver="0.24.0", kind="moe"):
+        return Measurement(kind=kind, phase="prefill", flops=1.0, bytes=1.0, time_s=1.0, rows=1,
+                           name=f"m=1 n=1 k=1 dtype={dt} kernel={kernel} runtime=vllm-{ver}")
+
+    rows = ([row("a", "fp8")] * 3 + [row("b", "fp8")] * 2 + [row("c", "bf16")] * 2 + [row("d", "fp8", "0.19.0")]
+            + [row("c", "bf16", "0.19.0")] * 2                       # a tie: the newer collection
+            + [row("modeloptfp8", "fp8_block")] * 5 + [row("triton", "fp8_block", "0.19.0")]   # checkpoint method out
+            + [row("compressedtensors", "fp4")] * 2                  # the only fp4 path: kept
+            + [row("x", "bf16", kind="gemm")])
+    kept = sel.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
+    assert sorted(sd_shape(r) for r in kept if r.kind == "moe") == (
+        [("bf16", "c", "vllm-0.24.0")] * 2 + [("fp4", "compressedtensors", "vllm-0.24.0")] * 2
+        + [("fp8", "a", "vllm-0.24.0")] * 3 + [("fp8_block", "triton", "vllm-0.19.0")])
+    assert sum(r.kind == "gemm" for r in kept) == 1
+
+
+def sd_shape(r):
+    return shape_of(r)["dtype"], shape_of(r)["kernel"], shape_of(r)["runtime"]
+
+
+def test_one_collection_per_gemm_and_attention_table():
+    # vLLM's B200 tables hold vLLM 0.22.0 and 0.24.0 collections of every attention table: per
+    # kind, phase and format the version with most rows is kept (the newer on a tie); other kinds
+    # (collectives, fused MoE) pass through
+    def row(kind, phase, ver, **shape):
+        name = " ".join(f"{k}={v}" for k, v in {**shape, "runtime": f"vllm-{ver}"}.items())
+        return Measurement(kind=kind, phase=phase, flops=1.0, bytes=1.0, time_s=1.0, rows=1, name=name)
+
+    att = dict(batch=1, seq=8, heads=8, kv_heads=8, head_dim=128)
+    rows = ([row("attention", "prefill", "0.22.0", kv_dtype="fp8", **att)] * 3
+            + [row("attention", "prefill", "0.24.0", kv_dtype="fp8", **att)] * 2        # fewer rows: out
+            + [row("attention", "decode", "0.22.0", kv_dtype="fp8", **att)] * 2
+            + [row("attention", "decode", "0.24.0", kv_dtype="fp8", **att)] * 2         # a tie: the newer
+            + [row("gemm", "prefill", "0.9.0", m=1, n=1, k=1, dtype="bf16")] * 2
+            + [row("gemm", "decode", "0.10.0", m=1, n=1, k=1, dtype="bf16")]           # one GEMM table per format
+            + [row("moe", "prefill", "0.19.0", m=1, n=1, k=1, dtype="fp8", kernel="a")])
+    kept = sel.one_collection_per_table(MeasurementSet(tuple(rows), {})).rows
+    got = sorted((r.kind, r.phase, shape_of(r)["runtime"]) for r in kept)
+    assert got == ([("attention", "decode", "vllm-0.24.0")] * 2 + [("attention", "prefill", "vllm-0.22.0")] * 3
+                   + [("gemm", "prefill", "vllm-0.9.0")] * 2 + [("moe", "prefill", "vllm-0.19.0")])
+    # TensorRT-LLM's and SGLang's FP8-KV context tables time a 16-bit and an FP8 kernel: the one
+    # computing in the KV format is kept even with fewer rows; a 16-bit KV table keeps its kernel
+    ctx = ([row("attention", "prefill", "1.3.0", kv_dtype="fp8", q_dtype="bf16", **att)] * 9
+           + [row("attention", "prefill", "1.3.0", kv_dtype="fp8", q_dtype="fp8", **att)]
+           + [row("attention", "prefill", "1.3.0", kv_dtype="bf16", q_dtype="bf16", **att)] * 2)
+    kept = sel.one_collection_per_table(MeasurementSet(tuple(ctx), {})).rows
+    assert sorted((shape_of(r)["kv_dtype"], shape_of(r)["q_dtype"]) for r in kept) == (
+        [("bf16", "bf16")] * 2 + [("fp8", "fp8")])
