@@ -39,7 +39,7 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
     flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``). One rule for every engine,
     GPU and format, chosen without any serving row."""
     counts = Counter(moe_path(r) for r in ms.rows if r.kind == "moe")
-    best: dict[str, tuple] = {}
+    best: dict[str, tuple[str, str, str]] = {}
     for dt_ in sorted({d for d, _, _ in counts}):
         cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
         generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
