@@ -154,6 +154,9 @@ class SiliconCase:
     ttft_s: float
     tpot_s: float
     batch_size: int = 0       # the measured configuration's max batch (``batch_size``; 0: not given)
+    #: the benchmark client's length spread: each request's prompt and output lengths drawn
+    #: uniformly from ``[int(L r), L]`` (1: every request ``isl``/``osl``; :func:`length_ratio`)
+    length_ratio: float = 1.0
 
     @property
     def parallel(self) -> ParallelConfig:
@@ -265,6 +268,19 @@ def _layout(row: dict[str, str], model: ModelSpec, prefix: str) -> Layout:
 #: Collections whose layouts were written from an engine's ``tp N, ep N`` launch (the
 #: InferenceMAX-style database dump and its CSV export, ``silicon_data_source`` starting with these).
 FOLDED_EP_SOURCES = ("db-dump/", "source_file=20")
+#: SemiAnalysis InferenceMAX's benchmark client (README "Benchmark Client Configuration":
+#: ``benchmark_serving.py --dataset-name random --random-range-ratio 0.8 --num-prompts 10 C
+#: --max-concurrency C --ignore-eos`` over the (ISL, OSL) grid 1024/1024, 1024/8192, 8192/1024):
+#: its ``sample_random_requests`` draws each prompt and output length uniformly from the integers
+#: ``[int(L * 0.8), L]``. The two collections of :data:`FOLDED_EP_SOURCES` are its runs (only that
+#: grid of lengths appears in them: 2,850 rows).
+INFERENCEMAX_RANGE_RATIO = 0.8
+
+
+def length_ratio(row: dict[str, str]) -> float:
+    """The row's benchmark length spread (:data:`INFERENCEMAX_RANGE_RATIO` for InferenceMAX runs;
+    1: fixed lengths, as aiconfigurator's gap-analysis runner sends them)."""
+    return INFERENCEMAX_RANGE_RATIO if row.get("silicon_data_source", "").startswith(FOLDED_EP_SOURCES) else 1.0
 
 
 def folded_expert_parallelism(row: dict[str, str], tp: int, dp: int, moe_tp: int, moe_ep: int) -> bool:
@@ -362,6 +378,7 @@ def map_row(row: dict[str, str]) -> SiliconCase:
         engine=engine, engine_version=row.get("backend_version", ""), mode=mode, layout=layout,
         prefill=prefill, decode=decode, isl=_int(row, "isl"), osl=_int(row, "osl"),
         concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot, batch_size=_batch_size(row, layout),
+        length_ratio=length_ratio(row),
     )
 
 

@@ -267,14 +267,15 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
 
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
-            statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False) -> dict[str, Any]:
+            statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
+            benchmark_lengths: bool = False) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows)."""
     import dataclasses
 
     from serveplan import get_hardware, get_model, get_profile
-    from serveplan.sim import SimulationConfig, Workload, simulate
+    from serveplan.sim import SimulationConfig, simulate
 
     t0 = time.perf_counter()
     par = case.parallel
@@ -288,7 +289,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=case.concurrency, rate=None,
-        workload=Workload.fixed(case.isl, case.osl, num_requests=run_requests(case.concurrency, statistic)), **settings,
+        workload=row_workload(case, run_requests(case.concurrency, statistic), spread=benchmark_lengths), **settings,
     )
     res = simulate(cfg)
     cl = res.closed_loop
@@ -303,11 +304,29 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool]) -> tuple[str, dict[str, Any]]:
-    case, profile_name, as_deployed, statistic, held_slot = args
+def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
+    """The benchmark's ``n`` requests: fixed ``isl``/``osl``, or with ``spread`` (an experiment,
+    ``--benchmark-lengths``) and an InferenceMAX run (``case.length_ratio < 1``) lengths drawn as
+    its client draws them, uniform integers in ``[int(L r), L]``, from a fixed seed
+    (``benchmark_serving.py`` seeds NumPy with 0; the draws are not the client's own, only their
+    distribution). Not the default: chosen against on every H100 row (docs/validation.md,
+    "Reading the serving errors")."""
+    from serveplan.sim import Workload
+
+    if not spread or case.length_ratio >= 1.0:
+        return Workload.fixed(case.isl, case.osl, num_requests=n)
+    rng = np.random.default_rng(0)
+    r = case.length_ratio
+    return Workload(input_lengths=rng.integers(int(case.isl * r), case.isl + 1, size=n),
+                    output_lengths=rng.integers(max(int(case.osl * r), 2), case.osl + 1, size=n),
+                    name=f"random {case.isl}/{case.osl} ratio {r:g}")
+
+
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool]) -> tuple[str, dict[str, Any]]:
+    case, profile_name, as_deployed, statistic, held_slot, spread = args
     try:
         return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
-                                    held_slot=held_slot)
+                                    held_slot=held_slot, benchmark_lengths=spread)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -561,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-slot", default="none", metavar="ENGINE@VERSION",
                     help="experiment: these engine versions' rows (comma list, e.g. trtllm@1.0.0rc3) with a batch "
                          "limit of the row's batch_size less one (default: none)")
+    ap.add_argument("--benchmark-lengths", action="store_true",
+                    help="experiment: InferenceMAX rows with their client's length spread (uniform in "
+                         "[0.8 L, L]) instead of fixed lengths")
     ap.add_argument("--statistic", choices=("steady", "run"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
@@ -573,14 +595,15 @@ def main(argv: list[str] | None = None) -> int:
         return _report_only(args)
     deployed = deployed_engines(args.as_deployed)
     held = held_slot_rows(args.held_slot)
-    if held and not args.no_docs:
-        raise SystemExit("--held-slot is an experiment, not the reported configuration: add --no-docs (and --out)")
+    if (held or args.benchmark_lengths) and not args.no_docs:
+        raise SystemExit("--held-slot and --benchmark-lengths are experiments, not the reported configuration: "
+                         "add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
-                                                (c.engine, c.engine_version) in held)
+                                                (c.engine, c.engine_version) in held, args.benchmark_lengths)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}

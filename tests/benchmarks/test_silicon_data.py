@@ -186,3 +186,18 @@ def test_signed_errors_by_collection_and_concurrency():
     groups = bc.by_concurrency(rows, {"a": "db-dump/x", "b": "db-dump/y"})
     assert groups == {("database dump", "vllm", "1-4"): [-0.5, -0.3]}
     assert bc.low_concurrency_ratios(rows) == [("30-60 ms", 1, 2.0), ("400-inf ms", 1, 1.0)]
+
+
+def test_inferencemax_rows_carry_their_clients_length_spread():
+    # InferenceMAX's client: --random-range-ratio 0.8, lengths uniform integers in [int(0.8 L), L]
+    vs = load("validate_silicon")
+    imax = sd.map_row({**DSR1, "tp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8"})
+    gap = sd.map_row({**ROW, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"})
+    assert imax.length_ratio == 0.8 and gap.length_ratio == 1.0
+    fixed = vs.row_workload(imax, 40)
+    assert set(fixed.input_lengths.tolist()) == {1024}     # the default: fixed lengths
+    spread = vs.row_workload(imax, 400, spread=True)
+    assert 819 <= spread.input_lengths.min() and spread.input_lengths.max() <= 1024
+    assert 819 <= spread.output_lengths.min() and spread.output_lengths.max() <= 1024
+    assert abs(spread.input_lengths.mean() - 921.5) < 10    # (819 + 1024) / 2
+    assert (vs.row_workload(imax, 400, spread=True).input_lengths == spread.input_lengths).all()   # seeded
