@@ -43,7 +43,7 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
     for dt_ in sorted({d for d, _, _ in counts}):
         cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
         generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
-        best[dt_] = max(generic or cands, key=lambda kn: (kn[1], kn[0][1]))[0]
+        best[dt_] = max(generic or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
     return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == moe_path(r)),
                           ms.metadata)
 
