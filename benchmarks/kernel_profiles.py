@@ -47,6 +47,7 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     fit_kernel_curves,
     gemm_group,
     predict_attention,
+    predict_by_head_dim,
     predict_gemm,
     select,
     split_by_group,
@@ -159,6 +160,29 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
     return curves, held
 
 
+def h100_predicting_h200(c100, h200, ms200) -> list[str]:
+    """The H100 curves predicting every H200 row with only the H200's datasheet peaks."""
+    lines = ["## H100 curves predicting H200 (datasheet peaks only, no H200 row used)", "",
+             "| kernel | H200 rows | median | P90 |", "|---|---|---|---|"]
+    for dt_ in ("bf16", "fp8"):
+        rows = gemm_rows(ms200, dt_)
+        if dt_ in c100.gemm and rows:
+            e = np.abs(predict_gemm(c100.gemm[dt_], rows, h200, dt_) / np.array([r.time_s for r in rows]) - 1)
+            lines.append(f"| gemm {dt_} | {len(rows)} | {pct(np.median(e))} | {pct(np.percentile(e, 90))} |")
+    for key, curve in c100.attention.items():
+        if key.count("/") != 1:
+            continue   # head-size curves: used through their phase's row below
+        phase, kv = key.split("/")
+        rows = [r for r in select(ms200, "attention", kv_dtype=kv) if r.phase == phase]
+        if rows:
+            pred = (predict_by_head_dim(c100.attention, rows, h200, kv) if phase == "prefill"
+                    else predict_attention(curve, rows, h200, phase))
+            e = np.abs(pred / np.array([r.time_s for r in rows]) - 1)
+            lines.append(f"| {phase} attention, KV {kv} | {len(rows)} | {pct(np.median(e))} | "
+                         f"{pct(np.percentile(e, 90))} |")
+    return lines + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -222,23 +246,7 @@ def main() -> None:
 
     # H100 -> H200 with datasheet ratios only
     if "h100_sxm" in fitted and "h200_sxm" in fitted:
-        _, c100, _ = fitted["h100_sxm"]
-        h200, _, ms200 = fitted["h200_sxm"]
-        lines += ["## H100 curves predicting H200 (datasheet peaks only, no H200 row used)", "",
-                  "| kernel | H200 rows | median | P90 |", "|---|---|---|---|"]
-        for dt_ in ("bf16", "fp8"):
-            rows = gemm_rows(ms200, dt_)
-            if dt_ in c100.gemm and rows:
-                e = np.abs(predict_gemm(c100.gemm[dt_], rows, h200, dt_) / np.array([r.time_s for r in rows]) - 1)
-                lines.append(f"| gemm {dt_} | {len(rows)} | {pct(np.median(e))} | {pct(np.percentile(e, 90))} |")
-        for key, curve in c100.attention.items():
-            phase, kv = key.split("/")
-            rows = [r for r in select(ms200, "attention", kv_dtype=kv) if r.phase == phase]
-            if rows:
-                e = np.abs(predict_attention(curve, rows, h200, phase) / np.array([r.time_s for r in rows]) - 1)
-                lines.append(f"| {phase} attention, KV {kv} | {len(rows)} | {pct(np.median(e))} | "
-                             f"{pct(np.percentile(e, 90))} |")
-        lines.append("")
+        lines += h100_predicting_h200(fitted["h100_sxm"][1], *fitted["h200_sxm"][::2])
 
     # Vidur's GEMMs predicted by the curves fitted to aiconfigurator (another source, other kernels)
     vidur_dir = CACHE / "vidur"

@@ -37,6 +37,7 @@ from serveplan.specs.kernels import (
     attention_peak_flops,
     bus_factor,
     gemm_peak_flops,
+    head_dim_key,
     regime_key,
 )
 
@@ -263,6 +264,38 @@ def predict_decode_regimes(curves: Mapping[str, AttentionCurve], rows: Sequence[
     return out
 
 
+def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *,
+                        provenance: Provenance | None = None) -> dict[str, AttentionCurve]:
+    """Prefill curves per head size (:func:`~serveplan.specs.kernels.head_dim_key`: the kernels are
+    instantiated per head dimension, each with its own tiles) beside one over all rows for other
+    head sizes: ``{"prefill/<kv>": all rows, "prefill/<kv>/d=128": ..., ...}`` (head sizes with
+    fewer than ``2 MIN_POINTS`` rows keep the common curve; a table of one head size has only it)."""
+    out = {f"prefill/{kv}": fit_attention(rows, hardware, "prefill", provenance=provenance)}
+    dims = sorted({int(shape_of(r)["head_dim"]) for r in rows})
+    if len(dims) < 2:
+        return out
+    for d in dims:
+        sub = [r for r in rows if int(shape_of(r)["head_dim"]) == d]
+        if len(sub) >= 2 * MIN_POINTS:
+            prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
+            out[head_dim_key("prefill", kv, d)] = fit_attention(sub, hardware, "prefill", provenance=prov)
+    return out
+
+
+def predict_by_head_dim(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
+                        kv: str) -> np.ndarray:
+    """Each prefill row timed by the curve of its head size (:meth:`KernelCurves.attention_curve`)."""
+    kc = KernelCurves(attention=dict(curves))
+    dims = np.array([float(shape_of(r)["head_dim"]) for r in rows])
+    out = np.empty(len(rows))
+    for d in np.unique(dims):
+        c = kc.attention_curve("prefill", kv, None, float(d))
+        assert c is not None
+        idx = np.flatnonzero(dims == d)
+        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, "prefill")
+    return out
+
+
 # ------------------------------------------------------------------------------------ collectives
 def fit_collective(rows: Sequence[Measurement], op: str, ranks: int, *, link: str = "",
                    provenance: Provenance | None = None) -> CollectiveCurve:
@@ -377,6 +410,8 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
                 t = np.array([r.time_s for r in test])
                 if regimes:
                     pred = predict_decode_regimes(fit_decode_regimes(train, hardware, kv), test, hardware, kv)
+                elif phase == "prefill":
+                    pred = predict_by_head_dim(fit_head_dim_curves(train, hardware, kv), test, hardware, kv)
                 else:
                     pred = predict_attention(fit_attention(train, hardware, phase), test, hardware, phase)
                 ho = summarize(f"{phase} attention, KV {kv}", rel_errors(pred, t), len(train))
@@ -385,6 +420,8 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
             prov = Provenance(source=source, fit_date=fit_date, points=len(rows), held_out_median=ho_median)
             if regimes:
                 attention.update(fit_decode_regimes(rows, hardware, kv, provenance=prov))
+            elif phase == "prefill":
+                attention.update(fit_head_dim_curves(rows, hardware, kv, provenance=prov))
             else:
                 attention[f"{phase}/{kv}"] = fit_attention(rows, hardware, phase, provenance=prov)
     return attention

@@ -169,7 +169,7 @@ def attention_time(phase: Phase | str, *, batch: int, length: int, heads: int, k
                 attention=True, source="fused attention over the KV cache (ops/graph.py)")
         x = {"one": 1.0, "n": b, "ng": b, "nd": b, "kvd": b * s, "nout": b, "nall": b}
     W, Q, comp, mem, t = _time_one(op, x, ph, hardware, profile, DType.BF16, kv, (float(hq), float(hkv), float(d)))
-    curve = profile.kernels.attention_curve(ph.value, kv.value, hq / hkv) if profile.kernels is not None else None
+    curve = profile.kernels.attention_curve(ph.value, kv.value, hq / hkv, d) if profile.kernels is not None else None
     e = profile.efficiency(ph)
     model = (f"curve {ph.value} attention KV {kv.value} ({profile.name})" if curve is not None
              else f"factors {ph.value} attention MFU {e.attn_compute:g} / MBU {e.attn_memory:g} ({profile.name})")

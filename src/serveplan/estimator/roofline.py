@@ -369,8 +369,8 @@ class CurveRates:
         parts = cls.expert_parts(step) if moe is not None else None
         return cls(
             gemm=curves.gemm_curve(dtype),
-            prefill_attention=curves.attention_curve("prefill", kv_dtype, group) if on else None,
-            decode_attention=curves.attention_curve("decode", kv_dtype, group) if on else None,
+            prefill_attention=curves.attention_curve("prefill", kv_dtype, group, step.attn_heads[2]) if on else None,
+            decode_attention=curves.attention_curve("decode", kv_dtype, group, step.attn_heads[2]) if on else None,
             collectives=coll,
             peak_flops=peak_flops, attention_peak_flops=attention_peak_flops, bandwidth=bandwidth,
             gemm_index=gi, gemm_rows=step.R[gi], gemm_weight=step.weight_elems[gi],

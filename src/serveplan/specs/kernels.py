@@ -377,10 +377,17 @@ class KernelCurves:
                 return self.moe[key]
         return None
 
-    def attention_curve(self, phase: str, kv_dtype: str, group: float | None = None) -> AttentionCurve | None:
-        """Curve of a phase and KV format; with ``group`` (query heads per KV head), the curve of
-        the kernel regime that covers it (keys ``<phase>/<kv>/g=<lo>-<hi>``) where there is one."""
+    def attention_curve(self, phase: str, kv_dtype: str, group: float | None = None,
+                        head_dim: float | None = None) -> AttentionCurve | None:
+        """Curve of a phase and KV format; with ``head_dim``, the curve of the kernel instantiated
+        for that head size (keys ``<phase>/<kv>/d=<n>``) where there is one; with ``group`` (query
+        heads per KV head), the curve of the kernel regime that covers it (keys
+        ``<phase>/<kv>/g=<lo>-<hi>``) where there is one; else the phase's curve."""
         for kv in (kv_dtype, "fp16" if kv_dtype == "bf16" else "bf16" if kv_dtype == "fp16" else "", "bf16"):
+            if head_dim:
+                by_dim = self.attention.get(head_dim_key(phase, kv, head_dim))
+                if by_dim is not None:
+                    return by_dim
             if group is not None:
                 for key, regime in self.attention.items():
                     parts = key.split("/")
@@ -451,6 +458,16 @@ def group_range(tag: str) -> tuple[float, float] | None:
     return (lo, hi) if 0 < lo <= hi else None
 
 
+def head_dim_key(phase: str, kv: str, head_dim: float) -> str:
+    """Key of a curve fitted to one head size (attention kernels are instantiated per head
+    dimension: FlashAttention's ``hdim`` templates, TensorRT-LLM's FMHA cubins per head size)."""
+    return f"{phase}/{kv}/d={int(round(head_dim))}"
+
+
+def _is_head_dim_tag(tag: str) -> bool:
+    return tag.startswith("d=") and tag[2:].isdigit() and int(tag[2:]) > 0
+
+
 def regime_key(phase: str, kv: str, lo: int, hi: int | None) -> str:
     """Key of a regime curve (:func:`group_range`)."""
     return f"{phase}/{kv}/g={lo}" + ("" if hi == lo else f"-{hi}" if hi is not None else "-")
@@ -515,9 +532,10 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
     for k, v in (raw.get("attention") or {}).items():
         parts = str(k).split("/")
         if parts[0] not in ("prefill", "decode") or len(parts) not in (2, 3) or (
-                len(parts) == 3 and group_range(parts[2]) is None):
-            raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>' or "
-                            f"'<prefill|decode>/<kv format>/g=<lo>-<hi>' (query heads per KV head, hi optional)")
+                len(parts) == 3 and group_range(parts[2]) is None and not _is_head_dim_tag(parts[2])):
+            raise SpecError(f"{where}.attention key {k!r}; expected '<prefill|decode>/<kv format>', "
+                            f"'<prefill|decode>/<kv format>/g=<lo>-<hi>' (query heads per KV head, hi optional) "
+                            f"or '<prefill|decode>/<kv format>/d=<head dim>'")
         attn[str(k)] = _build(AttentionCurve, v, f"{where}.attention.{k}", parent)
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     for op, by in (raw.get("collectives") or {}).items():
