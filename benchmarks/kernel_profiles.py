@@ -46,7 +46,6 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     fit_gemm,
     fit_kernel_curves,
     gemm_group,
-    predict_attention,
     predict_by_head_dim,
     predict_gemm,
     select,
@@ -169,14 +168,13 @@ def h100_predicting_h200(c100, h200, ms200) -> list[str]:
         if dt_ in c100.gemm and rows:
             e = np.abs(predict_gemm(c100.gemm[dt_], rows, h200, dt_) / np.array([r.time_s for r in rows]) - 1)
             lines.append(f"| gemm {dt_} | {len(rows)} | {pct(np.median(e))} | {pct(np.percentile(e, 90))} |")
-    for key, curve in c100.attention.items():
+    for key in c100.attention:
         if key.count("/") != 1:
             continue   # head-size curves: used through their phase's row below
         phase, kv = key.split("/")
         rows = [r for r in select(ms200, "attention", kv_dtype=kv) if r.phase == phase]
         if rows:
-            pred = (predict_by_head_dim(c100.attention, rows, h200, kv) if phase == "prefill"
-                    else predict_attention(curve, rows, h200, phase))
+            pred = predict_by_head_dim(c100.attention, rows, h200, kv, phase)
             e = np.abs(pred / np.array([r.time_s for r in rows]) - 1)
             lines.append(f"| {phase} attention, KV {kv} | {len(rows)} | {pct(np.median(e))} | "
                          f"{pct(np.percentile(e, 90))} |")

@@ -197,12 +197,13 @@ def _attention_peak(rows: Sequence[Measurement], hardware: DeviceSpec) -> float:
 
 
 def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *, multi_block: int = 0,
-                  provenance: Provenance | None = None) -> AttentionCurve:
+                  provenance: Provenance | None = None, start: AttentionCurve | None = None) -> AttentionCurve:
     """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
     parallel_half`` and, in prefill, ``head_dim_half``; in decode the two per-CTA floors
     (``group_cost_s``, ``dim_cost_s``; waves of the device's ``sm_count`` SMs where it is known)
     instead. ``multi_block``: the history tokens per CTA of TensorRT-LLM XQA's context split
-    (:data:`XQA_BLOCK_TOKENS`; 0: none; needs the device's ``sm_count``)."""
+    (:data:`XQA_BLOCK_TOKENS`; 0: none; needs the device's ``sm_count``). ``start``: a curve whose
+    parameters are tried as one more starting point (a subset's fit seeded from the whole table's)."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"attention {phase}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     sm = hardware.sm_count
@@ -213,6 +214,10 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
     # decode: a second start at short saturation lengths (the floors and the saturation trade off;
     # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
     starts = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
+    if start is not None:
+        tail = (start.head_dim_half,) if phase == "prefill" else (start.group_cost_s, start.dim_cost_s)
+        starts.append(tuple(max(float(v), 1e-9) for v in (start.overhead_s, start.compute_max, start.memory_max,
+                                                            start.len_half, start.parallel_half, *tail)))
     p, sd = _fit(_attn_model(phase, _attention_peak(rows, hardware), hardware.memory_bandwidth, sm, multi_block), p0, d,
                  starts)
     names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:]
@@ -264,13 +269,15 @@ def predict_decode_regimes(curves: Mapping[str, AttentionCurve], rows: Sequence[
     return out
 
 
-def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *,
+def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *, phase: str = "prefill",
                         provenance: Provenance | None = None) -> dict[str, AttentionCurve]:
-    """Prefill curves per head size (:func:`~serveplan.specs.kernels.head_dim_key`: the kernels are
-    instantiated per head dimension, each with its own tiles) beside one over all rows for other
-    head sizes: ``{"prefill/<kv>": all rows, "prefill/<kv>/d=128": ..., ...}`` (head sizes with
-    fewer than ``2 MIN_POINTS`` rows keep the common curve; a table of one head size has only it)."""
-    out = {f"prefill/{kv}": fit_attention(rows, hardware, "prefill", provenance=provenance)}
+    """One phase's curves per head size (:func:`~serveplan.specs.kernels.head_dim_key`: the kernels
+    are instantiated per head dimension, each with its own tiles) beside one over all rows for other
+    head sizes: ``{"<phase>/<kv>": all rows, "<phase>/<kv>/d=128": ..., ...}``. Each head size's fit
+    starts from the common curve too; head sizes with fewer than ``2 MIN_POINTS`` rows keep the
+    common curve; a table of one head size has only it."""
+    common = fit_attention(rows, hardware, phase, provenance=provenance)
+    out = {f"{phase}/{kv}": common}
     dims = sorted({int(shape_of(r)["head_dim"]) for r in rows})
     if len(dims) < 2:
         return out
@@ -278,21 +285,21 @@ def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: s
         sub = [r for r in rows if int(shape_of(r)["head_dim"]) == d]
         if len(sub) >= 2 * MIN_POINTS:
             prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
-            out[head_dim_key("prefill", kv, d)] = fit_attention(sub, hardware, "prefill", provenance=prov)
+            out[head_dim_key(phase, kv, d)] = fit_attention(sub, hardware, phase, provenance=prov, start=common)
     return out
 
 
 def predict_by_head_dim(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
-                        kv: str) -> np.ndarray:
-    """Each prefill row timed by the curve of its head size (:meth:`KernelCurves.attention_curve`)."""
+                        kv: str, phase: str = "prefill") -> np.ndarray:
+    """Each row timed by the curve of its head size (:meth:`KernelCurves.attention_curve`)."""
     kc = KernelCurves(attention=dict(curves))
     dims = np.array([float(shape_of(r)["head_dim"]) for r in rows])
     out = np.empty(len(rows))
     for d in np.unique(dims):
-        c = kc.attention_curve("prefill", kv, None, float(d))
+        c = kc.attention_curve(phase, kv, None, float(d))
         assert c is not None
         idx = np.flatnonzero(dims == d)
-        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, "prefill")
+        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, phase)
     return out
 
 
@@ -420,7 +427,7 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
             prov = Provenance(source=source, fit_date=fit_date, points=len(rows), held_out_median=ho_median)
             if regimes:
                 attention.update(fit_decode_regimes(rows, hardware, kv, provenance=prov))
-            elif phase == "prefill":
+            elif phase == "prefill":   # decode per head size: docs/validation.md (kept out: profile size)
                 attention.update(fit_head_dim_curves(rows, hardware, kv, provenance=prov))
             else:
                 attention[f"{phase}/{kv}"] = fit_attention(rows, hardware, phase, provenance=prov)
