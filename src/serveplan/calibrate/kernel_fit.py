@@ -213,7 +213,7 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
     p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else (1e-6, 1e-6))
     # decode: a second start at short saturation lengths (the floors and the saturation trade off;
     # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
-    starts = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
+    starts: list[tuple[float, ...]] = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
     if start is not None:
         tail = (start.head_dim_half,) if phase == "prefill" else (start.group_cost_s, start.dim_cost_s)
         starts.append(tuple(max(float(v), 1e-9) for v in (start.overhead_s, start.compute_max, start.memory_max,
