@@ -46,7 +46,7 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     fit_gemm,
     fit_kernel_curves,
     gemm_group,
-    predict_by_head_dim,
+    predict_by_curve,
     predict_gemm,
     select,
     split_by_group,
@@ -174,7 +174,7 @@ def h100_predicting_h200(c100, h200, ms200) -> list[str]:
         phase, kv = key.split("/")
         rows = [r for r in select(ms200, "attention", kv_dtype=kv) if r.phase == phase]
         if rows:
-            pred = predict_by_head_dim(c100.attention, rows, h200, kv, phase)
+            pred = predict_by_curve(c100.attention, rows, h200, kv, phase)
             e = np.abs(pred / np.array([r.time_s for r in rows]) - 1)
             lines.append(f"| {phase} attention, KV {kv} | {len(rows)} | {pct(np.median(e))} | "
                          f"{pct(np.percentile(e, 90))} |")

@@ -244,7 +244,7 @@ def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
     # TensorRT-LLM's decode kernels by query heads per KV head (kernelUtils.cpp): XQA for 2-32, the
     # masked MHA kernel for 1 and above 32. Synthetic table: the MHA kernel streams the cache at a
     # quarter of XQA's rate; one curve over both cannot hold, one per regime recovers each.
-    from serveplan.calibrate.kernel_fit import fit_attention, fit_decode_regimes, predict_decode_regimes
+    from serveplan.calibrate.kernel_fit import fit_attention, fit_decode_regimes, predict_by_curve
     from serveplan.specs.kernels import AttentionCurve
 
     xqa = AttentionCurve(overhead_s=6e-6, compute_max=1.0, memory_max=0.8, len_half=30.0, parallel_half=2.0,
@@ -270,10 +270,10 @@ def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
     assert sorted(curves) == ["decode/bf16", "decode/bf16/g=1", "decode/bf16/g=33-"]
     assert curves["decode/bf16"].multi_block_tokens == 128 and curves["decode/bf16"].sm_count == 132
     t = [r.time_s for r in dec]
-    err = [abs(p / m - 1) for p, m in zip(predict_decode_regimes(curves, dec, H100, "bf16"), t, strict=True)]
+    err = [abs(p / m - 1) for p, m in zip(predict_by_curve(curves, dec, H100, "bf16", "decode"), t, strict=True)]
     assert max(err) < 0.02
     # one curve over every row misses: the MHA rows are four times slower at long contexts
-    one = predict_decode_regimes({"decode/bf16": fit_attention(dec, H100, "decode")}, dec, H100, "bf16")
+    one = predict_by_curve({"decode/bf16": fit_attention(dec, H100, "decode")}, dec, H100, "bf16", "decode")
     assert sorted(abs(p / m - 1) for p, m in zip(one, t, strict=True))[len(t) // 2] > 0.1
     kc, _ = fit_kernel_curves(ms, H100, source="t", fit_date="2026-11-27", xqa_decode=True)
     assert kc.attention_curve("decode", "bf16", 64.0) is kc.attention["decode/bf16/g=33-"]

@@ -254,18 +254,20 @@ def fit_decode_regimes(rows: Sequence[Measurement], hardware: DeviceSpec, kv: st
     return out
 
 
-def predict_decode_regimes(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
-                           kv: str) -> np.ndarray:
-    """Each row timed by the curve of its regime (:meth:`KernelCurves.attention_curve`)."""
+def predict_by_curve(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
+                     kv: str, phase: str) -> np.ndarray:
+    """Each row timed by the curve :meth:`KernelCurves.attention_curve` picks for its query heads
+    per KV head and its head size (TensorRT-LLM's decode regimes, the prefill curves per head size,
+    else the phase's curve)."""
     kc = KernelCurves(attention=dict(curves))
-    ratio = _attn_rows(rows, "decode").ratio
-    assert ratio is not None
+    d = _attn_rows(rows, phase)
+    assert d.ratio is not None
     out = np.empty(len(rows))
-    for g in np.unique(ratio):
-        c = kc.attention_curve("decode", kv, float(g))
+    for g, hd in sorted(set(zip(d.ratio.tolist(), d.c.tolist(), strict=True))):
+        c = kc.attention_curve(phase, kv, g, hd)
         assert c is not None
-        idx = np.flatnonzero(ratio == g)
-        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, "decode")
+        idx = np.flatnonzero((d.ratio == g) & (d.c == hd))
+        out[idx] = predict_attention(c, [rows[int(k)] for k in idx], hardware, phase)
     return out
 
 
@@ -286,20 +288,6 @@ def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: s
         if len(sub) >= 2 * MIN_POINTS:
             prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
             out[head_dim_key(phase, kv, d)] = fit_attention(sub, hardware, phase, provenance=prov, start=common)
-    return out
-
-
-def predict_by_head_dim(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
-                        kv: str, phase: str = "prefill") -> np.ndarray:
-    """Each row timed by the curve of its head size (:meth:`KernelCurves.attention_curve`)."""
-    kc = KernelCurves(attention=dict(curves))
-    dims = np.array([float(shape_of(r)["head_dim"]) for r in rows])
-    out = np.empty(len(rows))
-    for d in np.unique(dims):
-        c = kc.attention_curve(phase, kv, None, float(d))
-        assert c is not None
-        idx = np.flatnonzero(dims == d)
-        out[idx] = predict_attention(c, [rows[int(i)] for i in idx], hardware, phase)
     return out
 
 
@@ -416,9 +404,9 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
             if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
                 t = np.array([r.time_s for r in test])
                 if regimes:
-                    pred = predict_decode_regimes(fit_decode_regimes(train, hardware, kv), test, hardware, kv)
+                    pred = predict_by_curve(fit_decode_regimes(train, hardware, kv), test, hardware, kv, "decode")
                 elif phase == "prefill":
-                    pred = predict_by_head_dim(fit_head_dim_curves(train, hardware, kv), test, hardware, kv)
+                    pred = predict_by_curve(fit_head_dim_curves(train, hardware, kv), test, hardware, kv, "prefill")
                 else:
                     pred = predict_attention(fit_attention(train, hardware, phase), test, hardware, phase)
                 ho = summarize(f"{phase} attention, KV {kv}", rel_errors(pred, t), len(train))
