@@ -152,9 +152,8 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
             continue
         ems = one_kernel_per_table(ems)
         src = SOURCE.format(system=system, gemm=runtime_version(ems, "gemm"), nccl="NCCL curves from vLLM's")
-        # TensorRT-LLM's decode kernel depends on the query heads per KV head (XQA or masked MHA)
         curves[eng], held[eng] = fit_kernel_curves(ems, hw, source=src, fit_date=today, seed=seed,
-                                                   collective_runtime="none", xqa_decode=eng == "trtllm")
+                                                   collective_runtime="none")
         print(f"  {eng}: {len(ems.rows)} rows ({runtime_version(ems, 'gemm')}; MoE: {moe_kernels(ems) or 'none'})")
     return curves, held
 

@@ -275,8 +275,49 @@ def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
     # one curve over every row misses: the MHA rows are four times slower at long contexts
     one = predict_by_curve({"decode/bf16": fit_attention(dec, H100, "decode")}, dec, H100, "bf16", "decode")
     assert sorted(abs(p / m - 1) for p, m in zip(one, t, strict=True))[len(t) // 2] > 0.1
-    kc, _ = fit_kernel_curves(ms, H100, source="t", fit_date="2026-11-27", xqa_decode=True)
+    kc, _ = fit_kernel_curves(ms, H100, source="t", fit_date="2026-11-27")
     assert kc.attention_curve("decode", "bf16", 64.0) is kc.attention["decode/bf16/g=33-"]
+
+
+def test_decode_fit_finds_the_l2_resident_regime_and_the_split_its_rows_show(tmp_path):
+    # Synthetic L40S table (142 SMs, 96 MiB L2): an unsplit kernel whose KV streams 2.5x faster while
+    # it fits in L2 and whose CTAs saturate sharply. The fit keeps the unsplit curve among the splits
+    # it tries, recovers the L2 gain from the rows on both sides of 96 MiB, and serving (not warm)
+    # prices the DRAM rate.
+    import dataclasses
+
+    from serveplan.calibrate.kernel_fit import fit_split_or_not, predict_attention
+    from serveplan.specs.kernels import AttentionCurve
+
+    l40s = get_hardware("l40s")
+    truth = AttentionCurve(overhead_s=8e-6, compute_max=1.0, memory_max=0.8, len_half=20.0, parallel_half=40.0,
+                           parallel_power=4.0, sm_count=142, cache_bytes=l40s.l2_cache_bytes, cache_gain=2.5)
+    rows = []
+    for hq, hkv in ((32, 8), (64, 8), (16, 4), (8, 1)):
+        for b in (1, 4, 16, 64, 256):
+            for s in (64, 512, 2048, 8192, 32768):
+                W, Q = b * s * (4 * hq * 128 + 5 * hq), b * 2 * 2 * hq * 128 + b * s * 2 * 2 * hkv * 128
+                t = float(truth.time("decode", float(s), float(b * hkv), 128.0, W, Q, 362.05e12, 864e9, hq / hkv,
+                                     warm=True))
+                rows.append({"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA L40S",
+                             "op_name": "generation_attention", "batch_size": b, "isl": s, "num_heads": hq,
+                             "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
+                             "step": 0, "latency": t * 1e3})
+    _write(tmp_path / "l40s" / "attention" / "vllm" / "0.24.0" / "generation_attention_perf.csv", rows)
+    ms = import_aiconfigurator(tmp_path, "l40s", framework="vllm", kinds=("generation_attention",))
+    dec = [r for r in select(ms, "attention", kv_dtype="bf16") if r.phase == "decode"]
+    assert min(sum(r.bytes <= l40s.l2_cache_bytes for r in dec), sum(r.bytes > l40s.l2_cache_bytes for r in dec)) > 8
+    c = fit_split_or_not(dec, l40s)
+    assert c.multi_block_tokens == 0 and c.cache_bytes == l40s.l2_cache_bytes
+    assert c.cache_gain == pytest.approx(2.5, rel=0.05) and c.parallel_power > 2.0
+    t = [r.time_s for r in dec]
+    err = sorted(abs(p / m - 1) for p, m in zip(predict_attention(c, dec, l40s, "decode"), t, strict=True))
+    assert err[len(err) // 2] < 0.02
+    # without the L2 size no such regime is fitted, and the DRAM-regime rows pull the fit off
+    c0 = fit_split_or_not(dec, dataclasses.replace(l40s, l2_cache_bytes=0.0))
+    assert c0.cache_bytes == 0.0
+    err0 = sorted(abs(p / m - 1) for p, m in zip(predict_attention(c0, dec, l40s, "decode"), t, strict=True))
+    assert err0[len(err0) // 2] > 2 * err[len(err) // 2]
 
 
 def test_mxfp4_moe_rows_are_read_with_their_own_width(tmp_path):

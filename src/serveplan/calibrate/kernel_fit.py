@@ -29,6 +29,7 @@ from serveplan.calibrate.measurements import Measurement, MeasurementSet
 from serveplan.errors import SpecError
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import (
+    XQA_TARGET_WAVES,
     AttentionCurve,
     CollectiveCurve,
     GemmCurve,
@@ -160,32 +161,54 @@ def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec
 
 
 # ------------------------------------------------------------------------------------ attention
-#: TensorRT-LLM's decode kernels by query heads per KV head (``kernels/decoderMaskedMultiheadAttention/
-#: decoderXQAImplJIT/kernelUtils.cpp``, ``supportConfigCommon``/``supportConfigQGMMA``/``supportConfigHMMA``):
-#: XQA (``mha.cu``, ``mha_sm90.cu``) takes groups of 2 to 32; plain MHA (1) and groups above 32 run
-#: the masked multi-head attention kernel. Each regime gets its own curve; the XQA one is the default.
-XQA_REGIMES: tuple[tuple[int, int | None], ...] = ((2, 32), (1, 1), (33, None))
+#: Decode kernels by query heads per KV head ``g``, one curve per regime (the first is the default).
+#: The bounds are TensorRT-LLM's (``kernels/decoderMaskedMultiheadAttention/decoderXQAImplJIT/
+#: kernelUtils.cpp``, ``supportConfigCommon``/``supportConfigQGMMA``/``supportConfigHMMA``: XQA,
+#: ``mha.cu``/``mha_sm90.cu``, takes groups of 2 to 32; plain MHA (1) and groups above 32 run the
+#: masked multi-head attention kernel). The other engines' decode kernels change with ``g`` too:
+#: SGLang's FlashInfer decode runs on CUDA cores below ``g = 4`` and as the tensor-core prefill
+#: kernel from 4 (``flashinfer_backend.py`` ``should_use_tensor_core``), FlashAttention packs a
+#: head group into one tile (``pack_gqa``); the same three regimes serve them (held out: A100 vLLM
+#: 12.0% -> 7.6%, SGLang 15.7% -> 10.6%; docs/validation.md).
+DECODE_REGIMES: tuple[tuple[int, int | None], ...] = ((2, 32), (1, 1), (33, None))
 #: XQA's history tokens per CTA before it splits a context over more CTAs
 #: (``decoderXQAConstants.h`` ``kMinHistoryTokensPerBlock = 128``).
 XQA_BLOCK_TOKENS = 128
 ATTN_PARAMS = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half",
-               "group_cost_s", "dim_cost_s")
+               "group_cost_s", "dim_cost_s", "parallel_power", "cache_gain")
 
 
-def _attn_curve(phase: str, p: np.ndarray, sm_count: int, multi_block: int, **kw: Any) -> AttentionCurve:
+def _attn_curve(phase: str, p: np.ndarray, sm_count: int, multi_block: int, cache_bytes: float = 0.0,
+                split_waves: float = XQA_TARGET_WAVES, **kw: Any) -> AttentionCurve:
     decode = phase == "decode"
+    cache = decode and cache_bytes > 0 and len(p) > 8
     return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
                           parallel_half=p[4], head_dim_half=0.0 if decode else p[5],
                           group_cost_s=p[5] if decode else 0.0, dim_cost_s=p[6] if decode else 0.0,
-                          sm_count=sm_count if decode else 0, multi_block_tokens=multi_block if decode else 0, **kw)
+                          sm_count=sm_count if decode else 0, multi_block_tokens=multi_block if decode else 0,
+                          split_waves=split_waves if decode and multi_block else XQA_TARGET_WAVES,
+                          parallel_power=float(np.clip(p[7], 1.0, 8.0)) if decode else 1.0,
+                          cache_bytes=cache_bytes if cache else 0.0,
+                          cache_gain=float(np.clip(p[8], 1.0, 20.0)) if cache else 1.0, **kw)
 
 
-def _attn_model(phase: str, peak: float, bw: float, sm_count: int = 0,
-                multi_block: int = 0) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+def _attn_model(phase: str, peak: float, bw: float, sm_count: int = 0, multi_block: int = 0,
+                cache_bytes: float = 0.0, split_waves: float = XQA_TARGET_WAVES,
+                ) -> Callable[[np.ndarray, _Rows], np.ndarray]:
     def f(p: np.ndarray, d: _Rows) -> np.ndarray:
-        c = _attn_curve(phase, p, sm_count, multi_block)
-        return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, peak, bw, d.ratio))
+        c = _attn_curve(phase, p, sm_count, multi_block, cache_bytes, split_waves)
+        return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, peak, bw, d.ratio, warm=True))
     return f
+
+
+def _cache_bytes(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> float:
+    """The device's L2 size where a decode table has at least :data:`MIN_POINTS` rows on each side
+    of it (so the L2-resident regime is identified), else 0 (no such regime)."""
+    l2 = float(hardware.l2_cache_bytes)
+    if phase != "decode" or not l2:
+        return 0.0
+    nbytes = np.array([r.bytes for r in rows])
+    return l2 if min(int(np.sum(nbytes <= l2)), int(np.sum(nbytes > l2))) >= MIN_POINTS else 0.0
 
 
 def _attention_peak(rows: Sequence[Measurement], hardware: DeviceSpec) -> float:
@@ -197,7 +220,8 @@ def _attention_peak(rows: Sequence[Measurement], hardware: DeviceSpec) -> float:
 
 
 def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *, multi_block: int = 0,
-                  provenance: Provenance | None = None, start: AttentionCurve | None = None) -> AttentionCurve:
+                  split_waves: float = XQA_TARGET_WAVES, provenance: Provenance | None = None,
+                  start: AttentionCurve | None = None) -> AttentionCurve:
     """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
     parallel_half`` and, in prefill, ``head_dim_half``; in decode the two per-CTA floors
     (``group_cost_s``, ``dim_cost_s``; waves of the device's ``sm_count`` SMs where it is known)
@@ -210,48 +234,82 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
     if multi_block and not sm:
         raise SpecError(f"attention {phase}: a multi-block split needs the SM count of {hardware.name} (sm_count)")
     d = _attn_rows(rows, phase)
-    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else (1e-6, 1e-6))
+    cache = _cache_bytes(rows, hardware, phase)
+    gain = (2.0,) if cache else ()
+    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else (1e-6, 1e-6, 1.0) + gain)
     # decode: a second start at short saturation lengths (the floors and the saturation trade off;
     # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
-    starts: list[tuple[float, ...]] = [] if phase == "prefill" else [(5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6)]
+    # and one with a sharp CTA saturation (parallel_power 4)
+    starts: list[tuple[float, ...]] = [] if phase == "prefill" else [
+        (5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6, 1.0) + gain, (5e-6, 0.5, 0.8, 50.0, 32.0, 1e-6, 1e-6, 4.0) + gain]
     if start is not None:
-        tail = (start.head_dim_half,) if phase == "prefill" else (start.group_cost_s, start.dim_cost_s)
+        tail = ((start.head_dim_half,) if phase == "prefill"
+                else (start.group_cost_s, start.dim_cost_s, start.parallel_power) + gain)
         starts.append(tuple(max(float(v), 1e-9) for v in (start.overhead_s, start.compute_max, start.memory_max,
                                                             start.len_half, start.parallel_half, *tail)))
-    p, sd = _fit(_attn_model(phase, _attention_peak(rows, hardware), hardware.memory_bandwidth, sm, multi_block), p0, d,
-                 starts)
-    names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:]
+    p, sd = _fit(_attn_model(phase, _attention_peak(rows, hardware), hardware.memory_bandwidth, sm, multi_block, cache,
+                             split_waves), p0, d, starts)
+    names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:6 + 3 + len(gain)]
     if phase == "decode":  # compute never binds a paged decode kernel: its ceiling is not identified
         p[1], sd[1] = min(p[1], 1.0), 1.0
-    return _attn_curve(phase, p, sm, multi_block, sd=dict(zip(names, sd.tolist(), strict=True)),
+    return _attn_curve(phase, p, sm, multi_block, cache, split_waves, sd=dict(zip(names, sd.tolist(), strict=True)),
                        provenance=provenance)
 
 
 def predict_attention(c: AttentionCurve, rows: Sequence[Measurement], hardware: DeviceSpec, phase: str) -> np.ndarray:
     d = _attn_rows(rows, phase)
     return np.asarray(c.time(phase, d.a, d.b, d.c, d.W, d.Q, _attention_peak(rows, hardware), hardware.memory_bandwidth,
-                             d.ratio))
+                             d.ratio, warm=True))
 
 
 def fit_decode_regimes(rows: Sequence[Measurement], hardware: DeviceSpec, kv: str, *,
                        provenance: Provenance | None = None) -> dict[str, AttentionCurve]:
-    """TensorRT-LLM's decode curves, one per kernel regime (:data:`XQA_REGIMES`), each with XQA's
-    multi-block split: ``{"decode/<kv>": XQA curve, "decode/<kv>/g=1": ..., "decode/<kv>/g=33-": ...}``
-    (regimes with too few rows are left to the XQA curve)."""
+    """Decode curves, one per kernel regime (:data:`DECODE_REGIMES`), each with the context split
+    its rows show (:func:`fit_split_or_not`): ``{"decode/<kv>": g = 2-32, "decode/<kv>/g=1": ...,
+    "decode/<kv>/g=33-": ...}`` (regimes with too few rows are left to the default curve)."""
     out: dict[str, AttentionCurve] = {}
     ratio = _attn_rows(rows, "decode").ratio
     assert ratio is not None
-    for lo, hi in XQA_REGIMES:
+    for lo, hi in DECODE_REGIMES:
         sub = [r for r, g in zip(rows, ratio, strict=True) if lo <= g and (hi is None or g <= hi)]
         if len(sub) < 2 * MIN_POINTS:
             continue
         prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
-        key = f"decode/{kv}" if (lo, hi) == XQA_REGIMES[0] else regime_key("decode", kv, lo, hi)
-        out[key] = fit_attention(sub, hardware, "decode", multi_block=XQA_BLOCK_TOKENS, provenance=prov)
-    if f"decode/{kv}" not in out:   # too few XQA rows: one curve over all of them stands in
-        out[f"decode/{kv}"] = fit_attention(rows, hardware, "decode", multi_block=XQA_BLOCK_TOKENS,
-                                            provenance=provenance)
+        key = f"decode/{kv}" if (lo, hi) == DECODE_REGIMES[0] else regime_key("decode", kv, lo, hi)
+        out[key] = fit_split_or_not(sub, hardware, provenance=prov)
+    if f"decode/{kv}" not in out:   # too few rows of the default regime: one curve over all of them stands in
+        out[f"decode/{kv}"] = fit_split_or_not(rows, hardware, provenance=provenance)
     return out
+
+
+#: The context splits a decode curve may take (:func:`fit_split_or_not`): ``(history tokens per CTA,
+#: waves of the SMs the CTAs may fill)``; ``(0, 0)``: one CTA per (sequence, KV head). TensorRT-LLM
+#: XQA: 128 tokens and 8 waves (:data:`XQA_BLOCK_TOKENS`, ``kTargetWaveFactor``). FlashInfer's decode
+#: plan (``scheduler.cuh`` ``PartitionPagedKVCacheBinarySearchMinNumPagePerBatch``) takes the
+#: smallest KV chunk (in pages) whose chunks fill at most the grid of ``SMs x blocks per SM``; with
+#: 16-token pages, 16 tokens and one to four waves stand for it.
+DECODE_SPLITS: tuple[tuple[int, float], ...] = ((0, 0.0), (XQA_BLOCK_TOKENS, XQA_TARGET_WAVES), (16, 1.0), (16, 2.0),
+                                                (16, 4.0))
+
+
+def fit_split_or_not(rows: Sequence[Measurement], hardware: DeviceSpec, *,
+                     splits: Sequence[tuple[int, float]] = DECODE_SPLITS,
+                     provenance: Provenance | None = None) -> AttentionCurve:
+    """A decode curve for each context split of ``splits`` (:data:`DECODE_SPLITS`); the one
+    closest to ``rows`` (median |relative error|) is kept. Which split a kernel makes depends on the
+    kernel and the build: on L40S TensorRT-LLM's FP8-KV decode streams a 65,536-token context of one
+    sequence at 127 GB/s (one CTA per KV head) where eight sequences reach 716 GB/s. Without the
+    device's SM count only the unsplit curve is fitted."""
+    t = np.array([r.time_s for r in rows])
+    best: tuple[float, AttentionCurve] | None = None
+    for tokens, waves in (splits if hardware.sm_count else ((0, 0.0),)):
+        c = fit_attention(rows, hardware, "decode", multi_block=tokens, split_waves=waves or XQA_TARGET_WAVES,
+                          provenance=provenance)
+        err = float(np.median(np.abs(predict_attention(c, rows, hardware, "decode") / t - 1)))
+        if best is None or err < best[0]:
+            best = (err, c)
+    assert best is not None
+    return best[1]
 
 
 def predict_by_curve(curves: Mapping[str, AttentionCurve], rows: Sequence[Measurement], hardware: DeviceSpec,
@@ -387,7 +445,7 @@ def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, s
 
 
 def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Sequence[str], seed: int,
-                      held: list[HeldOut], *, xqa_decode: bool, source: str, fit_date: str,
+                      held: list[HeldOut], *, source: str, fit_date: str,
                       ) -> dict[str, AttentionCurve]:
     """The attention curves of :func:`fit_kernel_curves` (held-out figures appended to ``held``)."""
     attention: dict[str, AttentionCurve] = {}
@@ -400,7 +458,7 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
             train = [r for r, m in zip(rows, tr, strict=True) if m]
             test = [r for r, m in zip(rows, tr, strict=True) if not m]
             ho_median = None
-            regimes = xqa_decode and phase == "decode" and bool(hardware.sm_count)
+            regimes = phase == "decode" and bool(hardware.sm_count)
             if len(train) >= MIN_POINTS and test:   # too few shape groups: no held-out figure
                 t = np.array([r.time_s for r in test])
                 if regimes:
@@ -425,14 +483,14 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
                       gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
                       kv_dtypes: Sequence[str] = ("bf16", "fp8"),
-                      collective_runtime: str | None = None, xqa_decode: bool = False,
+                      collective_runtime: str | None = None,
                       ) -> tuple[KernelCurves, list[HeldOut]]:
     """Fit every curve the measurements support; returns the curves (fitted on all rows) and the
     held-out errors (fitted on half of the shape groups, evaluated on the other half).
 
     A GEMM format's tile size is chosen among :data:`TILE_CHOICES` within the training half
-    (:func:`choose_tile`). ``xqa_decode``: the decode tables are TensorRT-LLM's, whose kernel depends
-    on the query heads per KV head (:func:`fit_decode_regimes`; needs the device's ``sm_count``).
+    (:func:`choose_tile`). Decode curves are fitted per regime of query heads per KV head
+    (:func:`fit_decode_regimes`) where the device's ``sm_count`` is known.
     """
     held: list[HeldOut] = []
     gemm: dict[str, GemmCurve] = {}
@@ -452,8 +510,7 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
         gemm[dt] = fit_gemm(rows, hardware, dt, tile=tile,
                             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                                   held_out_median=ho.median))
-    attention = _attention_curves(ms, hardware, kv_dtypes, seed, held, xqa_decode=xqa_decode,
-                                  source=source, fit_date=fit_date)
+    attention = _attention_curves(ms, hardware, kv_dtypes, seed, held, source=source, fit_date=fit_date)
     moe: dict[str, GemmCurve] = {}
     for dt in sorted({shape_of(r)["dtype"] for r in select(ms, "moe")}):
         rows = select(ms, "moe", dtype=dt)

@@ -54,6 +54,10 @@ class DeviceSpec:
         Streaming multiprocessors (datasheet or whitepaper): the CTAs one wave of a kernel runs,
         for the measured decode-attention curves (:class:`~serveplan.specs.kernels.AttentionCurve`);
         0 = unknown.
+    l2_cache_bytes:
+        Last-level (L2) cache of the device (whitepaper; YAML ``l2_cache_mib``), bytes; 0 = unknown. Kernel
+        benchmarks that repeat a decode-attention call find a KV cache this small in L2 (measured
+        decode curves, :class:`~serveplan.specs.kernels.AttentionCurve` ``cache_bytes``).
     scale_up_domain:
         Devices that reach each other over ``intra_node_link`` (an NVLink/Infinity Fabric
         domain); 0 = ``devices_per_node``. A GB200/GB300 NVL72 rack is one 72-GPU NVLink domain
@@ -83,6 +87,7 @@ class DeviceSpec:
     inter_node_link: LinkSpec | None = None
     tile_size: int = 0
     sm_count: int = 0
+    l2_cache_bytes: float = 0.0
     scale_up_domain: int = 0
     host_memory_bytes: float = 0.0
     host_link: LinkSpec | None = None
@@ -101,6 +106,7 @@ class DeviceSpec:
         check_number(f"{where}: memory_bandwidth", self.memory_bandwidth, low=0, low_open=True, unit="bytes/s")
         check_number(f"{where}: host_memory_bytes", self.host_memory_bytes, low=0, unit="bytes")
         check_number(f"{where}: driver_memory_bytes", self.driver_memory_bytes, low=0, unit="bytes")
+        check_number(f"{where}: l2_cache_bytes", self.l2_cache_bytes, low=0, unit="bytes")
         check_int(f"{where}: devices_per_node", self.devices_per_node, low=1, high=MAX_NODE_DEVICES,
                   why="devices in one server or scale-up domain")
         check_int(f"{where}: scale_up_domain", self.scale_up_domain, low=0, high=MAX_NODE_DEVICES,
@@ -230,6 +236,8 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
             ),
             tile_size=count("tile_size", 0),
             sm_count=count("sm_count", 0),
+            l2_cache_bytes=check_number(f"{where}: l2_cache_mib", raw.get("l2_cache_mib") or 0.0, low=0,
+                                        unit="MiB") * 2**20,
             scale_up_domain=count("scale_up_domain", 0),
             host_memory_bytes=check_number(f"{where}: host_memory_bytes", raw.get("host_memory_bytes") or 0.0,
                                            low=0, unit="bytes"),

@@ -66,7 +66,19 @@ XQA at one sequence and a short context, H100: 7.8-9.4 us at ``d = 64`` against 
 ``c / blocks`` and the CTAs ``b h_kv blocks``. Which kernel runs depends on ``g``
 (``kernelUtils.cpp``: XQA for 2 to 32, the masked MHA kernel otherwise), so TensorRT-LLM's
 profiles hold one decode curve per regime, keyed ``decode/<kv>/g=<lo>-<hi>``
-(:meth:`KernelCurves.attention_curve`).
+(:meth:`KernelCurves.attention_curve`). The other engines' decode curves are split by the same
+regimes (their kernels change with ``g`` too), and a context split is chosen per curve among
+XQA's and FlashInfer-like ones (``calibrate/kernel_fit.py`` ``fit_split_or_not``).
+
+Two more decode terms come from the measurements. The CTA saturation may be sharper than
+``x / (x + x_half)``: ``sat_p(x) = x / (x^n + x_half^n)^(1/n)`` with a fitted ``n`` in [1, 8]
+(``parallel_power``; large ``n`` is ``min(1, x / x_half)``: CTAs that each stream at a fixed rate
+until the DRAM rate binds). And a kernel table repeats each call on the same KV, so a KV of at
+most the L2 size (``cache_bytes``, the device's ``l2_cache_bytes``) streams from L2 at
+``cache_gain`` times the DRAM rate (L40S, 96 MiB of L2 over 864 GB/s of GDDR6: ~1.6 TB/s at
+64 MiB, 615 GB/s at 128 MiB). That regime is fitted so that it does not bend the DRAM one, and
+priced only for kernel tables (``warm=True``): in a forward pass the other layers' weights and KV
+pass through L2 between two calls of one layer.
 
 **Collectives** (NCCL, per operation and rank count, on the link the table was measured on)::
 
@@ -266,12 +278,23 @@ class AttentionCurve:
     dim_cost_s: float = 0.0          # x 64 / head_dim
     sm_count: int = 0                # SMs one wave of CTAs fills (datasheet; 0: every kernel one wave)
     multi_block_tokens: int = 0      # XQA: history tokens per CTA before the context is split (0: no split)
+    parallel_power: float = 1.0      # decode: sharpness of the CTA saturation (1: ctas / (ctas + parallel_half))
+    split_waves: float = XQA_TARGET_WAVES   # decode split: waves of the SMs the CTAs may fill
+    cache_bytes: float = 0.0         # decode: KV bytes a repeated kernel finds in L2 (datasheet L2 size; 0: none)
+    cache_gain: float = 1.0          # decode: bandwidth multiple of such an L2-resident KV (kernel tables only)
     sd: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance | None = None
 
     def __post_init__(self) -> None:
         _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half", "group_cost_s",
-                               "dim_cost_s", "sm_count", "multi_block_tokens"), "attention curve")
+                               "dim_cost_s", "sm_count", "multi_block_tokens", "cache_bytes"), "attention curve")
+        if not 1.0 <= self.parallel_power <= 8.0:
+            raise SpecError(f"attention curve: parallel_power={self.parallel_power!r} must be in [1, 8]")
+        if not 0 < self.split_waves <= 64:
+            raise SpecError(f"attention curve: split_waves={self.split_waves!r} must be in (0, 64]")
+        if not 1.0 <= self.cache_gain <= 20.0:
+            raise SpecError(f"attention curve: cache_gain={self.cache_gain!r} must be in [1, 20] "
+                            "(L2 over DRAM bandwidth)")
         for n in ("compute_max", "memory_max"):
             v = getattr(self, n)
             if not 0 < v <= 1.5:
@@ -287,15 +310,19 @@ class AttentionCurve:
         if not self.multi_block_tokens:
             return 1.0
         mb = np.maximum(np.floor(length / self.multi_block_tokens), 1.0)
-        adj = pairs * mb / (self.sm_count * XQA_TARGET_WAVES)
+        adj = pairs * mb / (self.sm_count * self.split_waves)
         mb = np.where(adj > 1.0, np.maximum(np.floor(mb / np.maximum(adj, 1.0)), 1.0), mb)
         return np.minimum(mb, float(self.sm_count))
 
     def terms(self, phase: str, length: Any, pairs: Any, head_dim: Any, group: Any, flops: Any, nbytes: Any,
-              peak_flops: float, bandwidth: float) -> tuple[Any, Any, Any]:
+              peak_flops: float, bandwidth: float, *, warm: bool = False) -> tuple[Any, Any, Any]:
         """``(fixed, compute, memory)`` seconds of a kernel whose sequences have ``length`` tokens
         (prompt or context) over ``pairs`` (sequence, head) pairs (query heads in prefill, KV heads
-        in decode), ``group`` query heads per KV head: the time is ``fixed + max(compute, memory)``."""
+        in decode), ``group`` query heads per KV head: the time is ``fixed + max(compute, memory)``.
+        ``warm``: the kernel runs again and again on the same KV, as a kernel benchmark times it, so
+        a decode's KV of at most ``cache_bytes`` streams from L2 at ``cache_gain`` times the DRAM
+        rate; in a forward pass the other layers' weights and KV pass through L2 between two calls
+        of one layer, so serving prices the DRAM rate (the default)."""
         if phase == "prefill":
             with np.errstate(divide="ignore", invalid="ignore"):
                 sat = length / (length + self.len_half) * pairs / (pairs + self.parallel_half)
@@ -305,19 +332,26 @@ class AttentionCurve:
         with np.errstate(divide="ignore", invalid="ignore"):
             mb = self.blocks(length, pairs)
             ctas = pairs * mb
-            sat = (length / mb) / (length / mb + self.len_half) * ctas / (ctas + self.parallel_half)
+            n = self.parallel_power
+            par = (ctas / (ctas + self.parallel_half) if n == 1.0
+                   else ctas / (ctas ** n + self.parallel_half ** n) ** (1 / n))
+            sat = (length / mb) / (length / mb + self.len_half) * par
             fixed: Any = self.overhead_s
             if self.group_cost_s:
                 waves = np.maximum(ctas / self.sm_count, 1.0) if self.sm_count else 1.0
                 fixed = fixed + self.group_cost_s * group * head_dim / 4096.0 * waves
             if self.dim_cost_s:
                 fixed = fixed + self.dim_cost_s * 64.0 / np.maximum(head_dim, 1.0)
-            return fixed, flops / (peak_flops * self.compute_max), nbytes / (bandwidth * self.memory_max * sat)
+            bw = bandwidth * self.memory_max * sat
+            if warm and self.cache_bytes:
+                bw = np.where(np.asarray(nbytes) <= self.cache_bytes, bw * self.cache_gain, bw)
+            return fixed, flops / (peak_flops * self.compute_max), nbytes / bw
 
     def time(self, phase: str, length: Any, pairs: Any, head_dim: Any, flops: Any, nbytes: Any,
-             peak_flops: float, bandwidth: float, group: Any = 1.0) -> Any:
+             peak_flops: float, bandwidth: float, group: Any = 1.0, *, warm: bool = False) -> Any:
         """Seconds of a kernel (:meth:`terms`)."""
-        fixed, comp, mem = self.terms(phase, length, pairs, head_dim, group, flops, nbytes, peak_flops, bandwidth)
+        fixed, comp, mem = self.terms(phase, length, pairs, head_dim, group, flops, nbytes, peak_flops, bandwidth,
+                                      warm=warm)
         return fixed + np.maximum(comp, mem)
 
 
