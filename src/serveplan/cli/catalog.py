@@ -86,6 +86,7 @@ inter_node_link:                # optional: link used by groups spanning nodes (
   latency_s: 5.0e-6
 tile_size: 128                  # optional: GEMM tile along tokens for tile quantization (0 = off)
 sm_count: 108                   # optional: streaming multiprocessors (whitepaper), for measured decode curves
+# l2_cache_mib: 40              # optional: L2 cache (whitepaper), MiB: the L2-resident regime of decode kernel tables
 """
 
 
