@@ -17,6 +17,7 @@ from serveplan.cli import app
 from serveplan.errors import SpecError
 from serveplan.specs.catalog import get_hardware, get_profile
 from serveplan.specs.kernels import CollectiveCurve, GemmCurve
+from serveplan.units import DType
 
 runner = CliRunner()
 H100 = get_hardware("h100-sxm")
@@ -240,6 +241,30 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     assert curves.moe_curve("fp8") is curves.moe["fp8"] and curves.moe_curve("bf16") is None
 
 
+#: (framework, version, device) of the synthetic decode tables, by engine
+_DECODE_TABLE = {"trtllm": ("TRTLLM", "1.3.0rc20"), "vllm": ("VLLM", "0.24.0")}
+
+
+def _decode_table(tmp_path, system, engine, curve_of, heads, batches, contexts, hw):
+    """A bf16-KV decode table timed by ``curve_of(g)`` (warm, as a kernel table), imported: the
+    measurements and their decode rows. Bytes and FLOPs as ``ops/graph.py`` counts a paged decode."""
+    framework, version = _DECODE_TABLE[engine]
+    rows = []
+    for hq, hkv in heads:
+        for b in batches:
+            for s in contexts:
+                W, Q = b * s * (4 * hq * 128 + 5 * hq), b * 2 * 2 * hq * 128 + b * s * 2 * 2 * hkv * 128
+                t = float(curve_of(hq / hkv).time("decode", float(s), float(b * hkv), 128.0, W, Q, hw.peak_flops[
+                    DType.BF16], hw.memory_bandwidth, hq / hkv, warm=True))
+                rows.append({"framework": framework, "version": version, "device": hw.description,
+                             "op_name": "generation_attention", "batch_size": b, "isl": s, "num_heads": hq,
+                             "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
+                             "step": 0, "latency": t * 1e3})
+    _write(tmp_path / system / "attention" / engine / version / "generation_attention_perf.csv", rows)
+    ms = import_aiconfigurator(tmp_path, system, framework=engine, kinds=("generation_attention",))
+    return ms, [r for r in select(ms, "attention", kv_dtype="bf16") if r.phase == "decode"]
+
+
 def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
     # TensorRT-LLM's decode kernels by query heads per KV head (kernelUtils.cpp): XQA for 2-32, the
     # masked MHA kernel for 1 and above 32. Synthetic table: the MHA kernel streams the cache at a
@@ -251,21 +276,9 @@ def test_tensorrt_llm_decode_tables_get_one_curve_per_kernel_regime(tmp_path):
                          group_cost_s=1e-6, dim_cost_s=2e-6, sm_count=132, multi_block_tokens=128)
     mha = AttentionCurve(overhead_s=8e-6, compute_max=1.0, memory_max=0.2, len_half=30.0, parallel_half=2.0,
                          sm_count=132, multi_block_tokens=128)
-    rows = []
-    for hq, hkv in ((32, 32), (16, 16), (32, 8), (64, 8), (32, 4), (64, 1), (128, 2)):
-        for b in (1, 8, 64, 256):
-            for s in (64, 1024, 8192):
-                g = hq / hkv
-                W, Q = b * s * (4 * hq * 128 + 5 * hq), b * 2 * 2 * hq * 128 + b * s * 2 * 2 * hkv * 128
-                c = xqa if 2 <= g <= 32 else mha
-                t = float(c.time("decode", float(s), float(b * hkv), 128.0, W, Q, 989.4e12, 3.35e12, g))
-                rows.append({"framework": "TRTLLM", "version": "1.3.0rc20", "device": "NVIDIA H100 80GB HBM3",
-                             "op_name": "generation_attention", "batch_size": b, "isl": s, "num_heads": hq,
-                             "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
-                             "step": 0, "latency": t * 1e3})
-    _write(tmp_path / "h100_sxm" / "attention" / "trtllm" / "1.3.0rc20" / "generation_attention_perf.csv", rows)
-    ms = import_aiconfigurator(tmp_path, "h100_sxm", framework="trtllm", kinds=("generation_attention",))
-    dec = [r for r in select(ms, "attention", kv_dtype="bf16") if r.phase == "decode"]
+    ms, dec = _decode_table(tmp_path, "h100_sxm", "trtllm", lambda g: xqa if 2 <= g <= 32 else mha,
+                            ((32, 32), (16, 16), (32, 8), (64, 8), (32, 4), (64, 1), (128, 2)), (1, 8, 64, 256),
+                            (64, 1024, 8192), H100)
     curves = fit_decode_regimes(dec, H100, "bf16")
     assert sorted(curves) == ["decode/bf16", "decode/bf16/g=1", "decode/bf16/g=33-"]
     assert curves["decode/bf16"].multi_block_tokens == 128 and curves["decode/bf16"].sm_count == 132
@@ -292,20 +305,8 @@ def test_decode_fit_finds_the_l2_resident_regime_and_the_split_its_rows_show(tmp
     l40s = get_hardware("l40s")
     truth = AttentionCurve(overhead_s=8e-6, compute_max=1.0, memory_max=0.8, len_half=20.0, parallel_half=40.0,
                            parallel_power=4.0, sm_count=142, cache_bytes=l40s.l2_cache_bytes, cache_gain=2.5)
-    rows = []
-    for hq, hkv in ((32, 8), (64, 8), (16, 4), (8, 1)):
-        for b in (1, 4, 16, 64, 256):
-            for s in (64, 512, 2048, 8192, 32768):
-                W, Q = b * s * (4 * hq * 128 + 5 * hq), b * 2 * 2 * hq * 128 + b * s * 2 * 2 * hkv * 128
-                t = float(truth.time("decode", float(s), float(b * hkv), 128.0, W, Q, 362.05e12, 864e9, hq / hkv,
-                                     warm=True))
-                rows.append({"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA L40S",
-                             "op_name": "generation_attention", "batch_size": b, "isl": s, "num_heads": hq,
-                             "num_key_value_heads": hkv, "head_dim": 128, "kv_cache_dtype": "bfloat16",
-                             "step": 0, "latency": t * 1e3})
-    _write(tmp_path / "l40s" / "attention" / "vllm" / "0.24.0" / "generation_attention_perf.csv", rows)
-    ms = import_aiconfigurator(tmp_path, "l40s", framework="vllm", kinds=("generation_attention",))
-    dec = [r for r in select(ms, "attention", kv_dtype="bf16") if r.phase == "decode"]
+    _, dec = _decode_table(tmp_path, "l40s", "vllm", lambda g: truth, ((32, 8), (64, 8), (16, 4), (8, 1)),
+                           (1, 4, 16, 64, 256), (64, 512, 2048, 8192, 32768), l40s)
     assert min(sum(r.bytes <= l40s.l2_cache_bytes for r in dec), sum(r.bytes > l40s.l2_cache_bytes for r in dec)) > 8
     c = fit_split_or_not(dec, l40s)
     assert c.multi_block_tokens == 0 and c.cache_bytes == l40s.l2_cache_bytes
