@@ -321,6 +321,44 @@ def test_decode_fit_finds_the_l2_resident_regime_and_the_split_its_rows_show(tmp
     assert err0[len(err0) // 2] > 2 * err[len(err) // 2]
 
 
+def test_prefill_group_term_is_kept_only_where_it_predicts_held_out_groups(tmp_path):
+    # Two synthetic H100 prefill tables over the same shapes: one whose kernel gains with the
+    # query heads per KV head (group_half 2: a GQA-packing kernel), one whose kernel does not. The
+    # choice is made on a split of the rows' own shape groups: the term is kept for the first
+    # only, and the first's fit recovers it.
+    import dataclasses
+
+    from serveplan.calibrate.kernel_fit import attention_group, fit_attention, group_term_helps
+    from serveplan.specs.kernels import AttentionCurve
+
+    common = {"framework": "VLLM", "version": "0.24.0", "device": "H100", "kernel_source": "fa3", "beam_width": 1,
+              "attn_dtype": "bfloat16", "window_size": 0, "op_name": "context_attention", "head_dim": 128,
+              "kv_cache_dtype": "bfloat16", "step": 0, "latency": 1.0}
+    heads = [(h, h // g) for h in (8, 16, 32, 48, 64) for g in (1, 2, 4, 8) if h // g >= 1] + [(40, 5), (24, 3)]
+    _write(tmp_path / "h100_sxm" / "attention" / "vllm" / "0.24.0" / "context_attention_perf.csv",
+           [{**common, "batch_size": b, "isl": s, "num_heads": hq, "num_key_value_heads": hkv}
+            for b in (1, 4, 16) for s in (256, 1024, 4096, 16384) for hq, hkv in heads])
+    ms = import_aiconfigurator(tmp_path, "h100_sxm", framework="vllm", kinds=("context_attention",))
+    rows = [r for r in select(ms, "attention") if r.phase == "prefill"]
+    assert len(set(attention_group(rows, "prefill").tolist())) == len(heads)
+    base = dict(overhead_s=8e-6, compute_max=0.7, memory_max=0.8, len_half=300.0, parallel_half=20.0)
+
+    def timed(curve: AttentionCurve) -> list:
+        out = []
+        for r in rows:
+            sh = shape_of(r)
+            g = float(sh["heads"]) / float(sh["kv_heads"])
+            t = curve.time("prefill", float(sh["seq"]), float(sh["batch"]) * float(sh["heads"]), 128.0, r.flops,
+                           r.bytes, 989.4e12, 3.35e12, g)
+            out.append(dataclasses.replace(r, time_s=float(t)))
+        return out
+
+    packed = timed(AttentionCurve(**base, group_half=2.0))
+    flat = timed(AttentionCurve(**base))
+    assert group_term_helps(packed, H100) and not group_term_helps(flat, H100)
+    assert fit_attention(packed, H100, "prefill").group_half == pytest.approx(2.0, rel=0.05)
+
+
 def test_mxfp4_moe_rows_are_read_with_their_own_width(tmp_path):
     # gpt-oss's MXFP4 experts (``w4a16_mxfp4`` in the MoE tables only): 4-bit values plus one 8-bit
     # scale per 32 = 4.25 bits = 0.53125 bytes per weight, written ``mxfp4``; GEMM tables of that

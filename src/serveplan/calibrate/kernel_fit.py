@@ -174,8 +174,10 @@ DECODE_REGIMES: tuple[tuple[int, int | None], ...] = ((2, 32), (1, 1), (33, None
 #: XQA's history tokens per CTA before it splits a context over more CTAs
 #: (``decoderXQAConstants.h`` ``kMinHistoryTokensPerBlock = 128``).
 XQA_BLOCK_TOKENS = 128
-ATTN_PARAMS = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half",
-               "group_cost_s", "dim_cost_s", "parallel_power", "cache_gain")
+PREFILL_PARAMS = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "head_dim_half",
+                  "group_half")
+DECODE_PARAMS = ("overhead_s", "compute_max", "memory_max", "len_half", "parallel_half", "group_cost_s",
+                 "dim_cost_s", "parallel_power", "cache_gain")
 
 
 def _attn_curve(phase: str, p: np.ndarray, sm_count: int, multi_block: int, cache_bytes: float = 0.0,
@@ -184,6 +186,7 @@ def _attn_curve(phase: str, p: np.ndarray, sm_count: int, multi_block: int, cach
     cache = decode and cache_bytes > 0 and len(p) > 8
     return AttentionCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), memory_max=min(p[2], 1.5), len_half=p[3],
                           parallel_half=p[4], head_dim_half=0.0 if decode else p[5],
+                          group_half=0.0 if decode or len(p) < 7 else p[6],
                           group_cost_s=p[5] if decode else 0.0, dim_cost_s=p[6] if decode else 0.0,
                           sm_count=sm_count if decode else 0, multi_block_tokens=multi_block if decode else 0,
                           split_waves=split_waves if decode and multi_block else XQA_TARGET_WAVES,
@@ -221,7 +224,7 @@ def _attention_peak(rows: Sequence[Measurement], hardware: DeviceSpec) -> float:
 
 def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str, *, multi_block: int = 0,
                   split_waves: float = XQA_TARGET_WAVES, provenance: Provenance | None = None,
-                  start: AttentionCurve | None = None) -> AttentionCurve:
+                  start: AttentionCurve | None = None, group_term: bool = True) -> AttentionCurve:
     """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
     parallel_half`` and, in prefill, ``head_dim_half``; in decode the two per-CTA floors
     (``group_cost_s``, ``dim_cost_s``; waves of the device's ``sm_count`` SMs where it is known)
@@ -236,20 +239,21 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
     d = _attn_rows(rows, phase)
     cache = _cache_bytes(rows, hardware, phase)
     gain = (2.0,) if cache else ()
-    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0,) if phase == "prefill" else (1e-6, 1e-6, 1.0) + gain)
+    grp = (0.5,) if group_term else ()   # prefill: group_half (fitted unless group_term is False)
+    p0 = (5e-6, 0.6, 0.8, 256.0, 8.0) + ((16.0, *grp) if phase == "prefill" else (1e-6, 1e-6, 1.0) + gain)
     # decode: a second start at short saturation lengths (the floors and the saturation trade off;
     # from one start the fit can stop at a worse optimum, e.g. TensorRT-LLM's H100 bf16 table)
     # and one with a sharp CTA saturation (parallel_power 4)
     starts: list[tuple[float, ...]] = [] if phase == "prefill" else [
         (5e-6, 0.5, 0.8, 50.0, 4.0, 1e-6, 1e-6, 1.0) + gain, (5e-6, 0.5, 0.8, 50.0, 32.0, 1e-6, 1e-6, 4.0) + gain]
     if start is not None:
-        tail = ((start.head_dim_half,) if phase == "prefill"
+        tail = ((start.head_dim_half, *((start.group_half,) if group_term else ())) if phase == "prefill"
                 else (start.group_cost_s, start.dim_cost_s, start.parallel_power) + gain)
         starts.append(tuple(max(float(v), 1e-9) for v in (start.overhead_s, start.compute_max, start.memory_max,
                                                             start.len_half, start.parallel_half, *tail)))
     p, sd = _fit(_attn_model(phase, _attention_peak(rows, hardware), hardware.memory_bandwidth, sm, multi_block, cache,
                              split_waves), p0, d, starts)
-    names = ATTN_PARAMS[:6] if phase == "prefill" else ATTN_PARAMS[:5] + ATTN_PARAMS[6:6 + 3 + len(gain)]
+    names = PREFILL_PARAMS[:6 + len(grp)] if phase == "prefill" else DECODE_PARAMS[:8 + len(gain)]
     if phase == "decode":  # compute never binds a paged decode kernel: its ceiling is not identified
         p[1], sd[1] = min(p[1], 1.0), 1.0
     return _attn_curve(phase, p, sm, multi_block, cache, split_waves, sd=dict(zip(names, sd.tolist(), strict=True)),
@@ -336,7 +340,8 @@ def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: s
     head sizes: ``{"<phase>/<kv>": all rows, "<phase>/<kv>/d=128": ..., ...}``. Each head size's fit
     starts from the common curve too; head sizes with fewer than ``2 MIN_POINTS`` rows keep the
     common curve; a table of one head size has only it."""
-    common = fit_attention(rows, hardware, phase, provenance=provenance)
+    grp = group_term_helps(rows, hardware, phase)
+    common = fit_attention(rows, hardware, phase, provenance=provenance, group_term=grp)
     out = {f"{phase}/{kv}": common}
     dims = sorted({int(shape_of(r)["head_dim"]) for r in rows})
     if len(dims) < 2:
@@ -345,8 +350,35 @@ def fit_head_dim_curves(rows: Sequence[Measurement], hardware: DeviceSpec, kv: s
         sub = [r for r in rows if int(shape_of(r)["head_dim"]) == d]
         if len(sub) >= 2 * MIN_POINTS:
             prov = None if provenance is None else dataclasses.replace(provenance, points=len(sub))
-            out[head_dim_key(phase, kv, d)] = fit_attention(sub, hardware, phase, provenance=prov, start=common)
+            out[head_dim_key(phase, kv, d)] = fit_attention(sub, hardware, phase, provenance=prov, start=common,
+                                                            group_term=grp)
     return out
+
+
+def group_term_helps(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str = "prefill", seed: int = 1) -> bool:
+    """Whether a prefill curve should carry the group term (``group_half``): fitted with and without
+    it on half of ``rows``' shape groups and kept if it predicts the other half better (median
+    |relative error|). Prefill kernels that pack a KV head's query heads into one tile gain with the
+    group (FlashAttention-3, TensorRT-LLM and FlashInfer FMHA on Hopper and Blackwell); others do
+    not (A100's vLLM table: with the term its MHA rows came out 21% too slow, held out 10.4% ->
+    12.9%), and with the group confounded with the head counts the term can fit noise."""
+    if phase != "prefill" or len({r_group(r) for r in rows}) < 3:
+        return False
+    tr = split_by_group(attention_group(rows, phase), seed)
+    fit = [r for r, m in zip(rows, tr, strict=True) if m]
+    val = [r for r, m in zip(rows, tr, strict=True) if not m]
+    if len(fit) < MIN_POINTS or len(val) < MIN_POINTS:
+        return False
+    t = np.array([r.time_s for r in val])
+    errs = [float(np.median(np.abs(predict_attention(fit_attention(fit, hardware, phase, group_term=g), val, hardware,
+                                                     phase) / t - 1))) for g in (False, True)]
+    return errs[1] < errs[0]
+
+
+def r_group(r: Measurement) -> float:
+    """Query heads per KV head of an attention row."""
+    s = shape_of(r)
+    return float(s["heads"]) / float(s["kv_heads"])
 
 
 # ------------------------------------------------------------------------------------ collectives

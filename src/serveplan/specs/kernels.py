@@ -40,7 +40,8 @@ too fast on H100, and the FP8 curve missed its held-out rows by 12-14% (``docs/v
 
 **Attention** (FlashAttention-class prefill and paged decode, per phase and KV format)::
 
-    prefill:  t = t0 + max( W / (S_c * c_max * sat(s, len_half) * sat(d, head_dim_half) * sat(b h_q, parallel_half)),
+    prefill:  t = t0 + max( W / (S_c * c_max * sat(s, len_half) * sat(d, head_dim_half) * sat(b h_q, parallel_half)
+                                * sat(g, group_half)),
                             Q / (S_m * m_max) )
     decode:   t = t0 + max( W / (S_c * c_max),
                             Q / (S_m * m_max * sat(c, len_half) * sat(b h_kv, parallel_half)) )
@@ -48,7 +49,9 @@ too fast on H100, and the FP8 curve missed its held-out rows by 12-14% (``docs/v
 
 with ``s`` the prompt length, ``c`` the context of a decode, ``d`` the head dimension and
 ``b h`` the (sequence, head) pairs the kernel spreads over the SMs: short sequences, small heads
-and few (sequence, head) pairs leave tiles and memory pipelines idle. ``W`` and ``Q`` are counted
+and few (sequence, head) pairs leave tiles and memory pipelines idle; ``g`` the query heads per KV
+head, which prefill kernels that pack a head group into one tile turn into fuller tiles
+(``group_half``; 0: off). ``W`` and ``Q`` are counted
 as ``ops/graph.py`` counts the fused kernel, so a smaller KV format reads fewer bytes and may also
 have its own ceilings.
 
@@ -273,6 +276,7 @@ class AttentionCurve:
     len_half: float
     head_dim_half: float = 0.0
     parallel_half: float = 0.0
+    group_half: float = 0.0          # prefill: query heads per KV head at half the ceiling (0: off)
     # decode only (0: off): the per-CTA floors and TensorRT-LLM XQA's multi-block split
     group_cost_s: float = 0.0        # per wave of CTAs, per 4096 (query heads per KV head x head dim)
     dim_cost_s: float = 0.0          # x 64 / head_dim
@@ -286,7 +290,7 @@ class AttentionCurve:
     provenance: Provenance | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half", "group_cost_s",
+        _check_positive(self, ("overhead_s", "len_half", "head_dim_half", "parallel_half", "group_half", "group_cost_s",
                                "dim_cost_s", "sm_count", "multi_block_tokens", "cache_bytes"), "attention curve")
         if not 1.0 <= self.parallel_power <= 8.0:
             raise SpecError(f"attention curve: parallel_power={self.parallel_power!r} must be in [1, 8]")
@@ -327,6 +331,8 @@ class AttentionCurve:
             with np.errstate(divide="ignore", invalid="ignore"):
                 sat = length / (length + self.len_half) * pairs / (pairs + self.parallel_half)
                 sat = sat * head_dim / (head_dim + self.head_dim_half)
+                if self.group_half:
+                    sat = sat * group / (group + self.group_half)
                 return (self.overhead_s, flops / (peak_flops * self.compute_max * sat),
                         nbytes / (bandwidth * self.memory_max))
         with np.errstate(divide="ignore", invalid="ignore"):
