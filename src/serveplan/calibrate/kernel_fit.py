@@ -226,11 +226,14 @@ def fit_attention(rows: Sequence[Measurement], hardware: DeviceSpec, phase: str,
                   split_waves: float = XQA_TARGET_WAVES, provenance: Provenance | None = None,
                   start: AttentionCurve | None = None, group_term: bool = True) -> AttentionCurve:
     """Fit one phase's attention curve for one KV format: ``t0, c_max, m_max, len_half,
-    parallel_half`` and, in prefill, ``head_dim_half``; in decode the two per-CTA floors
-    (``group_cost_s``, ``dim_cost_s``; waves of the device's ``sm_count`` SMs where it is known)
-    instead. ``multi_block``: the history tokens per CTA of TensorRT-LLM XQA's context split
-    (:data:`XQA_BLOCK_TOKENS`; 0: none; needs the device's ``sm_count``). ``start``: a curve whose
-    parameters are tried as one more starting point (a subset's fit seeded from the whole table's)."""
+    parallel_half`` and, in prefill, ``head_dim_half`` and (``group_term``) ``group_half``; in
+    decode the two per-CTA floors (``group_cost_s``, ``dim_cost_s``; waves of the device's
+    ``sm_count`` SMs where it is known), the CTA saturation's ``parallel_power`` and, where the
+    device's L2 size splits the rows (:func:`_cache_bytes`), the L2-resident ``cache_gain``.
+    ``multi_block``/``split_waves``: the context split (history tokens per CTA and the waves of
+    SMs the CTAs may fill, :data:`DECODE_SPLITS`; 0: none; needs the device's ``sm_count``).
+    ``start``: a curve whose parameters are tried as one more starting point (a subset's fit
+    seeded from the whole table's)."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"attention {phase}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     sm = hardware.sm_count
@@ -362,7 +365,8 @@ def group_term_helps(rows: Sequence[Measurement], hardware: DeviceSpec, phase: s
     group (FlashAttention-3, TensorRT-LLM and FlashInfer FMHA on Hopper and Blackwell); others do
     not (A100's vLLM table: with the term its MHA rows came out 21% too slow, held out 10.4% ->
     12.9%), and with the group confounded with the head counts the term can fit noise."""
-    if phase != "prefill" or len({r_group(r) for r in rows}) < 3:
+    ratio = _attn_rows(rows, phase).ratio
+    if phase != "prefill" or ratio is None or len(set(ratio.tolist())) < 3:
         return False
     tr = split_by_group(attention_group(rows, phase), seed)
     fit = [r for r, m in zip(rows, tr, strict=True) if m]
@@ -373,12 +377,6 @@ def group_term_helps(rows: Sequence[Measurement], hardware: DeviceSpec, phase: s
     errs = [float(np.median(np.abs(predict_attention(fit_attention(fit, hardware, phase, group_term=g), val, hardware,
                                                      phase) / t - 1))) for g in (False, True)]
     return errs[1] < errs[0]
-
-
-def r_group(r: Measurement) -> float:
-    """Query heads per KV head of an attention row."""
-    s = shape_of(r)
-    return float(s["heads"]) / float(s["kv_heads"])
 
 
 # ------------------------------------------------------------------------------------ collectives
