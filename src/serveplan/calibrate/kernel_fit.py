@@ -290,13 +290,13 @@ def fit_decode_regimes(rows: Sequence[Measurement], hardware: DeviceSpec, kv: st
 
 
 #: The context splits a decode curve may take (:func:`fit_split_or_not`): ``(history tokens per CTA,
-#: waves of the SMs the CTAs may fill)``; ``(0, 0)``: one CTA per (sequence, KV head). TensorRT-LLM
+#: waves of the SMs the CTAs may fill)``; 0 tokens: one CTA per (sequence, KV head). TensorRT-LLM
 #: XQA: 128 tokens and 8 waves (:data:`XQA_BLOCK_TOKENS`, ``kTargetWaveFactor``). FlashInfer's decode
 #: plan (``scheduler.cuh`` ``PartitionPagedKVCacheBinarySearchMinNumPagePerBatch``) takes the
 #: smallest KV chunk (in pages) whose chunks fill at most the grid of ``SMs x blocks per SM``; with
 #: 16-token pages, 16 tokens and one to four waves stand for it.
-DECODE_SPLITS: tuple[tuple[int, float], ...] = ((0, 0.0), (XQA_BLOCK_TOKENS, XQA_TARGET_WAVES), (16, 1.0), (16, 2.0),
-                                                (16, 4.0))
+DECODE_SPLITS: tuple[tuple[int, float], ...] = ((0, XQA_TARGET_WAVES), (XQA_BLOCK_TOKENS, XQA_TARGET_WAVES),
+                                                (16, 1.0), (16, 2.0), (16, 4.0))
 
 
 def fit_split_or_not(rows: Sequence[Measurement], hardware: DeviceSpec, *,
@@ -309,9 +309,8 @@ def fit_split_or_not(rows: Sequence[Measurement], hardware: DeviceSpec, *,
     device's SM count only the unsplit curve is fitted."""
     t = np.array([r.time_s for r in rows])
     best: tuple[float, AttentionCurve] | None = None
-    for tokens, waves in (splits if hardware.sm_count else ((0, 0.0),)):
-        c = fit_attention(rows, hardware, "decode", multi_block=tokens, split_waves=waves or XQA_TARGET_WAVES,
-                          provenance=provenance)
+    for tokens, waves in (splits if hardware.sm_count else [(0, XQA_TARGET_WAVES)]):
+        c = fit_attention(rows, hardware, "decode", multi_block=tokens, split_waves=waves, provenance=provenance)
         err = float(np.median(np.abs(predict_attention(c, rows, hardware, "decode") / t - 1)))
         if best is None or err < best[0]:
             best = (err, c)
