@@ -159,7 +159,7 @@ BENCH_ROUNDS = 10
 def run_requests(concurrency: int, statistic: str) -> int:
     """Requests simulated per row: the benchmark's run (``statistic="run"``) or enough for the
     steady window (:func:`num_requests`)."""
-    return BENCH_ROUNDS * concurrency if statistic == "run" else num_requests(concurrency)
+    return BENCH_ROUNDS * concurrency if statistic in ("run", "median") else num_requests(concurrency)
 
 
 #: Engines whose rows are simulated with aiconfigurator's generator settings (``--as-deployed``): the
@@ -268,10 +268,15 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
             statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
-            benchmark_lengths: bool = False) -> dict[str, Any]:
+            benchmark_lengths: bool = False, send_delay_ms: float = 0.0,
+            round_trip_ms: float = 0.0) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
-    (``silicon_variants.py`` compares values on H100 rows)."""
+    (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
+    (docs/validation.md, "Reading the serving errors", check 6): ``send_delay_ms`` delays each
+    send after a completion by a uniform draw in ``[0, send_delay_ms]`` (seed 0);
+    ``round_trip_ms`` adds a fixed round trip between client and engine, so each client's cycle
+    and each TTFT gain that much."""
     import dataclasses
 
     from serveplan import get_hardware, get_model, get_profile
@@ -291,14 +296,20 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         concurrency=case.concurrency, rate=None,
         workload=row_workload(case, run_requests(case.concurrency, statistic), spread=benchmark_lengths), **settings,
     )
-    res = simulate(cfg)
+    n = len(cfg.workload.input_lengths)
+    think = np.full(n, round_trip_ms * 1e-3)
+    if send_delay_ms > 0:
+        think += np.random.default_rng(0).uniform(0.0, send_delay_ms * 1e-3, size=n)
+    res = simulate(cfg, think_s=think)
     cl = res.closed_loop
     assert cl is not None
-    if statistic == "run":
+    if statistic in ("run", "median"):
         rec = res.requests
-        ttft, tpot = float(np.nanmean(rec.ttft)), float(np.nanmean(rec.tpot))
+        avg = np.nanmean if statistic == "run" else np.nanmedian
+        ttft, tpot = float(avg(rec.ttft)), float(avg(rec.tpot))
     else:
         ttft, tpot = cl.ttft_s.mean, cl.tpot_s.mean
+    ttft += round_trip_ms * 1e-3
     return {"ttft_s": ttft, "tpot_s": tpot, "seconds": time.perf_counter() - t0,
             "preemptions": res.num_preemptions, "max_batch": res.config.fleet.max_batch,
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
@@ -322,11 +333,13 @@ def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
                     name=f"random {case.isl}/{case.osl} ratio {r:g}")
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool]) -> tuple[str, dict[str, Any]]:
-    case, profile_name, as_deployed, statistic, held_slot, spread = args
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float]
+                 ) -> tuple[str, dict[str, Any]]:
+    case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms = args
     try:
         return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
-                                    held_slot=held_slot, benchmark_lengths=spread)
+                                    held_slot=held_slot, benchmark_lengths=spread, send_delay_ms=delay_ms,
+                                    round_trip_ms=round_trip_ms)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -583,9 +596,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmark-lengths", action="store_true",
                     help="experiment: InferenceMAX rows with their client's length spread (uniform in "
                          "[0.8 L, L]) instead of fixed lengths")
-    ap.add_argument("--statistic", choices=("steady", "run"), default="run",
+    ap.add_argument("--send-delay-ms", type=float, default=0.0, metavar="MS",
+                    help="experiment: each send after a completion waits a uniform draw in [0, MS] ms (seed 0)")
+    ap.add_argument("--round-trip-ms", type=float, default=0.0, metavar="MS",
+                    help="experiment: a fixed client-engine round trip of MS ms (each cycle and each TTFT gain it)")
+    ap.add_argument("--statistic", choices=("steady", "run", "median"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
-                         f"{BENCH_ROUNDS} x C requests that starts with all C clients at once")
+                         f"{BENCH_ROUNDS} x C requests that starts with all C clients at once; median: that "
+                         "run's medians (an experiment)")
     ap.add_argument("--models", default=None,
                     help="comma-separated catalog ids: only these models' rows (default: every covered row)")
     ap.add_argument("--report-only", type=Path, default=None, metavar="JSON",
@@ -595,15 +613,19 @@ def main(argv: list[str] | None = None) -> int:
         return _report_only(args)
     deployed = deployed_engines(args.as_deployed)
     held = held_slot_rows(args.held_slot)
-    if (held or args.benchmark_lengths) and not args.no_docs:
-        raise SystemExit("--held-slot and --benchmark-lengths are experiments, not the reported configuration: "
-                         "add --no-docs (and --out)")
+    timing = (args.send_delay_ms, args.round_trip_ms)
+    if not all(math.isfinite(v) and v >= 0 for v in timing):
+        raise SystemExit(f"--send-delay-ms / --round-trip-ms: expected non-negative milliseconds, got {timing}")
+    if (held or args.benchmark_lengths or any(timing) or args.statistic == "median") and not args.no_docs:
+        raise SystemExit("--held-slot, --benchmark-lengths, --send-delay-ms, --round-trip-ms and --statistic median "
+                         "are experiments, not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
-                                                (c.engine, c.engine_version) in held, args.benchmark_lengths)
+                                                (c.engine, c.engine_version) in held, args.benchmark_lengths,
+                                                args.send_delay_ms, args.round_trip_ms)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}

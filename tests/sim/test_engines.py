@@ -377,3 +377,43 @@ def test_frontend_keeps_concurrency_one_exact_and_littles_law(h100):
     a, b = simulate(cfg), simulate(cfg)
     assert a.closed_loop.littles_law == pytest.approx(16, rel=0.02)
     assert np.array_equal(a.requests.ttft, b.requests.ttft)  # same inputs, same result
+
+
+def test_open_loop_sends_go_through_the_frontend_as_closed_loop_sends_do(h100):
+    # The API server works on every request it receives, however the client sends it: four
+    # requests sent together by an open-loop trace reach the engine per_request_s apart, as the
+    # first round of a closed loop of four clients does, so both give the same four TTFTs
+    # (counted from the send); without a frontend time the trace is handed over unchanged
+    import dataclasses
+
+    m, h, p = h100
+    spec = dataclasses.replace(get_engine("vllm"), frontend_s=2e-3)
+    kw = dict(model=m, hardware=h, profile=p, tp=1, dtype="fp8")
+    trace = Workload(input_lengths=1024, output_lengths=64, num_requests=4, arrival="trace",
+                     trace_times=[0.0, 0.0, 0.0, 0.0])
+    opened = simulate(SimulationConfig(**kw, engine=spec, rate=1.0, workload=trace)).requests
+    closed = simulate(SimulationConfig(**kw, engine=spec, rate=None, concurrency=4,
+                                       workload=Workload.fixed(1024, 64, num_requests=4))).requests
+    assert np.all(opened.arrival == 0.0)
+    assert np.array_equal(opened.ttft, closed.ttft)
+    assert opened.ttft[1] > opened.ttft[0]   # the first prompt is prefilled alone, as in the closed loop
+    off = simulate(SimulationConfig(**kw, engine=dataclasses.replace(spec, frontend_s=0.0), rate=1.0,
+                                    workload=trace)).requests
+    assert np.ptp(off.ttft) == pytest.approx(0.0, abs=1e-12)   # all four share the first step
+
+
+def test_frontend_hands_a_stream_over_as_one_request_at_a_time():
+    # admit_all (an open-loop stream at once) is admit (one send at a time) unrolled:
+    # h_j = max(s_j, h_(j-1) + d) = j d + max_(k <= j) (s_k - k d)
+    from serveplan.sim.cluster import Frontend
+
+    rng = np.random.default_rng(3)
+    sends = np.sort(np.concatenate([rng.uniform(0, 0.05, 60), np.full(20, 0.02), rng.uniform(0.5, 1.0, 40)]))
+    one = Frontend(1e-3)
+    want = np.array([one.admit(float(t)) for t in sends])
+    many = Frontend(1e-3)
+    got = many.admit_all(sends)
+    assert np.allclose(got, want, rtol=0, atol=1e-12) and np.all(got >= sends)
+    assert many.free_at == pytest.approx(one.free_at, abs=1e-12)
+    assert np.all(np.diff(got) >= 1e-3 - 1e-12)   # one hand-off per millisecond at most
+    assert np.array_equal(Frontend(0.0).admit_all(sends), sends)

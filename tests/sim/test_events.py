@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from serveplan.errors import SpecError
 from serveplan.sim import Fleet, SimulationConfig, Workload, simulate
 from serveplan.sim.events import EventLoop, Priority
 from serveplan.sim.workload import LengthDist
@@ -71,6 +72,18 @@ def test_think_time_delays_the_next_request(testbed):
     cfg = SimulationConfig(**testbed, fleet=Fleet.build("1m", tp=4), workload=wl, rate=1.0)
     rec = simulate(cfg, clients=1, think_s=0.25).requests
     np.testing.assert_allclose(rec.arrival[1:], rec.finish[:-1] + 0.25, rtol=0, atol=1e-12)
+    # one think time per request (by id: the wait before that request is sent); the first
+    # request of a client is sent at t = 0 whatever its own value
+    each = np.random.default_rng(5).uniform(0.0, 0.5, size=40)
+    rec = simulate(cfg, clients=1, think_s=each).requests
+    assert rec.arrival[0] == 0.0
+    np.testing.assert_allclose(rec.arrival[1:], rec.finish[:-1] + each[1:], rtol=0, atol=1e-12)
+    with pytest.raises(SpecError, match="think_s: expected 40 non-negative"):
+        simulate(cfg, clients=1, think_s=each[:39])
+    with pytest.raises(SpecError, match="think_s: expected 40 non-negative"):
+        simulate(cfg, clients=1, think_s=-each)
+    with pytest.raises(SpecError, match="must be a non-negative number of seconds"):
+        simulate(cfg, clients=1, think_s="soon")
 
 
 @pytest.mark.parametrize("strategy, clients", [("2m", 8), ("1p2d", 6)])

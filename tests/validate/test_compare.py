@@ -118,13 +118,13 @@ def test_max_concurrency_is_a_closed_loop():
     assert one.max_concurrency == 1 and "closed loop of 1 client" in one.load
     assert ttft["p50"] == pytest.approx(lone.ttft_s.p50, rel=1e-9)
     assert ttft["p99"] == pytest.approx(lone.ttft_s.p50, rel=1e-9)
-    # a finite rate with a cap that never binds is the open loop at that rate, once the frontend's
-    # queue is off: capped sends go through the API server's serial work (vLLM: 1 ms per request;
-    # docs/simulator.md), open-loop arrivals do not, so two arrivals 0.4 ms apart (requests 10 and
-    # 11 of this stream) could otherwise land on either side of a step boundary
-    no_queue = dataclasses.replace(_cfg(), engine=dataclasses.replace(_cfg().engine, frontend_s=0.0))
-    free = compare(parse_vllm_result(_synthetic(200, 4.0, 10**6)), no_queue)
-    open_ = compare(parse_vllm_result(_synthetic(200, 4.0)), no_queue)
+    # a finite rate with a cap that never binds is the open loop at that rate: capped sends and
+    # open-loop sends both go through the API server's serial work (vLLM: 1 ms per request;
+    # docs/simulator.md), so two sends 0.4 ms apart (requests 10 and 11 of this stream) reach the
+    # engine 1 ms apart on both paths
+    free = compare(parse_vllm_result(_synthetic(200, 4.0, 10**6)), _cfg())
+    open_ = compare(parse_vllm_result(_synthetic(200, 4.0)), _cfg())
+    assert _cfg().engine.frontend_s > 0
     assert [r.simulated_s for r in free.rows] == pytest.approx([r.simulated_s for r in open_.rows], rel=1e-9)
     # ... and a binding cap queues requests before they are sent: TTFT counts from the send
     capped = compare(parse_vllm_result(_synthetic(200, 4.0, 2)), _cfg())

@@ -364,6 +364,9 @@ class ClosedLoop:
     #: engine one at a time, each ``frontend_s`` after the previous one at the earliest
     #: (:class:`Frontend`); latencies still count from the client's send
     frontend_s: float = 0.0
+    #: think time of each request (by id; None: ``think_s`` for all): the wait between its
+    #: client's previous completion and its send
+    think_each: Sequence[float] | None = None
     _next: int = field(default=0, init=False)
     _loop: EventLoop | None = field(default=None, init=False)
     _stage: Stage | None = field(default=None, init=False)
@@ -399,7 +402,7 @@ class ClosedLoop:
         if self._next < len(self.ids):
             assert self._loop is not None
             nxt = self._take()
-            t_send = t + self.think_s
+            t_send = t + (self.think_s if self.think_each is None else self.think_each[nxt])
             if self.not_before is not None and self.not_before[nxt] > t_send:
                 t_send = self.not_before[nxt]
             self._loop.schedule(*self._send(nxt, t_send))
@@ -424,6 +427,23 @@ class Frontend:
         t_eng = t if t > self.free_at else self.free_at
         self.free_at = t_eng + self.per_request_s
         return t_eng
+
+    def admit_all(self, sends: np.ndarray) -> np.ndarray:
+        """Hand-off times of a whole open-loop stream sent at ``sends`` (non-decreasing), as
+        :meth:`admit` gives them one by one: the recurrence ``h_j = max(s_j, h_(j-1) + d)``
+        unrolls to ``h_j = j d + max_(k <= j) (s_k - k d)``, one running maximum (equal to the
+        sequential hand-offs up to rounding)."""
+        d = self.per_request_s
+        if len(sends) == 0 or d <= 0.0:
+            return np.asarray(sends, dtype=float)
+        k = np.arange(len(sends), dtype=float) * d
+        shifted = np.asarray(sends, dtype=float) - k
+        shifted[0] = max(shifted[0], self.free_at)
+        out = np.maximum.accumulate(shifted) + k
+        # the hand-offs are never earlier than the sends (rounding of the unrolled form aside)
+        np.maximum(out, sends, out=out)
+        self.free_at = float(out[-1]) + d
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.estimator.step import Estimator
 from serveplan.sim import bestserve as bs
-from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
+from serveplan.sim.cluster import ClosedLoop, EarlyStop, Frontend, OpenLoop, Stage, kv_transfer_time, run_fleet
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
 from serveplan.sim.kv import PrefixStats
@@ -577,14 +577,15 @@ def check_context(model: ModelSpec | None, workload: Workload | None, allow_long
             "or --allow-long-context (allow_long_context=True) to simulate it anyway")
 
 
-def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float = 0.0,
+def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float | np.ndarray = 0.0,
              ramp_s: float | None = None, not_before: np.ndarray | None = None,
              progress: Callable[[int], None] | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
     each sending its next request (the workload's requests in order) ``think_s`` seconds after
-    its previous one finished, all starting at t=0; the run goes until every request finished or
+    its previous one finished (one value, or one per request in order: the wait before that
+    request is sent), all starting at t=0; the run goes until every request finished or
     ``config.max_time_s`` (no default cap). Iteration fidelity only, without early stop.
     ``config.concurrency`` sets ``clients`` too. ``ramp_s`` spreads the clients' first sends
     evenly over that many seconds (default: all at t=0, as ``vllm bench serve
@@ -644,10 +645,12 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
                                spec=cfg.fleet.instance(role).spec)
               for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)
+    handoff = _frontend_handoffs(cfg, arrival, closed)
     if cfg.max_time_s is not None:
         cap = cfg.max_time_s
     else:
-        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
+        cap = (math.inf if (closed is not None or cfg.offline)
+               else _default_cap(cfg, clocks, arrival if handoff is None else handoff, wl))
     if cfg.fidelity is Fidelity.BESTSERVE and cfg.prefix_hit:
         raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
     pstats = PrefixStats(len(arrival)) if wl.prefix_cached else None
@@ -657,7 +660,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
         stage = _stages(cfg, clocks, req, cap, None)[0]
         store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
-                                    prefix_hit=cfg.prefix_hit, on_progress=progress)
+                                    prefix_hit=cfg.prefix_hit, on_progress=progress,
+                                    handoff=handoff)
         insts, stopped, rec = stage.instances, False, store.records()
     else:
         req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
@@ -666,7 +670,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             insts = []
             stopped = _run_bestserve(cfg, clocks, req)
         else:
-            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress)
+            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress,
+                                            handoff=handoff)
         rec = req.records()
     res = _result(cfg, rec, insts, clocks, stopped, closed_loop=clients is not None)
     if clients is not None or saved or pstats is not None:
@@ -674,6 +679,20 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
                                   else prefix_report(pstats, res.requests, cfg.kv_tiers))
     return res
+
+
+def _frontend_handoffs(cfg: SimulationConfig, arrival: np.ndarray, closed: object | None) -> np.ndarray | None:
+    """When the requests of an open-loop stream reach the engine: through the API server's serial
+    work (``engine.frontend_s``, :class:`~serveplan.sim.cluster.Frontend`), as a closed loop's
+    sends do, so that both paths see requests sent together handed over one by one; latencies
+    still count from the send (``arrival``). None (the engine sees the sends) without a frontend
+    time, for closed loops and sessions (their sources hand over themselves), offline runs
+    (everything is queued before the first step; no API server) and BestServe's algorithms."""
+    fs = cfg.engine.frontend_s if cfg.engine is not None else 0.0
+    if (fs <= 0.0 or closed is not None or cfg.offline or len(arrival) == 0
+            or cfg.fidelity is not Fidelity.ITERATION):
+        return None
+    return Frontend(fs).admit_all(arrival)
 
 
 def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
@@ -687,18 +706,34 @@ def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
     return session_loop(wl, starts=starts.tolist(), clients=None)
 
 
-def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: float | None,
+def _seconds(x: Any) -> bool:
+    """Whether ``x`` is one non-negative, finite number."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return False
+    return bool(np.ndim(x) == 0 and math.isfinite(v) and v >= 0)
+
+
+def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float | np.ndarray, ramp_s: float | None,
                  not_before: np.ndarray | None) -> ClosedLoop:
     """The closed loop of :func:`simulate`'s ``clients`` (checked)."""
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
         raise SpecError(f"clients={clients!r} must be a positive integer")
-    if not (math.isfinite(think_s) and think_s >= 0):
+    n = len(cfg.workload.input_lengths)
+    each = None
+    if np.ndim(think_s) == 1:
+        th = np.asarray(think_s, dtype=float)
+        if th.shape != (n,) or not np.all(np.isfinite(th)) or np.any(th < 0):
+            raise SpecError(f"think_s: expected {n} non-negative, finite seconds (one per request), "
+                            f"got {th.shape[0]} values with min {np.min(th) if th.size else float('nan')}")
+        each, think_s = th.tolist(), 0.0
+    elif not _seconds(think_s):
         raise SpecError(f"think_s={think_s!r} must be a non-negative number of seconds")
     if cfg.fidelity is not Fidelity.ITERATION or cfg.early_stop:
         raise SpecError("a closed loop (clients=...) needs fidelity='iteration' and early_stop=False")
     if ramp_s is not None and not (math.isfinite(ramp_s) and ramp_s >= 0):
         raise SpecError(f"ramp_s={ramp_s!r} must be a non-negative number of seconds")
-    n = len(cfg.workload.input_lengths)
     sends = None
     if not_before is not None:
         nb = np.asarray(not_before, dtype=float)
@@ -708,7 +743,8 @@ def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float, ramp_s: fl
     if cfg.workload.session is not None:  # each session's turns follow one another on one of the clients
         return session_loop(cfg.workload, starts=None, clients=clients)
     frontend_s = cfg.engine.frontend_s if cfg.engine is not None else 0.0
-    return ClosedLoop(range(n), clients, think_s, ramp_s=ramp_s or 0.0, not_before=sends, frontend_s=frontend_s)
+    return ClosedLoop(range(n), clients, float(think_s), ramp_s=ramp_s or 0.0, not_before=sends,
+                      frontend_s=frontend_s, think_each=each)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:
@@ -766,12 +802,16 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
 def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
                    closed: ClosedLoop | None = None,
                    pstats: PrefixStats | None = None,
-                   progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
+                   progress: Callable[[int], None] | None = None, *,
+                   handoff: np.ndarray | None = None) -> tuple[list[Instance], bool]:
+    """Run the fleet step by step; an open-loop stream reaches it at ``handoff`` (the frontend's
+    hand-off times, :func:`_frontend_handoffs`) or at its arrival times."""
     handed: list[tuple[float, int]] = []
     stages = _stages(cfg, clocks, req, cap, handed, pstats)
     if progress is not None:
         _report_progress(stages, progress)
-    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
+    times = req.arrival if handoff is None else handoff.tolist()
+    source = closed if closed is not None else OpenLoop(times, range(req.n))
     run = run_fleet(stages, req, source=source, handed=handed)
     return run.instances, run.stopped_early
 
