@@ -402,18 +402,18 @@ def test_open_loop_sends_go_through_the_frontend_as_closed_loop_sends_do(h100):
     assert np.ptp(off.ttft) == pytest.approx(0.0, abs=1e-12)   # all four share the first step
 
 
-def test_frontend_hands_a_stream_over_as_one_request_at_a_time():
-    # admit_all (an open-loop stream at once) is admit (one send at a time) unrolled:
-    # h_j = max(s_j, h_(j-1) + d) = j d + max_(k <= j) (s_k - k d)
-    from serveplan.sim.cluster import Frontend
+def test_each_replica_has_its_own_frontend(h100):
+    # Two replicas behind a round-robin router: each runs its own API server, so two requests sent
+    # together to different replicas are both handed over at once (a single shared frontend would
+    # have made the second wait per_request_s), while two sent to one replica wait for each other
+    import dataclasses
 
-    rng = np.random.default_rng(3)
-    sends = np.sort(np.concatenate([rng.uniform(0, 0.05, 60), np.full(20, 0.02), rng.uniform(0.5, 1.0, 40)]))
-    one = Frontend(1e-3)
-    want = np.array([one.admit(float(t)) for t in sends])
-    many = Frontend(1e-3)
-    got = many.admit_all(sends)
-    assert np.allclose(got, want, rtol=0, atol=1e-12) and np.all(got >= sends)
-    assert many.free_at == pytest.approx(one.free_at, abs=1e-12)
-    assert np.all(np.diff(got) >= 1e-3 - 1e-12)   # one hand-off per millisecond at most
-    assert np.array_equal(Frontend(0.0).admit_all(sends), sends)
+    m, h, p = h100
+    spec = dataclasses.replace(get_engine("vllm"), frontend_s=5e-3)
+    kw = dict(model=m, hardware=h, profile=p, tp=1, dtype="fp8", engine=spec, rate=1.0)
+    pair = Workload(input_lengths=1024, output_lengths=16, num_requests=2, arrival="trace", trace_times=[0.0, 0.0])
+    two = simulate(SimulationConfig(**kw, strategy="2m", workload=pair)).requests
+    one = simulate(SimulationConfig(**kw, strategy="1m", workload=pair)).requests
+    assert two.ttft[0] == pytest.approx(two.ttft[1], rel=1e-12)          # in parallel, alike
+    assert two.ttft[0] == pytest.approx(one.ttft[0], rel=1e-12)          # each alone on its replica
+    assert one.ttft[1] > one.ttft[0] + 5e-3 - 1e-12                      # behind the first on one replica

@@ -184,8 +184,11 @@ class Stage:
     """
 
     def __init__(self, instances: Sequence[Instance], router: Router, cap: float, stop: EarlyStop | None,
-                 assign: Callable[[int, int], None]) -> None:
+                 assign: Callable[[int, int], None], frontend_s: float = 0.0) -> None:
         self.instances = list(instances)
+        #: each instance's API server (:class:`Frontend`, ``frontend_s`` of serial work per request;
+        #: None: requests reach the instances when they are sent)
+        self.frontends = [Frontend(frontend_s) for _ in self.instances] if frontend_s > 0 else None
         self.router = router
         self.cap = cap
         self.stop = stop
@@ -206,9 +209,17 @@ class Stage:
         if self.router.reads_load:
             self.advance(t)
         i = self.router.pick(self.instances)
-        self.instances[i].deliver(t, q)
+        self.deliver(i, t, q)
         self.assign(q, i)
         return i
+
+    def deliver(self, i: int, t: float, q: int) -> float:
+        """Request ``q``, sent to instance ``i`` at ``t``, reaches its scheduler through the
+        instance's frontend (at once without one); returns the hand-off time. Sends to one
+        instance come in time order, as :meth:`Frontend.admit` needs."""
+        t_eng = t if self.frontends is None else self.frontends[i].admit(t)
+        self.instances[i].deliver(t_eng, q)
+        return t_eng
 
     def wake(self, i: int, t: float) -> Iterable[Scheduled]:
         """Lockstep: make sure instance ``i`` runs at ``t`` (or at its own clock, if later)."""
@@ -315,7 +326,7 @@ class RouteAll:
         st, src = self.stage, self.source
         insts, assign = st.instances, st.assign
         for i, t, q in zip(st.router.picks(insts, len(src.ids)), src.times, src.ids, strict=True):
-            insts[i].deliver(t, q)
+            st.deliver(i, t, q)
             assign(q, i)
         t_last = src.times[-1] if len(src.times) else 0.0
         return (_checks_from(st, 0.0, t_last, at_least_one=True),)
@@ -360,22 +371,16 @@ class ClosedLoop:
     #: ``clients`` requests in flight, as ``vllm bench serve --request-rate R --max-concurrency C``
     #: sends (a request waits for its arrival and then for a free slot, first come first served)
     not_before: Sequence[float] | None = None
-    #: the serving frontend's serial work per request, seconds (0: none): requests reach the
-    #: engine one at a time, each ``frontend_s`` after the previous one at the earliest
-    #: (:class:`Frontend`); latencies still count from the client's send
-    frontend_s: float = 0.0
     #: think time of each request (by id; None: ``think_s`` for all): the wait between its
     #: client's previous completion and its send
     think_each: Sequence[float] | None = None
     _next: int = field(default=0, init=False)
     _loop: EventLoop | None = field(default=None, init=False)
     _stage: Stage | None = field(default=None, init=False)
-    _frontend: Frontend | None = field(default=None, init=False)
 
     def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
         """The first request of every client, at ``t0`` (spread over ``ramp_s``)."""
         self._loop, self._stage = loop, stage
-        self._frontend = Frontend(self.frontend_s) if self.frontend_s > 0 else None
         first: list[Scheduled] = []
         nb = self.not_before
         for k in range(min(self.clients, len(self.ids))):
@@ -390,12 +395,10 @@ class ClosedLoop:
         return q
 
     def _send(self, q: int, t_send: float) -> Scheduled:
-        """Request ``q`` sent at ``t_send``: its arrival at the engine (through the frontend)."""
+        """Request ``q`` sent at ``t_send`` (it reaches its instance's scheduler through the
+        stage's frontend, :meth:`Stage.deliver`)."""
         assert self._stage is not None
-        fe = self._frontend
-        if fe is None:
-            return (t_send, Priority.ARRIVAL, ClientArrival(self._stage, q))
-        return (fe.admit(t_send), Priority.ARRIVAL, ClientArrival(self._stage, q, t_send))
+        return (t_send, Priority.ARRIVAL, ClientArrival(self._stage, q))
 
     def on_finish(self, q: int, t: float) -> None:
         """A client's request finished: its next one arrives after the think time."""
@@ -417,7 +420,9 @@ class Frontend:
     its first step with the first of them alone. The work of a lone request is not added (its
     latency is part of the measured lone TTFT the estimator is checked against); only the wait
     behind other requests' frontend work is. Engine files give ``per_request_s``
-    (``frontend.per_request_us``) with the source of the serial path."""
+    (``frontend.per_request_us``) with the source of the serial path. Each instance of the
+    fleet's first stage has its own (:meth:`Stage.deliver`: every replica runs its own API server),
+    whatever sends the requests (open loop, closed loop, sessions)."""
 
     per_request_s: float
     free_at: float = -INF
@@ -428,36 +433,18 @@ class Frontend:
         self.free_at = t_eng + self.per_request_s
         return t_eng
 
-    def admit_all(self, sends: np.ndarray) -> np.ndarray:
-        """Hand-off times of a whole open-loop stream sent at ``sends`` (non-decreasing), as
-        :meth:`admit` gives them one by one: the recurrence ``h_j = max(s_j, h_(j-1) + d)``
-        unrolls to ``h_j = j d + max_(k <= j) (s_k - k d)``, one running maximum (equal to the
-        sequential hand-offs up to rounding)."""
-        d = self.per_request_s
-        if len(sends) == 0 or d <= 0.0:
-            return np.asarray(sends, dtype=float)
-        k = np.arange(len(sends), dtype=float) * d
-        shifted = np.asarray(sends, dtype=float) - k
-        shifted[0] = max(shifted[0], self.free_at)
-        out = np.maximum.accumulate(shifted) + k
-        # the hand-offs are never earlier than the sends (rounding of the unrolled form aside)
-        np.maximum(out, sends, out=out)
-        self.free_at = float(out[-1]) + d
-        return out
-
 
 @dataclass(frozen=True, slots=True)
 class ClientArrival:
-    """A closed-loop request reaches the engine now and wakes its instance; its arrival time (what
-    latencies count from) is set to ``sent``, the client's send time (default: now)."""
+    """A client sends a request now: its arrival time (what latencies count from) is now; the
+    stage routes it (through its instance's frontend) and wakes the instance."""
 
     stage: Stage
     q: int
-    sent: float | None = None
 
     def handle(self, loop: EventLoop) -> Iterable[Scheduled]:
         t = loop.now
-        self.stage.instances[0].req.arrival[self.q] = t if self.sent is None else self.sent
+        self.stage.instances[0].req.arrival[self.q] = t
         return self.stage.wake(self.stage.route(t, self.q), t)
 
 

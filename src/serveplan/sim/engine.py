@@ -31,7 +31,7 @@ from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.estimator.step import Estimator
 from serveplan.sim import bestserve as bs
-from serveplan.sim.cluster import ClosedLoop, EarlyStop, Frontend, OpenLoop, Stage, kv_transfer_time, run_fleet
+from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance, StepClock
 from serveplan.sim.kv import PrefixStats
@@ -645,12 +645,10 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
                                spec=cfg.fleet.instance(role).spec)
               for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)
-    handoff = _frontend_handoffs(cfg, arrival, closed)
     if cfg.max_time_s is not None:
         cap = cfg.max_time_s
     else:
-        cap = (math.inf if (closed is not None or cfg.offline)
-               else _default_cap(cfg, clocks, arrival if handoff is None else handoff, wl))
+        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
     if cfg.fidelity is Fidelity.BESTSERVE and cfg.prefix_hit:
         raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
     pstats = PrefixStats(len(arrival)) if wl.prefix_cached else None
@@ -660,8 +658,7 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
         stage = _stages(cfg, clocks, req, cap, None)[0]
         store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
-                                    prefix_hit=cfg.prefix_hit, on_progress=progress,
-                                    handoff=handoff)
+                                    prefix_hit=cfg.prefix_hit, on_progress=progress)
         insts, stopped, rec = stage.instances, False, store.records()
     else:
         req = RequestState(arrival, wl.input_lengths, wl.output_lengths)
@@ -670,8 +667,7 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
             insts = []
             stopped = _run_bestserve(cfg, clocks, req)
         else:
-            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress,
-                                            handoff=handoff)
+            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress)
         rec = req.records()
     res = _result(cfg, rec, insts, clocks, stopped, closed_loop=clients is not None)
     if clients is not None or saved or pstats is not None:
@@ -679,20 +675,6 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
                                   else prefix_report(pstats, res.requests, cfg.kv_tiers))
     return res
-
-
-def _frontend_handoffs(cfg: SimulationConfig, arrival: np.ndarray, closed: object | None) -> np.ndarray | None:
-    """When the requests of an open-loop stream reach the engine: through the API server's serial
-    work (``engine.frontend_s``, :class:`~serveplan.sim.cluster.Frontend`), as a closed loop's
-    sends do, so that both paths see requests sent together handed over one by one; latencies
-    still count from the send (``arrival``). None (the engine sees the sends) without a frontend
-    time, for closed loops and sessions (their sources hand over themselves), offline runs
-    (everything is queued before the first step; no API server) and BestServe's algorithms."""
-    fs = cfg.engine.frontend_s if cfg.engine is not None else 0.0
-    if (fs <= 0.0 or closed is not None or cfg.offline or len(arrival) == 0
-            or cfg.fidelity is not Fidelity.ITERATION):
-        return None
-    return Frontend(fs).admit_all(arrival)
 
 
 def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
@@ -742,9 +724,7 @@ def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float | np.ndarra
         sends = nb.tolist()
     if cfg.workload.session is not None:  # each session's turns follow one another on one of the clients
         return session_loop(cfg.workload, starts=None, clients=clients)
-    frontend_s = cfg.engine.frontend_s if cfg.engine is not None else 0.0
-    return ClosedLoop(range(n), clients, float(think_s), ramp_s=ramp_s or 0.0, not_before=sends,
-                      frontend_s=frontend_s, think_each=each)
+    return ClosedLoop(range(n), clients, float(think_s), ramp_s=ramp_s or 0.0, not_before=sends, think_each=each)
 
 
 def _apply_prefix_hit(req: RequestState, share: float) -> int:
@@ -802,16 +782,12 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
 def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
                    closed: ClosedLoop | None = None,
                    pstats: PrefixStats | None = None,
-                   progress: Callable[[int], None] | None = None, *,
-                   handoff: np.ndarray | None = None) -> tuple[list[Instance], bool]:
-    """Run the fleet step by step; an open-loop stream reaches it at ``handoff`` (the frontend's
-    hand-off times, :func:`_frontend_handoffs`) or at its arrival times."""
+                   progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
     handed: list[tuple[float, int]] = []
     stages = _stages(cfg, clocks, req, cap, handed, pstats)
     if progress is not None:
         _report_progress(stages, progress)
-    times = req.arrival if handoff is None else handoff.tolist()
-    source = closed if closed is not None else OpenLoop(times, range(req.n))
+    source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
     run = run_fleet(stages, req, source=source, handed=handed)
     return run.instances, run.stopped_early
 
@@ -853,7 +829,7 @@ def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestSt
         handed.append((t_arrive, q))
         return t_arrive
 
-    stages = []
+    stages: list[Stage] = []
     first_index = 0
     for role in fleet.roles:
         cfg_r = fleet.instance(role)
@@ -874,7 +850,11 @@ def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestSt
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
                                  cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)
-        stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index)))
+        # the API server of each replica takes the requests the clients send (not the decode
+        # stage's hand-offs); an offline run has none (everything is queued before the first step)
+        fs = cfg.engine.frontend_s if cfg.engine is not None and not stages and not cfg.offline else 0.0
+        stages.append(Stage(insts, get_router(cfg.router)(), cap, stop, _assigner(req, role, first_index),
+                            frontend_s=fs))
         first_index += len(insts)
     return stages
 

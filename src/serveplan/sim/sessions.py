@@ -400,7 +400,7 @@ class SessionTurn:
         t = loop.now
         st, q, i = self.stage, self.q, self.i
         st.instances[i].req.arrival[q] = t
-        st.instances[i].deliver(t, q)
+        st.deliver(i, t, q)
         st.assign(q, i)
         return list(st.wake(i, t))
 

@@ -129,14 +129,10 @@ def _compact(req: RequestState, rids: list[int], stage: Stage, store: RecordStor
 
 def run_windowed(stage: Stage, req: RequestState, arrival: np.ndarray, input_len: np.ndarray,
                  output_len: np.ndarray, *, prefix_hit: float = 0.0,
-                 on_progress: Callable[[int], None] | None = None,
-                 handoff: np.ndarray | None = None) -> tuple[RecordStore, int]:
+                 on_progress: Callable[[int], None] | None = None) -> tuple[RecordStore, int]:
     """Run an open-loop stream (non-decreasing ``arrival``) through one collocated stage in a
     window (module doc). ``req`` starts empty. Returns the records and the prompt tokens found in
-    the prefix cache; ``on_progress(requests finished)`` is called once per chunk. ``handoff``:
-    when each request reaches the stage (the frontend's hand-offs, non-decreasing, never before
-    its arrival); latencies count from ``arrival``."""
-    eng = arrival if handoff is None else handoff
+    the prefix cache; ``on_progress(requests finished)`` is called once per chunk."""
     n = len(arrival)
     store = RecordStore(arrival, input_len, output_len)
     rids: list[int] = []
@@ -146,8 +142,8 @@ def run_windowed(stage: Stage, req: RequestState, arrival: np.ndarray, input_len
     while j < n:
         j1 = min(n, j + CHUNK)
         base = req.n
-        req.add(arrival[j:j1].tolist(), input_len[j:j1].tolist(), output_len[j:j1].tolist())
-        times = eng[j:j1].tolist()
+        times = arrival[j:j1].tolist()
+        req.add(times, input_len[j:j1].tolist(), output_len[j:j1].tolist())
         rids.extend(range(j, j1))
         if prefix_hit:
             saved += req.apply_prefix_hit(prefix_hit, base)
@@ -161,10 +157,10 @@ def run_windowed(stage: Stage, req: RequestState, arrival: np.ndarray, input_len
                 stage.route(t, q)
         else:
             for i, t, q in zip(router.picks(insts, len(ids)), times, ids, strict=True):
-                insts[i].deliver(t, q)
+                stage.deliver(i, t, q)
                 assign(q, i)
         if j1 < n:
-            stage.advance(min(float(eng[j1]), cap))   # the steps that start before the next chunk
+            stage.advance(min(float(arrival[j1]), cap))   # the steps that start before the next chunk
             _compact(req, rids, stage, store)
         if on_progress is not None:
             on_progress(store.stored)
