@@ -50,11 +50,11 @@ CASES = [
          "eagle default 0.651 per position: tau 2.77 at K=7 on MT-bench measured by Nebius (another source); "
          "K = 5 = SGLang's speculative_num_steps default"),
     Case("MTP, DeepSeek-V3, 1000/1000, 16x H800 (TP8 x DP2, EP16), FP8, SGLang, 1 client",
-         "DeepSeek-V3 Technical Report (arXiv:2412.19437) §5.4.3: 1.8x TPS", 1.8, "deepseek-v3", "h800", "fp8",
+         "DeepSeek-V3 Technical Report (arXiv:2412.19437) §5.4.3: 1.8x TPS", 1.8, "deepseek-v3", "h800", None,
          "sglang", {"tp": 8, "dp": 2, "ep": 16}, SpecDecodeConfig(method="mtp", num_tokens=1), 1, 1000, 1000,
          "mtp default 0.875: the same report's 85-90 % (same source as the speedup)"),
     Case("MTP, DeepSeek-V3, 1000/1000, 16x H800 (TP8 x DP2, EP16), FP8, SGLang, 64 clients",
-         "DeepSeek-V3 Technical Report (arXiv:2412.19437) §5.4.3: 1.8x TPS", 1.8, "deepseek-v3", "h800", "fp8",
+         "DeepSeek-V3 Technical Report (arXiv:2412.19437) §5.4.3: 1.8x TPS", 1.8, "deepseek-v3", "h800", None,
          "sglang", {"tp": 8, "dp": 2, "ep": 16}, SpecDecodeConfig(method="mtp", num_tokens=1), 64, 1000, 1000,
          "mtp default 0.875: the same report's 85-90 % (same source as the speedup)"),
 ]

@@ -264,7 +264,8 @@ def test_deepseek_weights_per_device_dp_attention_ep8():
     # 61*187,121,664 + 3*396,361,728 + 58*1,455,161,344 + 1,853,365,248 = 98,856,229,888
     params = 61 * 187_121_664 + 3 * 396_361_728 + 58 * 1_455_161_344 + 1_853_365_248
     assert params == 98_856_229_888
-    assert _est("deepseek-v3", ParallelConfig(tp=1, dp=8, ep=8)).memory.weights_bytes == 2 * params
+    # in BF16, 2 bytes per parameter (the catalog's default is the checkpoint's block FP8)
+    assert _est("deepseek-v3", ParallelConfig(tp=1, dp=8, ep=8), DType.BF16).memory.weights_bytes == 2 * params
     # 98.9e9 params do not fit an 80 GB H100 even in FP8: DeepSeek-V3 needs 16 of them
     assert _est("deepseek-v3", ParallelConfig(tp=1, dp=8, ep=8), DType.FP8).memory.weights_bytes > 80e9
 
@@ -277,7 +278,7 @@ def test_deepseek_weights_per_device_tp8_ep8():
     # embeddings /8 = 231,670,656
     params = 61 * 36_651_008 + 3 * 49_545_216 + 58 * 1_416_626_176 + 231_670_656
     assert params == 84_780_336_000
-    assert _est("deepseek-v3", ParallelConfig(tp=8, ep=8)).memory.weights_bytes == 2 * params
+    assert _est("deepseek-v3", ParallelConfig(tp=8, ep=8), DType.BF16).memory.weights_bytes == 2 * params
 
 
 def test_deepseek_on_two_h100_nodes_fits_in_fp8_with_ep16():
