@@ -84,6 +84,13 @@ def test_think_time_delays_the_next_request(testbed):
         simulate(cfg, clients=1, think_s=-each)
     with pytest.raises(SpecError, match="must be a non-negative number of seconds"):
         simulate(cfg, clients=1, think_s="soon")
+    # sessions wait their workload's own think time: simulate's is refused, not ignored
+    from serveplan.sim.sessions import session_workload
+
+    chat = SimulationConfig(**testbed, fleet=Fleet.build("1m", tp=4), workload=session_workload(3, 2, seed=1),
+                            rate=1.0)
+    with pytest.raises(SpecError, match="workload's own think time"):
+        simulate(chat, clients=2, think_s=0.5)
 
 
 @pytest.mark.parametrize("strategy, clients", [("2m", 8), ("1p2d", 6)])

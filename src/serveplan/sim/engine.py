@@ -723,6 +723,9 @@ def _closed_loop(cfg: SimulationConfig, clients: int, think_s: float | np.ndarra
             raise SpecError(f"not_before must hold {n} finite, non-decreasing send times (one per request)")
         sends = nb.tolist()
     if cfg.workload.session is not None:  # each session's turns follow one another on one of the clients
+        if each is not None or float(think_s) > 0:
+            raise SpecError(f"think_s={think_s!r}: a session workload's turns wait the workload's own think "
+                            "time (session_workload(think_s=...), --think-time), not simulate's; leave think_s at 0")
         return session_loop(cfg.workload, starts=None, clients=clients)
     return ClosedLoop(range(n), clients, float(think_s), ramp_s=ramp_s or 0.0, not_before=sends, think_each=each)
 
