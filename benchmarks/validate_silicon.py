@@ -296,10 +296,10 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         concurrency=case.concurrency, rate=None,
         workload=row_workload(case, run_requests(case.concurrency, statistic), spread=benchmark_lengths), **settings,
     )
-    n = len(cfg.workload.input_lengths)
-    think = np.full(n, round_trip_ms * 1e-3)
-    if send_delay_ms > 0:
-        think += np.random.default_rng(0).uniform(0.0, send_delay_ms * 1e-3, size=n)
+    think: float | np.ndarray = round_trip_ms * 1e-3
+    if send_delay_ms > 0:   # one draw per request (the experiment of check 6)
+        n = len(cfg.workload.input_lengths)
+        think = think + np.random.default_rng(0).uniform(0.0, send_delay_ms * 1e-3, size=n)
     res = simulate(cfg, think_s=think)
     cl = res.closed_loop
     assert cl is not None
