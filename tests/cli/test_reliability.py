@@ -70,6 +70,7 @@ def test_profile_saves_measurements_as_it_goes(tmp_path, monkeypatch):
 
     real = prof.profile_device
     seen: list[list[str]] = []
+    results = []
 
     def spy(cfg, *, progress=True, on_row=None):
         def row(m):
@@ -77,7 +78,8 @@ def test_profile_saves_measurements_as_it_goes(tmp_path, monkeypatch):
             on_row(m)
             seen.append((tmp_path / "m.csv.partial").read_text().splitlines())
 
-        return real(cfg, progress=progress, on_row=row)
+        results.append(real(cfg, progress=progress, on_row=row))
+        return results[-1]
 
     monkeypatch.setattr(prof, "profile_device", spy)
     r = runner.invoke(app, ["profile", "--quick", "--no-progress", "--out", str(tmp_path / "m.csv")])
@@ -85,6 +87,9 @@ def test_profile_saves_measurements_as_it_goes(tmp_path, monkeypatch):
     # after the k-th measurement the partial file holds k data rows (a comment and a header above)
     assert [len(lines) - 2 for lines in seen] == list(range(1, len(seen) + 1))
     assert (tmp_path / "m.csv").exists() and not (tmp_path / "m.csv.partial").exists()
+    # metadata are plain strings in memory too (torch.__version__ is a str subclass that YAML
+    # refuses: a profile written from an in-memory set failed before)
+    assert all(type(v) is str for v in results[0].metadata.values()), results[0].metadata
 
 
 def test_estimate_flags_a_batch_whose_kv_cache_does_not_fit():
