@@ -154,11 +154,19 @@ def num_requests(concurrency: int) -> int:
 #: ``eval/benchmarks/bench_serving_runner.py``: ``num_prompts = cc * 10``, 0 warm-up requests;
 #: ``genai_perf_runner.py``: ``--request-count`` ``10 C``).
 BENCH_ROUNDS = 10
+#: Warm-up requests of genai-perf's runner at concurrency ``C``: ``2 C`` (``genai_perf_runner.py``
+#: ``--warmup-request-count``), sent by the same clients before the ``10 C`` measured ones and left
+#: out of the statistics (``--statistic warmed``).
+WARMUP_ROUNDS = 2
 
 
 def run_requests(concurrency: int, statistic: str) -> int:
     """Requests simulated per row: the benchmark's run (``statistic="run"``) or enough for the
     steady window (:func:`num_requests`)."""
+    if statistic == "warmed":
+        return (WARMUP_ROUNDS + BENCH_ROUNDS) * concurrency
+    if statistic == "wave":
+        return concurrency
     return BENCH_ROUNDS * concurrency if statistic in ("run", "median") else num_requests(concurrency)
 
 
@@ -269,12 +277,14 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
             statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
             benchmark_lengths: bool = False, send_delay_ms: float = 0.0,
-            round_trip_ms: float = 0.0) -> dict[str, Any]:
+            round_trip_ms: float = 0.0, dispatch_scale: float = 1.0) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
     (docs/validation.md, "Reading the serving errors", check 6): ``send_delay_ms`` delays each
     send after a completion by a uniform draw in ``[0, send_delay_ms]`` (seed 0);
+    ``dispatch_scale`` (check 8) multiplies the profile's host dispatch time per module, which
+    prefill steps pay (decode steps run under CUDA graphs);
     ``round_trip_ms`` adds a fixed round trip between client and engine, so each client's cycle
     and each TTFT gain that much."""
     import dataclasses
@@ -286,6 +296,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     par = case.parallel
     hw = get_hardware(case.hardware)
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
+    if dispatch_scale != 1.0:
+        profile = profile.with_(dispatch_s={m: v * dispatch_scale for m, v in profile.dispatch_s.items()})
     spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot)
     if frontend_us is not None:
         spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
@@ -293,7 +305,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         model=get_model(case.model), hardware=hw, profile=profile, engine=spec,
         strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
-        concurrency=case.concurrency, rate=None,
+        concurrency=None if statistic == "wave" else case.concurrency, rate=None, offline=statistic == "wave",
         workload=row_workload(case, run_requests(case.concurrency, statistic), spread=benchmark_lengths), **settings,
     )
     think: float | np.ndarray = round_trip_ms * 1e-3
@@ -302,11 +314,14 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         think = think + np.random.default_rng(0).uniform(0.0, send_delay_ms * 1e-3, size=n)
     res = simulate(cfg, think_s=think)
     cl = res.closed_loop
-    assert cl is not None
-    if statistic in ("run", "median"):
+    assert cl is not None or statistic == "wave"
+    if statistic in ("run", "median", "warmed", "wave"):
         rec = res.requests
-        avg = np.nanmean if statistic == "run" else np.nanmedian
-        ttft, tpot = float(avg(rec.ttft)), float(avg(rec.tpot))
+        avg = np.nanmedian if statistic == "median" else np.nanmean
+        # warmed: the first 2 C requests sent are the warm-up
+        skip = WARMUP_ROUNDS * case.concurrency if statistic == "warmed" else 0
+        kept = np.argsort(rec.arrival, kind="stable")[skip:]
+        ttft, tpot = float(avg(rec.ttft[kept])), float(avg(rec.tpot[kept]))
     else:
         ttft, tpot = cl.ttft_s.mean, cl.tpot_s.mean
     ttft += round_trip_ms * 1e-3
@@ -333,13 +348,13 @@ def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
                     name=f"random {case.isl}/{case.osl} ratio {r:g}")
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float]
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float, float]
                  ) -> tuple[str, dict[str, Any]]:
-    case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms = args
+    case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms, dispatch_scale = args
     try:
         return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
                                     held_slot=held_slot, benchmark_lengths=spread, send_delay_ms=delay_ms,
-                                    round_trip_ms=round_trip_ms)
+                                    round_trip_ms=round_trip_ms, dispatch_scale=dispatch_scale)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -598,12 +613,15 @@ def main(argv: list[str] | None = None) -> int:
                          "[0.8 L, L]) instead of fixed lengths")
     ap.add_argument("--send-delay-ms", type=float, default=0.0, metavar="MS",
                     help="experiment: each send after a completion waits a uniform draw in [0, MS] ms (seed 0)")
+    ap.add_argument("--dispatch-scale", type=float, default=1.0, metavar="K",
+                    help="experiment: the profile's host dispatch time per module times K (prefill steps pay it)")
     ap.add_argument("--round-trip-ms", type=float, default=0.0, metavar="MS",
                     help="experiment: a fixed client-engine round trip of MS ms (each cycle and each TTFT gain it)")
-    ap.add_argument("--statistic", choices=("steady", "run", "median"), default="run",
+    ap.add_argument("--statistic", choices=("steady", "run", "median", "warmed", "wave"), default="run",
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once; median: that "
-                         "run's medians (an experiment)")
+                         "run's medians (an experiment); warmed: genai-perf's run, 2 C warm-up requests before "
+                         "the 10 C measured (an experiment)")
     ap.add_argument("--models", default=None,
                     help="comma-separated catalog ids: only these models' rows (default: every covered row)")
     ap.add_argument("--report-only", type=Path, default=None, metavar="JSON",
@@ -614,18 +632,21 @@ def main(argv: list[str] | None = None) -> int:
     deployed = deployed_engines(args.as_deployed)
     held = held_slot_rows(args.held_slot)
     timing = (args.send_delay_ms, args.round_trip_ms)
+    if not (math.isfinite(args.dispatch_scale) and args.dispatch_scale > 0):
+        raise SystemExit(f"--dispatch-scale: expected a positive factor, got {args.dispatch_scale}")
     if not all(math.isfinite(v) and v >= 0 for v in timing):
         raise SystemExit(f"--send-delay-ms / --round-trip-ms: expected non-negative milliseconds, got {timing}")
-    if (held or args.benchmark_lengths or any(timing) or args.statistic == "median") and not args.no_docs:
-        raise SystemExit("--held-slot, --benchmark-lengths, --send-delay-ms, --round-trip-ms and --statistic median "
-                         "are experiments, not the reported configuration: add --no-docs (and --out)")
+    if (held or args.benchmark_lengths or any(timing) or args.statistic in ("median", "warmed", "wave")
+            or args.dispatch_scale != 1.0) and not args.no_docs:
+        raise SystemExit("--held-slot, --benchmark-lengths, --send-delay-ms, --round-trip-ms, --dispatch-scale and "
+                         "--statistic median, warmed or wave are experiments, not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
                                                 (c.engine, c.engine_version) in held, args.benchmark_lengths,
-                                                args.send_delay_ms, args.round_trip_ms)
+                                                args.send_delay_ms, args.round_trip_ms, args.dispatch_scale)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}

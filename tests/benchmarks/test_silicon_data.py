@@ -201,3 +201,24 @@ def test_inferencemax_rows_carry_their_clients_length_spread():
     assert 819 <= spread.output_lengths.min() and spread.output_lengths.max() <= 1024
     assert abs(spread.input_lengths.mean() - 921.5) < 10    # (819 + 1024) / 2
     assert (vs.row_workload(imax, 400, spread=True).input_lengths == spread.input_lengths).all()   # seeded
+
+
+def test_client_experiments_count_their_requests_and_leave_the_warm_up_out():
+    vs = load("validate_silicon")
+    # genai-perf: 2 C warm-up requests, then the 10 C measured; a wave: the C clients once
+    assert [vs.run_requests(4, s) for s in ("run", "warmed", "wave")] == [40, 48, 4]
+    row = {**ROW, "osl": "32", "batch_size": "8", "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026"}
+    case = sd.map_row(row)
+    run, warmed = vs.predict(case), vs.predict(case, statistic="warmed")
+    wave, slow = vs.predict(case, statistic="wave"), vs.predict(case, dispatch_scale=50.0)
+    # the run's mean holds the first round, whose 8 prompts queue together; the warmed mean does not
+    assert warmed["ttft_s"] < run["ttft_s"]
+    # a lone wave is the first round alone, the slowest round of the run
+    assert wave["ttft_s"] > run["ttft_s"]
+    # prefill steps pay the host dispatch (decode runs under CUDA graphs)
+    assert slow["ttft_s"] > run["ttft_s"]
+    for argv in (["--statistic", "warmed"], ["--dispatch-scale", "3"]):
+        with pytest.raises(SystemExit, match="--no-docs"):
+            vs.main(argv)
+    with pytest.raises(SystemExit, match="positive factor"):
+        vs.main(["--dispatch-scale", "0", "--no-docs"])
