@@ -639,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
     if (held or args.benchmark_lengths or any(timing) or args.statistic in ("median", "warmed", "wave")
             or args.dispatch_scale != 1.0) and not args.no_docs:
         raise SystemExit("--held-slot, --benchmark-lengths, --send-delay-ms, --round-trip-ms, --dispatch-scale and "
-                         "--statistic median, warmed or wave are experiments, not the reported configuration: add --no-docs (and --out)")
+                         "--statistic median, warmed or wave are experiments, not the reported configuration: "
+                         "add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()

@@ -207,7 +207,8 @@ def test_client_experiments_count_their_requests_and_leave_the_warm_up_out():
     vs = load("validate_silicon")
     # genai-perf: 2 C warm-up requests, then the 10 C measured; a wave: the C clients once
     assert [vs.run_requests(4, s) for s in ("run", "warmed", "wave")] == [40, 48, 4]
-    row = {**ROW, "osl": "32", "batch_size": "8", "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026"}
+    row = {**ROW, "osl": "32", "batch_size": "8",
+           "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026"}
     case = sd.map_row(row)
     run, warmed = vs.predict(case), vs.predict(case, statistic="warmed")
     wave, slow = vs.predict(case, statistic="wave"), vs.predict(case, dispatch_scale=50.0)
