@@ -67,7 +67,12 @@ def main() -> None:
                          "whole, the rest ruled out by one run at the rate to beat; exhaustive: every fleet "
                          "simulated; fast: pools composed, the best confirmed")
     ap.add_argument("--keep", type=int, default=1, help="bounded: strategies ranked exactly as exhaustive")
+    ap.add_argument("--dtype", choices=("fp8_block", "fp8"), default="fp8_block",
+                    help="weight format: fp8_block, the checkpoint's 128 x 128 block-scaled FP8 (DeepSeek-V3 "
+                         "report 3.3.2; the catalog's default), or fp8, per-tensor scales (the records before "
+                         "2026-11-27 afternoon)")
     args = ap.parse_args()
+    dtype = DType.parse(args.dtype)
     model, hw = get_model("deepseek-v3"), get_hardware("h200")
     profile = get_profile("measured-h200").with_(comm=CommOptions.deepep())
     space = SearchSpace(devices=64, tp_sizes=(1, 8), dp_sizes=(1, 8, 16, 32, 64), ep_sizes=(1, 8, 16, 32, 64),
@@ -75,8 +80,8 @@ def main() -> None:
                         chunk_sizes=(8192,))
     workload = Workload.fixed(4096, 1000, num_requests=args.requests)
     settings = GoodputSettings(model=model, hardware=hw, profile=profile, workload=workload,
-                               slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=DType.FP8)
-    listing = enumerate_space(space, model, hw, profile, request_tokens=5096, dtype=DType.FP8)
+                               slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=dtype)
+    listing = enumerate_space(space, model, hw, profile, request_tokens=5096, dtype=dtype)
     kinds = Counter(_kind(c.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
                     for c in listing.candidates)
     print(f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}); "
@@ -86,8 +91,8 @@ def main() -> None:
                  **({"keep": args.keep} if args.method in ("auto", "bounded") else {}))
     dt, cpu = time.perf_counter() - t0, _cpu_s() - c0
     lines = [f"machine: {describe()}",
-             f"deepseek-v3 fp8 on up to 64 x h200 (8 nodes), DeepEP + two-batch overlap, prompts 4096 / outputs "
-             f"1000, {args.requests} requests, SLO P90 TTFT 2 s / TPOT 50 ms, {args.jobs} worker(s)",
+             f"deepseek-v3 {dtype.value} on up to 64 x h200 (8 nodes), DeepEP + two-batch overlap, prompts 4096 / "
+             f"outputs 1000, {args.requests} requests, SLO P90 TTFT 2 s / TPOT 50 ms, {args.jobs} worker(s)",
              f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))})",
              f"{res.num_evaluated} strategies, {len(res.pruned)} layouts pruned, {res.num_simulations} simulations, "
              f"{dt:.1f} s wall, {cpu:.1f} s CPU (this process and its workers; load average at the end "
