@@ -1,5 +1,6 @@
-"""DeepSeek-V3 FP8 on 64 x H200 (8 nodes): the optimizer ranks collocated, disaggregated and
-wide-EP (DP-attention) layouts, with the reasons for the pruned ones (issue target: at most 60 s).
+"""DeepSeek-V3 in block FP8 (its checkpoint's format; ``--dtype fp8`` for per-tensor scales) on
+64 x H200 (8 nodes): the optimizer ranks collocated, disaggregated and wide-EP (DP-attention)
+layouts, with the reasons for the pruned ones (issue target: at most 60 s).
 
 The stack is SGLang-style large-scale EP: DeepEP all-to-alls (FP8 dispatch, node-deduplicated,
 two-batch overlap: ``CommOptions.deepep()``) on the measured H200 kernel curves. Workload: 4,096-
@@ -15,8 +16,8 @@ out by one run at the rate it must beat, with that reason). ``--method bounded``
 and bound alone, ``--method exhaustive`` simulates every fleet.
 
 Run: PYTHONPATH=src .venv/bin/python benchmarks/bench_optimize_wideep.py [--requests N] [--jobs J]
-    [--method auto|bounded|exhaustive|fast] [--keep K]
-Same as: serveplan optimize --model deepseek-v3 --hardware h200 --dtype fp8 --devices 64 \
+    [--method auto|bounded|exhaustive|fast] [--keep K] [--dtype fp8_block|fp8]
+Same as: serveplan optimize --model deepseek-v3 --hardware h200 --dtype fp8_block --devices 64 \
     --tp 1,8 --dp 1,8,16,32,64 --ep 1,8,16,32,64 ... (the DeepEP options are a profile
     setting: ``comm: deepep`` in a profile YAML).
 """
