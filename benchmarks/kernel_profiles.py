@@ -24,6 +24,7 @@ Usage: ``python benchmarks/kernel_profiles.py [--systems h100_sxm,h200_sxm] [--n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -45,6 +46,7 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     choose_tile,
     fit_gemm,
     fit_kernel_curves,
+    fit_moe_curves,
     gemm_group,
     predict_by_curve,
     predict_gemm,
@@ -158,6 +160,23 @@ def fit_other_engines(root: Path, system: str, hw, today: str, seed: int) -> tup
     return curves, held
 
 
+def fit_deepep_experts(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, list]:
+    """The DeepEP decode expert curve (``moe_deepep``, by format) from SGLang's DeepEP expert tables
+    (``wideep_generation_moe_perf``: DeepGEMM's masked grouped GEMM on one expert-parallel rank), on
+    the systems that have them (H200 and newer); held out by expert-parallel size."""
+    try:
+        ms = one_kernel_per_table(import_aiconfigurator(root, system, framework="sglang", kinds=("moe_ep",)))
+    except Exception as exc:   # no DeepEP table on this system
+        print(f"  DeepEP experts: {exc}")
+        return {}, []
+    held: list = []
+    runtimes = sorted({shape_of(r).get("runtime", "") for r in ms.rows})
+    src = f"aiconfigurator-core 0.12.0 (Apache-2.0) {system}: {', '.join(runtimes)} DeepEP expert layers"
+    curves = fit_moe_curves(ms, hw, "moe_ep", seed, held, source=src, fit_date=today)
+    print(f"  DeepEP experts: {len(ms.rows)} rows ({', '.join(runtimes)}): {', '.join(curves) or 'no curve'}")
+    return curves, held
+
+
 def h100_predicting_h200(c100, h200, ms200) -> list[str]:
     """The H100 curves predicting every H200 row with only the H200's datasheet peaks."""
     lines = ["## H100 curves predicting H200 (datasheet peaks only, no H200 row used)", "",
@@ -212,6 +231,10 @@ def main() -> None:
         source = SOURCE.format(system=system, gemm=runtime_version(ms, "gemm"), nccl=nccl_runtime)
         curves, held = fit_kernel_curves(ms, hw, source=source, fit_date=today, seed=args.seed,
                                          collective_runtime=nccl_runtime)
+        deepep, deepep_held = fit_deepep_experts(root, system, hw, today, args.seed)
+        if deepep:
+            curves = dataclasses.replace(curves, moe_deepep=deepep)
+            held += deepep_held
         fitted[system] = (hw, curves, ms)
         print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s "
               f"(MoE: {moe_kernels(ms) or 'none'})")

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from serveplan.calibrate.importers import import_aiconfigurator, import_vidur, shape_of
-from serveplan.calibrate.kernel_fit import fit_collective, fit_gemm, fit_kernel_curves, select
+from serveplan.calibrate.kernel_fit import fit_collective, fit_gemm, fit_kernel_curves, fit_moe_curves, select
 from serveplan.cli import app
 from serveplan.errors import SpecError
 from serveplan.specs.catalog import get_hardware, get_profile
@@ -239,6 +239,44 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     curves, held = fit_kernel_curves(ms, H100, source="test", fit_date="2026-11-27")
     assert "fp8" in curves.moe and next(h for h in held if h.what == "moe fp8").median < 0.05
     assert curves.moe_curve("fp8") is curves.moe["fp8"] and curves.moe_curve("bf16") is None
+
+
+def test_deepep_expert_rows_count_one_ranks_balanced_work_and_fit_their_own_curve(tmp_path):
+    # aiconfigurator's wideep_generation_moe_perf layout (collector/wideep/sglang/collect_deepep_moe.py):
+    # num_tokens counts every EP rank's tokens, the latency one rank's E/ep experts, and "uniform"
+    # routing is balanced (one row each on c experts while c < E/ep)
+    true = GemmCurve(overhead_s=2e-5, compute_max=0.7, rows_half=64.0, weight_half=1e6, memory=0.75)
+    h, inter, E, topk = 7168, 2048, 256, 8
+    rows = []
+    for ep in (8, 16, 32, 64):
+        for tokens in (ep, 2 * ep, 4 * ep, 16 * ep, 64 * ep, 128 * ep):
+            c = tokens * topk / ep
+            W = c * (6 * h * inter + 6 * inter)
+            Q = 2.0 * c * (2 * h + 8 * inter) + min(E / ep, c) * 1.0 * 3 * h * inter
+            t = float(true.time(c, 3.0 * inter, float(h), W, Q, 1979e12, 4.8e12))
+            for dist in ("uniform", "power_law_1.2"):
+                rows.append({"framework": "SGLang", "version": "0.5.6.post2", "device": "NVIDIA H200",
+                             "op_name": "moe_generation", "kernel_source": "deepepmoe", "moe_dtype": "fp8_block",
+                             "num_tokens": tokens, "hidden_size": h, "inter_size": inter, "topk": topk,
+                             "num_experts": E, "moe_tp_size": 1, "moe_ep_size": ep, "distribution": dist,
+                             "latency": t * 1e3})
+    _write(tmp_path / "h200_sxm" / "moe" / "sglang" / "0.5.6.post2" / "wideep_generation_moe_perf.csv", rows)
+    ms = import_aiconfigurator(tmp_path, "h200_sxm", framework="sglang", kinds=("moe_ep",))
+    assert len(ms.rows) == 4 * 6 and {r.kind for r in ms.rows} == {"moe_ep"} and {r.phase for r in ms.rows} == {
+        "decode"}                                                  # the skewed-routing rows are left out
+    # by hand, EP 8 at 16 tokens (2 per rank): 16 x 8 / 8 = 16 routed rows on 16 of the 32 local experts
+    r = next(r for r in ms.rows if shape_of(r)["ep"] == "8" and shape_of(r)["tokens"] == "16")
+    assert r.rows == 16 and r.flops == pytest.approx(16 * (6 * h * inter + 6 * inter))
+    assert r.bytes == pytest.approx(2 * 16 * (2 * h + 8 * inter) + 16 * 3 * h * inter)
+    # at 128 tokens (16 per rank, 128 routed rows) every local expert holds rows: 32 experts' weights
+    r = next(r for r in ms.rows if shape_of(r)["ep"] == "8" and shape_of(r)["tokens"] == "128")
+    assert r.bytes == pytest.approx(2 * 128 * (2 * h + 8 * inter) + 32 * 3 * h * inter)
+    held: list = []
+    curves = fit_moe_curves(ms, get_hardware("h200"), "moe_ep", 0, held, source="test", fit_date="2026-11-27")
+    assert set(curves) == {"fp8_block"} and held[0].what == "moe DeepEP fp8_block" and held[0].median < 0.05
+    # without a DeepEP table the kind imports nothing
+    with pytest.raises(SpecError, match="no GEMM"):
+        import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe_ep",))
 
 
 #: (framework, version, device) of the synthetic decode tables, by engine

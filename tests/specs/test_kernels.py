@@ -378,6 +378,50 @@ def test_simulation_config_of_an_engine_takes_its_kernels():
     assert plain.profile is p
 
 
+def test_deepep_decode_steps_price_the_experts_by_their_own_curve():
+    # DeepSeek-V3 in block FP8 on H200 with DP-attention 8 and EP 8 behind DeepEP: a decode step of
+    # 256 sequences routes 256 x 8 / 8 = 256 rows to one rank's 32 experts, timed by the profile's
+    # DeepEP curve (fitted to SGLang's DeepEP expert table, which measures 0.384 ms for this layer:
+    # aiconfigurator-core 0.12.0 h200_sxm wideep_generation_moe_perf, 256 tokens, EP 8, uniform);
+    # a prefill step, and the same layout without DeepEP, keep vLLM's fused-MoE curve
+    import dataclasses
+
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_model
+    from serveplan.specs.comm import A2ABuffer, CommOptions
+    from serveplan.specs.kernels import gemm_peak_flops
+
+    prof, hw, model = get_profile("measured-h200"), get_hardware("h200"), get_model("deepseek-v3")
+    deepep, fused = prof.kernels.moe_curve("fp8_block", deepep=True), prof.kernels.moe_curve("fp8_block")
+    assert deepep is prof.kernels.moe_deepep["fp8_block"] and fused is not None and deepep != fused
+    assert deepep.provenance is not None and deepep.provenance.held_out_median < 0.10
+    assert prof.kernels.moe_curve("bf16", deepep=True) is prof.kernels.moe_curve("bf16")   # no DeepEP bf16 table
+    par = ParallelConfig(tp=1, dp=8, ep=8)
+
+    def experts(profile, batch):
+        ops = {o.name: o for o in Estimator(model, hw, profile, par, dtype="fp8_block").estimate(batch).ops
+               if o.module == "moe"}
+        parts = [ops[n] for n in ("experts.gate_up", "experts.silu_mul", "experts.down")]
+        return parts[0], sum(o.flops for o in parts), sum(o.bytes for o in parts)
+
+    def priced(curve, rows, W, Q):
+        fixed, comp, mem = curve.terms(rows, 3 * 2048.0, 7168.0, W, Q, gemm_peak_flops(hw, "fp8_block"),
+                                       hw.memory_bandwidth)
+        return fixed + max(comp, mem)
+
+    with_deepep = prof.with_(comm=CommOptions.deepep())
+    gate_up, W, Q = experts(with_deepep, StepBatch.decode(256, 2048))
+    assert gate_up.time_s == pytest.approx(priced(deepep, 256.0, W, Q), rel=1e-9)
+    assert gate_up.time_s == pytest.approx(0.384e-3, rel=0.10)
+    plain, W, Q = experts(prof, StepBatch.decode(256, 2048))
+    assert plain.time_s == pytest.approx(priced(fused, 256.0, W, Q), rel=1e-9) and plain.time_s > gate_up.time_s
+    assert experts(with_deepep, StepBatch.prefill(8, 1024))[0].time_s == experts(prof, StepBatch.prefill(8, 1024))[
+        0].time_s
+    # DeepEP without its buffers in the memory model (an MTP draft sharing the main model's) runs the
+    # same kernels
+    no_buffers = prof.with_(comm=dataclasses.replace(CommOptions.deepep(), buffer=A2ABuffer.NONE))
+    assert experts(no_buffers, StepBatch.decode(256, 2048))[0].time_s == gate_up.time_s
+
+
 def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
     # Qwen3-30B-A3B NVFP4 on one B200 under TensorRT-LLM's kernels: 512 decode tokens route
     # 512 x 8 = 4,096 rows through experts of intermediate 768 and hidden 2,048; the curve's time

@@ -9,7 +9,9 @@ Two sources are read, whatever subset of their tables a directory holds:
   kv_cache_dtype, step, window_size, latency``) and ``nccl_perf`` (``op_name, num_gpus,
   nccl_dtype, message_size, latency``), ``moe_perf`` (``moe_dtype, num_tokens, hidden_size,
   inter_size, topk, num_experts, moe_tp_size, moe_ep_size, distribution, kernel_source,
-  latency``: one MoE layer's fused routed-expert kernel). Latencies are milliseconds; NCCL message sizes are
+  latency``: one MoE layer's fused routed-expert kernel), and ``wideep_generation_moe_perf`` (the
+  same columns: SGLang's DeepEP decode expert layer, DeepGEMM's masked grouped GEMM on one rank of
+  ``moe_ep_size``, kind ``moe_ep``). Latencies are milliseconds; NCCL message sizes are
   elements (an all-gather of N half elements takes the time of 2N int8 elements in the tables).
   Older releases wrote the same columns as CSV text (``*.txt``/``*.csv``); both are read.
 * **Vidur** (Microsoft, MIT; ``data/profiling``): ``compute/<gpu>/<model>/mlp.csv`` holds
@@ -131,7 +133,8 @@ def find_systems(root: str | Path) -> dict[str, Path]:
 def import_aiconfigurator(root: str | Path, system: str, *, framework: str | None = None,
                           kinds: Iterable[str] = ("gemm", "context_attention", "generation_attention", "nccl"),
                           ) -> MeasurementSet:
-    # ``kinds`` may add "moe" (the fused MoE tables; :func:`_moe_rows` says which rows are kept)
+    # ``kinds`` may add "moe" (the fused MoE tables; :func:`_moe_rows` says which rows are kept) and
+    # "moe_ep" (DeepEP expert layers on one expert-parallel rank, :func:`_wideep_moe_rows`)
     """Read one system's GEMM, attention and NCCL tables into measurements.
 
     Parameters
@@ -157,10 +160,15 @@ def import_aiconfigurator(root: str | Path, system: str, *, framework: str | Non
     rows: list[Measurement] = []
     used: list[str] = []
     kinds = tuple(kinds)
-    for stem, reader in (("gemm_perf", _gemm_rows), ("context_attention_perf", _context_rows),
-                         ("generation_attention_perf", _generation_rows), ("nccl_perf", _nccl_rows),
-                         ("moe_perf", _moe_rows)):
-        if stem.removesuffix("_perf") not in kinds:
+    for stem, kind, reader in (("gemm_perf", "gemm", _gemm_rows), ("context_attention_perf", "context_attention",
+                                                                      _context_rows),
+                               ("generation_attention_perf", "generation_attention", _generation_rows),
+                               ("nccl_perf", "nccl", _nccl_rows), ("moe_perf", "moe", _moe_rows),
+                               # decode only: the prefill table (``wideep_context_moe_perf``, DeepGEMM's
+                               # contiguous layout) fits the routed-expert curve form 18-32% held out
+                               # (docs/validation.md, "DeepEP experts")
+                               ("wideep_generation_moe_perf", "moe_ep", _wideep_moe_rows)):
+        if kind not in kinds:
             continue
         for path in _tables(sdir, stem):
             fw, ver = _runtime(path, sdir)
@@ -235,6 +243,37 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
                           name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=name, tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
                                      kernel=src.replace(" ", "_"), runtime=runtime))
+
+
+def _wideep_moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
+    """Routed experts of one MoE layer on one rank of an expert-parallel group, as SGLang runs them
+    behind DeepEP in decode (aiconfigurator ``collector/wideep/sglang/collect_deepep_moe.py``:
+    DeepGEMM's masked grouped GEMM on the low-latency layout), uniform routing only. ``num_tokens``
+    counts the tokens of every rank (the collector writes ``num_token x moe_ep_size``); the latency
+    is one rank's ``E / ep`` local experts. Work and traffic of that rank as :func:`_moe_rows` counts
+    a layer: ``c = tokens x top-k / ep`` routed rows, and ``e_act = min(E / ep, c)`` local experts
+    holding a token: the collector's "uniform" routing is balanced, not drawn (``tokens x top-k / E``
+    rows per expert, or one row each on ``c`` experts when that is below one)."""
+    for r in _read_table(path):
+        dt = str(r.get("moe_dtype", ""))
+        fmt = MOE_ONLY_DTYPES.get(dt) or ((DTYPE_NAME[dt], DTYPE_BYTES[dt]) if dt in DTYPE_BYTES else None)
+        if fmt is None or str(r.get("distribution", "uniform")) != "uniform":
+            continue
+        tokens, h, inter, topk, E, tp, ep = (_num(r, c, path) for c in (
+            "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"))
+        t = _num(r, "latency", path) * 1e-3
+        if tp != 1 or ep < 2 or t <= 0 or min(tokens, h, inter, topk, E) <= 0 or E % ep:
+            continue
+        c = tokens * topk / ep
+        eact = min(E / ep, c)
+        name, wb = fmt
+        yield Measurement(kind="moe_ep", phase="decode",
+                          flops=c * (6 * h * inter + 6 * inter),
+                          bytes=_ACT_BYTES * c * (2 * h + 8 * inter) + eact * wb * 3 * h * inter,
+                          time_s=t, rows=c,
+                          name=_name(m=round(c, 3), n=int(3 * inter), k=int(h), dtype=name, tokens=int(tokens),
+                                     experts=int(E), topk=int(topk), inter=int(inter), tp=1, ep=int(ep),
+                                     kernel=str(r.get("kernel_source", "")).replace(" ", "_"), runtime=runtime))
 
 
 def _attn_common(r: Mapping[str, Any], path: Path) -> tuple[float, float, float, float, float, str]:

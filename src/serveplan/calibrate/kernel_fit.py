@@ -452,8 +452,9 @@ def attention_group(rows: Sequence[Measurement], phase: str) -> np.ndarray:
 
 def moe_group(rows: Sequence[Measurement]) -> np.ndarray:
     """Shape group of a fused-MoE row: one model's MoE layer at one split (hidden, intermediate,
-    experts, top-k, expert TP), whatever the token count."""
-    keys = [tuple(int(float(shape_of(r)[f])) for f in ("k", "inter", "experts", "topk", "tp")) for r in rows]
+    experts, top-k, expert TP, expert-parallel ranks), whatever the token count."""
+    keys = [tuple(int(float(shape_of(r).get(f, 1))) for f in ("k", "inter", "experts", "topk", "tp", "ep"))
+            for r in rows]
     index = {key: i for i, key in enumerate(sorted(set(keys)))}
     return np.array([index[key] for key in keys], dtype=float)
 
@@ -509,6 +510,33 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
     return attention
 
 
+def fit_moe_curves(ms: MeasurementSet, hardware: DeviceSpec, kind: str, seed: int, held: list[HeldOut], *,
+                   source: str, fit_date: str) -> dict[str, GemmCurve]:
+    """Routed-expert curves by weight format from the rows of ``kind`` (``moe``: fused MoE on one
+    device; ``moe_ep``: DeepEP expert layers on one expert-parallel rank), each fitted on a seeded
+    half of its shape groups (:func:`moe_group`) and reported on the other half (appended to
+    ``held``), then fitted on every row. A format with one shape group has no held-out half and
+    gets no curve."""
+    out: dict[str, GemmCurve] = {}
+    label = {"moe": "moe", "moe_ep": "moe DeepEP"}.get(kind, kind)
+    for dt in sorted({shape_of(r)["dtype"] for r in select(ms, kind)}):
+        rows = select(ms, kind, dtype=dt)
+        if len(rows) < 2 * MIN_POINTS:
+            continue
+        tr = split_by_group(moe_group(rows), seed)
+        if tr.all() or not tr.any():   # one shape group: no held-out half
+            continue
+        train = [r for r, m in zip(rows, tr, strict=True) if m]
+        test = [r for r, m in zip(rows, tr, strict=True) if not m]
+        c = fit_gemm(train, hardware, dt)
+        ho = summarize(f"{label} {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
+                                                   np.array([r.time_s for r in test])), len(train))
+        held.append(ho)
+        out[dt] = fit_gemm(rows, hardware, dt, provenance=Provenance(source=source, fit_date=fit_date,
+                                                                     points=len(rows), held_out_median=ho.median))
+    return out
+
+
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
                       gemm_dtypes: Sequence[str] = ("bf16", "fp8", "fp4"),
                       kv_dtypes: Sequence[str] = ("bf16", "fp8"),
@@ -540,23 +568,8 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
                             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                                   held_out_median=ho.median))
     attention = _attention_curves(ms, hardware, kv_dtypes, seed, held, source=source, fit_date=fit_date)
-    moe: dict[str, GemmCurve] = {}
-    for dt in sorted({shape_of(r)["dtype"] for r in select(ms, "moe")}):
-        rows = select(ms, "moe", dtype=dt)
-        if len(rows) < 2 * MIN_POINTS:
-            continue
-        groups = moe_group(rows)
-        tr = split_by_group(groups, seed)
-        if tr.all() or not tr.any():   # one shape group: no held-out half
-            continue
-        train = [r for r, m in zip(rows, tr, strict=True) if m]
-        test = [r for r, m in zip(rows, tr, strict=True) if not m]
-        c = fit_gemm(train, hardware, dt)
-        ho = summarize(f"moe {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
-                                               np.array([r.time_s for r in test])), len(train))
-        held.append(ho)
-        moe[dt] = fit_gemm(rows, hardware, dt, provenance=Provenance(source=source, fit_date=fit_date,
-                                                                     points=len(rows), held_out_median=ho.median))
+    moe = fit_moe_curves(ms, hardware, "moe", seed, held, source=source, fit_date=fit_date)
+    moe_deepep = fit_moe_curves(ms, hardware, "moe_ep", seed, held, source=source, fit_date=fit_date)
     coll: dict[str, dict[int, CollectiveCurve]] = {}
     crow = select(ms, "collective")
     if collective_runtime:
@@ -583,5 +596,6 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
             rows, op, g, link=link,
             provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                   held_out_median=held[-1].median if big else None))
-    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, moe=moe, source=source,
+    return KernelCurves(gemm=gemm, attention=attention, collectives=coll, moe=moe, moe_deepep=moe_deepep,
+                        source=source,
                         fit_date=fit_date), held

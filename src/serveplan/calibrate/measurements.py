@@ -37,7 +37,8 @@ import numpy as np
 
 from serveplan.errors import SpecError
 
-KINDS = ("gemm", "gemv", "copy", "elementwise", "norm", "attention", "launch", "module", "collective", "moe")
+KINDS = ("gemm", "gemv", "copy", "elementwise", "norm", "attention", "launch", "module", "collective", "moe",
+         "moe_ep")
 PHASES = ("prefill", "decode", "any")
 MODULES = ("norm", "attention", "mlp", "moe", "lm_head")
 REQUIRED = ("kind", "phase", "flops", "bytes", "time_s")

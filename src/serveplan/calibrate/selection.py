@@ -37,15 +37,17 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
     B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200:
     FlashInfer-TRT-LLM and Triton for block FP8), whose choice depends on the version, the GPU and
     flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``). One rule for every engine,
-    GPU and format, chosen without any serving row."""
-    counts = Counter(moe_path(r) for r in ms.rows if r.kind == "moe")
-    best: dict[str, tuple[str, str, str]] = {}
-    for dt_ in sorted({d for d, _, _ in counts}):
-        cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
-        generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
-        best[dt_] = max(generic or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
-    return MeasurementSet(tuple(r for r in ms.rows if r.kind != "moe" or best[shape_of(r)["dtype"]] == moe_path(r)),
-                          ms.metadata)
+    GPU and format, chosen without any serving row. The DeepEP expert tables (kind ``moe_ep``) take
+    the same rule on their own."""
+    best: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for kind in ("moe", "moe_ep"):
+        counts = Counter(moe_path(r) for r in ms.rows if r.kind == kind)
+        for dt_ in sorted({d for d, _, _ in counts}):
+            cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
+            generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
+            best[kind, dt_] = max(generic or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
+    return MeasurementSet(tuple(r for r in ms.rows if r.kind not in ("moe", "moe_ep")
+                                or best[r.kind, shape_of(r)["dtype"]] == moe_path(r)), ms.metadata)
 
 
 def table_key(r: Measurement) -> tuple[str, str, str]:

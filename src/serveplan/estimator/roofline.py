@@ -356,16 +356,18 @@ class CurveRates:
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
                 peak_flops: float, attention_peak_flops: float, bandwidth: float,
-                max_ranks: int | None = None, moe_dims: tuple[float, float] | None = None) -> CurveRates:
+                max_ranks: int | None = None, moe_dims: tuple[float, float] | None = None,
+                deepep: bool = False) -> CurveRates:
         """``max_ranks``: the largest group a collective curve stands for (the scale-up domain
         the NCCL tables were measured in); larger groups keep the per-tier model. ``moe_dims``:
-        (expert intermediate size per device, hidden size) of a MoE model, for a fused-MoE curve."""
+        (expert intermediate size per device, hidden size) of a MoE model, for a fused-MoE curve.
+        ``deepep``: the experts run behind DeepEP (:meth:`KernelCurves.moe_curve`)."""
         on = step.attn_heads[0] > 0
         group = step.attn_heads[0] / step.attn_heads[1] if on else None
         gi = np.flatnonzero(step.is_gemm)
         coll = tuple(curves.collective_curve(_COLLECTIVE_OP[k], g) if max_ranks is None or g <= max_ranks else None
                      for k, g in zip(step.comm_kind, step.comm_group, strict=True))
-        moe = curves.moe_curve(dtype) if moe_dims is not None else None
+        moe = curves.moe_curve(dtype, deepep=deepep) if moe_dims is not None else None
         parts = cls.expert_parts(step) if moe is not None else None
         return cls(
             gemm=curves.gemm_curve(dtype),

@@ -190,17 +190,19 @@ def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Pha
 
 
 def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware: DeviceSpec, *, dtype: DType,
-                   kv_dtype: DType, moe_dims: tuple[float, float] | None = None) -> CurveRates | None:
+                   kv_dtype: DType, moe_dims: tuple[float, float] | None = None,
+                   deepep: bool = False) -> CurveRates | None:
     """The profile's measured curves for these formats, or ``None`` for a constant-factor profile.
     Collective curves stand for groups inside the scale-up domain they were measured in.
-    ``moe_dims``: (expert intermediate size per device, hidden size) of a MoE model."""
+    ``moe_dims``: (expert intermediate size per device, hidden size) of a MoE model; ``deepep``: its
+    experts run behind DeepEP's dispatch (the profile's DeepEP expert curve where it has one)."""
     if profile.kernels is None:
         return None
     return CurveRates.resolve(compiled, profile.kernels, dtype=dtype.value, kv_dtype=kv_dtype.value,
                               peak_flops=gemm_peak_flops(hardware, dtype.value),
                               attention_peak_flops=attention_peak_flops(hardware, kv_dtype.value),
                               bandwidth=hardware.memory_bandwidth,
-                              max_ranks=hardware.domain_size, moe_dims=moe_dims)
+                              max_ranks=hardware.domain_size, moe_dims=moe_dims, deepep=deepep)
 
 
 def scale_up_latencies(profile: EfficiencyProfile, hardware: DeviceSpec) -> dict[Collective, float] | None:
@@ -281,6 +283,13 @@ class Estimator:
                     if model.is_moe else None)
         self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
                                       moe_dims=moe_dims)
+        # DeepEP over more than one expert-parallel rank: decode steps run the experts as DeepGEMM's
+        # masked grouped GEMM on the low-latency layout (the profile's DeepEP expert curve where it
+        # has one); prefill steps keep the fused-MoE curve
+        deepep = self.comm.runs_deepep and parallel.ep > 1 and model.is_moe
+        self._decode_curves = (resolve_curves(self.compiled, profile, hardware, dtype=self.dtype,
+                                              kv_dtype=self.kv_dtype, moe_dims=moe_dims, deepep=True)
+                               if deepep else self._curves)
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
@@ -305,7 +314,8 @@ class Estimator:
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
         return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
-                             bandwidth=self.hardware.memory_bandwidth, curves=self._curves)
+                             bandwidth=self.hardware.memory_bandwidth,
+                             curves=self._decode_curves if phase is Phase.DECODE else self._curves)
 
     # ------------------------------------------------------------------ features
     def rank_shares(self, batch: StepBatch) -> tuple[float, float]:

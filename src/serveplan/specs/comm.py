@@ -169,6 +169,13 @@ class CommOptions:
                            dedup_nodes=True, all_to_all_efficiency=DEEPEP_RDMA_EFFICIENCY,
                            buffer=buf, buffer_tokens_per_rank=buffer_tokens_per_rank)
 
+    @property
+    def runs_deepep(self) -> bool:
+        """A DeepEP deployment (:meth:`deepep`, the engines' ``deepep`` options): node-deduplicated
+        dispatch is DeepEP's, whatever buffers are reserved (a variant without the memory term, or
+        an MTP draft module sharing the main model's buffers, still runs its kernels)."""
+        return self.dedup_nodes
+
     def payload_bytes(self, dtype: DType, activation_bytes: float) -> float:
         """Bytes per value of a payload in ``dtype`` (FP8 with its scales); 16-bit payloads
         keep the activations' width (4 under an fp32 model)."""

@@ -395,6 +395,9 @@ class KernelCurves:
     attention: Mapping[str, AttentionCurve] = field(default_factory=dict)
     collectives: Mapping[str, Mapping[int, CollectiveCurve]] = field(default_factory=dict)
     moe: Mapping[str, GemmCurve] = field(default_factory=dict)   # fused MoE kernel, by weight format
+    #: routed experts of a decode step behind DeepEP's low-latency dispatch on one expert-parallel rank
+    #: (DeepGEMM's masked grouped GEMM), by weight format
+    moe_deepep: Mapping[str, GemmCurve] = field(default_factory=dict)
     eager_launch_s: float | None = None
     graph_step_s: float | None = None
     launch_provenance: str = ""
@@ -409,12 +412,17 @@ class KernelCurves:
                 return self.gemm[key]
         return None
 
-    def moe_curve(self, dtype: str) -> GemmCurve | None:
+    def moe_curve(self, dtype: str, *, deepep: bool = False) -> GemmCurve | None:
         """Fused-MoE curve of a weight format (``nvfp4`` and ``fp4`` stand for each other, ``fp16`` for
-        ``bf16``); no fallback across precisions: another format runs other kernels."""
-        for key in (dtype, {"nvfp4": "fp4", "fp4": "nvfp4", "fp16": "bf16"}.get(dtype, "")):
-            if key in self.moe:
-                return self.moe[key]
+        ``bf16``); no fallback across precisions: another format runs other kernels. ``deepep``: the
+        experts of a decode step run behind DeepEP's low-latency dispatch (DeepGEMM's masked grouped
+        GEMM), whose own curve is taken where the profile has one for the format, else the fused-MoE
+        curve."""
+        alias = {"nvfp4": "fp4", "fp4": "nvfp4", "fp16": "bf16"}.get(dtype, "")
+        for table in ((self.moe_deepep, self.moe) if deepep else (self.moe,)):
+            for key in (dtype, alias):
+                if key in table:
+                    return table[key]
         return None
 
     def attention_curve(self, phase: str, kv_dtype: str, group: float | None = None,
@@ -474,6 +482,8 @@ class KernelCurves:
             out["collectives"] = {op: {int(g): one(c) for g, c in by.items()} for op, by in self.collectives.items()}
         if self.moe:
             out["moe"] = {k: one(v) for k, v in self.moe.items()}
+        if self.moe_deepep:
+            out["moe_deepep"] = {k: one(v) for k, v in self.moe_deepep.items()}
         launch: dict[str, Any] = {}
         if self.eager_launch_s is not None:
             launch["eager_launch_s"] = _round(self.eager_launch_s)
@@ -561,13 +571,15 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
         return None
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where} must map gemm, attention, collectives and launch to curves")
-    unknown = set(raw) - {"gemm", "attention", "collectives", "moe", "launch", "source", "fit_date"}
+    unknown = set(raw) - {"gemm", "attention", "collectives", "moe", "moe_deepep", "launch", "source", "fit_date"}
     if unknown:
         raise SpecError(f"{where}: unknown section(s) {', '.join(sorted(unknown))}; "
-                        f"expected: source, fit_date, gemm, attention, collectives, moe, launch")
+                        f"expected: source, fit_date, gemm, attention, collectives, moe, moe_deepep, launch")
     parent = (str(raw.get("source", "")), str(raw.get("fit_date", "")))
     gemm = {str(k): _build(GemmCurve, v, f"{where}.gemm.{k}", parent) for k, v in (raw.get("gemm") or {}).items()}
     moe = {str(k): _build(GemmCurve, v, f"{where}.moe.{k}", parent) for k, v in (raw.get("moe") or {}).items()}
+    moe_deepep = {str(k): _build(GemmCurve, v, f"{where}.moe_deepep.{k}", parent)
+                  for k, v in (raw.get("moe_deepep") or {}).items()}
     attn = {}
     for k, v in (raw.get("attention") or {}).items():
         parts = str(k).split("/")
@@ -591,5 +603,6 @@ def kernel_curves_from_dict(raw: Any, where: str = "kernels") -> KernelCurves | 
         graph = float(launch["graph_step_s"]) if launch.get("graph_step_s") is not None else None
     except (TypeError, ValueError):
         raise SpecError(f"{where}.launch: eager_launch_s and graph_step_s must be seconds") from None
-    return KernelCurves(gemm=gemm, attention=attn, collectives=coll, moe=moe, eager_launch_s=eager, graph_step_s=graph,
+    return KernelCurves(gemm=gemm, attention=attn, collectives=coll, moe=moe, moe_deepep=moe_deepep,
+                        eager_launch_s=eager, graph_step_s=graph,
                         launch_provenance=str(launch.get("source", "")), source=parent[0], fit_date=parent[1])

@@ -217,7 +217,8 @@ class EfficiencyProfile:
             gemm = {dt: (c.with_fused_input(base[dt].overhead_s) if dt in base else c) for dt, c in gemm.items()}
         return prof.with_(kernels=dataclasses.replace(self.kernels, gemm=gemm,
                                                       attention=ek.attention or self.kernels.attention,
-                                                      moe=ek.moe or self.kernels.moe))
+                                                      moe=ek.moe or self.kernels.moe,
+                                                      moe_deepep=ek.moe_deepep or self.kernels.moe_deepep))
 
     def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)
