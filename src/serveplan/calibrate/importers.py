@@ -166,7 +166,7 @@ def import_aiconfigurator(root: str | Path, system: str, *, framework: str | Non
                                ("nccl_perf", "nccl", _nccl_rows), ("moe_perf", "moe", _moe_rows),
                                # decode only: the prefill table (``wideep_context_moe_perf``, DeepGEMM's
                                # contiguous layout) fits the routed-expert curve form 18-32% held out
-                               # (docs/validation.md, "DeepEP experts")
+                               # (docs/validation.md, "DeepEP expert curve")
                                ("wideep_generation_moe_perf", "moe_ep", _wideep_moe_rows)):
         if kind not in kinds:
             continue
