@@ -186,3 +186,19 @@ def test_too_few_points_is_a_spec_error(synthetic_set):
     few = synthetic_set.subset(range(3))
     with pytest.raises(SpecError, match="too few points"):
         fit_kernels(few, get_hardware("a100-80g"), dtype="fp16")
+
+
+def test_rows_the_factor_fit_does_not_price_are_left_out_of_it(synthetic_set):
+    # a measurement file may hold collectives and the kernel curves' fused-MoE and DeepEP expert
+    # rows (kinds collective, moe, moe_ep); the factor fit prices none of them, so the same file
+    # with them gives the same profile (a KeyError on the kind before)
+    from serveplan.calibrate.measurements import Measurement, MeasurementSet
+
+    extra = tuple(Measurement(kind=k, phase="decode", flops=1e9, bytes=1e8, time_s=1e-4, rows=8,
+                              name="m=8 n=6144 k=7168 dtype=fp8_block ep=8 op=all_reduce ranks=2")
+                  for k in ("collective", "moe", "moe_ep"))
+    mixed = MeasurementSet(synthetic_set.rows + extra, synthetic_set.metadata)
+    plain, with_extra = _calibrate(synthetic_set), _calibrate(mixed)
+    assert with_extra.profile.prefill == plain.profile.prefill and with_extra.profile.decode == plain.profile.decode
+    hw = get_hardware("a100-80g")
+    assert fit_kernels(mixed, hw, dtype="fp16").params == fit_kernels(synthetic_set, hw, dtype="fp16").params

@@ -61,6 +61,10 @@ FAMILIES = tuple(f.value for f in roofline.FAMILIES)
 #: kernel kind -> family
 KIND_FAMILY = {"gemm": "matmul", "gemv": "matmul", "attention": "attention", "copy": "stream",
                "elementwise": "stream", "norm": "stream", "launch": "stream", "module": "stream"}
+#: kinds the factor fit prices as kernels; the others are left out of it: collectives (a single
+#: device's profile keeps the base communication factors) and the fused-MoE and DeepEP expert rows
+#: (``moe``, ``moe_ep``: data of the kernel curves, :mod:`serveplan.calibrate.kernel_fit`)
+KERNEL_KINDS = tuple(k for k in KIND_FAMILY if k not in ("module", "launch"))
 EFF_BOUNDS = (1e-3, 1.0)
 #: Minimum rows per fitted parameter before a fit is attempted (a fit with fewer is meaningless).
 MIN_ROWS_PER_PARAM = 2
@@ -168,15 +172,16 @@ class _Design:
         return np.asarray((self.predict(x) - self.t) / self.t)
 
 
+def factor_rows(ms: MeasurementSet) -> MeasurementSet:
+    """The rows the factor fit prices (kinds of :data:`KIND_FAMILY`): collectives, fused-MoE and
+    DeepEP expert rows left out (:data:`KERNEL_KINDS`)."""
+    keep = np.isin(ms.arrays()["kind"], list(KIND_FAMILY))
+    return ms if keep.all() else ms.subset(np.flatnonzero(keep))
+
+
 def _design(ms: MeasurementSet, form: KernelForm, peak_flops: float, bandwidth: float) -> _Design:
     a = ms.arrays()
     kinds, phases = a["kind"], a["phase"]
-    if np.any(kinds == "collective"):
-        # single-device profiles carry no collectives; comm efficiency keeps the base value
-        keep = kinds != "collective"
-        ms = ms.subset(np.flatnonzero(keep))
-        a = ms.arrays()
-        kinds, phases = a["kind"], a["phase"]
     modules = [m for m in MODULES if np.any((kinds == "module") & (a["module"] == m))]
     names = _param_names(form, modules)
     idx = {n: i for i, n in enumerate(names)}
@@ -199,7 +204,7 @@ def _design(ms: MeasurementSet, form: KernelForm, peak_flops: float, bandwidth: 
 
 def _check_enough(ms: MeasurementSet, d: _Design, where: str) -> None:
     a = ms.arrays()
-    kernel = ~np.isin(a["kind"], ("module", "launch", "collective"))
+    kernel = np.isin(a["kind"], KERNEL_KINDS)
     for ph in PHASES:
         n = int(np.sum(kernel & (a["phase"] == ph)))
         if n < 2 * MIN_ROWS_PER_PARAM:
@@ -238,6 +243,7 @@ def fit_kernels(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str 
     form = _form(form)
     dt = DType.parse(dtype)
     sc, sm = hardware.flops(dt), hardware.memory_bandwidth
+    ms = factor_rows(ms)
     d = _design(ms, form, sc, sm)
     _check_enough(ms, d, where)
     x0 = np.empty(len(d.names))
@@ -321,8 +327,9 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
     the kernel rows are split into ``folds`` groups at random (``seed``), the same groups for
     every model.
     """
+    ms = factor_rows(ms)
     a = ms.arrays()
-    kernel = np.flatnonzero(~np.isin(a["kind"], ("module", "launch", "collective")))
+    kernel = np.flatnonzero(np.isin(a["kind"], KERNEL_KINDS))
     fixed = np.flatnonzero(np.isin(a["kind"], ("module", "launch")))
     rng = np.random.default_rng(seed)
     perm = rng.permutation(kernel)
