@@ -61,9 +61,10 @@ FAMILIES = tuple(f.value for f in roofline.FAMILIES)
 #: kernel kind -> family
 KIND_FAMILY = {"gemm": "matmul", "gemv": "matmul", "attention": "attention", "copy": "stream",
                "elementwise": "stream", "norm": "stream", "launch": "stream", "module": "stream"}
-#: kinds the factor fit prices as kernels; the others are left out of it: collectives (a single
-#: device's profile keeps the base communication factors) and the fused-MoE and DeepEP expert rows
-#: (``moe``, ``moe_ep``: data of the kernel curves, :mod:`serveplan.calibrate.kernel_fit`)
+#: kinds the factor fit prices as kernels (launch and module rows carry parameters of their own).
+#: Kinds outside :data:`KIND_FAMILY` are left out of the fit (:func:`factor_rows`): collectives (a
+#: single device's profile keeps the base communication factors) and the fused-MoE and DeepEP expert
+#: rows (``moe``, ``moe_ep``: data of the kernel curves, :mod:`serveplan.calibrate.kernel_fit`)
 KERNEL_KINDS = tuple(k for k in KIND_FAMILY if k not in ("module", "launch"))
 EFF_BOUNDS = (1e-3, 1.0)
 #: Minimum rows per fitted parameter before a fit is attempted (a fit with fewer is meaningless).

@@ -286,7 +286,10 @@ class Estimator:
         # DeepEP over more than one expert-parallel rank: decode steps run the experts as DeepGEMM's
         # masked grouped GEMM on the low-latency layout (the profile's DeepEP expert curve where it
         # has one); prefill steps keep the fused-MoE curve
-        deepep = self.comm.runs_deepep and parallel.ep > 1 and model.is_moe
+        # (resolved again only where the profile has a DeepEP curve of its own for the format)
+        k = profile.kernels
+        deepep = (self.comm.runs_deepep and parallel.ep > 1 and model.is_moe and k is not None
+                  and k.moe_curve(self.dtype.value, deepep=True) is not k.moe_curve(self.dtype.value))
         self._decode_curves = (resolve_curves(self.compiled, profile, hardware, dtype=self.dtype,
                                               kv_dtype=self.kv_dtype, moe_dims=moe_dims, deepep=True)
                                if deepep else self._curves)
