@@ -4,7 +4,7 @@ and `serveplan calibrate --from aiconfigurator` apply before a fit (synthetic ro
 from __future__ import annotations
 
 from serveplan.calibrate import selection as sel
-from serveplan.calibrate.importers import shape_of
+from serveplan.calibrate.importers import MXFP8_KERNEL_SUFFIX, shape_of
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
 
 
@@ -57,3 +57,24 @@ def test_one_collection_per_gemm_and_attention_table():
     kept = sel.one_collection_per_table(MeasurementSet(tuple(ctx), {})).rows
     assert sorted((shape_of(r)["kv_dtype"], shape_of(r)["q_dtype"]) for r in kept) == (
         [("bf16", "bf16")] * 2 + [("fp8", "fp8")])
+
+
+def test_mxfp4_experts_take_the_path_on_the_engines_default_activations():
+    # TensorRT-LLM and SGLang run MXFP4 experts on MXFP8 activations on Blackwell, vLLM on BF16
+    # (selection.MXFP8_ACTIVATION_ENGINES): that path is kept even where the other one was timed on
+    # more shapes; a table without it (Hopper) keeps its 16-bit path
+    def row(kernel, runtime):
+        return Measurement(kind="moe", phase="decode", flops=1.0, bytes=1.0, time_s=1.0, rows=1,
+                           name=f"m=1 n=1 k=1 dtype=mxfp4 kernel={kernel} runtime={runtime}")
+
+    a8 = "moe_torch_flow" + MXFP8_KERNEL_SUFFIX
+    for runtime, rows, want in (
+            ("trtllm-1.3.0rc20", [row("moe_torch_flow", "trtllm-1.3.0rc20")] * 3 + [row(a8, "trtllm-1.3.0rc20")],
+             a8),
+            ("sglang-0.5.14", [row("fi", "sglang-0.5.14")] * 3 + [row("fi" + MXFP8_KERNEL_SUFFIX, "sglang-0.5.14")],
+             "fi" + MXFP8_KERNEL_SUFFIX),
+            ("vllm-0.24.0", [row("fi_bf16", "vllm-0.24.0")] + [row("fi" + MXFP8_KERNEL_SUFFIX, "vllm-0.24.0")] * 3,
+             "fi_bf16"),
+            ("trtllm-1.3.0rc20", [row("moe_torch_flow", "trtllm-1.3.0rc20")] * 2, "moe_torch_flow")):
+        kept = sel.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
+        assert {shape_of(r)["kernel"] for r in kept} == {want}, runtime

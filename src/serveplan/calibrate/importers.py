@@ -208,9 +208,15 @@ def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
 MOE_SKIPPED_KERNELS = ("min_latency", "nongated")
 
 
-#: Weight formats only the MoE tables carry: MXFP4 experts with 16-bit activations (gpt-oss's
-#: checkpoint format; 4-bit values plus one 8-bit scale per 32, OCP MX v1.0), written ``mxfp4``.
-MOE_ONLY_DTYPES = {"w4a16_mxfp4": ("mxfp4", 0.53125)}
+#: Weight formats only the MoE tables carry: MXFP4 experts (gpt-oss's checkpoint format; 4-bit
+#: values plus one 8-bit scale per 32, OCP MX v1.0), written ``mxfp4``, with 16-bit activations or
+#: with activations quantized to MXFP8 (Blackwell's kernels; :data:`MXFP8_ACTIVATIONS`).
+MOE_ONLY_DTYPES = {"w4a16_mxfp4": ("mxfp4", 0.53125), "w4a8_mxfp4_mxfp8": ("mxfp4", 0.53125)}
+#: Table formats whose experts compute on MXFP8 activations: the same weights as ``mxfp4``, another
+#: kernel, so their rows carry the suffix :data:`MXFP8_KERNEL_SUFFIX` on the kernel path
+#: (``selection.moe_path``) and are never fitted together with the 16-bit-activation rows.
+MXFP8_ACTIVATIONS = frozenset({"w4a8_mxfp4_mxfp8"})
+MXFP8_KERNEL_SUFFIX = "+mxfp8_activations"
 
 
 def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
@@ -242,7 +248,8 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
                           time_s=t, rows=c,
                           name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=name, tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
-                                     kernel=src.replace(" ", "_"), runtime=runtime))
+                                     kernel=src.replace(" ", "_") + (MXFP8_KERNEL_SUFFIX if dt in MXFP8_ACTIVATIONS
+                                                                     else ""), runtime=runtime))
 
 
 def _wideep_moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:

@@ -140,16 +140,28 @@ def _gemm_model(peak: float, bw: float, tile: int, quant: float) -> Callable[[np
     return f
 
 
+#: Further starting ceilings (fractions of the format's peak) of a fused-MoE curve fit. A MoE
+#: kernel can run far below its weight format's peak: MXFP4 experts compute on 16-bit or MXFP8
+#: activations at those formats' rates, a quarter or half of the FP4 peak the curve is a fraction
+#: of. Started at 0.8 only, the ceiling ran past its clip (1.5), where it has no gradient, and
+#: the fit kept memory and overhead terms alone (vLLM on B200, MXFP4: 33% held out; from 0.1:
+#: 14%, ``kernel-validation.md``).
+MOE_CEILING_STARTS = (0.3, 0.1, 0.03)
+
+
 def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, tile: int = 1,
-             provenance: Provenance | None = None) -> GemmCurve:
+             provenance: Provenance | None = None, ceilings: Sequence[float] = ()) -> GemmCurve:
     """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m, p_half`` and, for formats
-    with quantized activations (:data:`QUANT_BYTES`), ``e_q``) to GEMM rows."""
+    with quantized activations (:data:`QUANT_BYTES`), ``e_q``) to GEMM rows. ``ceilings``: further
+    starting values of ``c_max``; the fit of lowest cost is kept."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"gemm {dtype}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     d = _gemm_rows(rows)
     quant = QUANT_BYTES.get(dtype, 0.0)
     p0 = (5e-6, 0.8, 16.0, 1e6, 0.8, 8.0) + ((0.5,) if quant else ())
-    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant), p0, d)
+    starts = [(p0[0], c, *p0[2:]) for c in ceilings]
+    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant), p0, d,
+                 starts)
     if not quant:
         p = np.append(p, 1.0)
     return _gemm_curve(p, tile, quant, sd=dict(zip(GEMM_PARAMS, sd.tolist(), strict=False)), provenance=provenance)
@@ -528,12 +540,13 @@ def fit_moe_curves(ms: MeasurementSet, hardware: DeviceSpec, kind: str, seed: in
             continue
         train = [r for r, m in zip(rows, tr, strict=True) if m]
         test = [r for r, m in zip(rows, tr, strict=True) if not m]
-        c = fit_gemm(train, hardware, dt)
+        c = fit_gemm(train, hardware, dt, ceilings=MOE_CEILING_STARTS)
         ho = summarize(f"{label} {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
                                                    np.array([r.time_s for r in test])), len(train))
         held.append(ho)
-        out[dt] = fit_gemm(rows, hardware, dt, provenance=Provenance(source=source, fit_date=fit_date,
-                                                                     points=len(rows), held_out_median=ho.median))
+        out[dt] = fit_gemm(rows, hardware, dt, ceilings=MOE_CEILING_STARTS,
+                           provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
+                                                 held_out_median=ho.median))
     return out
 
 

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from serveplan.calibrate.importers import shape_of
+from serveplan.calibrate.importers import MXFP8_KERNEL_SUFFIX, shape_of
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
 
 
@@ -28,23 +28,45 @@ def one_kernel_per_table(ms: MeasurementSet) -> MeasurementSet:
 CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
 
 
+#: Engines whose MXFP4 experts compute on MXFP8 activations where the GPU has such kernels
+#: (Blackwell; Hopper tables time only 16-bit activations). TensorRT-LLM: "The activation can be
+#: in either bf16 (Hopper) or mxfp8 (Blackwell)", its only Blackwell rows
+#: (``examples/models/core/gpt_oss/README.md``, MoE support matrix, 1.0-1.2); SGLang: server
+#: argument ``flashinfer_mxfp4_moe_precision`` = ``"default"`` (choices ``default``, ``bf16``),
+#: which quantizes the activations to MXFP8 on Blackwell (``server_args.py``, 0.5.x; aiconfigurator-
+#: core 0.12.0 ``sdk/models/helpers.py`` files those runs under ``w4a8_mxfp4_mxfp8``). vLLM keeps
+#: BF16 activations unless ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``quantization/mxfp4.py``
+#: ``get_mxfp4_backend``: ``SM100_FI_MXFP4_BF16`` by default).
+MXFP8_ACTIVATION_ENGINES = ("trtllm", "sglang")
+
+
+def _mxfp4_activations_match(path: tuple[str, str, str]) -> bool:
+    """Whether an MXFP4 fused-MoE path computes on the activations its engine uses by default."""
+    engine = path[1].split("-", 1)[0]
+    return path[2].endswith(MXFP8_KERNEL_SUFFIX) == (engine in MXFP8_ACTIVATION_ENGINES)
+
+
 def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
     """The measurements with one fused-MoE kernel path per weight format: among every collection
     (engine version) and kernel path timed for the format, the one timed on the most shapes, newest
     version first on a tie, leaving out a checkpoint tool's own method where another path exists
-    (:data:`CHECKPOINT_METHODS`). Several collections of the same shapes would otherwise be fitted
-    together, and vLLM's and SGLang's tables time several backends for some formats (vLLM 0.24 on
-    B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang 0.5.14 on B200:
-    FlashInfer-TRT-LLM and Triton for block FP8), whose choice depends on the version, the GPU and
-    flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``). One rule for every engine,
-    GPU and format, chosen without any serving row. The DeepEP expert tables (kind ``moe_ep``) take
-    the same rule on their own."""
+    (:data:`CHECKPOINT_METHODS`), and for MXFP4 the path on the engine's default activations
+    (:data:`MXFP8_ACTIVATION_ENGINES`) where one is timed. Several collections of the same shapes
+    would otherwise be fitted together, and vLLM's and SGLang's tables time several backends for
+    some formats (vLLM 0.24 on B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang
+    0.5.14 on B200: FlashInfer-TRT-LLM and Triton for block FP8), whose choice depends on the
+    version, the GPU and flags (vLLM's MoE backend oracle, SGLang ``--moe-runner-backend auto``).
+    One rule for every engine, GPU and format, chosen without any serving row. The DeepEP expert
+    tables (kind ``moe_ep``) take the same rule on their own."""
     best: dict[tuple[str, str], tuple[str, str, str]] = {}
     for kind in ("moe", "moe_ep"):
         counts = Counter(moe_path(r) for r in ms.rows if r.kind == kind)
         for dt_ in sorted({d for d, _, _ in counts}):
             cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
             generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
+            if dt_ == "mxfp4":
+                cands = [kn for kn in cands if _mxfp4_activations_match(kn[0])] or cands
+                generic = [kn for kn in generic if _mxfp4_activations_match(kn[0])] or generic
             best[kind, dt_] = max(generic or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
     return MeasurementSet(tuple(r for r in ms.rows if r.kind not in ("moe", "moe_ep")
                                 or best[r.kind, shape_of(r)["dtype"]] == moe_path(r)), ms.metadata)
