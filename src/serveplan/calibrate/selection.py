@@ -29,9 +29,11 @@ CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
 
 
 #: Engines whose MXFP4 experts compute on MXFP8 activations where the GPU has such kernels
-#: (Blackwell; Hopper tables time only 16-bit activations). TensorRT-LLM: "The activation can be
-#: in either bf16 (Hopper) or mxfp8 (Blackwell)", its only Blackwell rows
-#: (``examples/models/core/gpt_oss/README.md``, MoE support matrix, 1.0-1.2); SGLang: server
+#: (Blackwell; Hopper tables time only 16-bit activations). TensorRT-LLM:
+#: ``_torch/model_config.py`` ``ModelConfig.get_mxfp4_quant_algo`` returns ``W4A8_MXFP4_MXFP8`` on
+#: SM 100 and later for every MoE backend but Triton (``W4A16_MXFP4`` below SM 100) unless
+#: ``OVERRIDE_QUANT_ALGO`` is set, and ``examples/models/core/gpt_oss/README.md`` lists only MXFP8
+#: activations for Blackwell (1.0-1.3); SGLang: server
 #: argument ``flashinfer_mxfp4_moe_precision`` = ``"default"`` (choices ``default``, ``bf16``),
 #: which quantizes the activations to MXFP8 on Blackwell (``server_args.py``, 0.5.x; aiconfigurator-
 #: core 0.12.0 ``sdk/models/helpers.py`` files those runs under ``w4a8_mxfp4_mxfp8``). vLLM keeps
