@@ -219,6 +219,12 @@ MXFP8_ACTIVATIONS = frozenset({"w4a8_mxfp4_mxfp8"})
 MXFP8_KERNEL_SUFFIX = "+mxfp8_activations"
 
 
+def _moe_kernel(source: str, table_dtype: str) -> str:
+    """Kernel path of a MoE table row: its ``kernel_source``, with :data:`MXFP8_KERNEL_SUFFIX` for
+    the formats of :data:`MXFP8_ACTIVATIONS`."""
+    return source.replace(" ", "_") + (MXFP8_KERNEL_SUFFIX if table_dtype in MXFP8_ACTIVATIONS else "")
+
+
 def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     """Fused routed-expert kernel of one MoE layer, balanced routing, no expert parallelism
     (``moe_ep_size`` 1: every expert on the device; ``moe_tp_size`` splits each expert's
@@ -248,8 +254,7 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
                           time_s=t, rows=c,
                           name=_name(m=int(c), n=int(3 * i), k=int(h), dtype=name, tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=int(tp),
-                                     kernel=src.replace(" ", "_") + (MXFP8_KERNEL_SUFFIX if dt in MXFP8_ACTIVATIONS
-                                                                     else ""), runtime=runtime))
+                                     kernel=_moe_kernel(src, dt), runtime=runtime))
 
 
 def _wideep_moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
@@ -280,7 +285,7 @@ def _wideep_moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
                           time_s=t, rows=c,
                           name=_name(m=round(c, 3), n=int(3 * inter), k=int(h), dtype=name, tokens=int(tokens),
                                      experts=int(E), topk=int(topk), inter=int(inter), tp=1, ep=int(ep),
-                                     kernel=str(r.get("kernel_source", "")).replace(" ", "_"), runtime=runtime))
+                                     kernel=_moe_kernel(str(r.get("kernel_source", "")), dt), runtime=runtime))
 
 
 def _attn_common(r: Mapping[str, Any], path: Path) -> tuple[float, float, float, float, float, str]:
