@@ -458,3 +458,18 @@ def test_moe_curves_whose_ceiling_is_far_below_the_formats_peak_are_fitted():
     d = [float(one_start.time(r.rows, float(shape_of(r)["n"]), float(shape_of(r)["k"]), r.flops, r.bytes, peak,
                               hw.memory_bandwidth)) for r in rows]
     assert np.median(np.abs(np.array(d) / t - 1)) > 0.05
+
+
+def test_weight_only_int4_moe_rows_are_read_as_w4a16_at_its_width(tmp_path):
+    # Marlin's INT4 MoE (``int4_wo``, the path vLLM and SGLang run for INT4 checkpoints such as
+    # Kimi-K2.5's) is written ``w4a16`` at DType.W4A16's width: 0.5 + 2.5 / 128 bytes per weight
+    row = {"framework": "VLLM", "version": "0.19.0", "device": "NVIDIA H200", "op_name": "moe",
+           "kernel_source": "vllm_marlin_int4_moe", "moe_dtype": "int4_wo", "num_tokens": 8,
+           "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 384, "moe_tp_size": 8,
+           "moe_ep_size": 1, "distribution": "balanced", "latency": 0.05}
+    _write(tmp_path / "h200_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.csv", [row])
+    (r,) = import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe",)).rows
+    eact = 384 * (1 - (1 - 8 / 384) ** 8)
+    i = 2048 / 8
+    assert shape_of(r)["dtype"] == "w4a16" and r.time_s == pytest.approx(5e-5)
+    assert r.bytes == pytest.approx(2 * 64 * (2 * 7168 + 8 * i) + eact * (0.5 + 2.5 / 128) * 3 * 7168 * i)

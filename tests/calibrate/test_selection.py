@@ -78,3 +78,19 @@ def test_mxfp4_experts_take_the_path_on_the_engines_default_activations():
             ("trtllm-1.3.0rc20", [row("moe_torch_flow", "trtllm-1.3.0rc20")] * 2, "moe_torch_flow")):
         kept = sel.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
         assert {shape_of(r)["kernel"] for r in kept} == {want}, runtime
+
+
+def test_weight_only_int4_experts_take_the_checkpoint_tools_method():
+    # INT4 MoE checkpoints run through their tool's method (compressed-tensors WNA16 Marlin), so for
+    # w4a16 that path is kept even where a bare kernel path was timed on more shapes
+    # (selection.CHECKPOINT_FORMATS); other formats still leave the tool's method out
+    def row(kernel, dt, ver):
+        return Measurement(kind="moe", phase="decode", flops=1.0, bytes=1.0, time_s=1.0, rows=1,
+                           name=f"m=1 n=1 k=1 dtype={dt} kernel={kernel} runtime=vllm-{ver}")
+
+    rows = ([row("vllm_marlin_int4_moe", "w4a16", "0.19.0")] * 5
+            + [row("vllm_compressedtensorswna16marlinmoe", "w4a16", "0.24.0")]
+            + [row("vllm_modeloptfp8moe", "fp8", "0.24.0")] * 5 + [row("vllm_fused_moe", "fp8", "0.19.0")])
+    kept = sel.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
+    assert sorted(sd_shape(r) for r in kept) == [("fp8", "vllm_fused_moe", "vllm-0.19.0"),
+                                                 ("w4a16", "vllm_compressedtensorswna16marlinmoe", "vllm-0.24.0")]

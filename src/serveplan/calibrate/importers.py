@@ -42,6 +42,7 @@ from typing import Any
 
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
 from serveplan.errors import SpecError
+from serveplan.units import DType
 
 #: Bytes per element of the formats that appear in the tables.
 DTYPE_BYTES = {"bfloat16": 2.0, "bf16": 2.0, "float16": 2.0, "fp16": 2.0, "half": 2.0, "fp8": 1.0,
@@ -210,8 +211,12 @@ MOE_SKIPPED_KERNELS = ("min_latency", "nongated")
 
 #: Weight formats only the MoE tables carry: MXFP4 experts (gpt-oss's checkpoint format; 4-bit
 #: values plus one 8-bit scale per 32, OCP MX v1.0), written ``mxfp4``, with 16-bit activations or
-#: with activations quantized to MXFP8 (Blackwell's kernels; :data:`MXFP8_ACTIVATIONS`).
-MOE_ONLY_DTYPES = {"w4a16_mxfp4": ("mxfp4", 0.53125), "w4a8_mxfp4_mxfp8": ("mxfp4", 0.53125)}
+#: with activations quantized to MXFP8 (Blackwell's kernels; :data:`MXFP8_ACTIVATIONS`); and
+#: weight-only INT4 experts (``int4_wo``: Marlin's W4A16 MoE, which vLLM and SGLang run for
+#: compressed-tensors, AWQ and GPTQ INT4 checkpoints such as Kimi-K2.5's), written ``w4a16`` at that
+#: format's width (:class:`~serveplan.units.DType`), so the curve prices the traffic the estimator counts.
+MOE_ONLY_DTYPES = {"w4a16_mxfp4": ("mxfp4", DType.MXFP4.bytes), "w4a8_mxfp4_mxfp8": ("mxfp4", DType.MXFP4.bytes),
+                   "int4_wo": ("w4a16", DType.W4A16.bytes)}
 #: Table formats whose experts compute on MXFP8 activations: the same weights as ``mxfp4``, another
 #: kernel, so their rows carry the suffix :data:`MXFP8_KERNEL_SUFFIX` on the kernel path
 #: (``selection.moe_path``) and are never fitted together with the 16-bit-activation rows.

@@ -26,6 +26,14 @@ def one_kernel_per_table(ms: MeasurementSet) -> MeasurementSet:
 #: compressed-tensors MoE methods): the checkpoint picks them, not the format. Kept for a format
 #: only where the engine's tables time no other path for it.
 CHECKPOINT_METHODS = ("modelopt", "compressedtensors")
+#: Formats that only a checkpoint tool produces (weight-only INT4: compressed-tensors, AWQ, GPTQ):
+#: there the tool's method is how a served checkpoint runs, and is taken where it is timed. vLLM's
+#: tables time INT4 experts two ways on H200 and B200: 0.24's compressed-tensors WNA16 Marlin
+#: method, which aiconfigurator's collector builds from a ``pack-quantized`` compressed-tensors
+#: config as a checkpoint loads (``collector/vllm/collect_moe.py``), and 0.19's bare
+#: ``vllm_marlin_int4_moe`` rows, 2.1-2.6x slower at Kimi-K2's layer (TP 8 on H200, 8 tokens:
+#: 230 us against 110 us) while SGLang 0.5.14's Marlin MoE agrees with the former (92 us).
+CHECKPOINT_FORMATS = ("w4a16",)
 
 
 #: Engines whose MXFP4 experts compute on MXFP8 activations where the GPU has such kernels
@@ -52,7 +60,8 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
     """The measurements with one fused-MoE kernel path per weight format: among every collection
     (engine version) and kernel path timed for the format, the one timed on the most shapes, newest
     version first on a tie, leaving out a checkpoint tool's own method where another path exists
-    (:data:`CHECKPOINT_METHODS`), and for MXFP4 the path on the engine's default activations
+    (:data:`CHECKPOINT_METHODS`; for the formats of :data:`CHECKPOINT_FORMATS` that method first),
+    and for MXFP4 the path on the engine's default activations
     (:data:`MXFP8_ACTIVATION_ENGINES`) where one is timed. Several collections of the same shapes
     would otherwise be fitted together, and vLLM's and SGLang's tables time several backends for
     some formats (vLLM 0.24 on B200: FlashInfer's TensorRT-LLM and CUTLASS MoE for NVFP4; SGLang
@@ -65,7 +74,9 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
         counts = Counter(moe_path(r) for r in ms.rows if r.kind == kind)
         for dt_ in sorted({d for d, _, _ in counts}):
             cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
-            generic = [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)]
+            tool = [(k, n) for k, n in cands if any(m in k[2] for m in CHECKPOINT_METHODS)]
+            generic = ((tool or cands) if dt_ in CHECKPOINT_FORMATS
+                       else [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)])
             if dt_ == "mxfp4":
                 cands = [kn for kn in cands if _mxfp4_activations_match(kn[0])] or cands
                 generic = [kn for kn in generic if _mxfp4_activations_match(kn[0])] or generic
