@@ -455,3 +455,20 @@ def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
     assert get_profile("measured-a100-80g").kernels.moe_curve("bf16") is None
     assert all(o.time_s > 0 for o in plain.estimate(StepBatch.of((), [1000] * 512)).ops
                if o.name.startswith("experts."))
+
+
+def test_int4_moe_steps_price_the_experts_by_the_marlin_curve():
+    # Kimi-K2.5 (weight-only INT4 experts, served as w4a16) at TP 8 on H200: a decode step of 8
+    # sequences prices its routed experts by the profile's w4a16 fused-MoE curve, fitted to vLLM
+    # 0.24's compressed-tensors Marlin MoE table, which measures 110.5 us for Kimi-K2's layer at TP 8
+    # and 8 tokens (aiconfigurator-core 0.12.0 h200_sxm moe_perf, int4_wo, balanced); before the
+    # curve the experts took the phase factors and were priced at a fraction of that
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_model
+
+    prof, hw, model = get_profile("measured-h200"), get_hardware("h200"), get_model("kimi-k2.5")
+    curve = prof.kernels.moe_curve("w4a16")
+    assert curve is not None and curve.provenance is not None
+    ops = {o.name: o for o in Estimator(model, hw, prof.for_engine("vllm"), ParallelConfig(tp=8),
+                                        dtype="w4a16").estimate(StepBatch.decode(8, 2048)).ops if o.module == "moe"}
+    experts = sum(ops[n].time_s for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
+    assert experts == pytest.approx(110.5e-6, rel=0.25)
