@@ -399,19 +399,33 @@ def test_prefill_group_term_is_kept_only_where_it_predicts_held_out_groups(tmp_p
     assert fit_attention(packed, H100, "prefill").group_half == pytest.approx(2.0, rel=0.05)
 
 
-def test_mxfp4_moe_rows_are_read_with_their_own_width(tmp_path):
-    # gpt-oss's MXFP4 experts (``w4a16_mxfp4`` in the MoE tables only): 4-bit values plus one 8-bit
-    # scale per 32 = 4.25 bits = 0.53125 bytes per weight, written ``mxfp4``; GEMM tables of that
-    # format are not read (no GEMM row carries it here)
-    row = {"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA H200", "op_name": "moe",
-           "kernel_source": "vllm_gptossmxfp4moe_triton", "moe_dtype": "w4a16_mxfp4", "num_tokens": 64,
-           "hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128, "moe_tp_size": 1,
-           "moe_ep_size": 1, "distribution": "balanced", "latency": 0.1}
-    _write(tmp_path / "h200_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.csv", [row])
+#: MoE-only table formats and the bytes the importer must count, derived by hand: gpt-oss's MXFP4
+#: experts (``w4a16_mxfp4``: 4-bit values plus one 8-bit scale per 32 = 0.53125 bytes per weight,
+#: written ``mxfp4``; H200, 64 tokens, 128 experts of 2880, top-4: 256 routed rows, e_act of 128
+#: experts) and Marlin's INT4 MoE (``int4_wo``, the path vLLM and SGLang run for INT4 checkpoints
+#: such as Kimi-K2.5's, written ``w4a16`` at DType.W4A16's width 0.5 + 2.5 / 128; 8 tokens, 384
+#: experts of 2048 split 8 ways, top-8: 64 routed rows). GEMM tables of these formats are not read.
+_MOE_ONLY_CASES = {
+    "mxfp4": ({"version": "0.24.0", "kernel_source": "vllm_gptossmxfp4moe_triton", "moe_dtype": "w4a16_mxfp4",
+               "num_tokens": 64, "hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128,
+               "moe_tp_size": 1, "latency": 0.1},
+              2 * 256 * (2 * 2880 + 8 * 2880) + 128 * (1 - (1 - 4 / 128) ** 64) * 0.53125 * 3 * 2880 * 2880),
+    "w4a16": ({"version": "0.19.0", "kernel_source": "vllm_marlin_int4_moe", "moe_dtype": "int4_wo",
+               "num_tokens": 8, "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 384,
+               "moe_tp_size": 8, "latency": 0.05},
+              2 * 64 * (2 * 7168 + 8 * 256) + 384 * (1 - (1 - 8 / 384) ** 8) * (0.5 + 2.5 / 128) * 3 * 7168 * 256),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(_MOE_ONLY_CASES))
+def test_moe_only_formats_are_read_with_their_own_width(tmp_path, fmt):
+    fields, nbytes = _MOE_ONLY_CASES[fmt]
+    row = {"framework": "VLLM", "device": "NVIDIA H200", "op_name": "moe", "moe_ep_size": 1,
+           "distribution": "balanced", **fields}
+    _write(tmp_path / "h200_sxm" / "moe" / "vllm" / fields["version"] / "moe_perf.csv", [row])
     (r,) = import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe",)).rows
-    eact = 128 * (1 - (1 - 4 / 128) ** 64)
-    assert shape_of(r)["dtype"] == "mxfp4" and r.time_s == pytest.approx(1e-4)
-    assert r.bytes == pytest.approx(2 * 256 * (2 * 2880 + 8 * 2880) + eact * 0.53125 * 3 * 2880 * 2880)
+    assert shape_of(r)["dtype"] == fmt and r.time_s == pytest.approx(fields["latency"] * 1e-3)
+    assert r.bytes == pytest.approx(nbytes)
 
 
 def test_mxfp4_experts_on_mxfp8_activations_are_another_kernel_path(tmp_path):
@@ -458,18 +472,3 @@ def test_moe_curves_whose_ceiling_is_far_below_the_formats_peak_are_fitted():
     d = [float(one_start.time(r.rows, float(shape_of(r)["n"]), float(shape_of(r)["k"]), r.flops, r.bytes, peak,
                               hw.memory_bandwidth)) for r in rows]
     assert np.median(np.abs(np.array(d) / t - 1)) > 0.05
-
-
-def test_weight_only_int4_moe_rows_are_read_as_w4a16_at_its_width(tmp_path):
-    # Marlin's INT4 MoE (``int4_wo``, the path vLLM and SGLang run for INT4 checkpoints such as
-    # Kimi-K2.5's) is written ``w4a16`` at DType.W4A16's width: 0.5 + 2.5 / 128 bytes per weight
-    row = {"framework": "VLLM", "version": "0.19.0", "device": "NVIDIA H200", "op_name": "moe",
-           "kernel_source": "vllm_marlin_int4_moe", "moe_dtype": "int4_wo", "num_tokens": 8,
-           "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 384, "moe_tp_size": 8,
-           "moe_ep_size": 1, "distribution": "balanced", "latency": 0.05}
-    _write(tmp_path / "h200_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.csv", [row])
-    (r,) = import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe",)).rows
-    eact = 384 * (1 - (1 - 8 / 384) ** 8)
-    i = 2048 / 8
-    assert shape_of(r)["dtype"] == "w4a16" and r.time_s == pytest.approx(5e-5)
-    assert r.bytes == pytest.approx(2 * 64 * (2 * 7168 + 8 * i) + eact * (0.5 + 2.5 / 128) * 3 * 7168 * i)
