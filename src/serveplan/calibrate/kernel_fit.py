@@ -538,16 +538,26 @@ def fit_moe_curves(ms: MeasurementSet, hardware: DeviceSpec, kind: str, seed: in
         tr = split_by_group(moe_group(rows), seed)
         if tr.all() or not tr.any():   # one shape group: no held-out half
             continue
-        train = [r for r, m in zip(rows, tr, strict=True) if m]
-        test = [r for r, m in zip(rows, tr, strict=True) if not m]
-        c = fit_gemm(train, hardware, dt, ceilings=MOE_CEILING_STARTS)
-        ho = summarize(f"{label} {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
-                                                   np.array([r.time_s for r in test])), len(train))
-        held.append(ho)
-        out[dt] = fit_gemm(rows, hardware, dt, ceilings=MOE_CEILING_STARTS,
-                           provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
-                                                 held_out_median=ho.median))
+        out[dt] = _fit_gemm_held_out(rows, tr, hardware, dt, f"{label} {dt}", held, source=source,
+                                     fit_date=fit_date, ceilings=MOE_CEILING_STARTS)
     return out
+
+
+def _fit_gemm_held_out(rows: Sequence[Measurement], train_mask: np.ndarray, hardware: DeviceSpec, dtype: str,
+                       what: str, held: list[HeldOut], *, source: str, fit_date: str, tile: int = 1,
+                       ceilings: Sequence[float] = ()) -> GemmCurve:
+    """A curve of the GEMM form fitted on the ``train_mask`` rows and reported on the others
+    (appended to ``held`` as ``what``), then fitted on every row with that held-out error in its
+    provenance."""
+    train = [r for r, m in zip(rows, train_mask, strict=True) if m]
+    test = [r for r, m in zip(rows, train_mask, strict=True) if not m]
+    c = fit_gemm(train, hardware, dtype, tile=tile, ceilings=ceilings)
+    ho = summarize(what, rel_errors(predict_gemm(c, test, hardware, dtype), np.array([r.time_s for r in test])),
+                   len(train))
+    held.append(ho)
+    return fit_gemm(rows, hardware, dtype, tile=tile, ceilings=ceilings,
+                    provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
+                                          held_out_median=ho.median))
 
 
 def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, fit_date: str, seed: int = 0,
@@ -570,16 +580,9 @@ def fit_kernel_curves(ms: MeasurementSet, hardware: DeviceSpec, *, source: str, 
         if len(rows) < 2 * MIN_POINTS:
             continue
         tr = split_by_group(gemm_group(rows), seed)
-        train = [r for r, m in zip(rows, tr, strict=True) if m]
-        test = [r for r, m in zip(rows, tr, strict=True) if not m]
-        tile = choose_tile(train, hardware, dt, seed)
-        c = fit_gemm(train, hardware, dt, tile=tile)
-        ho = summarize(f"gemm {dt}", rel_errors(predict_gemm(c, test, hardware, dt),
-                                                np.array([r.time_s for r in test])), len(train))
-        held.append(ho)
-        gemm[dt] = fit_gemm(rows, hardware, dt, tile=tile,
-                            provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
-                                                  held_out_median=ho.median))
+        tile = choose_tile([r for r, m in zip(rows, tr, strict=True) if m], hardware, dt, seed)
+        gemm[dt] = _fit_gemm_held_out(rows, tr, hardware, dt, f"gemm {dt}", held, source=source,
+                                      fit_date=fit_date, tile=tile)
     attention = _attention_curves(ms, hardware, kv_dtypes, seed, held, source=source, fit_date=fit_date)
     moe = fit_moe_curves(ms, hardware, "moe", seed, held, source=source, fit_date=fit_date)
     moe_deepep = fit_moe_curves(ms, hardware, "moe_ep", seed, held, source=source, fit_date=fit_date)
