@@ -74,13 +74,11 @@ def one_moe_path_per_format(ms: MeasurementSet) -> MeasurementSet:
         counts = Counter(moe_path(r) for r in ms.rows if r.kind == kind)
         for dt_ in sorted({d for d, _, _ in counts}):
             cands = [(k, n) for k, n in counts.items() if k[0] == dt_]
-            tool = [(k, n) for k, n in cands if any(m in k[2] for m in CHECKPOINT_METHODS)]
-            generic = ((tool or cands) if dt_ in CHECKPOINT_FORMATS
-                       else [(k, n) for k, n in cands if not any(m in k[2] for m in CHECKPOINT_METHODS)])
             if dt_ == "mxfp4":
                 cands = [kn for kn in cands if _mxfp4_activations_match(kn[0])] or cands
-                generic = [kn for kn in generic if _mxfp4_activations_match(kn[0])] or generic
-            best[kind, dt_] = max(generic or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
+            tool = [(k, n) for k, n in cands if any(m in k[2] for m in CHECKPOINT_METHODS)]
+            preferred = tool if dt_ in CHECKPOINT_FORMATS else [kn for kn in cands if kn not in tool]
+            best[kind, dt_] = max(preferred or cands, key=lambda kn: (kn[1], _version_order(kn[0][1])))[0]
     return MeasurementSet(tuple(r for r in ms.rows if r.kind not in ("moe", "moe_ep")
                                 or best[r.kind, shape_of(r)["dtype"]] == moe_path(r)), ms.metadata)
 
