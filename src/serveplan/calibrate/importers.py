@@ -224,6 +224,13 @@ MXFP8_ACTIVATIONS = frozenset({"w4a8_mxfp4_mxfp8"})
 MXFP8_KERNEL_SUFFIX = "+mxfp8_activations"
 
 
+def _moe_format(table_dtype: str) -> tuple[str, float] | None:
+    """(format name, bytes per weight) of a MoE table's ``moe_dtype``; ``None`` for formats not read."""
+    if table_dtype in MOE_ONLY_DTYPES:
+        return MOE_ONLY_DTYPES[table_dtype]
+    return (DTYPE_NAME[table_dtype], DTYPE_BYTES[table_dtype]) if table_dtype in DTYPE_BYTES else None
+
+
 def _moe_kernel(source: str, table_dtype: str) -> str:
     """Kernel path of a MoE table row: its ``kernel_source``, with :data:`MXFP8_KERNEL_SUFFIX` for
     the formats of :data:`MXFP8_ACTIVATIONS`."""
@@ -241,7 +248,7 @@ def _moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     for r in _read_table(path):
         dt = str(r.get("moe_dtype", ""))
         src = str(r.get("kernel_source", ""))
-        fmt = MOE_ONLY_DTYPES.get(dt) or ((DTYPE_NAME[dt], DTYPE_BYTES[dt]) if dt in DTYPE_BYTES else None)
+        fmt = _moe_format(dt)
         if (fmt is None or str(r.get("distribution", "balanced")) != "balanced"
                 or any(s in src for s in MOE_SKIPPED_KERNELS)):
             continue
@@ -273,7 +280,7 @@ def _wideep_moe_rows(path: Path, runtime: str) -> Iterator[Measurement]:
     rows per expert, or one row each on ``c`` experts when that is below one)."""
     for r in _read_table(path):
         dt = str(r.get("moe_dtype", ""))
-        fmt = MOE_ONLY_DTYPES.get(dt) or ((DTYPE_NAME[dt], DTYPE_BYTES[dt]) if dt in DTYPE_BYTES else None)
+        fmt = _moe_format(dt)
         if fmt is None or str(r.get("distribution", "uniform")) != "uniform":
             continue
         tokens, h, inter, topk, E, tp, ep = (_num(r, c, path) for c in (
