@@ -621,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="steady: means over the steady window; run: means over every request of a run of "
                          f"{BENCH_ROUNDS} x C requests that starts with all C clients at once; median: that "
                          "run's medians (an experiment); warmed: genai-perf's run, 2 C warm-up requests before "
-                         "the 10 C measured (an experiment); wave: the C requests sent together as one offline run (an experiment)")
+                         "the 10 C measured (an experiment); wave: the C requests sent together as one offline run "
+                         "(an experiment)")
     ap.add_argument("--models", default=None,
                     help="comma-separated catalog ids: only these models' rows (default: every covered row)")
     ap.add_argument("--report-only", type=Path, default=None, metavar="JSON",
