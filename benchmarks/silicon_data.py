@@ -429,6 +429,28 @@ def deployment(case: SiliconCase) -> Deployment:
                       mixed=True, memory_fraction=None)
 
 
+#: InferenceMAX's launch scripts for Llama-3.3-70B on TensorRT-LLM (github.com/SemiAnalysisAI/InferenceX,
+#: ``benchmarks/70b_fp8_b200_trt_slurm.sh``, ``70b_fp4_b200_trt_slurm.sh`` and ``70b_fp8_h200_trt_slurm.sh``
+#: at commit 9596d23d7 of 2025-10-29, the day these rows record as ``measured``; Llama 70B left the
+#: suite that day): ``trtllm-serve --max_num_tokens 16384`` and, for 1024/1024 below TP 8,
+#: ``batch_wait_max_tokens_ratio: 0.9`` with ``batch_wait_timeout_iters: 20`` in the extra LLM-API
+#: options ("will improve the performance" of 1k/1k, the script says); no ``max_batch_size``
+#: (TensorRT-LLM's 2048) and no memory fraction (its 0.9).
+INFERENCEMAX_LLAMA_TRTLLM_MAX_NUM_TOKENS = 16384
+INFERENCEMAX_LLAMA_TRTLLM_BATCH_WAIT = (20, 0.9)
+
+
+def inferencemax_trtllm_llama(case: SiliconCase) -> tuple[int, tuple[int, float]] | None:
+    """``(max_num_tokens, (batch_wait_timeout_iters, batch_wait_max_tokens_ratio))`` InferenceMAX's
+    script launched ``case``'s server with, for its TensorRT-LLM Llama-70B rows (None for any other
+    row; (0, 0.0) where the script sets no batch waiting)."""
+    if case.engine != "trtllm" or case.model != "llama-3.1-70b" or case.length_ratio == 1.0:
+        return None
+    wait = (INFERENCEMAX_LLAMA_TRTLLM_BATCH_WAIT if (case.isl, case.osl) == (1024, 1024) and case.parallel.tp < 8
+            else (0, 0.0))
+    return INFERENCEMAX_LLAMA_TRTLLM_MAX_NUM_TOKENS, wait
+
+
 def map_rows(rows: Iterable[dict[str, str]]) -> tuple[list[SiliconCase], list[tuple[dict[str, str], NotStatable]]]:
     """All rows: the stated cases and the rows left out with their reason."""
     cases, skipped = [], []

@@ -56,7 +56,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_data import NotStatable, SiliconCase, deployment, load_rows, map_row  # noqa: E402
+from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama  # noqa: E402
+from silicon_data import load_rows, map_row  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
@@ -240,21 +241,36 @@ def held_slot_rows(text: str) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
+def launch_script_known(case: SiliconCase) -> bool:
+    """Whether ``case`` is simulated as its harness ran it, server and client: its launch script
+    was read (:func:`silicon_data.inferencemax_trtllm_llama`), so its client's length spread
+    (``--random-range-ratio``, :data:`silicon_data.INFERENCEMAX_RANGE_RATIO`) is simulated with it."""
+    return inferencemax_trtllm_llama(case) is not None
+
+
 def row_engine(case: SiliconCase, *, as_deployed: bool = False,
-               held_slot: bool = False) -> tuple[Any, dict[str, int]]:
+               held_slot: bool = False, harness: bool = True) -> tuple[Any, dict[str, int]]:
     """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
     (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
     aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
     SGLang's prefill cap and mixing, TRT-LLM's memory share). ``held_slot=True`` (an experiment,
     ``--held-slot``): the server's batch limit is the row's ``batch_size`` less one, as if one of
     the slots the clients fill were held by something else, so that every new request waits for a
-    completion (docs/validation.md, "Reading the serving errors")."""
+    completion (docs/validation.md, "Reading the serving errors"). Rows whose launch script was
+    read (``harness=True``, :func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
+    TensorRT-LLM Llama-70B runs) take that script's ``max_num_tokens`` and batch waiting instead of
+    every other choice."""
     import dataclasses
 
     from serveplan.specs.catalog import get_engine
 
     spec = get_engine(engine_for(case.engine, case.engine_version))
     held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
+    imax = inferencemax_trtllm_llama(case) if harness else None
+    if imax is not None:   # the launch script of these rows is known: it replaces every other choice
+        budget, (iters, ratio) = imax
+        spec = dataclasses.replace(spec, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
+        return spec, {"token_budget": budget, **held}
     if not as_deployed:
         return spec, held
     dep = deployment(case)
@@ -306,7 +322,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         strategy="1m",
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=None if statistic == "wave" else case.concurrency, rate=None, offline=statistic == "wave",
-        workload=row_workload(case, run_requests(case.concurrency, statistic), spread=benchmark_lengths), **settings,
+        workload=row_workload(case, run_requests(case.concurrency, statistic),
+                              spread=benchmark_lengths or launch_script_known(case)), **settings,
     )
     think: float | np.ndarray = round_trip_ms * 1e-3
     if send_delay_ms > 0:   # one draw per request (the experiment of check 6)

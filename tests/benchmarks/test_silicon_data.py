@@ -223,3 +223,23 @@ def test_client_experiments_count_their_requests_and_leave_the_warm_up_out():
             vs.main(argv)
     with pytest.raises(SystemExit, match="positive factor"):
         vs.main(["--dispatch-scale", "0", "--no-docs"])
+
+
+def test_inferencemax_trtllm_llama_rows_run_with_their_launch_script():
+    # InferenceX benchmarks/70b_fp8_b200_trt_slurm.sh at 9596d23d7 (2025-10-29): --max_num_tokens
+    # 16384; batch_wait_timeout_iters 20 and batch_wait_max_tokens_ratio 0.9 only for 1k/1k below TP 8
+    vs = load("validate_silicon")
+    src = "source_file=2026-04-06.csv; model=Llama-3.1-70B; silicon_concurrency=8; measured=2025-10-29"
+    row = {**ROW, "system": "b200_sxm", "tp_size": "2", "silicon_data_source": src}
+    case = sd.map_row(row)
+    assert sd.inferencemax_trtllm_llama(case) == (16384, (20, 0.9))
+    spec, settings = vs.row_engine(case)
+    assert (spec.batch_wait_iters, spec.batch_wait_tokens_ratio, settings) == (20, 0.9, {"token_budget": 16384})
+    assert vs.launch_script_known(case)
+    assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "tp_size": "8"})) == (16384, (0, 0.0))
+    assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "osl": "8192"})) == (16384, (0, 0.0))
+    # other engines, and the gap-analysis collection (no launch script read), keep the other rules
+    assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "backend": "vllm"})) is None
+    gap = sd.map_row({**row, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"})
+    assert sd.inferencemax_trtllm_llama(gap) is None and not vs.launch_script_known(gap)
+    assert vs.row_engine(gap)[0].batch_wait_iters == 0

@@ -417,3 +417,89 @@ def test_each_replica_has_its_own_frontend(h100):
     assert two.ttft[0] == pytest.approx(two.ttft[1], rel=1e-12)          # in parallel, alike
     assert two.ttft[0] == pytest.approx(one.ttft[0], rel=1e-12)          # each alone on its replica
     assert one.ttft[1] > one.ttft[0] + 5e-3 - 1e-12                      # behind the first on one replica
+
+
+# ---------------------------------------------------------------------- TensorRT-LLM batch waiting
+def _trtllm_waiting(h100, iters: int, ratio: float, arrivals: list[float], out: int = 64):
+    import dataclasses
+
+    m, h, p = h100
+    spec = dataclasses.replace(get_engine("trtllm"), batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
+    n = len(arrivals)
+    wl = Workload(input_lengths=np.full(n, 512), output_lengths=np.full(n, out), arrival="trace",
+                  trace_times=np.array(arrivals))
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, strategy="1m",
+                           workload=wl)
+    return cfg, simulate(cfg)
+
+
+def test_trtllm_batch_waiting_holds_a_prompt_for_its_timeout_while_others_decode(h100):
+    # PyExecutor._waiting_requests: a context request that arrives while a generation request runs
+    # is held until it has waited batch_wait_timeout_iters iterations (the token ratio is out of
+    # reach here: 512 + 1 tokens against 0.9 x 8192), then joins the next step. Request 0 arrives
+    # alone (nothing decodes: no wait); request 1 arrives while it decodes and waits 20 steps.
+    arrivals = [0.0, 0.05]
+    _, off = _trtllm_waiting(h100, 0, 0.0, arrivals)
+    _, on = _trtllm_waiting(h100, 20, 0.9, arrivals)
+    assert on.requests.ttft[0] == off.requests.ttft[0]          # nothing decoding: no wait
+    first_end = off.requests.arrival[0] + off.requests.ttft[0]
+    assert 0.05 > first_end                                     # request 1 arrives during 0's decodes
+    # held 20 decode steps of request 0 (each at least the batch-1 decode time) before its prefill
+    m, h, p = h100
+    est, _, _ = engine_estimator(get_engine("trtllm"), m, h, p, off.config.fleet.first.parallel, dtype="fp8")
+    one_decode = float(decode_times(est, 1, 512 + 1, 1)[0])
+    assert on.requests.ttft[1] >= off.requests.ttft[1] + 19 * one_decode
+    assert on.num_completed == off.num_completed == 2
+
+
+def test_trtllm_batch_waiting_releases_held_prompts_together_and_never_waits_without_decodes(h100):
+    # three prompts arriving one by one while request 0 decodes are released in one step (the wait
+    # is shared: one counter, reset when the held prompts go); with batch waiting off each is
+    # prefilled in the step after it arrives
+    arrivals = [0.0, 0.05, 0.06, 0.07]
+    _, on = _trtllm_waiting(h100, 20, 0.9, arrivals)
+    r = on.requests
+    first_token = r.arrival + r.ttft
+    assert first_token[1] == first_token[2] == first_token[3]
+    _, off = _trtllm_waiting(h100, 0, 0.0, arrivals)
+    assert len(set((off.requests.arrival + off.requests.ttft)[1:].tolist())) == 3
+    # a burst into an idle engine (nothing decoding) is never held, whatever the timeout
+    _, burst = _trtllm_waiting(h100, 1000, 0.9, [0.0, 0.0, 0.0])
+    _, burst_off = _trtllm_waiting(h100, 0, 0.0, [0.0, 0.0, 0.0])
+    assert np.array_equal(burst.requests.ttft, burst_off.requests.ttft)
+
+
+def test_trtllm_batch_waiting_stops_once_the_step_would_hold_enough_tokens(h100):
+    # with a ratio the held prompts go as soon as prompts plus decodes reach ratio x max_num_tokens:
+    # 0.1 x 8192 = 819 tokens; one 512-token prompt plus one decode (513) is held, a second prompt
+    # (1,025 with the decode) releases both before the timeout; a ratio of 1 is out of reach, so
+    # only the timeout releases them. (Either setting at 0 never waits: the engine's test is
+    # ``count >= timeout_iters or tokens >= ratio x max_num_tokens``.)
+    _, held = _trtllm_waiting(h100, 1000, 0.1, [0.0, 0.05, 0.06])
+    _, timeout_only = _trtllm_waiting(h100, 1000, 1.0, [0.0, 0.05, 0.06])
+    r = held.requests
+    assert r.ttft[1] < timeout_only.requests.ttft[1]
+    assert r.arrival[1] + r.ttft[1] == r.arrival[2] + r.ttft[2]
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({"timeout_iters": -1}, "timeout_iters=-1"),
+    ({"timeout_iters": 20, "max_tokens_ratio": 1.5}, "max_tokens_ratio=1.5"),
+    ({"timeout_iters": "20"}, "timeout_iters='20' must be an integer"),
+])
+def test_bad_batch_wait_settings_name_the_field(raw, needle):
+    from importlib import resources
+
+    import yaml
+
+    from serveplan.specs.engine import engine_from_dict
+
+    path = resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["batch_wait"] = raw
+    with pytest.raises(SpecError, match=needle):
+        engine_from_dict(data, name="trtllm-test")
+    vllm = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "vllm-0.11.yaml").read_text())
+    vllm["batch_wait"] = {"timeout_iters": 20}
+    with pytest.raises(SpecError, match="batch_wait is TensorRT-LLM's"):
+        engine_from_dict(vllm, name="vllm-test")

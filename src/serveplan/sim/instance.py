@@ -407,7 +407,7 @@ class Instance:
                 self._apply_admission(plan)
             if fast and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
                 if not plan.prefill:
-                    self._decode_stretch(plan.decode, until)
+                    self._decode_stretch(plan.decode, until, plan.hold_steps)
                     continue
                 if (self._repeat_chunk and len(plan.prefill) == 1 and not plan.admit
                         and self._chunk_stretch(plan, until)):
@@ -643,7 +643,10 @@ class Instance:
         return end, bubble
 
     # ---------------------------------------------------------------- decode-only stretch (pp == 1)
-    def _decode_stretch(self, run: list[int], until: float) -> None:
+    def _decode_stretch(self, run: list[int], until: float, hold_steps: int = 0) -> None:
+        """Decode ``run`` for as many steps as nothing changes the plan; ``hold_steps`` (a plan
+        holding waiting prompts back, :attr:`BatchPlan.hold_steps`) bounds the steps and wakes
+        the policy at the next arrival too."""
         R = self.req
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)
@@ -660,12 +663,14 @@ class Instance:
         kvc = self.kv
         if nd * -(-k_max // kvc.block_size) > kvc.free:
             k_max = kvc.steps_that_fit(run, kv, k_max)
+        if 0 < hold_steps < k_max:
+            k_max = hold_steps
         wake = until
         if self.waiting:
             rel = kvc.releases
             if rel and rel[0][0] < wake:
                 wake = rel[0][0]
-        elif self.ptr < len(self.inbox_t):
+        if (not self.waiting or hold_steps) and self.ptr < len(self.inbox_t):
             t_in = self.inbox_t[self.ptr]
             if t_in < wake:
                 wake = t_in

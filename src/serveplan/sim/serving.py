@@ -162,7 +162,11 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
                 "max_prefill_tokens": float(lim.max_prefill_tokens or math.inf),
                 "init_ratio": engine.new_token_ratio or 0.7, "min_ratio_factor": engine.min_ratio_factor,
                 "decay_steps": engine.ratio_decay_steps, "clip_tokens": engine.clip_tokens}
-    elif mixed is not None and mixed != engine.mixed:
+    elif sched == Mechanism.INFLIGHT_NO_EVICT.scheduler and (engine.batch_wait_iters or engine.batch_wait_tokens_ratio):
+        opts = {"batch_wait_iters": engine.batch_wait_iters, "batch_wait_tokens_ratio": engine.batch_wait_tokens_ratio}
+        notes.append(f"batch waiting: prompts held up to {engine.batch_wait_iters} steps or until a step's tokens "
+                     f"reach {engine.batch_wait_tokens_ratio:g} x the budget")
+    if mixed is not None and mixed != engine.mixed and sched != Mechanism.PREFILL_PRIORITY.scheduler:
         raise SpecError(f"mixed={mixed}: only the prefill-priority policy (sglang) switches mixing; "
                         f"the {engine.name} engine's {engine.mechanism.value} policy is "
                         f"{'always' if engine.mixed else 'never'} mixed")

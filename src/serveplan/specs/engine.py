@@ -189,6 +189,11 @@ class EngineSpec:
         default is none of them (plain NCCL collectives).
     comm_flags:
         Name -> the engine's command-line flags that switch the setup on.
+    batch_wait_iters, batch_wait_tokens_ratio:
+        TensorRT-LLM's batch waiting (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``;
+        both 0, off, by default): prompts are held back while requests decode until the step's
+        tokens reach ``ratio x`` the token budget or they have waited that many steps
+        (:class:`~serveplan.sim.schedulers.inflight.InflightNoEvictScheduler`).
     frontend_s:
         Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
         0: none): requests sent together reach the scheduler this far apart
@@ -231,6 +236,8 @@ class EngineSpec:
     default_tp: int | None = None
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    batch_wait_iters: int = 0
+    batch_wait_tokens_ratio: float = 0.0
     frontend_s: float = 0.0
     cites: dict[str, str] = field(default_factory=dict)
 
@@ -244,6 +251,13 @@ class EngineSpec:
         if self.memory_basis is MemoryBasis.STATIC and self.memory_fraction is None and not self.reserve_mib:
             raise SpecError(f"engine {self.name!r}: memory basis 'static' needs memory_fraction or reserve_mib")
         check_number(f"engine {self.name!r}: frontend_s", self.frontend_s, low=0, unit="seconds")
+        if self.batch_wait_iters < 0 or not 0 <= self.batch_wait_tokens_ratio <= 1:
+            raise SpecError(f"engine {self.name!r}: batch_wait timeout_iters={self.batch_wait_iters} must be >= 0 "
+                            f"and max_tokens_ratio={self.batch_wait_tokens_ratio} in [0, 1]")
+        waits = self.batch_wait_iters or self.batch_wait_tokens_ratio
+        if waits and self.mechanism is not Mechanism.INFLIGHT_NO_EVICT:
+            raise SpecError(f"engine {self.name!r}: batch_wait is TensorRT-LLM's (mechanism inflight-no-evict); "
+                            f"got mechanism {self.mechanism.value}")
         if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
             raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
 
@@ -360,8 +374,19 @@ class EngineSpec:
                 "mixed": self.mixed, "chunked_prefill": self.chunked_prefill, "kv_block_size": self.kv_block_size,
                 "memory_basis": self.memory_basis.value, "memory_fraction": self.memory_fraction,
                 "admission": self.admission.value, "preemption": self.preemption, "source": self.source,
+                **({"batch_wait": {"timeout_iters": self.batch_wait_iters,
+                                   "max_tokens_ratio": self.batch_wait_tokens_ratio}}
+                   if self.batch_wait_iters or self.batch_wait_tokens_ratio else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
+
+
+def _number(raw: dict[str, Any], key: str, where: str, kind: type[int] | type[float]) -> Any:
+    """``raw[key]`` as ``kind`` (0 when absent); a :class:`SpecError` naming it when not a number."""
+    v = raw.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
+        raise SpecError(f"{where}: {key}={v!r} must be {'an integer' if kind is int else 'a number'}")
+    return kind(v)
 
 
 def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
@@ -422,6 +447,9 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     kv8 = raw.get("kv_dtype_with_fp8_weights")
+    bw = raw.get("batch_wait") or {}
+    if not isinstance(bw, dict):
+        raise SpecError(f"{where}: batch_wait must map timeout_iters and max_tokens_ratio; got {bw!r}")
     comm_raw = raw.get("comm") or {}
     if not isinstance(comm_raw, dict):
         raise SpecError(f"{where}: comm must map option names to their settings; got {comm_raw!r}")
@@ -460,6 +488,8 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         comm_options=comm_options, comm_flags=comm_flags,
+        batch_wait_iters=_number(bw, "timeout_iters", f"{where}: batch_wait", int),
+        batch_wait_tokens_ratio=_number(bw, "max_tokens_ratio", f"{where}: batch_wait", float),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

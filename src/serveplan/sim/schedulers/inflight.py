@@ -13,6 +13,13 @@ GUARANTEED_NO_EVICT``, ``enable_chunked_prefill = False``), as this policy repro
   close to ``max_num_tokens`` does not starve behind a steady decode batch; the silicon rows of
   8192-token prompts show it does not); a prompt longer than the whole budget (which the engine
   refuses unless chunking is on) runs in budget-sized chunks.
+* Batch waiting (off by default; ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio``
+  of the LLM API, both 0 in ``llm_args.py``): while generation requests run, the prompts a step
+  would take are held back until the step's tokens (those prompts plus one per decode) reach
+  ``ratio x max_num_tokens`` or the prompts have waited ``timeout_iters`` steps; prompts arriving
+  meanwhile join the same wait, so they are released together
+  (``_torch/pyexecutor/py_executor.py`` ``PyExecutor._waiting_requests``, applied in ``_schedule``
+  without attention DP; with nothing decoding nothing waits).
 """
 
 from __future__ import annotations
@@ -37,7 +44,37 @@ class InflightNoEvictScheduler(Scheduler):
         # a request's last step leaves input + output - 1 tokens in its cache (sim.request)
         return sum(max(blocks_for(r.inp[q] + r.out[q] - 1, bs) - r.blocks[q], 0) for q in view.running)
 
+    def __init__(self, *, batch_wait_iters: int = 0, batch_wait_tokens_ratio: float = 0.0) -> None:
+        self.batch_wait_iters = int(batch_wait_iters)
+        self.batch_wait_tokens_ratio = float(batch_wait_tokens_ratio)
+        #: the instance's step count when the prompts now held back began to wait (None: none wait)
+        self._wait_from: int | None = None
+
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:
+        plan = self._plan(view)
+        if plan is not None and (self.batch_wait_iters or self.batch_wait_tokens_ratio):
+            self._batch_wait(view, plan)
+        return plan
+
+    def _batch_wait(self, view: InstanceView, plan: BatchPlan) -> None:
+        """Hold the plan's prompts back while TensorRT-LLM's batch waiting would (module docstring)."""
+        if not plan.prefill or not plan.decode or plan.preempt:
+            if not plan.prefill or not plan.decode:
+                self._wait_from = None  # nothing decodes (no dead wait) or nothing to hold
+            return
+        steps = getattr(view, "num_steps", 0)
+        waited = 0 if self._wait_from is None else steps - self._wait_from
+        tokens = sum(c for _, c in plan.prefill) + len(plan.decode) * getattr(view, "decode_tokens", 1)
+        if waited >= self.batch_wait_iters or tokens >= self.batch_wait_tokens_ratio * view.token_budget:
+            self._wait_from = None
+            return
+        if self._wait_from is None:
+            self._wait_from = steps
+        plan.prefill = []
+        plan.admit = []
+        plan.hold_steps = self.batch_wait_iters - waited
+
+    def _plan(self, view: InstanceView) -> BatchPlan | None:
         plan = BatchPlan()
         r = view.req
         if view.waiting:
