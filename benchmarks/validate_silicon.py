@@ -56,8 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama  # noqa: E402
-from silicon_data import load_rows, map_row  # noqa: E402
+from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama, load_rows, map_row  # noqa: E402  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
