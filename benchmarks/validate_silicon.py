@@ -56,7 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama, load_rows, map_row  # noqa: E402  # noqa: E402
+from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama, load_rows, map_row  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
@@ -485,7 +485,11 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            "+ isl + 1,500; `generator/rule_plugin/benchmark/*.rule`), the configuration chosen per engine on H100 "
            "rows only" if deployed else "")
         + ", layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
-        "input/output lengths, each GPU's bundled efficiency profile. "
+        "input/output lengths, each GPU's bundled efficiency profile. Rows whose launch script was read run "
+        "as that script and its client ran them instead: InferenceMAX's TensorRT-LLM Llama-70B rows "
+        "(`silicon_data.inferencemax_trtllm_llama`: InferenceX `benchmarks/70b_*_trt_slurm.sh` at 9596d23d7 of "
+        "2025-10-29, `--max_num_tokens 16384`, batch waiting of 20 steps / 0.9 of the budget for 1k/1k below TP "
+        "8; lengths drawn as its client's `--random-range-ratio 0.8` draws them). "
         + (f"Predicted TTFT/TPOT are computed as the benchmark computes them: means over every request of a run of "
            f"{BENCH_ROUNDS} x C requests in which all C clients send their first request at once (aiconfigurator's "
            "`eval/benchmarks` runners: `num_prompts = 10 C`, no warm-up excluded), so the first round's queue of C "
