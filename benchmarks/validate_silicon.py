@@ -248,7 +248,7 @@ def launch_script_known(case: SiliconCase) -> bool:
 
 
 def row_engine(case: SiliconCase, *, as_deployed: bool = False,
-               held_slot: bool = False, harness: bool = True) -> tuple[Any, dict[str, int]]:
+               held_slot: bool = False) -> tuple[Any, dict[str, int]]:
     """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
     (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
     aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
@@ -256,7 +256,7 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
     ``--held-slot``): the server's batch limit is the row's ``batch_size`` less one, as if one of
     the slots the clients fill were held by something else, so that every new request waits for a
     completion (docs/validation.md, "Reading the serving errors"). Rows whose launch script was
-    read (``harness=True``, :func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
+    read (:func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
     TensorRT-LLM Llama-70B runs) take that script's ``max_num_tokens`` and batch waiting instead of
     every other choice."""
     import dataclasses
@@ -265,7 +265,7 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
 
     spec = get_engine(engine_for(case.engine, case.engine_version))
     held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
-    imax = inferencemax_trtllm_llama(case) if harness else None
+    imax = inferencemax_trtllm_llama(case)
     if imax is not None:   # the launch script of these rows is known: it replaces every other choice
         budget, (iters, ratio) = imax
         spec = dataclasses.replace(spec, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)

@@ -58,9 +58,10 @@ class InflightNoEvictScheduler(Scheduler):
 
     def _batch_wait(self, view: InstanceView, plan: BatchPlan) -> None:
         """Hold the plan's prompts back while TensorRT-LLM's batch waiting would (module docstring)."""
-        if not plan.prefill or not plan.decode or plan.preempt:
-            if not plan.prefill or not plan.decode:
-                self._wait_from = None  # nothing decodes (no dead wait) or nothing to hold
+        if not plan.prefill or not plan.decode:
+            self._wait_from = None  # nothing to hold, or nothing decodes (no dead wait)
+            return
+        if plan.preempt:
             return
         steps = getattr(view, "num_steps", 0)
         waited = 0 if self._wait_from is None else steps - self._wait_from
