@@ -157,6 +157,9 @@ class SiliconCase:
     #: the benchmark client's length spread: each request's prompt and output lengths drawn
     #: uniformly from ``[int(L r), L]`` (1: every request ``isl``/``osl``; :func:`length_ratio`)
     length_ratio: float = 1.0
+    #: the day the run was measured (``measured=`` in ``silicon_data_source``, InferenceMAX rows;
+    #: ``""``: not recorded)
+    measured: str = ""
 
     @property
     def parallel(self) -> ParallelConfig:
@@ -378,8 +381,14 @@ def map_row(row: dict[str, str]) -> SiliconCase:
         engine=engine, engine_version=row.get("backend_version", ""), mode=mode, layout=layout,
         prefill=prefill, decode=decode, isl=_int(row, "isl"), osl=_int(row, "osl"),
         concurrency=concurrency_of(row), ttft_s=ttft, tpot_s=tpot, batch_size=_batch_size(row, layout),
-        length_ratio=length_ratio(row),
+        length_ratio=length_ratio(row), measured=measured_day(row),
     )
+
+
+def measured_day(row: dict[str, str]) -> str:
+    """``YYYY-MM-DD`` of ``measured=`` in the row's ``silicon_data_source`` (``""`` when absent)."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", row.get("silicon_data_source", ""))
+    return m.group(1) if m else ""
 
 
 # ---------------------------------------------------------------------- how the rows were deployed
@@ -449,6 +458,127 @@ def inferencemax_trtllm_llama(case: SiliconCase) -> tuple[int, tuple[int, float]
     wait = (INFERENCEMAX_LLAMA_TRTLLM_BATCH_WAIT if (case.isl, case.osl) == (1024, 1024) and case.parallel.tp < 8
             else (0, 0.0))
     return INFERENCEMAX_LLAMA_TRTLLM_MAX_NUM_TOKENS, wait
+
+
+@dataclass(frozen=True, slots=True)
+class TrtllmScript:
+    """The server settings an InferenceMAX TensorRT-LLM launch script set (:func:`inferencemax_trtllm`),
+    per attention-DP rank where attention DP is on."""
+
+    max_num_tokens: int                          # --max_num_tokens
+    max_batch: int | None = None                 # --max_batch_size (None: TensorRT-LLM's 2048)
+    memory_fraction: float | None = None         # kv_cache_config.free_gpu_memory_fraction
+    batch_wait: tuple[int, float] = (0, 0.0)     # batch_wait_timeout_iters, batch_wait_max_tokens_ratio
+    adp_balance: tuple[int, int] | None = None   # attention_dp_config timeout_iters, batching_wait_iters
+
+
+def _ceil64(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
+def inferencemax_trtllm(case: SiliconCase) -> TrtllmScript | None:
+    """The settings InferenceMAX's launch script started ``case``'s TensorRT-LLM server with, for the
+    rows whose script was read (None for any other row). github.com/SemiAnalysisAI/InferenceX,
+    ``benchmarks/`` at the last commit on or before the row's ``measured`` day:
+
+    - Llama-3.3-70B (B200, H200; 2025-10-29): :func:`inferencemax_trtllm_llama`.
+    - DeepSeek-R1 (its rows also appear as DeepSeek-V3; ``dsr1_fp4_b200_trt_slurm.sh``,
+      ``dsr1_fp8_b200_trt_slurm.sh``, ``dsr1_fp8_h200_trt_slurm.sh`` and, from 2026-01-28,
+      ``dsr1_fp{4,8}_b200_trt.sh``, ``dsr1_fp8_h200_trt.sh``): ``--max_num_tokens`` ``(CONC + ISL + 64)``
+      rounded up to 64 (FP8 on B200 from 2026-01-29: at least 8192); ``free_gpu_memory_fraction`` 0.8
+      (H200: 0.75; FP8 on B200 from 2026-01-29: 0.7 at 1024/8192 from 256 clients, 0.75 at 8192/1024
+      on TP 4); with attention DP ``attention_dp_config: {enable_balance: true, timeout_iters: 60,
+      batching_wait_iters: 0}``; FP8 on B200 from 2026-01-29 at 1024/1024 from 64 clients
+      ``batch_wait_timeout_iters: 40, batch_wait_max_tokens_ratio: 0.8``.
+    - gpt-oss-120b (``gptoss_fp4_b200_trt*.sh``, ``gptoss_fp4_h200_trt*.sh``): ``--max_num_tokens
+      20000``, ``free_gpu_memory_fraction`` 0.85; on B200 ``--max_batch_size 512`` and, with
+      attention DP, ``attention_dp_config: {enable_balance: true}`` (TensorRT-LLM's timeout 50 and
+      batching wait 10).
+
+    Not read: the scripts' MTP variants (``*_mtp.sh``; the CSV does not say which rows used MTP), and
+    each script's MoE backend (the profile's TensorRT-LLM MoE kernel is used)."""
+    llama = inferencemax_trtllm_llama(case)
+    if llama is not None:
+        return TrtllmScript(max_num_tokens=llama[0], batch_wait=llama[1])
+    if case.engine != "trtllm" or case.length_ratio == 1.0 or not case.measured:
+        return None
+    c, isl, osl = case.concurrency, case.isl, case.osl
+    dp = case.parallel.dp
+    if case.model in ("deepseek-r1", "deepseek-v3") and case.hardware in ("b200", "h200"):
+        fp8_b200_2026 = case.hardware == "b200" and case.dtype is DType.FP8_BLOCK and case.measured >= "2026-01-29"
+        tokens = _ceil64(c + isl + 64)
+        frac = 0.75 if case.hardware == "h200" else 0.8
+        wait: tuple[int, float] = (0, 0.0)
+        if fp8_b200_2026:
+            tokens = max(tokens, 8192)
+            if (isl, osl) == (1024, 8192) and c >= 256:
+                frac = 0.7
+            elif (isl, osl) == (8192, 1024) and case.parallel.tp == 4:
+                frac = 0.75
+            if (isl, osl) == (1024, 1024) and c >= 64:
+                wait = (40, 0.8)
+        return TrtllmScript(max_num_tokens=tokens, memory_fraction=frac, batch_wait=wait,
+                            adp_balance=(60, 0) if dp > 1 else None)
+    if case.model == "gpt-oss-120b" and case.hardware in ("b200", "h200"):
+        b200 = case.hardware == "b200"
+        return TrtllmScript(max_num_tokens=20000, max_batch=512 if b200 else None, memory_fraction=0.85,
+                            adp_balance=(50, 10) if dp > 1 and b200 else None)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SGLangScript:
+    """The server settings an InferenceMAX SGLang launch script set (:func:`inferencemax_sglang`)."""
+
+    recv_interval: int          # --scheduler-recv-interval
+    chunk_size: int             # --chunked-prefill-size
+    max_prefill_tokens: int     # --max-prefill-tokens (SGLang's 16384 where the script sets none)
+    max_running: int            # --max-running-requests
+
+
+#: Models whose InferenceMAX SGLang scripts were read (catalog id -> script family): DeepSeek-R1's
+#: rows appear in the CSV under DeepSeek-R1 and DeepSeek-V3 (the same runs, the same times).
+INFERENCEMAX_SGLANG_FAMILIES = {"deepseek-r1": "dsr1", "deepseek-v3": "dsr1", "qwen3.5-397b-a17b": "qwen3.5"}
+#: SGLang's ``max_prefill_tokens`` default (``server_args.py``), where a script sets none
+SGLANG_MAX_PREFILL_TOKENS = 16384
+
+
+def inferencemax_sglang(case: SiliconCase) -> SGLangScript | None:
+    """The settings InferenceMAX's launch script started ``case``'s SGLang server with, for the rows
+    whose script was read (None for any other row). github.com/SemiAnalysisAI/InferenceX,
+    ``benchmarks/`` (``dsr1_fp4_b200_docker.sh``, ``dsr1_fp8_b200_docker.sh`` of 2025-11; from
+    2026-02 ``benchmarks/single_node/dsr1_fp4_b200.sh``, ``dsr1_fp8_b200.sh``, ``dsr1_fp{4,8}_b300.sh``,
+    ``qwen3.5_{bf16,fp8,fp4}_b200.sh``, ``qwen3.5_{bf16,fp4}_b300.sh``), each read at the last
+    commit on or before the row's ``measured`` day. Every one passes ``--data-parallel-size=1
+    --disable-radix-cache --scheduler-recv-interval`` 30 when ``CONC >= 16``, else 10 (DeepSeek-R1
+    FP8 at TP 4: 10), and:
+
+    - DeepSeek-R1 FP4 (B200, B300): ``--chunked-prefill-size 16384 --max-running-requests 256``;
+    - DeepSeek-R1 FP8 at TP 8: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768
+      --max-running-requests 128``; at TP 4 (8192/1024 only): 8192, 8192 and 32;
+    - Qwen3.5 (BF16, FP8, FP4): ``--chunked-prefill-size 32768 --max-prefill-tokens 32768
+      --max-running-requests 128``;
+    - Qwen3.5 FP8 on B300 of 2026-04-17 (``qwen3.5_fp8_b300.sh``, dd9c285b3): ``16384``, ``16384``,
+      ``CONC`` and a fixed ``--scheduler-recv-interval 10``.
+
+    Not read (None): H200 scripts (no recv interval), and Qwen3.5 FP8 on B300 of 2026-04-03 (no
+    B300 script at that commit)."""
+    fam = INFERENCEMAX_SGLANG_FAMILIES.get(case.model)
+    if case.engine != "sglang" or fam is None or case.length_ratio == 1.0 or case.hardware not in ("b200", "b300"):
+        return None
+    c, tp = case.concurrency, case.parallel.tp
+    recv = 30 if c >= 16 else 10
+    if fam == "dsr1":
+        if case.dtype is DType.NVFP4:
+            return SGLangScript(recv, 16384, SGLANG_MAX_PREFILL_TOKENS, 256)
+        if tp == 4:
+            return SGLangScript(10, 8192, 8192, 32)
+        return SGLangScript(recv, 32768, 32768, 128)
+    if case.hardware == "b300" and case.dtype is not DType.BF16 and case.dtype is not DType.NVFP4:
+        if case.measured == "2026-04-17":
+            return SGLangScript(10, 16384, 16384, c)
+        return None
+    return SGLangScript(recv, 32768, 32768, 128)
 
 
 def map_rows(rows: Iterable[dict[str, str]]) -> tuple[list[SiliconCase], list[tuple[dict[str, str], NotStatable]]]:

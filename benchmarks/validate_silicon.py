@@ -56,7 +56,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from silicon_data import NotStatable, SiliconCase, deployment, inferencemax_trtllm_llama, load_rows, map_row  # noqa: E402
+from silicon_data import (  # noqa: E402
+    NotStatable,
+    SiliconCase,
+    deployment,
+    inferencemax_sglang,
+    inferencemax_trtllm,
+    inferencemax_trtllm_llama,
+    load_rows,
+    map_row,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
@@ -240,15 +249,20 @@ def held_slot_rows(text: str) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-def launch_script_known(case: SiliconCase) -> bool:
+def launch_script_known(case: SiliconCase, as_launched: bool = False) -> bool:
     """Whether ``case`` is simulated as its harness ran it, server and client: its launch script
-    was read (:func:`silicon_data.inferencemax_trtllm_llama`), so its client's length spread
-    (``--random-range-ratio``, :data:`silicon_data.INFERENCEMAX_RANGE_RATIO`) is simulated with it."""
-    return inferencemax_trtllm_llama(case) is not None
+    was read and is adopted (InferenceMAX's TensorRT-LLM Llama-70B runs,
+    :func:`silicon_data.inferencemax_trtllm_llama`), or, with ``as_launched`` (an experiment,
+    ``--as-launched``), any row whose script was read (:func:`silicon_data.inferencemax_trtllm`,
+    :func:`silicon_data.inferencemax_sglang`). Its client's length spread (``--random-range-ratio``,
+    :data:`silicon_data.INFERENCEMAX_RANGE_RATIO`) is then simulated with it."""
+    if inferencemax_trtllm_llama(case) is not None:
+        return True
+    return as_launched and (inferencemax_trtllm(case) is not None or inferencemax_sglang(case) is not None)
 
 
-def row_engine(case: SiliconCase, *, as_deployed: bool = False,
-               held_slot: bool = False) -> tuple[Any, dict[str, int]]:
+def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool = False,
+               as_launched: bool = False) -> tuple[Any, dict[str, int]]:
     """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
     (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
     aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
@@ -258,18 +272,34 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
     completion (docs/validation.md, "Reading the serving errors"). Rows whose launch script was
     read (:func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
     TensorRT-LLM Llama-70B runs) take that script's ``max_num_tokens`` and batch waiting instead of
-    every other choice."""
+    every other choice; with ``as_launched`` (an experiment) so does every row whose script was read
+    (:func:`silicon_data.inferencemax_trtllm`: budget, batch limit, memory share, batch waiting and
+    attention-DP balance, per rank; :func:`silicon_data.inferencemax_sglang`: the scheduler's
+    receive interval, chunk and prefill caps, running-request limit)."""
     import dataclasses
 
     from serveplan.specs.catalog import get_engine
 
     spec = get_engine(engine_for(case.engine, case.engine_version))
     held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
-    imax = inferencemax_trtllm_llama(case)
-    if imax is not None:   # the launch script of these rows is known: it replaces every other choice
-        budget, (iters, ratio) = imax
-        spec = dataclasses.replace(spec, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
-        return spec, {"token_budget": budget, **held}
+    trt = inferencemax_trtllm(case) if as_launched or inferencemax_trtllm_llama(case) is not None else None
+    if trt is not None:   # the launch script of these rows is known: it replaces every other choice
+        dp = case.parallel.dp   # the script's limits are per attention-DP rank
+        (iters, ratio), adp = trt.batch_wait, trt.adp_balance
+        spec = dataclasses.replace(spec, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio,
+                                   adp_timeout_iters=None if adp is None else adp[0],
+                                   adp_batching_wait_iters=0 if adp is None else adp[1],
+                                   **({} if trt.memory_fraction is None else {"memory_fraction": trt.memory_fraction}))
+        settings = {"token_budget": trt.max_num_tokens * dp, **held}
+        if trt.max_batch is not None:
+            settings.setdefault("max_batch", trt.max_batch * dp)
+        return spec, settings
+    sgl = inferencemax_sglang(case) if as_launched else None
+    if sgl is not None:
+        spec = dataclasses.replace(spec, scheduler_recv_interval=sgl.recv_interval,
+                                   max_prefill_tokens=sgl.max_prefill_tokens)
+        return spec, {"max_batch": sgl.max_running, "chunk_size": sgl.chunk_size, "token_budget": sgl.chunk_size,
+                      **held}
     if not as_deployed:
         return spec, held
     dep = deployment(case)
@@ -292,7 +322,7 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False,
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
             statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
             benchmark_lengths: bool = False, send_delay_ms: float = 0.0,
-            round_trip_ms: float = 0.0, dispatch_scale: float = 1.0) -> dict[str, Any]:
+            round_trip_ms: float = 0.0, dispatch_scale: float = 1.0, as_launched: bool = False) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
@@ -313,7 +343,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     if dispatch_scale != 1.0:
         profile = profile.with_(dispatch_s={m: v * dispatch_scale for m, v in profile.dispatch_s.items()})
-    spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot)
+    spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot, as_launched=as_launched)
     if frontend_us is not None:
         spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
     cfg = SimulationConfig(
@@ -322,7 +352,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=None if statistic == "wave" else case.concurrency, rate=None, offline=statistic == "wave",
         workload=row_workload(case, run_requests(case.concurrency, statistic),
-                              spread=benchmark_lengths or launch_script_known(case)), **settings,
+                              spread=benchmark_lengths or launch_script_known(case, as_launched)), **settings,
     )
     think: float | np.ndarray = round_trip_ms * 1e-3
     if send_delay_ms > 0:   # one draw per request (the experiment of check 6)
@@ -364,13 +394,15 @@ def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
                     name=f"random {case.isl}/{case.osl} ratio {r:g}")
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float, float]
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float, float, bool]
                  ) -> tuple[str, dict[str, Any]]:
-    case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms, dispatch_scale = args
+    (case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms, dispatch_scale,
+     as_launched) = args
     try:
         return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
                                     held_slot=held_slot, benchmark_lengths=spread, send_delay_ms=delay_ms,
-                                    round_trip_ms=round_trip_ms, dispatch_scale=dispatch_scale)
+                                    round_trip_ms=round_trip_ms, dispatch_scale=dispatch_scale,
+                                    as_launched=as_launched)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -631,6 +663,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--benchmark-lengths", action="store_true",
                     help="experiment: InferenceMAX rows with their client's length spread (uniform in "
                          "[0.8 L, L]) instead of fixed lengths")
+    ap.add_argument("--as-launched", action="store_true",
+                    help="experiment: every row whose launch script was read (InferenceMAX's TensorRT-LLM "
+                         "DeepSeek-R1 and gpt-oss, SGLang DeepSeek-R1 and Qwen3.5 runs) simulated with that "
+                         "script's settings and its client's length spread")
     ap.add_argument("--send-delay-ms", type=float, default=0.0, metavar="MS",
                     help="experiment: each send after a completion waits a uniform draw in [0, MS] ms (seed 0)")
     ap.add_argument("--dispatch-scale", type=float, default=1.0, metavar="K",
@@ -657,18 +693,20 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--dispatch-scale: expected a positive factor, got {args.dispatch_scale}")
     if not all(math.isfinite(v) and v >= 0 for v in timing):
         raise SystemExit(f"--send-delay-ms / --round-trip-ms: expected non-negative milliseconds, got {timing}")
-    if (held or args.benchmark_lengths or any(timing) or args.statistic in ("median", "warmed", "wave")
-            or args.dispatch_scale != 1.0) and not args.no_docs:
-        raise SystemExit("--held-slot, --benchmark-lengths, --send-delay-ms, --round-trip-ms, --dispatch-scale and "
-                         "--statistic median, warmed or wave are experiments, not the reported configuration: "
-                         "add --no-docs (and --out)")
+    experiment = (held or args.benchmark_lengths or args.as_launched or any(timing)
+                  or args.statistic in ("median", "warmed", "wave") or args.dispatch_scale != 1.0)
+    if experiment and not args.no_docs:
+        raise SystemExit("--held-slot, --benchmark-lengths, --as-launched, --send-delay-ms, --round-trip-ms, "
+                         "--dispatch-scale and --statistic median, warmed or wave are experiments, not the reported "
+                         "configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
                                                 (c.engine, c.engine_version) in held, args.benchmark_lengths,
-                                                args.send_delay_ms, args.round_trip_ms, args.dispatch_scale)
+                                                args.send_delay_ms, args.round_trip_ms, args.dispatch_scale,
+                                                args.as_launched)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}

@@ -243,3 +243,66 @@ def test_inferencemax_trtllm_llama_rows_run_with_their_launch_script():
     gap = sd.map_row({**row, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"})
     assert sd.inferencemax_trtllm_llama(gap) is None and not vs.launch_script_known(gap)
     assert vs.row_engine(gap)[0].batch_wait_iters == 0
+
+
+DSR1_B200 = {**ROW, "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp8",
+        "gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block", "tp_size": "8", "moe_tp_size": "8",
+        "isl": "1024", "osl": "1024", "batch_size": "4"}
+
+
+def _imax(row: dict[str, str], c: int, day: str) -> dict[str, str]:
+    return {**row, "silicon_data_source": f"source_file=2026-04-06.csv; silicon_concurrency={c}; measured={day}"}
+
+
+def test_inferencemax_trtllm_moe_rows_read_their_launch_script():
+    # InferenceX benchmarks/dsr1_fp8_b200_trt.sh at dcc0f53a8 (2026-01-29): --max_num_tokens
+    # max(ceil64(CONC + ISL + 64), 8192); 1k/1k from 64 clients batch_wait 40 / 0.8; attention DP
+    # with attention_dp_config {enable_balance, timeout_iters 60, batching_wait_iters 0}
+    vs = load("validate_silicon")
+    low = sd.map_row(_imax(DSR1_B200, 4, "2026-02-05"))
+    assert sd.inferencemax_trtllm(low) == sd.TrtllmScript(max_num_tokens=8192, memory_fraction=0.8)
+    high = sd.map_row(_imax(DSR1_B200, 64, "2026-02-05"))
+    assert sd.inferencemax_trtllm(high).batch_wait == (40, 0.8)
+    # before 2026-01-29 (dsr1_fp8_b200_trt_slurm.sh): ceil64(C + ISL + 64), no batch waiting
+    early = sd.inferencemax_trtllm(sd.map_row(_imax(DSR1_B200, 64, "2026-01-14")))
+    assert (early.max_num_tokens, early.batch_wait) == (1152, (0, 0.0))
+    adp = sd.map_row(_imax({**DSR1_B200, "tp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1",
+                            "moe_ep_size": "8"}, 128, "2026-01-14"))
+    script = sd.inferencemax_trtllm(adp)
+    assert (script.max_num_tokens, script.adp_balance) == (1216, (60, 0))
+    # as launched (an experiment): the limits are per attention-DP rank
+    spec, settings = vs.row_engine(adp, as_launched=True)
+    assert (spec.adp_timeout_iters, spec.adp_batching_wait_iters, settings["token_budget"]) == (60, 0, 8 * 1216)
+    assert vs.launch_script_known(adp, as_launched=True) and not vs.launch_script_known(adp)
+    # not adopted in the reported configuration: the rows keep the engine's defaults
+    assert vs.row_engine(adp)[0].adp_timeout_iters is None
+    # gpt-oss on B200: --max_num_tokens 20000 --max_batch_size 512, free memory 0.85, default balance
+    oss = sd.map_row(_imax({**ROW, "model_path": "openai/gpt-oss-120b", "system": "b200_sxm", "precision": "fp4",
+                            "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "1",
+                            "attention_dp_size": "2", "moe_ep_size": "2", "moe_tp_size": "1"}, 64, "2026-02-05"))
+    assert sd.inferencemax_trtllm(oss) == sd.TrtllmScript(max_num_tokens=20000, max_batch=512,
+                                                          memory_fraction=0.85, adp_balance=(50, 10))
+    # no measured day (the gap-analysis collection): no script
+    assert sd.inferencemax_trtllm(sd.map_row(DSR1_B200)) is None
+
+
+def test_inferencemax_sglang_rows_read_their_launch_script():
+    # InferenceX benchmarks/single_node/dsr1_fp8_b200.sh at 12ba0ae07 (2026-03-25), TP 8:
+    # --scheduler-recv-interval 30 from 16 clients (else 10), --chunked-prefill-size 32768,
+    # --max-prefill-tokens 32768, --max-running-requests 128
+    vs = load("validate_silicon")
+    row = {**DSR1_B200, "backend": "sglang", "backend_version": "0.5.9"}
+    few = sd.map_row(_imax(row, 4, "2026-03-25"))
+    many = sd.map_row(_imax(row, 64, "2026-03-25"))
+    assert sd.inferencemax_sglang(few) == sd.SGLangScript(10, 32768, 32768, 128)
+    assert sd.inferencemax_sglang(many).recv_interval == 30
+    spec, settings = vs.row_engine(many, as_launched=True)
+    assert (spec.scheduler_recv_interval, spec.max_prefill_tokens) == (30, 32768)
+    assert settings == {"max_batch": 128, "chunk_size": 32768, "token_budget": 32768}
+    assert vs.row_engine(many)[0].scheduler_recv_interval == 1   # not adopted
+    # FP4 (dsr1_fp4_b200.sh): --chunked-prefill-size 16384 --max-running-requests 256
+    fp4 = sd.map_row(_imax({**row, "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
+                           4, "2026-03-25"))
+    assert sd.inferencemax_sglang(fp4) == sd.SGLangScript(10, 16384, 16384, 256)
+    # H200 scripts set no receive interval: not read
+    assert sd.inferencemax_sglang(sd.map_row(_imax({**row, "system": "h200_sxm"}, 4, "2026-03-25"))) is None

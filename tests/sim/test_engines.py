@@ -503,3 +503,157 @@ def test_bad_batch_wait_settings_name_the_field(raw, needle):
     vllm["batch_wait"] = {"timeout_iters": 20}
     with pytest.raises(SpecError, match="batch_wait is TensorRT-LLM's"):
         engine_from_dict(vllm, name="vllm-test")
+
+
+# ---------------------------------------------------------------- TensorRT-LLM attention-DP balance
+def _trtllm_adp(h100, balance: tuple[int, int] | None, arrivals: list[float], outs: list[int], dp: int = 2,
+                batch_wait: tuple[int, float] = (0, 0.0)):
+    import dataclasses
+
+    m, h, p = h100
+    spec = dataclasses.replace(get_engine("trtllm"), adp_timeout_iters=None if balance is None else balance[0],
+                               adp_batching_wait_iters=0 if balance is None else balance[1],
+                               batch_wait_iters=batch_wait[0], batch_wait_tokens_ratio=batch_wait[1])
+    wl = Workload(input_lengths=np.full(len(arrivals), 512), output_lengths=np.array(outs), arrival="trace",
+                  trace_times=np.array(arrivals))
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, dp=dp, strategy="1m",
+                           workload=wl)
+    return simulate(cfg)
+
+
+def test_trtllm_adp_balance_holds_prompts_until_every_rank_has_one(h100):
+    # PyExecutor._balance_adp_requests (enable_balance): while every rank decodes, context requests
+    # wait until every rank has one. Four requests decode on 2 ranks; request 4 arrives alone and
+    # waits for request 5, then both run in one step (the same first-token time); without the
+    # balance each runs in the step after it arrives.
+    arrivals = [0.0, 0.0, 0.0, 0.0, 0.30, 0.35]
+    outs = [400, 400, 400, 400, 64, 64]
+    on = _trtllm_adp(h100, (60, 0), arrivals, outs)
+    off = _trtllm_adp(h100, None, arrivals, outs)
+    first_on = on.requests.arrival + on.requests.ttft
+    first_off = off.requests.arrival + off.requests.ttft
+    assert first_on[4] == first_on[5] > 0.35
+    assert first_off[4] < 0.35 < first_off[5]
+    # the first burst reaches an idle engine (no rank decodes): never held
+    assert np.array_equal(on.requests.ttft[:4], off.requests.ttft[:4])
+    assert any("attention-DP balance" in n for n in on.config.engine_setup.notes)
+
+
+def test_trtllm_adp_balance_releases_a_lone_prompt_at_the_timeout(h100):
+    # a prompt no other rank matches goes when the waiting counter reaches timeout_iters (it runs
+    # on every step and restarts there, so the wait is at most that many steps); a larger timeout
+    # holds it longer, and a rank without a decode releases it at once
+    arrivals = [0.0, 0.0, 0.30]
+    outs = [600, 600, 64]
+    short = _trtllm_adp(h100, (10, 0), arrivals, outs)
+    long = _trtllm_adp(h100, (200, 0), arrivals, outs)
+    off = _trtllm_adp(h100, None, arrivals, outs)
+    t_off, t_short, t_long = (r.requests.ttft[2] for r in (off, short, long))
+    assert t_off < t_short < t_long
+    m, h, p = h100
+    est, _, _ = engine_estimator(get_engine("trtllm"), m, h, p, off.config.fleet.first.parallel, dtype="fp8")
+    step = float(decode_times(est, 2, 2 * (512 + 600), 1)[0])   # a step of the two decodes, at most
+    assert t_short <= t_off + 10 * step
+    # one rank idle (a single request decoding on 2 ranks): nothing waits
+    lone = _trtllm_adp(h100, (200, 0), [0.0, 0.30], [600, 64])
+    lone_off = _trtllm_adp(h100, None, [0.0, 0.30], [600, 64])
+    assert lone.requests.ttft[1] == lone_off.requests.ttft[1]
+
+
+def test_trtllm_batch_waiting_is_off_under_attention_dp(h100):
+    # PyExecutor._schedule applies batch waiting only without attention DP
+    arrivals = [0.0, 0.0, 0.30]
+    outs = [600, 600, 64]
+    waiting = _trtllm_adp(h100, None, arrivals, outs, batch_wait=(100, 0.9))
+    plain = _trtllm_adp(h100, None, arrivals, outs)
+    assert np.array_equal(waiting.requests.ttft, plain.requests.ttft)
+    assert any("batch waiting off" in n for n in waiting.config.engine_setup.notes)
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({"timeout_iters": -1}, "timeout_iters=-1"),
+    ({"timeout_iters": 60, "batching_wait_iters": "0"}, "batching_wait_iters='0' must be an integer"),
+    ([60, 0], "attention_dp_balance must map"),
+])
+def test_bad_attention_dp_balance_settings_name_the_field(raw, needle):
+    from importlib import resources
+
+    import yaml
+
+    from serveplan.specs.engine import engine_from_dict
+
+    data = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml").read_text())
+    data["attention_dp_balance"] = raw
+    with pytest.raises(SpecError, match=needle):
+        engine_from_dict(data, name="trtllm-test")
+    data["attention_dp_balance"] = {}
+    spec = engine_from_dict(data, name="trtllm-test")   # on, with TensorRT-LLM's defaults
+    assert (spec.adp_timeout_iters, spec.adp_batching_wait_iters) == (50, 10)
+    sglang = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "sglang-0.5.yaml").read_text())
+    sglang["attention_dp_balance"] = {"timeout_iters": 60}
+    with pytest.raises(SpecError, match="attention_dp_balance is TensorRT-LLM's"):
+        engine_from_dict(sglang, name="sglang-test")
+
+
+# ---------------------------------------------------------------- SGLang --scheduler-recv-interval
+def _sglang_recv(h100, interval: int, arrivals: list[float], outs: list[int]):
+    import dataclasses
+
+    m, h, p = h100
+    spec = dataclasses.replace(get_engine("sglang"), scheduler_recv_interval=interval)
+    wl = Workload(input_lengths=np.full(len(arrivals), 512), output_lengths=np.array(outs), arrival="trace",
+                  trace_times=np.array(arrivals))
+    cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, strategy="1m",
+                           workload=wl)
+    return simulate(cfg)
+
+
+def test_sglang_recv_interval_takes_requests_in_every_n_decode_steps(h100):
+    # scheduler_recv_skipper.py: while requests decode, new ones are received only when a counter
+    # (1 per decode step) reaches the interval. Request 1 arrives while request 0 decodes: with
+    # interval 1 it is prefilled in the step after it arrives; with 10 it waits for the next 10th
+    # decode step, at most 10 steps later (some arrival times fall just before one: no wait).
+    # Request 0 reaches an idle engine: taken at once.
+    m, h, p = h100
+    extra = []
+    for t1 in np.linspace(0.030, 0.060, 7):
+        every = _sglang_recv(h100, 1, [0.0, t1], [300, 32])
+        tenth = _sglang_recv(h100, 10, [0.0, t1], [300, 32])
+        assert tenth.requests.ttft[0] == every.requests.ttft[0]
+        extra.append(tenth.requests.ttft[1] - every.requests.ttft[1])
+    est, _, _ = engine_estimator(get_engine("sglang"), m, h, p, every.config.fleet.first.parallel, dtype="fp8")
+    step = float(decode_times(est, 1, 512 + 300, 1)[0])   # request 0's longest decode step
+    assert min(extra) >= 0.0 and max(extra) > 2 * step
+    assert max(extra) <= 10 * step
+    assert any("--scheduler-recv-interval" in n for n in tenth.config.engine_setup.notes)
+
+
+def test_sglang_recv_interval_takes_arrivals_in_after_a_prefill_step_and_together(h100):
+    # a prefill step weighs 1000 (more than any interval): what arrived during it is taken in
+    # before the next step; requests arriving within one interval are taken in together and,
+    # SGLang running prefill steps apart from decodes, prefilled in one step
+    during_prefill = [0.0, 1e-4]
+    assert np.array_equal(_sglang_recv(h100, 30, during_prefill, [300, 32]).requests.ttft,
+                          _sglang_recv(h100, 1, during_prefill, [300, 32]).requests.ttft)
+    together = _sglang_recv(h100, 30, [0.0, 0.050, 0.052], [300, 32, 32])
+    first = together.requests.arrival + together.requests.ttft
+    assert first[1] == first[2]
+
+
+@pytest.mark.parametrize("value, needle", [(0, "scheduler_recv_interval=0 must be >= 1"),
+                                           ("10", "scheduler_recv_interval='10' must be an integer")])
+def test_bad_scheduler_recv_interval_names_the_field(value, needle):
+    from importlib import resources
+
+    import yaml
+
+    from serveplan.specs.engine import engine_from_dict
+
+    data = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "sglang-0.5.yaml").read_text())
+    data["scheduler_recv_interval"] = value
+    with pytest.raises(SpecError, match=needle):
+        engine_from_dict(data, name="sglang-test")
+    trt = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml").read_text())
+    trt["scheduler_recv_interval"] = 10
+    with pytest.raises(SpecError, match="scheduler_recv_interval is SGLang's"):
+        engine_from_dict(trt, name="trtllm-test")

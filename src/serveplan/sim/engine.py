@@ -850,6 +850,9 @@ def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestSt
         if cfg.engine is not None and cfg.engine.prefix_caching:
             for inst in insts:
                 inst.keep_prefix_on_preempt = True
+        if cfg.engine is not None and cfg.engine.scheduler_recv_interval > 1:
+            for inst in insts:
+                inst.recv_interval = cfg.engine.scheduler_recv_interval
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
                                  cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)

@@ -49,6 +49,10 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 INF = math.inf
 INF_INT = 1 << 62  # larger than any token count
 _BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
+#: SGLang's recv-skipper weight of a step with prompt tokens (``scheduler_recv_skipper.py``
+#: ``_DEFAULT_WEIGHT``: any forward mode but decode, target-verify and idle): above any interval, so
+#: the requests that arrived during a prefill step are taken in before the next step
+RECV_WEIGHT_EXTEND = 1000
 _SHORT = 24  # stretches of at most this many steps are summed in Python (cheaper than numpy calls)
 _MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
 _MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
@@ -293,6 +297,13 @@ class Instance:
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
+        #: SGLang's ``--scheduler-recv-interval`` (:attr:`EngineSpec.scheduler_recv_interval`; 1:
+        #: arrivals taken in before every step). Above 1, while requests run, arrivals are taken in
+        #: only when ``_recv_count`` reaches it: each decode step adds 1, any step with prompt tokens
+        #: :data:`RECV_WEIGHT_EXTEND` (SGLang ``SchedulerRecvSkipper``); an idle instance takes them
+        #: at once (its loop spins, adding 1 per empty pass).
+        self.recv_interval = 1
+        self._recv_count = 0
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.inbox_t: list[float] = []
@@ -356,6 +367,12 @@ class Instance:
             now = self.now
             p = self.ptr
             n_in = len(it)
+            if self.recv_interval > 1 and self.running:
+                # SGLang's recv skipper: requests are taken in every recv_interval decode steps
+                if self._recv_count < self.recv_interval:
+                    n_in = p    # nothing taken in before this step
+                else:
+                    self._recv_count = 0
             if not cached:
                 while p < n_in and it[p] <= now:
                     self.waiting.append(ir[p])
@@ -394,7 +411,7 @@ class Instance:
                 if plan is not None and (plan.admit or plan.preempt):
                     self._apply_admission(plan)
                     continue  # admitted without compute (transferred caches): plan again
-                nxt = min(it[p] if p < n_in else INF, rel[0][0] if rel else INF)
+                nxt = min(it[p] if p < len(it) else INF, rel[0][0] if rel else INF)
                 if self.pp > 1:
                     nxt = min(nxt, self._next_ready())
                 if nxt >= until:
@@ -451,6 +468,8 @@ class Instance:
             exit_t = now + t
             self.now = exit_t
             self.num_steps += 1
+            if self.recv_interval > 1:
+                self._recv_count += RECV_WEIGHT_EXTEND
             R.start[q] = now
             R.prefilled[q] = c
             R.kv_len[q] = c
@@ -579,6 +598,7 @@ class Instance:
         else:
             exit_t, bubble = self._through_pipeline(now, t)
         self.num_steps += 1
+        self._recv_count += RECV_WEIGHT_EXTEND if plan.prefill else 1   # read only with recv_interval > 1
         done: list[int] = []
         for q, c in plan.prefill:
             pf[q] += c
@@ -665,12 +685,15 @@ class Instance:
             k_max = kvc.steps_that_fit(run, kv, k_max)
         if 0 < hold_steps < k_max:
             k_max = hold_steps
+        recv = self.recv_interval > 1
+        if recv:   # up to the step after which the recv skipper takes arrivals in
+            k_max = min(k_max, max(1, self.recv_interval - self._recv_count))
         wake = until
         if self.waiting:
             rel = kvc.releases
             if rel and rel[0][0] < wake:
                 wake = rel[0][0]
-        if (not self.waiting or hold_steps) and self.ptr < len(self.inbox_t):
+        if not recv and (not self.waiting or hold_steps) and self.ptr < len(self.inbox_t):
             t_in = self.inbox_t[self.ptr]
             if t_in < wake:
                 wake = t_in
@@ -687,6 +710,8 @@ class Instance:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
         done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
+        if recv:
+            self._recv_count += k
         self.now = end
         for r in done:  # when the stretch ended with completions (k == d_min)
             self._finish(r, end)
@@ -739,6 +764,8 @@ class Instance:
         for r in run:
             ra[r] = end
         self.num_steps += k
+        if self.recv_interval > 1:
+            self._recv_count += RECV_WEIGHT_EXTEND
         self.now = end
         for r in done:
             self._finish(r, end)

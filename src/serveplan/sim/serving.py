@@ -162,10 +162,22 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
                 "max_prefill_tokens": float(lim.max_prefill_tokens or math.inf),
                 "init_ratio": engine.new_token_ratio or 0.7, "min_ratio_factor": engine.min_ratio_factor,
                 "decay_steps": engine.ratio_decay_steps, "clip_tokens": engine.clip_tokens}
+        if engine.scheduler_recv_interval > 1:
+            notes.append(f"new requests taken in every {engine.scheduler_recv_interval} decode steps "
+                         "(--scheduler-recv-interval)")
+    elif sched == Mechanism.INFLIGHT_NO_EVICT.scheduler and parallel.dp > 1 and engine.adp_timeout_iters is not None:
+        opts = {"adp_ranks": parallel.dp, "adp_timeout_iters": engine.adp_timeout_iters,
+                "adp_batching_wait_iters": engine.adp_batching_wait_iters}
+        notes.append(f"attention-DP balance: prompts held until each of the {parallel.dp} ranks has one, up to "
+                     f"{engine.adp_timeout_iters} steps (then {engine.adp_batching_wait_iters} more for batching)")
     elif sched == Mechanism.INFLIGHT_NO_EVICT.scheduler and (engine.batch_wait_iters or engine.batch_wait_tokens_ratio):
-        opts = {"batch_wait_iters": engine.batch_wait_iters, "batch_wait_tokens_ratio": engine.batch_wait_tokens_ratio}
-        notes.append(f"batch waiting: prompts held up to {engine.batch_wait_iters} steps or until a step's tokens "
-                     f"reach {engine.batch_wait_tokens_ratio:g} x the budget")
+        if parallel.dp > 1:   # TensorRT-LLM PyExecutor._schedule: batch waiting only without attention DP
+            notes.append("batch waiting off: TensorRT-LLM applies it only without attention DP")
+        else:
+            opts = {"batch_wait_iters": engine.batch_wait_iters,
+                    "batch_wait_tokens_ratio": engine.batch_wait_tokens_ratio}
+            notes.append(f"batch waiting: prompts held up to {engine.batch_wait_iters} steps or until a step's "
+                         f"tokens reach {engine.batch_wait_tokens_ratio:g} x the budget")
     if mixed is not None and mixed != engine.mixed and sched != Mechanism.PREFILL_PRIORITY.scheduler:
         raise SpecError(f"mixed={mixed}: only the prefill-priority policy (sglang) switches mixing; "
                         f"the {engine.name} engine's {engine.mechanism.value} policy is "

@@ -194,6 +194,19 @@ class EngineSpec:
         both 0, off, by default): prompts are held back while requests decode until the step's
         tokens reach ``ratio x`` the token budget or they have waited that many steps
         (:class:`~serveplan.sim.schedulers.inflight.InflightNoEvictScheduler`).
+    adp_timeout_iters, adp_batching_wait_iters:
+        TensorRT-LLM's attention-DP balance (``attention_dp_config``: ``enable_balance`` off by
+        default, ``timeout_iters`` 50 and ``batching_wait_iters`` 10 when on, ``llm_args.py``
+        ``AttentionDpConfig``); ``adp_timeout_iters`` None: off. With attention data parallelism
+        prompts are held back until every rank has one, for up to the timeout
+        (:class:`~serveplan.sim.schedulers.inflight.InflightNoEvictScheduler`).
+    scheduler_recv_interval:
+        SGLang's ``--scheduler-recv-interval`` (``ServerArgs.scheduler_recv_interval``, default 1:
+        every loop). Above 1 the scheduler takes new requests in only when a counter reaches it;
+        each decode step adds 1 and any step with prompt tokens adds 1000
+        (``managers/scheduler_recv_skipper.py`` ``SchedulerRecvSkipper``: ``ForwardMode.DECODE: 1``,
+        any other mode ``_DEFAULT_WEIGHT = 1000``), so while requests decode a new one waits
+        for the next multiple of that many decode steps (:class:`~serveplan.sim.instance.Instance`).
     frontend_s:
         Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
         0: none): requests sent together reach the scheduler this far apart
@@ -238,6 +251,9 @@ class EngineSpec:
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     batch_wait_iters: int = 0
     batch_wait_tokens_ratio: float = 0.0
+    adp_timeout_iters: int | None = None
+    adp_batching_wait_iters: int = 0
+    scheduler_recv_interval: int = 1
     frontend_s: float = 0.0
     cites: dict[str, str] = field(default_factory=dict)
 
@@ -258,6 +274,19 @@ class EngineSpec:
         if waits and self.mechanism is not Mechanism.INFLIGHT_NO_EVICT:
             raise SpecError(f"engine {self.name!r}: batch_wait is TensorRT-LLM's (mechanism inflight-no-evict); "
                             f"got mechanism {self.mechanism.value}")
+        if self.adp_timeout_iters is not None:
+            if self.adp_timeout_iters < 0 or self.adp_batching_wait_iters < 0:
+                raise SpecError(f"engine {self.name!r}: attention_dp_balance timeout_iters={self.adp_timeout_iters} "
+                                f"and batching_wait_iters={self.adp_batching_wait_iters} must be >= 0")
+            if self.mechanism is not Mechanism.INFLIGHT_NO_EVICT:
+                raise SpecError(f"engine {self.name!r}: attention_dp_balance is TensorRT-LLM's (mechanism "
+                                f"inflight-no-evict); got mechanism {self.mechanism.value}")
+        if self.scheduler_recv_interval < 1:
+            raise SpecError(f"engine {self.name!r}: scheduler_recv_interval={self.scheduler_recv_interval} must be "
+                            ">= 1 (1: requests taken in before every step)")
+        if self.scheduler_recv_interval > 1 and self.mechanism is not Mechanism.PREFILL_PRIORITY:
+            raise SpecError(f"engine {self.name!r}: scheduler_recv_interval is SGLang's (mechanism "
+                            f"prefill-priority); got mechanism {self.mechanism.value}")
         if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
             raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
 
@@ -377,6 +406,11 @@ class EngineSpec:
                 **({"batch_wait": {"timeout_iters": self.batch_wait_iters,
                                    "max_tokens_ratio": self.batch_wait_tokens_ratio}}
                    if self.batch_wait_iters or self.batch_wait_tokens_ratio else {}),
+                **({"attention_dp_balance": {"timeout_iters": self.adp_timeout_iters,
+                                             "batching_wait_iters": self.adp_batching_wait_iters}}
+                   if self.adp_timeout_iters is not None else {}),
+                **({"scheduler_recv_interval": self.scheduler_recv_interval}
+                   if self.scheduler_recv_interval > 1 else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
 
@@ -450,6 +484,10 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
     bw = raw.get("batch_wait") or {}
     if not isinstance(bw, dict):
         raise SpecError(f"{where}: batch_wait must map timeout_iters and max_tokens_ratio; got {bw!r}")
+    adp = raw.get("attention_dp_balance")
+    if adp is not None and not isinstance(adp, dict):
+        raise SpecError(f"{where}: attention_dp_balance must map timeout_iters and batching_wait_iters "
+                        f"(TensorRT-LLM attention_dp_config); got {adp!r}")
     comm_raw = raw.get("comm") or {}
     if not isinstance(comm_raw, dict):
         raise SpecError(f"{where}: comm must map option names to their settings; got {comm_raw!r}")
@@ -490,6 +528,14 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         comm_options=comm_options, comm_flags=comm_flags,
         batch_wait_iters=_number(bw, "timeout_iters", f"{where}: batch_wait", int),
         batch_wait_tokens_ratio=_number(bw, "max_tokens_ratio", f"{where}: batch_wait", float),
+        # TensorRT-LLM AttentionDpConfig defaults when enable_balance is on: timeout 50, batching wait 10
+        adp_timeout_iters=(None if adp is None else _number({"timeout_iters": 50, **adp}, "timeout_iters",
+                                                            f"{where}: attention_dp_balance", int)),
+        adp_batching_wait_iters=(0 if adp is None else _number({"batching_wait_iters": 10, **adp},
+                                                               "batching_wait_iters",
+                                                               f"{where}: attention_dp_balance", int)),
+        scheduler_recv_interval=(_number(raw, "scheduler_recv_interval", where, int)
+                                 if "scheduler_recv_interval" in raw else 1),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

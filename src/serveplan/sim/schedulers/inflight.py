@@ -20,6 +20,16 @@ GUARANTEED_NO_EVICT``, ``enable_chunked_prefill = False``), as this policy repro
   meanwhile join the same wait, so they are released together
   (``_torch/pyexecutor/py_executor.py`` ``PyExecutor._waiting_requests``, applied in ``_schedule``
   without attention DP; with nothing decoding nothing waits).
+* Attention-DP balance (``attention_dp_config.enable_balance``, off by default; ``timeout_iters``
+  50 and ``batching_wait_iters`` 10 when on, ``llm_args.py`` ``AttentionDpConfig``;
+  ``PyExecutor._balance_adp_requests``): with attention data parallelism over ``adp_ranks`` ranks,
+  the prompts of a step are held back until every rank has one to run, every rank decoding; a
+  counter of the steps without that (steps with no prompt at all included) releases them when it
+  reaches ``timeout_iters`` and starts again, and a rank without a decode releases them at once.
+  When every rank has a prompt and a decode they wait ``batching_wait_iters`` more steps. The ranks
+  are pooled in one instance here: "every rank has a prompt" reads as at least ``adp_ranks``
+  prompts in the step, "every rank decodes" as at least ``adp_ranks`` decodes. Batch waiting
+  applies only without attention DP (``PyExecutor._schedule``).
 """
 
 from __future__ import annotations
@@ -44,17 +54,64 @@ class InflightNoEvictScheduler(Scheduler):
         # a request's last step leaves input + output - 1 tokens in its cache (sim.request)
         return sum(max(blocks_for(r.inp[q] + r.out[q] - 1, bs) - r.blocks[q], 0) for q in view.running)
 
-    def __init__(self, *, batch_wait_iters: int = 0, batch_wait_tokens_ratio: float = 0.0) -> None:
+    def __init__(self, *, batch_wait_iters: int = 0, batch_wait_tokens_ratio: float = 0.0, adp_ranks: int = 1,
+                 adp_timeout_iters: int | None = None, adp_batching_wait_iters: int = 0) -> None:
         self.batch_wait_iters = int(batch_wait_iters)
         self.batch_wait_tokens_ratio = float(batch_wait_tokens_ratio)
         #: the instance's step count when the prompts now held back began to wait (None: none wait)
         self._wait_from: int | None = None
+        #: attention-DP balance: ranks, and the counters' settings (None: balance off)
+        self.adp_ranks = int(adp_ranks)
+        self.adp_timeout_iters = None if adp_timeout_iters is None else int(adp_timeout_iters)
+        self.adp_batching_wait_iters = int(adp_batching_wait_iters)
+        #: step count when the balance's waiting counter last started from 0
+        self._adp_reset = 0
+        #: steps the prompts have waited for batching with every rank ready
+        self._adp_batching = 0
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:
         plan = self._plan(view)
-        if plan is not None and (self.batch_wait_iters or self.batch_wait_tokens_ratio):
+        if plan is None:
+            return plan
+        if self.adp_ranks > 1:   # batch waiting is off under attention DP (PyExecutor._schedule)
+            if self.adp_timeout_iters is not None:
+                self._adp_balance(view, plan)
+        elif self.batch_wait_iters or self.batch_wait_tokens_ratio:
             self._batch_wait(view, plan)
         return plan
+
+    def _adp_balance(self, view: InstanceView, plan: BatchPlan) -> None:
+        """Hold the plan's prompts back while TensorRT-LLM's attention-DP balance would (module
+        docstring)."""
+        if plan.preempt:
+            return
+        steps = getattr(view, "num_steps", 0)
+        ranks = self.adp_ranks
+        every_decodes = len(plan.decode) >= ranks
+        if len(plan.prefill) >= ranks:          # every rank has a prompt
+            self._adp_reset = steps
+            if every_decodes and self._adp_batching < self.adp_batching_wait_iters:
+                self._adp_batching += 1
+                self._hold(plan, 1)
+                return
+            self._adp_batching = 0
+            return
+        timeout = self.adp_timeout_iters or 0
+        # the counter runs on every step without a prompt on every rank, restarting at the timeout
+        waited = (steps - self._adp_reset) % timeout if timeout else 0
+        if not every_decodes or timeout == 0 or (waited == 0 and steps != self._adp_reset):
+            self._adp_reset = steps
+            return
+        if not plan.prefill:
+            return
+        self._hold(plan, timeout - waited)
+
+    @staticmethod
+    def _hold(plan: BatchPlan, steps: int) -> None:
+        """The plan without its prompts, for at most ``steps`` steps (or the next arrival)."""
+        plan.prefill = []
+        plan.admit = []
+        plan.hold_steps = max(1, steps)
 
     def _batch_wait(self, view: InstanceView, plan: BatchPlan) -> None:
         """Hold the plan's prompts back while TensorRT-LLM's batch waiting would (module docstring)."""
@@ -71,9 +128,7 @@ class InflightNoEvictScheduler(Scheduler):
             return
         if self._wait_from is None:
             self._wait_from = steps
-        plan.prefill = []
-        plan.admit = []
-        plan.hold_steps = self.batch_wait_iters - waited
+        self._hold(plan, self.batch_wait_iters - waited)
 
     def _plan(self, view: InstanceView) -> BatchPlan | None:
         plan = BatchPlan()
