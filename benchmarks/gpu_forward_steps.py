@@ -145,6 +145,11 @@ def measure(model: Any, cfg: Any, device: str, prefill: list[tuple[int, int]], d
             med, mn = timer(run_prefill, lambda: None, reps)
             rows.append({"phase": "prefill", "batch": b, "tokens": s, "graphs": "off", "time_s": med, "time_min_s": mn})
         for b, c in decode:
+            kv_bytes = 2 * cfg.num_hidden_layers * b * hkv * c * d * torch.finfo(dtype).bits // 8
+            if device.startswith("cuda") and kv_bytes > 0.8 * torch.cuda.mem_get_info()[0]:
+                print(f"skipped decode batch {b} x {c} tokens: its cache ({kv_bytes / 1e9:.1f} GB) does not fit",
+                      flush=True)
+                continue
             # the cache layers take their device, dtype and batch from the first update
             cache = StaticCache(config=cfg, max_cache_len=c)
             for li in range(cfg.num_hidden_layers):
