@@ -12,7 +12,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from serveplan.calibrate.importers import MXFP8_KERNEL_SUFFIX, import_aiconfigurator, import_vidur, shape_of
+from serveplan.calibrate.importers import (
+    MOE_DISTRIBUTION,
+    MXFP8_KERNEL_SUFFIX,
+    import_aiconfigurator,
+    import_vidur,
+    shape_of,
+)
 from serveplan.calibrate.kernel_fit import fit_collective, fit_gemm, fit_kernel_curves, fit_moe_curves, select
 from serveplan.calibrate.measurements import Measurement, MeasurementSet
 from serveplan.cli import app
@@ -208,13 +214,15 @@ def test_cli_calibrate_from_errors_exit_2(args, message, tmp_path):
     assert not (tmp_path / "p.yaml").exists()
 
 
-VARIANTS = (("moe_torch_flow_cutlass", "balanced", 1), ("moe_torch_flow_min_latency", "balanced", 1),
-            ("moe_torch_flow_cutlass", "power_law_1.2", 1), ("moe_torch_flow_cutlass", "balanced", 8))
+VARIANTS = (("moe_torch_flow_cutlass", "power_law_1.2", 1), ("moe_torch_flow_min_latency", "power_law_1.2", 1),
+            ("moe_torch_flow_cutlass", "balanced", 1), ("moe_torch_flow_cutlass", "power_law_1.01", 1),
+            ("moe_torch_flow_cutlass", "power_law_1.2", 8))
 
 
 def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_path):
     # aiconfigurator's moe_perf layout: one MoE layer's fused routed-expert kernel. Rows of the
-    # opt-in min-latency kernel, skewed routing and expert parallelism are left out.
+    # opt-in min-latency kernel, of other routings than MOE_DISTRIBUTION (power law, alpha 1.2:
+    # aiconfigurator's own default) and of expert parallelism are left out.
     true = GemmCurve(overhead_s=2e-5, compute_max=0.5, rows_half=64.0, weight_half=1e6, memory=0.6)
     rows = []
     for tokens in (1, 8, 64, 256, 1024, 4096, 16384):
@@ -231,7 +239,8 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     _write(tmp_path / "h100_sxm" / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.csv", rows)
     ms = import_aiconfigurator(tmp_path, "h100_sxm", framework="trtllm", kinds=("moe",))
     moe = select(ms, "moe", dtype="fp8")
-    assert len(moe) == 7 * 4                                   # only the balanced, EP-free CUTLASS rows
+    assert MOE_DISTRIBUTION == "power_law_1.2"
+    assert len(moe) == 7 * 4                                   # only the power-law 1.2, EP-free CUTLASS rows
     # by hand, Qwen3-30B-A3B's layer at 64 tokens: 512 routed rows, W = 512 (6 x 2048 x 768 + 6 x 768),
     # e_act = 128 (1 - (1 - 8/128)^64) = 126.8 experts holding a token
     r = next(r for r in moe if shape_of(r)["tokens"] == "64" and shape_of(r)["k"] == "2048")
@@ -421,7 +430,7 @@ _MOE_ONLY_CASES = {
 def test_moe_only_formats_are_read_with_their_own_width(tmp_path, fmt):
     fields, nbytes = _MOE_ONLY_CASES[fmt]
     row = {"framework": "VLLM", "device": "NVIDIA H200", "op_name": "moe", "moe_ep_size": 1,
-           "distribution": "balanced", **fields}
+           "distribution": MOE_DISTRIBUTION, **fields}
     _write(tmp_path / "h200_sxm" / "moe" / "vllm" / fields["version"] / "moe_perf.csv", [row])
     (r,) = import_aiconfigurator(tmp_path, "h200_sxm", framework="vllm", kinds=("moe",)).rows
     assert shape_of(r)["dtype"] == fmt and r.time_s == pytest.approx(fields["latency"] * 1e-3)
@@ -434,7 +443,8 @@ def test_mxfp4_experts_on_mxfp8_activations_are_another_kernel_path(tmp_path):
     # suffix and the two are never one curve's rows
     base = {"framework": "TRTLLM", "version": "1.3.0rc20", "device": "NVIDIA B200", "op_name": "moe",
             "kernel_source": "moe_torch_flow", "num_tokens": 4, "hidden_size": 2880, "inter_size": 2880,
-            "topk": 4, "num_experts": 128, "moe_tp_size": 1, "moe_ep_size": 1, "distribution": "balanced"}
+            "topk": 4, "num_experts": 128, "moe_tp_size": 1, "moe_ep_size": 1,
+            "distribution": MOE_DISTRIBUTION}
     _write(tmp_path / "b200_sxm" / "moe" / "trtllm" / "1.3.0rc20" / "moe_perf.csv",
            [{**base, "moe_dtype": "w4a16_mxfp4", "latency": 0.181},
             {**base, "moe_dtype": "w4a8_mxfp4_mxfp8", "latency": 0.052}])

@@ -413,7 +413,9 @@ def test_deepep_decode_steps_price_the_experts_by_their_own_curve():
     assert gate_up.time_s == pytest.approx(priced(deepep, 256.0, W, Q), rel=1e-9)
     assert gate_up.time_s == pytest.approx(0.384e-3, rel=0.10)
     plain, W, Q = experts(prof, StepBatch.decode(256, 2048))
-    assert plain.time_s == pytest.approx(priced(fused, 256.0, W, Q), rel=1e-9) and plain.time_s > gate_up.time_s
+    # (the fused curve is fitted to skewed routing, DeepEP's to uniform: they give another price)
+    assert plain.time_s == pytest.approx(priced(fused, 256.0, W, Q), rel=1e-9)
+    assert plain.time_s != pytest.approx(gate_up.time_s, rel=0.01)
     assert experts(with_deepep, StepBatch.prefill(8, 1024))[0].time_s == experts(prof, StepBatch.prefill(8, 1024))[
         0].time_s
     # DeepEP without its buffers in the memory model (an MTP draft sharing the main model's) runs the
@@ -448,11 +450,11 @@ def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
           .estimate(StepBatch.of((), [1000] * 512)).ops if o.module == "moe"}
     fixed, comp, mem = vllm.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth)
     assert ov["experts.gate_up"].time_s == pytest.approx(fixed + max(comp, mem), rel=1e-9)
-    # a GPU whose tables time no fused MoE (A100: vLLM's A100 table has no balanced single-rank
-    # rows): the three operators keep their own times
+    # a format the GPU's tables do not time as a fused MoE (A100: vLLM's table holds bf16 experts
+    # only): the three operators keep their own times
     plain = Estimator(get_model("qwen3-30b-a3b"), get_hardware("a100-80g"), get_profile("measured-a100-80g"),
-                      ParallelConfig(tp=1), dtype="bf16")
-    assert get_profile("measured-a100-80g").kernels.moe_curve("bf16") is None
+                      ParallelConfig(tp=1), dtype="fp8")
+    assert get_profile("measured-a100-80g").kernels.moe_curve("fp8") is None
     assert all(o.time_s > 0 for o in plain.estimate(StepBatch.of((), [1000] * 512)).ops
                if o.name.startswith("experts."))
 
