@@ -411,6 +411,11 @@ class Instance:
                 if plan is not None and (plan.admit or plan.preempt):
                     self._apply_admission(plan)
                     continue  # admitted without compute (transferred caches): plan again
+                if n_in < len(it) and p < len(it) and it[p] <= now:
+                    # arrivals held by the recv skipper while no step can run: SGLang's loop spins
+                    # (an idle pass adds 1) until it takes them in
+                    self._recv_count = self.recv_interval
+                    continue
                 nxt = min(it[p] if p < len(it) else INF, rel[0][0] if rel else INF)
                 if self.pp > 1:
                     nxt = min(nxt, self._next_ready())
