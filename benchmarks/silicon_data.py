@@ -561,24 +561,28 @@ def inferencemax_sglang(case: SiliconCase) -> SGLangScript | None:
     - Qwen3.5 FP8 on B300 of 2026-04-17 (``qwen3.5_fp8_b300.sh``, dd9c285b3): ``16384``, ``16384``,
       ``CONC`` and a fixed ``--scheduler-recv-interval 10``.
 
-    Not read (None): H200 scripts (no recv interval), and Qwen3.5 FP8 on B300 of 2026-04-03 (no
-    B300 script at that commit)."""
+    Not read (None): H200 scripts (no recv interval), Qwen3.5 FP8 on B300 of 2026-04-03 (no B300
+    script at that commit), and rows of more clients than the script's running-request limit
+    (DeepSeek-R1 FP8 at 256 and 512 clients measure 2-3 s TTFT, where 128 running requests would
+    queue half the clients for a whole request: another script ran them)."""
     fam = INFERENCEMAX_SGLANG_FAMILIES.get(case.model)
     if case.engine != "sglang" or fam is None or case.length_ratio == 1.0 or case.hardware not in ("b200", "b300"):
         return None
     c, tp = case.concurrency, case.parallel.tp
     recv = 30 if c >= 16 else 10
+    script: SGLangScript | None
     if fam == "dsr1":
         if case.dtype is DType.NVFP4:
-            return SGLangScript(recv, 16384, SGLANG_MAX_PREFILL_TOKENS, 256)
-        if tp == 4:
-            return SGLangScript(10, 8192, 8192, 32)
-        return SGLangScript(recv, 32768, 32768, 128)
-    if case.hardware == "b300" and case.dtype is not DType.BF16 and case.dtype is not DType.NVFP4:
-        if case.measured == "2026-04-17":
-            return SGLangScript(10, 16384, 16384, c)
-        return None
-    return SGLangScript(recv, 32768, 32768, 128)
+            script = SGLangScript(recv, 16384, SGLANG_MAX_PREFILL_TOKENS, 256)
+        elif tp == 4:
+            script = SGLangScript(10, 8192, 8192, 32)
+        else:
+            script = SGLangScript(recv, 32768, 32768, 128)
+    elif case.hardware == "b300" and case.dtype not in (DType.BF16, DType.NVFP4):
+        script = SGLangScript(10, 16384, 16384, c) if case.measured == "2026-04-17" else None
+    else:
+        script = SGLangScript(recv, 32768, 32768, 128)
+    return script if script is not None and c <= script.max_running else None
 
 
 def map_rows(rows: Iterable[dict[str, str]]) -> tuple[list[SiliconCase], list[tuple[dict[str, str], NotStatable]]]:

@@ -304,5 +304,7 @@ def test_inferencemax_sglang_rows_read_their_launch_script():
     fp4 = sd.map_row(_imax({**row, "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
                            4, "2026-03-25"))
     assert sd.inferencemax_sglang(fp4) == sd.SGLangScript(10, 16384, 16384, 256)
+    # more clients than the script's 128 running requests: another script ran that row
+    assert sd.inferencemax_sglang(sd.map_row(_imax(row, 256, "2026-03-25"))) is None
     # H200 scripts set no receive interval: not read
     assert sd.inferencemax_sglang(sd.map_row(_imax({**row, "system": "h200_sxm"}, 4, "2026-03-25"))) is None
