@@ -301,7 +301,8 @@ class Instance:
         #: arrivals taken in before every step). Above 1, while requests run, arrivals are taken in
         #: only when ``_recv_count`` reaches it: each decode step adds 1, any step with prompt tokens
         #: :data:`RECV_WEIGHT_EXTEND` (SGLang ``SchedulerRecvSkipper``); an idle instance takes them
-        #: at once (its loop spins, adding 1 per empty pass).
+        #: at once (its loop spins, adding 1 per empty pass). Every step adds to the counter; it is
+        #: read only when the interval is above 1.
         self.recv_interval = 1
         self._recv_count = 0
         self.waiting: deque[int] = deque()
@@ -473,8 +474,7 @@ class Instance:
             exit_t = now + t
             self.now = exit_t
             self.num_steps += 1
-            if self.recv_interval > 1:
-                self._recv_count += RECV_WEIGHT_EXTEND
+            self._recv_count += RECV_WEIGHT_EXTEND
             R.start[q] = now
             R.prefilled[q] = c
             R.kv_len[q] = c
@@ -603,7 +603,7 @@ class Instance:
         else:
             exit_t, bubble = self._through_pipeline(now, t)
         self.num_steps += 1
-        self._recv_count += RECV_WEIGHT_EXTEND if plan.prefill else 1   # read only with recv_interval > 1
+        self._recv_count += RECV_WEIGHT_EXTEND if plan.prefill else 1
         done: list[int] = []
         for q, c in plan.prefill:
             pf[q] += c
@@ -715,8 +715,7 @@ class Instance:
             k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
         done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
-        if recv:
-            self._recv_count += k
+        self._recv_count += k
         self.now = end
         for r in done:  # when the stretch ended with completions (k == d_min)
             self._finish(r, end)
@@ -769,8 +768,7 @@ class Instance:
         for r in run:
             ra[r] = end
         self.num_steps += k
-        if self.recv_interval > 1:
-            self._recv_count += RECV_WEIGHT_EXTEND
+        self._recv_count += RECV_WEIGHT_EXTEND
         self.now = end
         for r in done:
             self._finish(r, end)

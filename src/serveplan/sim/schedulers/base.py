@@ -168,8 +168,9 @@ class BatchPlan:
     decode: list[int] = field(default_factory=list)
     admit: list[int] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
-    #: A decode-only plan that holds waiting prompts back (TensorRT-LLM's batch waiting): the
-    #: most steps it may repeat before the policy must be asked again; 0: no bound
+    #: A decode-only plan that holds waiting prompts back (TensorRT-LLM's batch waiting and
+    #: attention-DP balance): the most steps it may repeat before the policy must be asked again
+    #: (an arrival asks it too); 0: no bound
     hold_steps: int = 0
 
     @property
