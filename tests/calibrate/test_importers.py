@@ -223,14 +223,14 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     # aiconfigurator's moe_perf layout: one MoE layer's fused routed-expert kernel. Rows of the
     # opt-in min-latency kernel, of other routings than MOE_DISTRIBUTION (power law, alpha 1.2:
     # aiconfigurator's own default) and of expert parallelism are left out.
-    true = GemmCurve(overhead_s=2e-5, compute_max=0.5, rows_half=64.0, weight_half=1e6, memory=0.6)
+    true = GemmCurve(overhead_s=2e-5, compute_max=0.5, rows_half=64.0, weight_half=1e6, memory=0.6, per_expert=True)
     rows = []
     for tokens in (1, 8, 64, 256, 1024, 4096, 16384):
         for h, inter, E, topk in ((2048, 768, 128, 8), (4096, 1536, 64, 6), (7168, 2048, 256, 8), (5120, 1536, 160, 6)):
             c, eact = tokens * topk, E * (1 - (1 - topk / E) ** tokens)
             W = c * (6 * h * inter + 6 * inter)
             Q = 2.0 * c * (2 * h + 8 * inter) + eact * 1.0 * 3 * h * inter
-            t = float(true.time(float(c), 3.0 * inter, float(h), W, Q, 1979e12, 3.35e12))
+            t = float(true.time(float(c), 3.0 * inter, float(h), W, Q, 1979e12, 3.35e12, float(E)))
             for src, dist, ep in VARIANTS:
                 rows.append({"framework": "TRTLLM", "version": "1.3.0rc20", "device": "NVIDIA H100 80GB HBM3",
                              "op_name": "moe", "kernel_source": src, "moe_dtype": "fp8", "num_tokens": tokens,
@@ -249,6 +249,7 @@ def test_fused_moe_rows_count_the_estimators_expert_work_and_fit_a_curve(tmp_pat
     assert (shape_of(r)["m"], shape_of(r)["n"]) == ("512", str(3 * 768))
     curves, held = fit_kernel_curves(ms, H100, source="test", fit_date="2026-11-27")
     assert "fp8" in curves.moe and next(h for h in held if h.what == "moe fp8").median < 0.05
+    assert curves.moe["fp8"].per_expert                     # the row terms count each active expert's rows
     assert curves.moe_curve("fp8") is curves.moe["fp8"] and curves.moe_curve("bf16") is None
 
 
@@ -256,7 +257,7 @@ def test_deepep_expert_rows_count_one_ranks_balanced_work_and_fit_their_own_curv
     # aiconfigurator's wideep_generation_moe_perf layout (collector/wideep/sglang/collect_deepep_moe.py):
     # num_tokens counts every EP rank's tokens, the latency one rank's E/ep experts, and "uniform"
     # routing is balanced (one row each on c experts while c < E/ep)
-    true = GemmCurve(overhead_s=2e-5, compute_max=0.7, rows_half=64.0, weight_half=1e6, memory=0.75)
+    true = GemmCurve(overhead_s=2e-5, compute_max=0.7, rows_half=64.0, weight_half=1e6, memory=0.75, per_expert=True)
     h, inter, E, topk = 7168, 2048, 256, 8
     rows = []
     for ep in (8, 16, 32, 64):
@@ -264,7 +265,7 @@ def test_deepep_expert_rows_count_one_ranks_balanced_work_and_fit_their_own_curv
             c = tokens * topk / ep
             W = c * (6 * h * inter + 6 * inter)
             Q = 2.0 * c * (2 * h + 8 * inter) + min(E / ep, c) * 1.0 * 3 * h * inter
-            t = float(true.time(c, 3.0 * inter, float(h), W, Q, 1979e12, 4.8e12))
+            t = float(true.time(c, 3.0 * inter, float(h), W, Q, 1979e12, 4.8e12, E / ep))
             for dist in ("uniform", "power_law_1.2"):
                 rows.append({"framework": "SGLang", "version": "0.5.6.post2", "device": "NVIDIA H200",
                              "op_name": "moe_generation", "kernel_source": "deepepmoe", "moe_dtype": "fp8_block",
@@ -460,7 +461,7 @@ def test_moe_curves_whose_ceiling_is_far_below_the_formats_peak_are_fitted():
     # B200's FP4 peak, gpt-oss-like shapes) are fitted within 5% on held-out shape groups; started
     # at a ceiling of 0.8 alone the fit leaves the compute term behind (kernel_fit.MOE_CEILING_STARTS)
     hw = get_hardware("b200")
-    true = GemmCurve(overhead_s=2.5e-5, compute_max=0.06, rows_half=200.0, weight_half=1e6, memory=0.5)
+    true = GemmCurve(overhead_s=2.5e-5, compute_max=0.06, rows_half=20.0, weight_half=1e6, memory=0.5, per_expert=True)
     peak = gemm_peak_flops(hw, "mxfp4")
     rows = []
     for h, inter, E, topk in ((2880, 2880, 128, 4), (2880, 2880, 32, 4), (4096, 1536, 64, 8), (2048, 768, 128, 8),
@@ -470,15 +471,15 @@ def test_moe_curves_whose_ceiling_is_far_below_the_formats_peak_are_fitted():
             eact = E * (1.0 - (1.0 - topk / E) ** tokens)
             W = c * (6 * h * inter + 6 * inter)
             Q = 2.0 * c * (2 * h + 8 * inter) + eact * 0.53125 * 3 * h * inter
-            t = float(true.time(c, 3.0 * inter, float(h), W, Q, peak, hw.memory_bandwidth))
+            t = float(true.time(c, 3.0 * inter, float(h), W, Q, peak, hw.memory_bandwidth, float(E)))
             rows.append(Measurement(kind="moe", phase="decode" if tokens <= 64 else "prefill", flops=W, bytes=Q,
                                     time_s=t, rows=c, name=f"m={c} n={3 * inter} k={h} dtype=mxfp4 tokens={tokens} "
                                     f"experts={E} topk={topk} inter={inter} tp=1 kernel=k runtime=trtllm-1.3.0rc20"))
     held: list = []
     curves = fit_moe_curves(MeasurementSet(tuple(rows), {}), hw, "moe", 0, held, source="test", fit_date="2026-11-27")
     assert held[0].median < 0.05 and curves["mxfp4"].compute_max < 0.2
-    one_start = fit_gemm(rows, hw, "mxfp4")
+    one_start = fit_gemm(rows, hw, "mxfp4", per_expert=True)
     t = np.array([r.time_s for r in rows])
     d = [float(one_start.time(r.rows, float(shape_of(r)["n"]), float(shape_of(r)["k"]), r.flops, r.bytes, peak,
-                              hw.memory_bandwidth)) for r in rows]
+                              hw.memory_bandwidth, float(shape_of(r)["experts"]))) for r in rows]
     assert np.median(np.abs(np.array(d) / t - 1)) > 0.05

@@ -405,7 +405,7 @@ def test_deepep_decode_steps_price_the_experts_by_their_own_curve():
 
     def priced(curve, rows, W, Q):
         fixed, comp, mem = curve.terms(rows, 3 * 2048.0, 7168.0, W, Q, gemm_peak_flops(hw, "fp8_block"),
-                                       hw.memory_bandwidth)
+                                       hw.memory_bandwidth, 256 / 8)     # one rank's 32 experts
         return fixed + max(comp, mem)
 
     with_deepep = prof.with_(comm=CommOptions.deepep())
@@ -439,7 +439,7 @@ def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
     W = sum(ops[n].flops for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
     Q = sum(ops[n].bytes for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
     assert ops["experts.down"].flops == pytest.approx(4096 * 2 * 768 * 2048)
-    fixed, comp, mem = curve.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth)
+    fixed, comp, mem = curve.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth, 128.0)
     assert ops["experts.gate_up"].time_s == pytest.approx(fixed + max(comp, mem), rel=1e-9)
     assert ops["experts.silu_mul"].time_s == 0.0 and ops["experts.down"].time_s == 0.0
     # vLLM's own fused-MoE curve (its tables) gives another time for the same experts
@@ -448,7 +448,7 @@ def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
     ov = {o.name: o for o in Estimator(get_model("qwen3-30b-a3b"), hw, get_profile("measured-b200"),
                                        ParallelConfig(tp=1), dtype="nvfp4", kv_dtype="fp8")
           .estimate(StepBatch.of((), [1000] * 512)).ops if o.module == "moe"}
-    fixed, comp, mem = vllm.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth)
+    fixed, comp, mem = vllm.terms(4096.0, 3 * 768.0, 2048.0, W, Q, 9.0e15, hw.memory_bandwidth, 128.0)
     assert ov["experts.gate_up"].time_s == pytest.approx(fixed + max(comp, mem), rel=1e-9)
     # a format the GPU's tables do not time as a fused MoE (A100: vLLM's table holds bf16 experts
     # only): the three operators keep their own times
@@ -457,6 +457,39 @@ def test_fused_moe_curve_prices_the_routed_experts_as_one_kernel():
     assert get_profile("measured-a100-80g").kernels.moe_curve("fp8") is None
     assert all(o.time_s > 0 for o in plain.estimate(StepBatch.of((), [1000] * 512)).ops
                if o.name.startswith("experts."))
+
+
+def test_a_per_expert_moe_curve_computes_at_the_efficiency_of_each_experts_rows():
+    # Hand derivation: 1,024 tokens routed top-4 over 128 experts (gpt-oss-120b's layer) are
+    # m = 4,096 rows; e_act = 128 (1 - (1 - 1/128)^4096) = 128 (1 - 1.1e-14) experts hold rows, 32
+    # each. A per-expert curve computes them at c_max 32 / (32 + m_half), the layer-wide form at
+    # c_max 4096 / (4096 + m_half); with 16-row tiles 20 rows per expert pad to 32 (efficiency 20 / 32)
+    base = dict(overhead_s=1e-5, compute_max=0.5, rows_half=64.0, weight_half=0.0, memory=0.6)
+    flops, peak, bw = 4096 * 6 * 2880 * 2880.0, 1e15, 4.8e12
+    per = GemmCurve(**base, per_expert=True)
+    _, comp, _ = per.terms(4096.0, 3 * 2880.0, 2880.0, flops, 1.0, peak, bw, 128.0)
+    assert comp == pytest.approx(flops / (peak * 0.5 * 32 / (32 + 64)), rel=1e-9)
+    _, layer, _ = GemmCurve(**base).terms(4096.0, 3 * 2880.0, 2880.0, flops, 1.0, peak, bw, 128.0)
+    assert layer == pytest.approx(flops / (peak * 0.5 * 4096 / (4096 + 64)), rel=1e-9)
+    assert comp / layer == pytest.approx((4096 / 4160) / (32 / 96), rel=1e-9)       # 2.95x
+    # experts=None (a dense GEMM) or one expert per device: the layer's rows
+    assert per.terms(4096.0, 3 * 2880.0, 2880.0, flops, 1.0, peak, bw)[1] == pytest.approx(layer, rel=1e-12)
+    assert per.terms(4096.0, 3 * 2880.0, 2880.0, flops, 1.0, peak, bw, 1.0)[1] == pytest.approx(layer, rel=1e-12)
+    # 640 rows over 32 experts: e_act = 32 (1 - (31/32)^640) = 32.0, 20 rows each, padded to 32
+    tiled = GemmCurve(**base, tile_rows=16, per_expert=True)
+    f2 = 640 * 6 * 2880 * 2880.0
+    _, c2, _ = tiled.terms(640.0, 3 * 2880.0, 2880.0, f2, 1.0, peak, bw, 32.0)
+    e = -32 * np.expm1(640 * np.log1p(-1 / 32))
+    r = 640 / e
+    assert c2 == pytest.approx(f2 / (peak * 0.5 * r / (r + 64) * r / 32), rel=1e-9)
+    # the field is read from and written to a profile's kernels section; a non-boolean is refused
+    from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
+    raw = KernelCurves(moe={"mxfp4": per}).to_dict()
+    assert raw["moe"]["mxfp4"]["per_expert"] is True
+    assert kernel_curves_from_dict(raw).moe["mxfp4"] == per
+    raw["moe"]["mxfp4"]["per_expert"] = "yes"
+    with pytest.raises(SpecError, match="moe.mxfp4"):
+        kernel_curves_from_dict(raw)
 
 
 def test_int4_moe_steps_price_the_experts_by_the_marlin_curve():

@@ -67,14 +67,18 @@ class _Rows:
     c: np.ndarray        # weight rows k (GEMM), head dimension (attention)
     group: np.ndarray    # shape group for the held-out split
     ratio: np.ndarray | None = None   # attention: query heads per KV head
+    experts: np.ndarray | None = None  # fused MoE: experts on the device (``experts / ep``)
 
 
 def _gemm_rows(rows: Sequence[Measurement]) -> _Rows:
     sh = [shape_of(r) for r in rows]
     n = np.array([float(s["n"]) for s in sh])
     k = np.array([float(s["k"]) for s in sh])
+    experts = (np.array([float(s["experts"]) / float(s.get("ep", 1)) for s in sh])
+               if sh and all("experts" in s for s in sh) else None)
     return _Rows(np.array([r.time_s for r in rows]), np.array([r.flops for r in rows]),
-                 np.array([r.bytes for r in rows]), np.array([float(s["m"]) for s in sh]), n, k, n * 1e6 + k)
+                 np.array([r.bytes for r in rows]), np.array([float(s["m"]) for s in sh]), n, k, n * 1e6 + k,
+                 experts=experts)
 
 
 def _attn_rows(rows: Sequence[Measurement], phase: str) -> _Rows:
@@ -128,15 +132,16 @@ QUANT_BYTES = {"fp8": 3.0, "fp8_block": 3.0 + 4.0 / 128, "fp4": 2.0 + 0.5 + 1.0 
 GEMM_PARAMS = ("overhead_s", "compute_max", "rows_half", "weight_half", "memory", "tiles_half", "quant_memory")
 
 
-def _gemm_curve(p: np.ndarray, tile: int, quant: float, **kw: Any) -> GemmCurve:
+def _gemm_curve(p: np.ndarray, tile: int, quant: float, per_expert: bool = False, **kw: Any) -> GemmCurve:
     return GemmCurve(overhead_s=p[0], compute_max=min(p[1], 1.5), rows_half=p[2], weight_half=p[3],
                      memory=min(p[4], 1.5), tile_rows=tile, tiles_half=p[5], quant_bytes=quant,
-                     quant_memory=min(p[6], 1.5) if quant else 1.0, **kw)
+                     quant_memory=min(p[6], 1.5) if quant else 1.0, per_expert=per_expert, **kw)
 
 
-def _gemm_model(peak: float, bw: float, tile: int, quant: float) -> Callable[[np.ndarray, _Rows], np.ndarray]:
+def _gemm_model(peak: float, bw: float, tile: int, quant: float,
+                per_expert: bool = False) -> Callable[[np.ndarray, _Rows], np.ndarray]:
     def f(p: np.ndarray, d: _Rows) -> np.ndarray:
-        return np.asarray(_gemm_curve(p, tile, quant).time(d.a, d.b, d.c, d.W, d.Q, peak, bw))
+        return np.asarray(_gemm_curve(p, tile, quant, per_expert).time(d.a, d.b, d.c, d.W, d.Q, peak, bw, d.experts))
     return f
 
 
@@ -147,29 +152,40 @@ def _gemm_model(peak: float, bw: float, tile: int, quant: float) -> Callable[[np
 #: the fit kept memory and overhead terms alone (vLLM on B200, MXFP4: 33% held out; from 0.1:
 #: 14%, ``kernel-validation.md``).
 MOE_CEILING_STARTS = (0.3, 0.1, 0.03)
+#: Row tiles tried for a fused-MoE curve, whose rows are counted per active expert
+#: (:meth:`GemmCurve.terms`, ``experts``): none, or the block sizes the kernels pad each expert's
+#: rows to (vLLM's and SGLang's Triton ``fused_moe`` configurations use ``BLOCK_SIZE_M`` 16 to 128,
+#: ``fused_moe/configs/*.json``); chosen per format inside the training half (:func:`choose_tile`).
+#: Counting per expert took the held-out medians on H200 from 9-25% to 5-17% (vLLM FP8 12.2% ->
+#: 7.3%, INT4 25.2% -> 7.7%; TensorRT-LLM FP8 13.7% -> 8.4%; docs/validation.md, "Rows per expert").
+MOE_TILE_CHOICES = (1, 16, 64)
 
 
 def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, tile: int = 1,
-             provenance: Provenance | None = None, ceilings: Sequence[float] = ()) -> GemmCurve:
+             provenance: Provenance | None = None, ceilings: Sequence[float] = (),
+             per_expert: bool = False) -> GemmCurve:
     """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m, p_half`` and, for formats
     with quantized activations (:data:`QUANT_BYTES`), ``e_q``) to GEMM rows. ``ceilings``: further
-    starting values of ``c_max``; the fit of lowest cost is kept."""
+    starting values of ``c_max``; the fit of lowest cost is kept. ``per_expert``: fused-MoE rows,
+    whose row terms count each active expert's rows (:meth:`GemmCurve.terms`)."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"gemm {dtype}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     d = _gemm_rows(rows)
     quant = QUANT_BYTES.get(dtype, 0.0)
     p0 = (5e-6, 0.8, 16.0, 1e6, 0.8, 8.0) + ((0.5,) if quant else ())
     starts = [(p0[0], c, *p0[2:]) for c in ceilings]
-    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant), p0, d,
-                 starts)
+    p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant, per_expert),
+                 p0, d, starts)
     if not quant:
         p = np.append(p, 1.0)
-    return _gemm_curve(p, tile, quant, sd=dict(zip(GEMM_PARAMS, sd.tolist(), strict=False)), provenance=provenance)
+    return _gemm_curve(p, tile, quant, per_expert, sd=dict(zip(GEMM_PARAMS, sd.tolist(), strict=False)),
+                       provenance=provenance)
 
 
 def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str) -> np.ndarray:
     d = _gemm_rows(rows)
-    return np.asarray(c.time(d.a, d.b, d.c, d.W, d.Q, peak_flops_for(hardware, dtype), hardware.memory_bandwidth))
+    return np.asarray(c.time(d.a, d.b, d.c, d.W, d.Q, peak_flops_for(hardware, dtype), hardware.memory_bandwidth,
+                             d.experts))
 
 
 # ------------------------------------------------------------------------------------ attention
@@ -471,19 +487,22 @@ def moe_group(rows: Sequence[Measurement]) -> np.ndarray:
     return np.array([index[key] for key in keys], dtype=float)
 
 
-def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, seed: int = 0) -> int:
-    """The tile of :data:`TILE_CHOICES` whose curve, fitted on a seeded half of the shape groups
-    of ``rows``, predicts the other half best. Called on the training half only, so the reported
-    held-out rows never choose the tile."""
-    inner = split_by_group(gemm_group(rows), seed + 1)
+def choose_tile(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, seed: int = 0, *,
+                choices: Sequence[int] = TILE_CHOICES, **fit: Any) -> int:
+    """The tile of ``choices`` whose curve, fitted on a seeded half of the shape groups of
+    ``rows``, predicts the other half best. Called on the training half only, so the reported
+    held-out rows never choose the tile. ``fit``: further arguments of :func:`fit_gemm` (a fused-MoE
+    curve's ``per_expert`` and ``ceilings``; its rows are grouped by :func:`moe_group`)."""
+    groups = moe_group(rows) if fit.get("per_expert") else gemm_group(rows)
+    inner = split_by_group(groups, seed + 1)
     fit_rows = [r for r, m in zip(rows, inner, strict=True) if m]
     val = [r for r, m in zip(rows, inner, strict=True) if not m]
     if len(fit_rows) < MIN_POINTS or not val:
         return 1
     t_val = np.array([r.time_s for r in val])
-    errs = [float(np.median(np.abs(rel_errors(predict_gemm(fit_gemm(fit_rows, hardware, dtype, tile=tile), val,
-                                                             hardware, dtype), t_val)))) for tile in TILE_CHOICES]
-    return TILE_CHOICES[int(np.argmin(errs))]
+    errs = [float(np.median(np.abs(rel_errors(predict_gemm(fit_gemm(fit_rows, hardware, dtype, tile=tile, **fit), val,
+                                                             hardware, dtype), t_val)))) for tile in choices]
+    return choices[int(np.argmin(errs))]
 
 
 def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Sequence[str], seed: int,
@@ -538,24 +557,27 @@ def fit_moe_curves(ms: MeasurementSet, hardware: DeviceSpec, kind: str, seed: in
         tr = split_by_group(moe_group(rows), seed)
         if tr.all() or not tr.any():   # one shape group: no held-out half
             continue
+        train = [r for r, m in zip(rows, tr, strict=True) if m]
+        tile = choose_tile(train, hardware, dt, seed, choices=MOE_TILE_CHOICES, per_expert=True,
+                           ceilings=MOE_CEILING_STARTS)
         out[dt] = _fit_gemm_held_out(rows, tr, hardware, dt, f"{label} {dt}", held, source=source,
-                                     fit_date=fit_date, ceilings=MOE_CEILING_STARTS)
+                                     fit_date=fit_date, tile=tile, ceilings=MOE_CEILING_STARTS, per_expert=True)
     return out
 
 
 def _fit_gemm_held_out(rows: Sequence[Measurement], train_mask: np.ndarray, hardware: DeviceSpec, dtype: str,
                        what: str, held: list[HeldOut], *, source: str, fit_date: str, tile: int = 1,
-                       ceilings: Sequence[float] = ()) -> GemmCurve:
+                       ceilings: Sequence[float] = (), per_expert: bool = False) -> GemmCurve:
     """A curve of the GEMM form fitted on the ``train_mask`` rows and reported on the others
     (appended to ``held`` as ``what``), then fitted on every row with that held-out error in its
     provenance."""
     train = [r for r, m in zip(rows, train_mask, strict=True) if m]
     test = [r for r, m in zip(rows, train_mask, strict=True) if not m]
-    c = fit_gemm(train, hardware, dtype, tile=tile, ceilings=ceilings)
+    c = fit_gemm(train, hardware, dtype, tile=tile, ceilings=ceilings, per_expert=per_expert)
     ho = summarize(what, rel_errors(predict_gemm(c, test, hardware, dtype), np.array([r.time_s for r in test])),
                    len(train))
     held.append(ho)
-    return fit_gemm(rows, hardware, dtype, tile=tile, ceilings=ceilings,
+    return fit_gemm(rows, hardware, dtype, tile=tile, ceilings=ceilings, per_expert=per_expert,
                     provenance=Provenance(source=source, fit_date=fit_date, points=len(rows),
                                           held_out_median=ho.median))
 

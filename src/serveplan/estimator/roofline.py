@@ -337,10 +337,10 @@ class CurveRates:
     decode_index: np.ndarray
     comm_index: tuple[int, ...]
     # the fused MoE kernel: its curve, the aligned indices of each MoE block's gate-up, activation
-    # and down operators, and (expert intermediate size per device, hidden size)
+    # and down operators, and (expert intermediate size per device, hidden size, experts per device)
     moe: GemmCurve | None = None
     moe_parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    moe_dims: tuple[float, float] = (0.0, 0.0)
+    moe_dims: tuple[float, float, float] = (0.0, 0.0, 1.0)
 
     @staticmethod
     def expert_parts(step: CompiledStep) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -356,11 +356,12 @@ class CurveRates:
     @classmethod
     def resolve(cls, step: CompiledStep, curves: KernelCurves, *, dtype: str, kv_dtype: str,
                 peak_flops: float, attention_peak_flops: float, bandwidth: float,
-                max_ranks: int | None = None, moe_dims: tuple[float, float] | None = None,
+                max_ranks: int | None = None, moe_dims: tuple[float, float, float] | None = None,
                 deepep: bool = False) -> CurveRates:
         """``max_ranks``: the largest group a collective curve stands for (the scale-up domain
         the NCCL tables were measured in); larger groups keep the per-tier model. ``moe_dims``:
-        (expert intermediate size per device, hidden size) of a MoE model, for a fused-MoE curve.
+        (expert intermediate size per device, hidden size, routed experts per device) of a MoE
+        model, for a fused-MoE curve.
         ``deepep``: the experts run behind DeepEP (:meth:`KernelCurves.moe_curve`)."""
         on = step.attn_heads[0] > 0
         group = step.attn_heads[0] / step.attn_heads[1] if on else None
@@ -379,7 +380,7 @@ class CurveRates:
             gemm_inner=step.inner[gi],
             prefill_index=np.flatnonzero(step.attn_phase == 1), decode_index=np.flatnonzero(step.attn_phase == 2),
             comm_index=tuple(i for i, cc in enumerate(coll) if cc is not None),
-            moe=moe if parts is not None else None, moe_parts=parts, moe_dims=moe_dims or (0.0, 0.0),
+            moe=moe if parts is not None else None, moe_parts=parts, moe_dims=moe_dims or (0.0, 0.0, 1.0),
         )
 
 
@@ -489,10 +490,10 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     if cr.moe is not None and cr.moe_parts is not None:
         # one fused kernel per MoE block: its time on the gate-up operator, none on the other two
         g, a, dn = cr.moe_parts
-        inter, h = cr.moe_dims
+        inter, h, experts = cr.moe_dims
         We, Qe = W[g] + W[a] + W[dn], Q[g] + Q[a] + Q[dn]
         routed = W[dn] / (2.0 * inter * h)          # routed rows through this device's experts
-        fixed, cm, mm = cr.moe.terms(routed, 3.0 * inter, h, We, Qe, cr.peak_flops, cr.bandwidth)
+        fixed, cm, mm = cr.moe.terms(routed, 3.0 * inter, h, We, Qe, cr.peak_flops, cr.bandwidth, experts)
         fixed = fixed * (We > 0)
         comp[g], mem[g] = fixed + cm, fixed + mm
         comp[a] = mem[a] = comp[dn] = mem[dn] = 0.0

@@ -190,11 +190,12 @@ def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Pha
 
 
 def resolve_curves(compiled: CompiledStep, profile: EfficiencyProfile, hardware: DeviceSpec, *, dtype: DType,
-                   kv_dtype: DType, moe_dims: tuple[float, float] | None = None,
+                   kv_dtype: DType, moe_dims: tuple[float, float, float] | None = None,
                    deepep: bool = False) -> CurveRates | None:
     """The profile's measured curves for these formats, or ``None`` for a constant-factor profile.
     Collective curves stand for groups inside the scale-up domain they were measured in.
-    ``moe_dims``: (expert intermediate size per device, hidden size) of a MoE model; ``deepep``: its
+    ``moe_dims``: (expert intermediate size per device, hidden size, routed experts per device) of
+    a MoE model; ``deepep``: its
     experts run behind DeepEP's dispatch (the profile's DeepEP expert curve where it has one)."""
     if profile.kernels is None:
         return None
@@ -279,8 +280,8 @@ class Estimator:
                   float(model.head_dim)) if fused_gqa else None)
         self.compiled = compile_step(self.groups, hardware, profile.comm_model, attention_heads=heads,
                                      scale_up_latency=scale_up_latencies(profile, hardware))
-        moe_dims = ((model.moe_intermediate_size / parallel.expert_tp, float(model.hidden_size))
-                    if model.is_moe else None)
+        moe_dims = ((model.moe_intermediate_size / parallel.expert_tp, float(model.hidden_size),
+                     (model.num_experts + parallel.redundant_experts) / parallel.ep) if model.is_moe else None)
         self._curves = resolve_curves(self.compiled, profile, hardware, dtype=self.dtype, kv_dtype=self.kv_dtype,
                                       moe_dims=moe_dims)
         # DeepEP over more than one expert-parallel rank: decode steps run the experts as DeepGEMM's

@@ -218,6 +218,9 @@ class GemmCurve:
     tiles_half: float = 0.0          # output tiles at half the ceiling (0: no parallelism term)
     quant_bytes: float = 0.0         # bytes per activation element of the quantization pass (0: none)
     quant_memory: float = 1.0        # its fraction of the memory bandwidth
+    #: fused-MoE curves: the row terms (``m_half``, tile padding, output tiles) count each active
+    #: expert's rows, ``m / e_act``, not the routed rows of the layer (:meth:`terms`)
+    per_expert: bool = False
     sd: Mapping[str, float] = field(default_factory=dict)
     provenance: Provenance | None = None
 
@@ -240,29 +243,45 @@ class GemmCurve:
         return dataclasses.replace(self, quant_bytes=0.0, overhead_s=min(self.overhead_s, floor_s))
 
     def terms(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float,
-              bandwidth: float) -> tuple[Any, Any, Any]:
+              bandwidth: float, experts: Any = None) -> tuple[Any, Any, Any]:
         """``(fixed, compute, memory)`` seconds of ``m`` rows by a ``k x n`` weight doing
         ``flops``/``nbytes``: the time is ``fixed + max(compute, memory)``, ``fixed`` being the
-        kernel latency and the activation-quantization pass."""
+        kernel latency and the activation-quantization pass.
+
+        ``experts``: local experts of a fused-MoE layer (``m`` its routed rows). A
+        :attr:`per_expert` curve runs each active expert as its own GEMM of ``m / e_act`` rows, as
+        the fused kernels do: vLLM's and SGLang's Triton ``fused_moe`` pad each expert's rows to the
+        block size (``moe_align_block_size``), CUTLASS and DeepGEMM grouped GEMMs tile each group
+        apart. So a layer whose routed rows are many but spread thin over the experts (1,024 tokens,
+        top-4 of 128 experts: 32 rows each) computes at the efficiency of 32-row GEMMs, and the
+        output tiles are the active experts' together. ``e_act = E (1 - (1 - 1/E)^m)``, the experts
+        that ``m`` rows drawn uniformly over ``E`` experts reach (the estimator's count)."""
         m = np.maximum(m, 1.0)
-        e_c = self.compute_max * m / (m + self.rows_half)
+        groups: Any = 1.0
+        if self.per_expert and experts is not None:
+            e = np.maximum(experts, 1.0)
+            groups = np.maximum(-e * np.expm1(m * np.log1p(-np.minimum(1.0 / e, 1.0 - 1e-12))), 1.0)
+        rows = m / groups
+        e_c = self.compute_max * rows / (rows + self.rows_half)
         w = n * k
         e_c = e_c * w / (w + self.weight_half)
         if self.tile_rows > 1 or self.tiles_half > 0:
-            tile = np.minimum(float(max(self.tile_rows, 1)), np.exp2(np.ceil(np.log2(m))))
-            row_tiles = np.ceil(m / tile)
+            tile = np.minimum(float(max(self.tile_rows, 1)), np.exp2(np.ceil(np.log2(np.maximum(rows, 1.0)))))
+            row_tiles = np.ceil(rows / tile)
             if self.tile_rows > 1:
-                e_c = e_c * m / (row_tiles * tile)
+                e_c = e_c * rows / (row_tiles * tile)
             if self.tiles_half > 0:
-                p = row_tiles * np.ceil(n / GEMM_TILE_COLS)
+                p = groups * row_tiles * np.ceil(n / GEMM_TILE_COLS)
                 e_c = e_c * p / (p + self.tiles_half)
         fixed = self.overhead_s + (self.quant_bytes * m * k / (bandwidth * self.quant_memory) if self.quant_bytes
                                    else 0.0)
         return fixed, flops / (peak_flops * e_c), nbytes / (bandwidth * self.memory)
 
-    def time(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float, bandwidth: float) -> Any:
-        """Seconds for ``m`` rows by a ``k x n`` weight doing ``flops``/``nbytes``."""
-        fixed, comp, mem = self.terms(m, n, k, flops, nbytes, peak_flops, bandwidth)
+    def time(self, m: Any, n: Any, k: Any, flops: Any, nbytes: Any, peak_flops: float, bandwidth: float,
+             experts: Any = None) -> Any:
+        """Seconds for ``m`` rows by a ``k x n`` weight doing ``flops``/``nbytes`` (``experts``:
+        :meth:`terms`)."""
+        fixed, comp, mem = self.terms(m, n, k, flops, nbytes, peak_flops, bandwidth, experts)
         return fixed + np.maximum(comp, mem)
 
 
@@ -542,6 +561,7 @@ def _prov(raw: Any, where: str, parent: tuple[str, str]) -> Provenance | None:
 
 
 _INT_FIELDS = ("tile_rows", "sm_count", "multi_block_tokens")
+_BOOL_FIELDS = ("per_expert",)
 
 
 def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -> Any:
@@ -552,8 +572,10 @@ def _build(cls: Any, raw: Any, where: str, parent: tuple[str, str] = ("", "")) -
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected: {', '.join(sorted(names))}")
     try:
-        kw = {k: (str(v) if k == "link" else int(v) if k in _INT_FIELDS else float(v)) for k, v in raw.items()
-              if k in names}
+        if any(not isinstance(raw[k], bool) for k in _BOOL_FIELDS if k in raw):
+            raise TypeError
+        kw = {k: (str(v) if k == "link" else int(v) if k in _INT_FIELDS else v if k in _BOOL_FIELDS else float(v))
+              for k, v in raw.items() if k in names}
         sd = {str(k): float(v) for k, v in (raw.get("sd") or {}).items()}
     except (TypeError, ValueError):
         raise SpecError(f"{where}: fitted values must be numbers, got {dict(raw)!r}") from None
