@@ -54,6 +54,8 @@ from serveplan.calibrate.kernel_fit import (  # noqa: E402
     split_by_group,
 )
 from serveplan.calibrate.selection import (  # noqa: E402
+    MOE_BACKENDS,
+    moe_backend_rows,
     moe_path,
     one_kernel_per_table,
 )
@@ -177,6 +179,22 @@ def fit_deepep_experts(root: Path, system: str, hw, today: str, seed: int) -> tu
     return curves, held
 
 
+def fit_moe_backends(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, list]:
+    """Curves of the opt-in fused-MoE backends (``selection.MOE_BACKENDS``) that vLLM's tables of
+    this system time, keyed ``<format>@<backend>`` (held out by shape group like the default paths)."""
+    ms = import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=("moe",))
+    curves: dict = {}
+    held: list = []
+    for backend in MOE_BACKENDS:
+        rows = moe_backend_rows(ms, backend)
+        if rows.rows:
+            src = f"aiconfigurator-core 0.12.0 (Apache-2.0) {system}: {runtime_version(rows, 'moe')} {backend} MoE"
+            curves.update(fit_moe_curves(rows, hw, "moe", seed, held, source=src, fit_date=today))
+    if curves:
+        print(f"  MoE backends: {', '.join(curves)}")
+    return curves, held
+
+
 def h100_predicting_h200(c100, h200, ms200) -> list[str]:
     """The H100 curves predicting every H200 row with only the H200's datasheet peaks."""
     lines = ["## H100 curves predicting H200 (datasheet peaks only, no H200 row used)", "",
@@ -235,6 +253,10 @@ def main() -> None:
         if deepep:
             curves = dataclasses.replace(curves, moe_deepep=deepep)
             held += deepep_held
+        backends, backend_held = fit_moe_backends(root, system, hw, today, args.seed)
+        if backends:
+            curves = dataclasses.replace(curves, moe={**curves.moe, **backends})
+            held += backend_held
         fitted[system] = (hw, curves, ms)
         print(f"{system}: {len(ms.rows)} rows, fit in {time.perf_counter() - t0:.1f} s "
               f"(MoE: {moe_kernels(ms) or 'none'})")

@@ -460,6 +460,25 @@ def inferencemax_trtllm_llama(case: SiliconCase) -> tuple[int, tuple[int, float]
     return INFERENCEMAX_LLAMA_TRTLLM_MAX_NUM_TOKENS, wait
 
 
+#: The day InferenceMAX's vLLM gpt-oss scripts for H100 and H200 started exporting
+#: ``VLLM_MXFP4_USE_MARLIN=1`` (github.com/SemiAnalysisAI/InferenceX commit 4e52ed4c6 of 2026-01-02,
+#: PR #327, ``benchmarks/gptoss_fp4_h100_docker.sh``, ``gptoss_fp4_h100_slurm.sh``,
+#: ``gptoss_fp4_h200_slurm.sh``: "Add VLLM_MXFP4_USE_MARLIN=1 to H100 and H200 benchmark scripts",
+#: with the move to vLLM 0.13, "Fix H100/H200 perf regression"); every later version of those scripts
+#: keeps it (``benchmarks/single_node/gptoss_fp4_h100.sh``, ``gptoss_fp4_h200.sh``).
+INFERENCEMAX_VLLM_MARLIN_FROM = "2026-01-02"
+
+
+def moe_backends(case: SiliconCase) -> dict[str, str]:
+    """Opt-in fused-MoE backends ``case``'s server ran (``EngineSpec.moe_backends``): Marlin for the
+    MXFP4 experts of InferenceMAX's vLLM gpt-oss runs on H100 and H200 measured on or after
+    :data:`INFERENCEMAX_VLLM_MARLIN_FROM`; none for any other row (its engine's default path)."""
+    if (case.engine == "vllm" and case.model == "gpt-oss-120b" and case.hardware in ("h100-sxm", "h200")
+            and case.measured >= INFERENCEMAX_VLLM_MARLIN_FROM):
+        return {"mxfp4": "marlin"}
+    return {}
+
+
 @dataclass(frozen=True, slots=True)
 class TrtllmScript:
     """The server settings an InferenceMAX TensorRT-LLM launch script set (:func:`inferencemax_trtllm`),

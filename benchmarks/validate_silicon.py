@@ -65,6 +65,7 @@ from silicon_data import (  # noqa: E402
     inferencemax_trtllm_llama,
     load_rows,
     map_row,
+    moe_backends,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,12 +276,15 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
     every other choice; with ``as_launched`` (an experiment) so does every row whose script was read
     (:func:`silicon_data.inferencemax_trtllm`: budget, batch limit, memory share, batch waiting and
     attention-DP balance, per rank; :func:`silicon_data.inferencemax_sglang`: the scheduler's
-    receive interval, chunk and prefill caps, running-request limit)."""
+    receive interval, chunk and prefill caps, running-request limit). Every row runs the MoE
+    backends its launch script forces (:func:`silicon_data.moe_backends`)."""
     import dataclasses
 
     from serveplan.specs.catalog import get_engine
 
     spec = get_engine(engine_for(case.engine, case.engine_version))
+    if backends := moe_backends(case):   # a kernel path the launch script forces (silicon_data.moe_backends)
+        spec = dataclasses.replace(spec, moe_backends=backends)
     held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
     trt = inferencemax_trtllm(case) if as_launched or inferencemax_trtllm_llama(case) is not None else None
     if trt is not None:   # the launch script of these rows is known: it replaces every other choice

@@ -308,3 +308,20 @@ def test_inferencemax_sglang_rows_read_their_launch_script():
     assert sd.inferencemax_sglang(sd.map_row(_imax(row, 256, "2026-03-25"))) is None
     # H200 scripts set no receive interval: not read
     assert sd.inferencemax_sglang(sd.map_row(_imax({**row, "system": "h200_sxm"}, 4, "2026-03-25"))) is None
+
+
+def test_inferencemax_vllm_gpt_oss_rows_on_hopper_run_marlins_moe_from_the_day_their_script_forces_it():
+    # InferenceX 4e52ed4c6 (2026-01-02, PR #327) added VLLM_MXFP4_USE_MARLIN=1 to the vLLM gpt-oss
+    # scripts of H100 and H200; earlier runs, B200 and other engines keep the default path
+    vs = load("validate_silicon")
+    oss = {**ROW, "backend": "vllm", "backend_version": "0.18.0", "model_path": "openai/gpt-oss-120b",
+           "system": "h200_sxm", "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+           "tp_size": "2", "moe_tp_size": "2"}
+    case = sd.map_row(_imax(oss, 4, "2026-03-27"))
+    assert sd.moe_backends(case) == {"mxfp4": "marlin"}
+    assert vs.row_engine(case)[0].moe_backends == {"mxfp4": "marlin"}
+    assert sd.moe_backends(sd.map_row(_imax({**oss, "system": "h100_sxm"}, 4, "2026-01-02"))) == {"mxfp4": "marlin"}
+    for other in (_imax(oss, 4, "2025-12-08"), _imax({**oss, "system": "b200_sxm"}, 4, "2026-03-27"),
+                  _imax({**oss, "backend": "trtllm", "backend_version": "1.2.0rc2"}, 4, "2026-03-27"), oss):
+        assert sd.moe_backends(sd.map_row(other)) == {}
+        assert vs.row_engine(sd.map_row(other))[0].moe_backends == {}

@@ -94,3 +94,22 @@ def test_weight_only_int4_experts_take_the_checkpoint_tools_method():
     kept = sel.one_moe_path_per_format(MeasurementSet(tuple(rows), {})).rows
     assert sorted(sd_shape(r) for r in kept) == [("fp8", "vllm_fused_moe", "vllm-0.19.0"),
                                                  ("w4a16", "vllm_compressedtensorswna16marlinmoe", "vllm-0.24.0")]
+
+
+def test_an_opt_in_moe_backend_is_cut_to_its_own_rows_and_keyed_apart():
+    # vLLM's Marlin MXFP4 MoE (selection.MOE_BACKENDS["marlin"]): the rows whose kernel path names
+    # Marlin, newest collection only, renamed mxfp4@marlin so that their curve does not replace the
+    # format's default path; a table without it gives nothing
+    def row(kernel, dt, ver, kv="bf16"):
+        return Measurement(kind="moe", phase="decode", flops=1.0, bytes=1.0, time_s=1.0, rows=1,
+                           name=f"m=1 n=1 k=1 dtype={dt} kv_dtype={kv} kernel={kernel} runtime=vllm-{ver}")
+
+    rows = ([row("vllm_gptossmxfp4moe_triton", "mxfp4", "0.24.0")] * 3
+            + [row("vllm_compressedtensorsw4a4mxfp4moe_marlin", "mxfp4", "0.24.0")] * 2
+            + [row("vllm_mxfp4_marlin_old", "mxfp4", "0.19.0")]
+            + [row("vllm_compressedtensorswna16marlinmoe", "w4a16", "0.24.0")])
+    got = sel.moe_backend_rows(MeasurementSet(tuple(rows), {}), "marlin").rows
+    assert len(got) == 2
+    assert {(shape_of(r)["dtype"], shape_of(r)["kv_dtype"], shape_of(r)["runtime"]) for r in got} == {
+        ("mxfp4@marlin", "bf16", "vllm-0.24.0")}
+    assert sel.moe_backend_rows(MeasurementSet(tuple(rows[:3]), {}), "marlin").rows == ()

@@ -507,3 +507,45 @@ def test_int4_moe_steps_price_the_experts_by_the_marlin_curve():
                                         dtype="w4a16").estimate(StepBatch.decode(8, 2048)).ops if o.module == "moe"}
     experts = sum(ops[n].time_s for n in ("experts.gate_up", "experts.silu_mul", "experts.down"))
     assert experts == pytest.approx(110.5e-6, rel=0.25)
+
+
+def test_an_engine_file_may_run_marlins_mxfp4_moe_and_the_experts_take_its_curve():
+    # vLLM with VLLM_MXFP4_USE_MARLIN=1 runs gpt-oss's MXFP4 experts through Marlin's W4A16 MoE
+    # (engine file: moe_backends: {mxfp4: marlin}); the H200 profile holds that backend's curve
+    # (moe["mxfp4@marlin"], fitted to vLLM 0.24's Marlin MXFP4 MoE table), whose compute ceiling is
+    # about half the default Triton path's: at its largest shapes the tables measure 200-219 TFLOP/s
+    # for Marlin against 406-457 for Triton (aiconfigurator-core 0.12.0 h200_sxm moe_perf, power law
+    # 1.2, 8,192-16,384 tokens). So an 8,192-token prefill's experts take 1.6-2.6x as long; a
+    # decode step of 8 sequences, bound by the weights' bytes, far less
+    import dataclasses
+
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_engine, get_model
+    from serveplan.specs.engine import engine_from_dict
+
+    prof, hw, model = get_profile("measured-h200"), get_hardware("h200"), get_model("gpt-oss-120b")
+    assert "mxfp4@marlin" in prof.kernels.moe and prof.kernels.moe["mxfp4@marlin"].provenance is not None
+    vllm = get_engine("vllm")
+    marlin = dataclasses.replace(vllm, moe_backends={"mxfp4": "marlin"})
+    assert marlin.profile_for(prof).kernels.moe_curve("mxfp4") is prof.kernels.moe["mxfp4@marlin"]
+    assert vllm.profile_for(prof).kernels.moe_curve("mxfp4") is prof.kernels.moe["mxfp4"]
+
+    def experts(spec, batch):
+        est = Estimator(model, hw, spec.profile_for(prof), ParallelConfig(tp=1), dtype="mxfp4")
+        return sum(o.time_s for o in est.estimate(batch).ops if o.name.startswith("experts."))
+
+    prefill = experts(marlin, StepBatch.prefill(1, 8192)) / experts(vllm, StepBatch.prefill(1, 8192))
+    decode = experts(marlin, StepBatch.decode(8, 2048)) / experts(vllm, StepBatch.decode(8, 2048))
+    assert 1.6 < prefill < 2.6 and decode < 1.5
+    # the engine file's key, checked; a backend the profile has no curve for names the ones it has
+    from importlib import resources
+
+    import yaml
+
+    raw = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "vllm-0.33.yaml").read_text())
+    assert engine_from_dict({**raw, "moe_backends": {"MXFP4": "marlin"}}, name="v").moe_backends == {"mxfp4": "marlin"}
+    for bad, needle in (({"mxfp4": 1}, "moe_backends must map weight formats"), (["marlin"], "moe_backends must map"),
+                        ({"fp5": "marlin"}, "fp5")):
+        with pytest.raises(SpecError, match=needle):
+            engine_from_dict({**raw, "moe_backends": bad}, name="v")
+    with pytest.raises(SpecError, match=r"mxfp4='cutlass' has no fused-MoE curve .*expected one of: marlin"):
+        dataclasses.replace(vllm, moe_backends={"mxfp4": "cutlass"}).profile_for(prof)

@@ -9,6 +9,7 @@ a fit every table is cut to one kernel (:func:`one_kernel_per_table`); ``benchma
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from typing import Any
@@ -48,6 +49,34 @@ CHECKPOINT_FORMATS = ("w4a16",)
 #: BF16 activations unless ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``quantization/mxfp4.py``
 #: ``get_mxfp4_backend``: ``SM100_FI_MXFP4_BF16`` by default).
 MXFP8_ACTIVATION_ENGINES = ("trtllm", "sglang")
+
+
+#: Opt-in fused-MoE backends, by name: ``(weight format, kernel path substring)`` of the table rows
+#: that time them. Each is fitted to its own curve (``moe["<format>@<name>"]``,
+#: :meth:`~serveplan.specs.kernels.KernelCurves.moe_curve`) beside the format's default path, and an
+#: engine file (``moe_backends``) or a deployment selects it. ``marlin``: vLLM's Marlin W4A16 MoE for
+#: MXFP4 experts, which ``VLLM_MXFP4_USE_MARLIN=1`` forces (``model_executor/layers/quantization/
+#: mxfp4.py`` ``get_mxfp4_backend``); aiconfigurator times it on H100 and H200 through vLLM 0.24's
+#: compressed-tensors MXFP4 method (``compressedtensorsw4a4mxfp4moe_marlin``) for one model's layer.
+MOE_BACKENDS: dict[str, tuple[str, str]] = {"marlin": ("mxfp4", "marlin")}
+
+
+def moe_backend_rows(ms: MeasurementSet, backend: str) -> MeasurementSet:
+    """The fused-MoE rows that time ``backend`` (:data:`MOE_BACKENDS`), one collection (the newest of
+    those timing it), with their format renamed ``<format>@<backend>`` so that a curve fitted to them
+    is keyed apart from the format's default path."""
+    fmt, kernel = MOE_BACKENDS[backend]
+    rows = [r for r in ms.rows if r.kind == "moe" and shape_of(r)["dtype"] == fmt and kernel in shape_of(r)["kernel"]]
+    if not rows:
+        return MeasurementSet((), ms.metadata)
+    newest = max({shape_of(r).get("runtime", "") for r in rows}, key=_version_order)
+    key = f"{fmt}@{backend}"
+    return MeasurementSet(tuple(_with_dtype(r, key) for r in rows if shape_of(r).get("runtime", "") == newest),
+                          ms.metadata)
+
+
+def _with_dtype(r: Measurement, dtype: str) -> Measurement:
+    return dataclasses.replace(r, name=re.sub(r"\bdtype=\S+", f"dtype={dtype}", r.name))
 
 
 def _mxfp4_activations_match(path: tuple[str, str, str]) -> bool:

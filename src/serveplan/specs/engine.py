@@ -211,6 +211,11 @@ class EngineSpec:
         Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
         0: none): requests sent together reach the scheduler this far apart
         (:class:`~serveplan.sim.cluster.Frontend`; closed loops only).
+    moe_backends:
+        Weight format -> opt-in fused-MoE backend the deployment runs for it instead of the
+        engine's default path (``moe_backends: {mxfp4: marlin}``: vLLM with
+        ``VLLM_MXFP4_USE_MARLIN=1``); priced by that backend's own curve
+        (:meth:`~serveplan.specs.profile.EfficiencyProfile.with_moe_backends`). Empty: the defaults.
     cites:
         Field -> where in the engine's source the value was read.
     """
@@ -255,6 +260,7 @@ class EngineSpec:
     adp_batching_wait_iters: int = 0
     scheduler_recv_interval: int = 1
     frontend_s: float = 0.0
+    moe_backends: dict[str, str] = field(default_factory=dict)
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -388,9 +394,10 @@ class EngineSpec:
 
     def profile_for(self, profile: EfficiencyProfile) -> EfficiencyProfile:
         """``profile`` as this engine runs it: its own kernels' curves, its fused input
-        quantization and its operator list (:meth:`EfficiencyProfile.for_engine`)."""
+        quantization and its operator list (:meth:`EfficiencyProfile.for_engine`), and the opt-in
+        MoE backends of :attr:`moe_backends`."""
         return profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
-                                  fused_operators=self.fused_operators)
+                                  fused_operators=self.fused_operators).with_moe_backends(self.moe_backends)
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
@@ -411,6 +418,7 @@ class EngineSpec:
                    if self.adp_timeout_iters is not None else {}),
                 **({"scheduler_recv_interval": self.scheduler_recv_interval}
                    if self.scheduler_recv_interval > 1 else {}),
+                **({"moe_backends": dict(self.moe_backends)} if self.moe_backends else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
 
@@ -430,6 +438,16 @@ def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise SpecError(f"{where}: {key}={v!r} must be a positive integer")
     return v
+
+
+def _moe_backends(raw: Any, where: str) -> dict[str, str]:
+    """``moe_backends: {<weight format>: <backend>}`` (absent: none)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) and v for v in raw.values()):
+        raise SpecError(f"{where}: moe_backends must map weight formats to backend names, e.g. "
+                        f"{{mxfp4: marlin}}; got {raw!r}")
+    return {DType.parse(str(k)).value: v for k, v in raw.items()}
 
 
 def _frontend_s(raw: Any, where: str) -> float:
@@ -537,5 +555,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         scheduler_recv_interval=(_number(raw, "scheduler_recv_interval", where, int)
                                  if "scheduler_recv_interval" in raw else 1),
         frontend_s=_frontend_s(raw.get("frontend"), where),
+        moe_backends=_moe_backends(raw.get("moe_backends"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

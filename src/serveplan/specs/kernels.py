@@ -137,7 +137,9 @@ GEMM_CURVE_KEY = {"nvfp4": "fp4", "mxfp4": "fp4", "fp16": "bf16"}
 def gemm_peak_flops(hardware: Any, fmt: str) -> float:
     """The peak a GEMM curve of format ``fmt`` is a fraction of: the datasheet's dense peak of the
     format; ``fp4`` (NVFP4/MXFP4) where the datasheet file lists none is twice the fp8 peak
-    (Blackwell datasheets: FP4 dense = 2x FP8 dense). Fit and estimator both use this."""
+    (Blackwell datasheets: FP4 dense = 2x FP8 dense). Fit and estimator both use this. A fused-MoE
+    backend's key (``mxfp4@marlin``) takes its format's peak."""
+    fmt = fmt.split("@", 1)[0]
     if GEMM_CURVE_KEY.get(fmt, fmt) == "fp4":
         fp4 = next((v for d, v in hardware.peak_flops.items() if d.value == "fp4"), None)
         return float(fp4) if fp4 else 2.0 * hardware.flops(DType.FP8)

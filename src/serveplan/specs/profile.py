@@ -220,6 +220,28 @@ class EfficiencyProfile:
                                                       moe=ek.moe or self.kernels.moe,
                                                       moe_deepep=ek.moe_deepep or self.kernels.moe_deepep))
 
+    def with_moe_backends(self, backends: Mapping[str, str]) -> EfficiencyProfile:
+        """This profile with the fused-MoE curve of each weight format in ``backends`` replaced by
+        the curve of that opt-in backend (``kernels.moe["<format>@<backend>"]``, fitted to the
+        tables that time it: ``calibrate.selection.MOE_BACKENDS``). A constant-factor profile has no
+        MoE curve to replace and is returned as it is.
+
+        Raises
+        ------
+        SpecError
+            The profile's curves include none for that backend and format."""
+        if not backends or self.kernels is None:
+            return self
+        moe = dict(self.kernels.moe)
+        for fmt, backend in backends.items():
+            key = f"{fmt}@{backend}"
+            if key not in moe:
+                offered = ", ".join(sorted(k.split("@", 1)[1] for k in moe if k.startswith(f"{fmt}@")))
+                raise SpecError(f"moe_backends: {fmt}={backend!r} has no fused-MoE curve in profile {self.name!r}; "
+                                f"expected one of: {offered or f'none (its tables time no other {fmt} backend)'}")
+            moe[fmt] = moe[key]
+        return self.with_(kernels=dataclasses.replace(self.kernels, moe=moe))
+
     def with_(self, **changes: Any) -> EfficiencyProfile:
         return dataclasses.replace(self, **changes)
 
