@@ -207,7 +207,7 @@ def test_client_experiments_count_their_requests_and_leave_the_warm_up_out():
     vs = load("validate_silicon")
     # genai-perf: 2 C warm-up requests, then the 10 C measured; a wave: the C clients once
     assert [vs.run_requests(4, s) for s in ("run", "warmed", "wave")] == [40, 48, 4]
-    row = {**ROW, "osl": "32", "batch_size": "8",
+    row = {**ROW, "osl": "32", "batch_size": "8", "backend": "vllm", "backend_version": "0.12.0",
            "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026"}
     case = sd.map_row(row)
     run, warmed = vs.predict(case), vs.predict(case, statistic="warmed")

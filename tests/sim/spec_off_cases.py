@@ -48,6 +48,9 @@ def run_case(case: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     spec = get_engine(engine)
     if getattr(spec, "fused_operators", False):  # absent in the golden's own sources
         spec = dataclasses.replace(spec, fused_operators=False)
+    # and before eager prefill steps paid the engine's host work per module (``prefill_host_s``)
+    if getattr(spec, "prefill_host_s", None):  # absent in the golden's own sources
+        spec = dataclasses.replace(spec, prefill_host_s={})
     cfg = simulation_config(engine=spec, strategy=strategy, fleet_options=fleet, model=get_model(model),
                             hardware=device, profile=get_profile(), workload=Workload.fixed(inp, out, n),
                             **load, **extra)

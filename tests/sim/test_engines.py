@@ -455,12 +455,13 @@ def test_trtllm_batch_waiting_holds_a_prompt_for_its_timeout_while_others_decode
 def test_trtllm_batch_waiting_releases_held_prompts_together_and_never_waits_without_decodes(h100):
     # three prompts arriving one by one while request 0 decodes are released in one step (the wait
     # is shared: one counter, reset when the held prompts go); with batch waiting off each is
-    # prefilled in the step after it arrives
-    arrivals = [0.0, 0.05, 0.06, 0.07]
-    _, on = _trtllm_waiting(h100, 20, 0.9, arrivals)
+    # prefilled in the step after it arrives (40 ms apart: more than one eager 512-token prefill
+    # step, engine file prefill_host_us; 40 held decode steps of at least 3.7 ms outlast 0.13 s)
+    arrivals = [0.0, 0.05, 0.09, 0.13]
+    _, on = _trtllm_waiting(h100, 40, 0.9, arrivals)
     r = on.requests
-    first_token = r.arrival + r.ttft
-    assert first_token[1] == first_token[2] == first_token[3]
+    first_token = r.arrival + r.ttft                     # (arrival + TTFT: equal to rounding)
+    assert first_token[1] == pytest.approx(first_token[2], rel=1e-12) == pytest.approx(first_token[3], rel=1e-12)
     _, off = _trtllm_waiting(h100, 0, 0.0, arrivals)
     assert len(set((off.requests.arrival + off.requests.ttft)[1:].tolist())) == 3
     # a burst into an idle engine (nothing decoding) is never held, whatever the timeout

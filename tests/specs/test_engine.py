@@ -183,3 +183,50 @@ def test_trtllm_fuses_gemm_input_quantization_and_vllm_does_not_say_so():
     assert _get("trtllm").fused_input_quantization
     assert "fused_input_quantization" in _get("trtllm").cites
     assert not _get("vllm").fused_input_quantization and not _get("sglang").fused_input_quantization
+
+
+def test_eager_prefill_steps_pay_the_engines_host_work_per_module_and_decode_steps_do_not():
+    # TensorRT-LLM and SGLang (0.5.5 line) run prefill steps outside CUDA graphs; their engine files
+    # give the host's work per module of such a step (prefill_host_us: attention 478 us and MLP 91 us,
+    # eager modules measured on one H100; MoE 750 us), vLLM and SGLang 0.5.23 none (compiled and
+    # captured prefill). Hand derivation (BestServe Algorithm 1): Llama-3.1-8B FP8 on one H100, a
+    # 64-token prompt, 32 layers whose modules each take less device time than their dispatch, so the
+    # step is host-bound at no less than 32 x (478 + 91 + 2 x 5) us = 18.5 ms (norms keep the
+    # profile's 5 us), against a few ms without; a decode step is the same with or without
+    import dataclasses
+
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_model, get_profile
+    from serveplan.specs.engine import engine_from_dict
+    from serveplan.specs.profile import Module, Phase
+
+    trt, sgl_old, sgl_new, vllm = (get_engine(n) for n in ("trtllm", "sglang-0.5", "sglang", "vllm"))
+    assert trt.prefill_host_s == sgl_old.prefill_host_s == pytest.approx({"attention": 478e-6, "mlp": 91e-6,
+                                                                           "moe": 750e-6})
+    assert sgl_new.prefill_host_s == vllm.prefill_host_s == {}
+    model, hw, prof = get_model("llama-3.1-8b"), get_hardware("h100-sxm"), get_profile("measured-h100-sxm")
+    eager = trt.profile_for(prof)
+    assert eager.dispatch(Module.ATTENTION, Phase.PREFILL) == pytest.approx(478e-6)
+    assert eager.dispatch(Module.ATTENTION, Phase.DECODE) == eager.dispatch(Module.ATTENTION) == 30e-6
+    assert eager.dispatch(Module.NORM, Phase.PREFILL) == 5e-6
+
+    def step(spec, batch):
+        return Estimator(model, hw, spec.profile_for(prof), ParallelConfig(tp=1), dtype="fp8").estimate(batch).total_s
+
+    captured = dataclasses.replace(trt, prefill_host_s={})
+    assert step(trt, StepBatch.prefill(1, 64)) >= 32 * (478 + 91 + 10) * 1e-6
+    assert step(captured, StepBatch.prefill(1, 64)) < 0.5 * step(trt, StepBatch.prefill(1, 64))
+    assert step(trt, StepBatch.decode(8, 1024)) == step(captured, StepBatch.decode(8, 1024))
+    # a long prompt is bound by the device: each layer exposes at most its host work (Algorithm 1 per
+    # layer), a small share of the step
+    long_eager, long_captured = step(trt, StepBatch.prefill(1, 8192)), step(captured, StepBatch.prefill(1, 8192))
+    assert 0 < long_eager - long_captured <= 32 * (478 + 91 + 10) * 1e-6 and long_eager < 1.15 * long_captured
+    # the engine file's key is checked
+    from importlib import resources
+
+    import yaml
+
+    raw = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml").read_text())
+    for bad, needle in (({"attn": 1}, "prefill_host_us key 'attn'; expected one of: norm, attention"),
+                        ({"moe": -1}, "prefill_host_us.moe"), ([1], "prefill_host_us must map modules")):
+        with pytest.raises(SpecError, match=needle):
+            engine_from_dict({**raw, "prefill_host_us": bad}, name="t")

@@ -184,7 +184,7 @@ def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Pha
         comm=eff.comm, peak_flops=peak_flops, bandwidth=bandwidth,
         kappas=(profile.kappa_update, profile.kappa_repeat_kv, profile.kappa_upcast),
         size_curve=SizeCurve.from_points(*curve) if curve is not None else None,
-        dispatch=dispatch_times(compiled, lambda kind: 0.0 if hidden else profile.dispatch(kind)),
+        dispatch=dispatch_times(compiled, lambda kind: 0.0 if hidden else profile.dispatch(kind, phase)),
         curves=curves,
     )
 

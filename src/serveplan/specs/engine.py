@@ -30,7 +30,7 @@ from typing import Any
 from serveplan.errors import SpecError, check_number
 from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
-from serveplan.specs.profile import EfficiencyProfile
+from serveplan.specs.profile import EfficiencyProfile, Module
 from serveplan.units import DType, GiB, MiB
 
 
@@ -211,6 +211,12 @@ class EngineSpec:
         Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
         0: none): requests sent together reach the scheduler this far apart
         (:class:`~serveplan.sim.cluster.Frontend`; closed loops only).
+    prefill_host_s:
+        Host time per module and layer of a step with prompt tokens, for an engine that runs
+        those steps eagerly (``prefill_host_us: {attention: A, mlp: M, moe: X}``): its Python and
+        launch work per module, paid by the step model's dispatch overlap (BestServe Algorithm 1)
+        instead of the profile's ``dispatch_s`` (:meth:`EfficiencyProfile.with_prefill_host`).
+        Decode steps run under CUDA graphs and are unaffected. Empty: the profile's.
     moe_backends:
         Weight format -> opt-in fused-MoE backend the deployment runs for it instead of the
         engine's default path (``moe_backends: {mxfp4: marlin}``: vLLM with
@@ -261,6 +267,7 @@ class EngineSpec:
     scheduler_recv_interval: int = 1
     frontend_s: float = 0.0
     moe_backends: dict[str, str] = field(default_factory=dict)
+    prefill_host_s: dict[str, float] = field(default_factory=dict)
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -395,9 +402,12 @@ class EngineSpec:
     def profile_for(self, profile: EfficiencyProfile) -> EfficiencyProfile:
         """``profile`` as this engine runs it: its own kernels' curves, its fused input
         quantization and its operator list (:meth:`EfficiencyProfile.for_engine`), and the opt-in
-        MoE backends of :attr:`moe_backends`."""
-        return profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
-                                  fused_operators=self.fused_operators).with_moe_backends(self.moe_backends)
+        MoE backends of :attr:`moe_backends` and the eager prefill's host work of
+        :attr:`prefill_host_s`."""
+        return (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
+                                   fused_operators=self.fused_operators)
+                .with_moe_backends(self.moe_backends)
+                .with_prefill_host({Module(k): v for k, v in self.prefill_host_s.items()}))
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
@@ -419,6 +429,8 @@ class EngineSpec:
                 **({"scheduler_recv_interval": self.scheduler_recv_interval}
                    if self.scheduler_recv_interval > 1 else {}),
                 **({"moe_backends": dict(self.moe_backends)} if self.moe_backends else {}),
+                **({"prefill_host_us": {k: v * 1e6 for k, v in self.prefill_host_s.items()}}
+                   if self.prefill_host_s else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
 
@@ -448,6 +460,22 @@ def _moe_backends(raw: Any, where: str) -> dict[str, str]:
         raise SpecError(f"{where}: moe_backends must map weight formats to backend names, e.g. "
                         f"{{mxfp4: marlin}}; got {raw!r}")
     return {DType.parse(str(k)).value: v for k, v in raw.items()}
+
+
+def _prefill_host_s(raw: Any, where: str) -> dict[str, float]:
+    """``prefill_host_us: {<module>: microseconds}`` -> seconds by module name (absent: none)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}: prefill_host_us must map modules ({', '.join(m.value for m in Module)}) "
+                        f"to microseconds; got {raw!r}")
+    out = {}
+    for k, v in raw.items():
+        if str(k) not in {m.value for m in Module}:
+            raise SpecError(f"{where}: prefill_host_us key {k!r}; expected one of: "
+                            f"{', '.join(m.value for m in Module)}")
+        out[str(k)] = check_number(f"{where}: prefill_host_us.{k}", v, low=0, unit="microseconds") * 1e-6
+    return out
 
 
 def _frontend_s(raw: Any, where: str) -> float:
@@ -556,5 +584,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
                                  if "scheduler_recv_interval" in raw else 1),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         moe_backends=_moe_backends(raw.get("moe_backends"), where),
+        prefill_host_s=_prefill_host_s(raw.get("prefill_host_us"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

@@ -108,6 +108,10 @@ class EfficiencyProfile:
         Host time to dispatch one module of one layer (BestServe §3.3.3, Table 3).
     dispatch_hidden_in_decode:
         True when decode steps replay a captured graph (CUDA graphs): no dispatch term.
+    prefill_dispatch_s:
+        Host time per module of a step with prompt tokens where it differs from ``dispatch_s``: the
+        engine runs those steps eagerly, outside CUDA graphs, and its Python and launch work per
+        module is what the host pays (set by :meth:`with_prefill_host`; empty: ``dispatch_s``).
     kappa_update, kappa_repeat_kv, kappa_upcast:
         Bytes/s of the decode-only data movements of eq. (12); 0 means "memory roofline".
     attention_impl, comm_model:
@@ -154,6 +158,7 @@ class EfficiencyProfile:
     decode: PhaseEfficiency
     dispatch_s: Mapping[Module, float]
     dispatch_hidden_in_decode: bool = False
+    prefill_dispatch_s: Mapping[Module, float] = field(default_factory=dict)
     kappa_update: float = 0.0
     kappa_repeat_kv: float = 0.0
     kappa_upcast: float = 0.0
@@ -180,8 +185,9 @@ class EfficiencyProfile:
                 raise SpecError(f"profile {self.name!r}: matmul_size_curve.{ph}: rows must be positive and "
                                 f"increasing, ratios positive")
         where = f"profile {self.name!r}"
-        for m, v in self.dispatch_s.items():
-            check_number(f"{where}: dispatch_s[{m.value}]", v, low=0, unit="s")
+        for label, table in (("dispatch_s", self.dispatch_s), ("prefill_dispatch_s", self.prefill_dispatch_s)):
+            for m, v in table.items():
+                check_number(f"{where}: {label}[{m.value}]", v, low=0, unit="s")
         for fname in ("kappa_update", "kappa_repeat_kv", "kappa_upcast"):
             check_number(f"{where}: {fname}", getattr(self, fname), low=0, unit="bytes/s; 0 = memory roofline")
         check_number(f"{where}: expert_imbalance", self.expert_imbalance, low=1,
@@ -189,8 +195,17 @@ class EfficiencyProfile:
         for k, v in self.uncertainty.items():
             check_number(f"{where}: uncertainty[{k}]", v, low=0)
 
-    def dispatch(self, module: Module) -> float:
+    def dispatch(self, module: Module, phase: Phase | str | None = None) -> float:
+        """Host time to dispatch ``module`` in a step of ``phase`` (prefill: :attr:`prefill_dispatch_s`
+        where it has the module)."""
+        if phase == Phase.PREFILL and module in self.prefill_dispatch_s:
+            return float(self.prefill_dispatch_s[module])
         return float(self.dispatch_s.get(module, 0.0))
+
+    def with_prefill_host(self, host_s: Mapping[Module, float]) -> EfficiencyProfile:
+        """This profile with the host time per module of steps with prompt tokens set from an
+        engine that runs them eagerly (``EngineSpec.prefill_host_s``); decode steps keep theirs."""
+        return self.with_(prefill_dispatch_s={**self.prefill_dispatch_s, **host_s}) if host_s else self
 
     def efficiency(self, phase: Phase | str) -> PhaseEfficiency:
         """Factors of a phase (``prefill`` or ``decode``)."""
