@@ -26,8 +26,9 @@ the steady window instead (warm-up and cool-down excluded,
 ``--as-deployed ENGINES`` simulates those engines' rows with aiconfigurator's generator settings
 (:func:`silicon_data.deployment`) instead of the engine's defaults (``all``, ``none`` or a comma list;
 default :data:`AS_DEPLOYED`: vLLM's rows). Nothing numeric is fitted to these rows; the statistic, the
-configuration per engine and the engines' frontend value (``frontend.per_request_us``) were chosen on
-H100 rows only (``silicon_variants.py``), and the table reports H100, H200 and B200 rows apart.
+configuration per engine, the engines' frontend value (``frontend.per_request_us``) and the eager prefill's
+MoE host work (``prefill_host_us.moe``) were chosen on H100 rows only, and the table reports H100, H200
+and B200 rows apart.
 ``--held-slot ENGINE@VERSION`` is an experiment (it needs ``--no-docs``): those rows run with a batch
 limit of their ``batch_size`` less one (docs/validation.md, "Reading the serving errors";
 ``silicon_osl_slope.py`` reads the same effect from the measurements alone).
@@ -533,12 +534,15 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Nothing numeric is fitted to these rows; two things were chosen on H100 rows only**: the serving "
+        "**Nothing numeric is fitted to these rows; three things were chosen on H100 rows only**: the serving "
         "frontend's serial work per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang "
         "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
-        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`), and per engine whether its rows run with the "
+        "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); per engine whether its rows run with the "
         "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation.md "
-        "\"Reading the serving errors\"); H200, B200, B300 and GB200 rows are held out and reported apart"
+        "\"Reading the serving errors\"); and the host work of an eager prefill step's MoE layer "
+        "(`prefill_host_us.moe` in the TensorRT-LLM and SGLang 0.5 engine files: 750 us, among 500, 750, 1,000 "
+        "and 1,500 us, docs/validation.md \"Eager prefill steps\"); H200, B200, B300 and GB200 rows are held out "
+        "and reported apart"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"
@@ -557,7 +561,7 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "",
         *table(rows, ("engine",), aisim=aisim),
         "",
-        "By system (H100 rows are where the frontend value was chosen; the others are held out):",
+        "By system (H100 rows are where the frontend and MoE host values were chosen; the others are held out):",
         "",
         *table(rows, ("system",), aisim=aisim),
         "",

@@ -257,7 +257,9 @@ class GemmCurve:
         apart. So a layer whose routed rows are many but spread thin over the experts (1,024 tokens,
         top-4 of 128 experts: 32 rows each) computes at the efficiency of 32-row GEMMs, and the
         output tiles are the active experts' together. ``e_act = E (1 - (1 - 1/E)^m)``, the experts
-        that ``m`` rows drawn uniformly over ``E`` experts reach (the estimator's count)."""
+        that ``m`` rows drawn uniformly over ``E`` experts reach (close to the
+        ``E (1 - (1 - k/E)^tokens)`` experts whose weights the estimator counts as read, which draws
+        the ``k`` experts of a token without repeats)."""
         m = np.maximum(m, 1.0)
         groups: Any = 1.0
         if self.per_expert and experts is not None:
