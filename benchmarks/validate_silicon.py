@@ -25,7 +25,7 @@ the steady window instead (warm-up and cool-down excluded,
 
 ``--as-deployed ENGINES`` simulates those engines' rows with aiconfigurator's generator settings
 (:func:`silicon_data.deployment`) instead of the engine's defaults (``all``, ``none`` or a comma list;
-default :data:`AS_DEPLOYED`: vLLM's rows). Nothing numeric is fitted to these rows; the statistic, the
+default :data:`AS_DEPLOYED`: vLLM's rows). Nothing else is chosen on these rows: the statistic, the
 configuration per engine, the engines' frontend value (``frontend.per_request_us``) and the eager prefill's
 MoE host work (``prefill_host_us.moe``) were chosen on H100 rows only, and the table reports H100, H200
 and B200 rows apart.
@@ -534,7 +534,7 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Nothing numeric is fitted to these rows; three things were chosen on H100 rows only**: the serving "
+        "**Three choices were made on H100 rows only, nothing else on these rows**: the serving "
         "frontend's serial work per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang "
         "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
         "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); per engine whether its rows run with the "
