@@ -179,10 +179,10 @@ def fit_deepep_experts(root: Path, system: str, hw, today: str, seed: int) -> tu
     return curves, held
 
 
-def fit_moe_backends(root: Path, system: str, hw, today: str, seed: int) -> tuple[dict, list]:
+def fit_moe_backends(ms, system: str, hw, today: str, seed: int) -> tuple[dict, list]:
     """Curves of the opt-in fused-MoE backends (``selection.MOE_BACKENDS``) that vLLM's tables of
-    this system time, keyed ``<format>@<backend>`` (held out by shape group like the default paths)."""
-    ms = import_aiconfigurator(root, system, framework=FRAMEWORK, kinds=("moe",))
+    this system time (``ms``: the tables as imported, before :func:`one_kernel_per_table` keeps one
+    path per format), keyed ``<format>@<backend>`` (held out by shape group like the default paths)."""
     curves: dict = {}
     held: list = []
     for backend in MOE_BACKENDS:
@@ -239,9 +239,10 @@ def main() -> None:
         info = system_info(root, system)
         nccl = str(info.get("misc", {}).get("nccl_version", ""))
         t0 = time.perf_counter()
-        ms = one_kernel_per_table(import_aiconfigurator(
+        imported = import_aiconfigurator(
             root, system, framework=FRAMEWORK, kinds=("gemm", "context_attention", "generation_attention", "nccl",
-                                                      "moe")))
+                                                      "moe"))
+        ms = one_kernel_per_table(imported)
         nccl_runtime = f"nccl-{nccl}"
         if not any(shape_of(r).get("runtime") == nccl_runtime for r in select(ms, "collective")):
             versions = sorted({shape_of(r).get("runtime", "") for r in select(ms, "collective")})
@@ -253,7 +254,7 @@ def main() -> None:
         if deepep:
             curves = dataclasses.replace(curves, moe_deepep=deepep)
             held += deepep_held
-        backends, backend_held = fit_moe_backends(root, system, hw, today, args.seed)
+        backends, backend_held = fit_moe_backends(imported, system, hw, today, args.seed)
         if backends:
             curves = dataclasses.replace(curves, moe={**curves.moe, **backends})
             held += backend_held
