@@ -479,6 +479,41 @@ def moe_backends(case: SiliconCase) -> dict[str, str]:
     return {}
 
 
+#: vLLM turned asynchronous scheduling on by default in v0.14.0 (release notes, "Async scheduling is
+#: now enabled by default", PR #27614; ``vllm/config/vllm.py`` resolves ``async_scheduling=None`` to
+#: True for a supported executor without pipeline parallelism).
+VLLM_ASYNC_DEFAULT_FROM = (0, 14)
+
+
+def overlap_scheduling(case: SiliconCase) -> bool | None:
+    """Whether ``case``'s server overlapped scheduling with the device's step
+    (:attr:`EngineSpec.overlap_scheduling`), where its engine file's default does not say it: a
+    vLLM row measured with v0.14 or later (vLLM's default from then,
+    :data:`VLLM_ASYNC_DEFAULT_FROM`; the bundled files describe v0.11, off, and v0.33, on) or any
+    InferenceMAX vLLM run (``case.length_ratio < 1``), whose launch scripts set ``async-scheduling:
+    true`` in the server config from 2025-09 on (github.com/SemiAnalysisAI/InferenceX at 9596d23d7 of
+    2025-10-29: ``benchmarks/70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``,
+    ``70b_fp8_b200_docker.sh``, ``70b_fp4_b200_docker.sh``, ``gptoss_fp4_h100_slurm.sh``,
+    ``gptoss_fp4_h200_slurm.sh``, ``gptoss_fp4_b200_docker.sh``; still so at 84320a0aa of December
+    2025), is True; aiconfigurator's vLLM 0.12.0 rows, launched without the flag
+    (``generator/config/backend_templates/vllm/cli_args.0.12.0.j2``), ran without it (False).
+    None for the other engines: TensorRT-LLM and SGLang overlap by default
+    (``disable_overlap_scheduler`` / ``disable_overlap_schedule`` False), aiconfigurator's generator
+    keeps it on for aggregated TensorRT-LLM workers (``rule_plugin/trtllm.rule``: ``agg
+    disable_overlap_scheduler = false``), and no InferenceMAX script of these runs turns it off
+    (the first to do so is of 2026-06), so their engine files apply."""
+    if case.engine != "vllm":
+        return None
+    if case.length_ratio < 1.0:
+        return True
+    parts = []
+    for tok in case.engine_version.split(".")[:2]:
+        if not tok.isdigit():
+            return False
+        parts.append(int(tok))
+    return len(parts) == 2 and tuple(parts) >= VLLM_ASYNC_DEFAULT_FROM
+
+
 @dataclass(frozen=True, slots=True)
 class TrtllmScript:
     """The server settings an InferenceMAX TensorRT-LLM launch script set (:func:`inferencemax_trtllm`),

@@ -67,6 +67,7 @@ from silicon_data import (  # noqa: E402
     load_rows,
     map_row,
     moe_backends,
+    overlap_scheduling,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,20 +252,20 @@ def held_slot_rows(text: str) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
-def launch_script_known(case: SiliconCase, as_launched: bool = False) -> bool:
-    """Whether ``case`` is simulated as its harness ran it, server and client: its launch script
-    was read and is adopted (InferenceMAX's TensorRT-LLM Llama-70B runs,
-    :func:`silicon_data.inferencemax_trtllm_llama`), or, with ``as_launched`` (an experiment,
-    ``--as-launched``), any row whose script was read (:func:`silicon_data.inferencemax_trtllm`,
-    :func:`silicon_data.inferencemax_sglang`). Its client's length spread (``--random-range-ratio``,
-    :data:`silicon_data.INFERENCEMAX_RANGE_RATIO`) is then simulated with it."""
+def launch_script_known(case: SiliconCase, as_launched: bool = True) -> bool:
+    """Whether ``case`` runs its launch script's settings: InferenceMAX's TensorRT-LLM Llama-70B
+    runs (:func:`silicon_data.inferencemax_trtllm_llama`) always and, with ``as_launched`` (the
+    reported configuration since 2026-11-27; ``--as-configured``, an experiment, turns it off as
+    before), every other row whose script was read (:func:`silicon_data.inferencemax_trtllm`,
+    :func:`silicon_data.inferencemax_sglang`). Such a row draws its client's lengths
+    (``--random-range-ratio``, :data:`silicon_data.INFERENCEMAX_RANGE_RATIO`) in any case."""
     if inferencemax_trtllm_llama(case) is not None:
         return True
     return as_launched and (inferencemax_trtllm(case) is not None or inferencemax_sglang(case) is not None)
 
 
 def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool = False,
-               as_launched: bool = False) -> tuple[Any, dict[str, int]]:
+               as_launched: bool = True, overlap: bool = True) -> tuple[Any, dict[str, int]]:
     """The engine spec and flat fleet settings ``case`` is simulated with: the bundled engine file
     (:func:`engine_for`) with its own defaults, or with ``as_deployed=True`` the configuration
     aiconfigurator's generator writes (:func:`silicon_data.deployment`: max batch, token budget,
@@ -274,11 +275,13 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
     completion (docs/validation.md, "Reading the serving errors"). Rows whose launch script was
     read (:func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
     TensorRT-LLM Llama-70B runs) take that script's ``max_num_tokens`` and batch waiting instead of
-    every other choice; with ``as_launched`` (an experiment) so does every row whose script was read
+    every other choice; with ``as_launched`` (the default) so does every row whose script was read
     (:func:`silicon_data.inferencemax_trtllm`: budget, batch limit, memory share, batch waiting and
     attention-DP balance, per rank; :func:`silicon_data.inferencemax_sglang`: the scheduler's
     receive interval, chunk and prefill caps, running-request limit). Every row runs the MoE
-    backends its launch script forces (:func:`silicon_data.moe_backends`)."""
+    backends its launch script forces (:func:`silicon_data.moe_backends`) and the overlap
+    scheduling its server ran (:func:`silicon_data.overlap_scheduling`; ``overlap=False``, an
+    experiment, ``--no-overlap``: every engine plans each step after the previous one ends)."""
     import dataclasses
 
     from serveplan.specs.catalog import get_engine
@@ -286,6 +289,9 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
     spec = get_engine(engine_for(case.engine, case.engine_version))
     if backends := moe_backends(case):   # a kernel path the launch script forces (silicon_data.moe_backends)
         spec = dataclasses.replace(spec, moe_backends=backends)
+    ran = overlap_scheduling(case) if overlap else False   # silicon_data.overlap_scheduling
+    if ran is not None and ran != spec.overlap_scheduling:
+        spec = dataclasses.replace(spec, overlap_scheduling=ran)
     held = {"max_batch": max(1, (case.batch_size or case.concurrency) - 1) * case.parallel.dp} if held_slot else {}
     trt = inferencemax_trtllm(case) if as_launched or inferencemax_trtllm_llama(case) is not None else None
     if trt is not None:   # the launch script of these rows is known: it replaces every other choice
@@ -326,8 +332,9 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
 
 def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: bool = False,
             statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
-            benchmark_lengths: bool = False, send_delay_ms: float = 0.0,
-            round_trip_ms: float = 0.0, dispatch_scale: float = 1.0, as_launched: bool = False) -> dict[str, Any]:
+            fixed_lengths: bool = False, send_delay_ms: float = 0.0,
+            round_trip_ms: float = 0.0, dispatch_scale: float = 1.0, as_launched: bool = True,
+            overlap: bool = True) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
@@ -336,7 +343,9 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     ``dispatch_scale`` (check 8) multiplies the profile's host dispatch time per module, which
     prefill steps pay (decode steps run under CUDA graphs);
     ``round_trip_ms`` adds a fixed round trip between client and engine, so each client's cycle
-    and each TTFT gain that much."""
+    and each TTFT gain that much. InferenceMAX rows draw their lengths as their client does
+    (:func:`row_workload`) unless ``fixed_lengths`` (an experiment, ``--fixed-lengths``: the
+    configuration before 2026-11-27); ``as_launched`` and ``overlap``: :func:`row_engine`."""
     import dataclasses
 
     from serveplan import get_hardware, get_model, get_profile
@@ -348,7 +357,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     profile = get_profile(profile_name, case.hardware)   # default: the hardware's own (measured where bundled)
     if dispatch_scale != 1.0:
         profile = profile.with_(dispatch_s={m: v * dispatch_scale for m, v in profile.dispatch_s.items()})
-    spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot, as_launched=as_launched)
+    spec, settings = row_engine(case, as_deployed=as_deployed, held_slot=held_slot, as_launched=as_launched,
+                                overlap=overlap)
     if frontend_us is not None:
         spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
     cfg = SimulationConfig(
@@ -357,7 +367,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
         tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, dtype=case.dtype, kv_dtype=case.kv_dtype,
         concurrency=None if statistic == "wave" else case.concurrency, rate=None, offline=statistic == "wave",
         workload=row_workload(case, run_requests(case.concurrency, statistic),
-                              spread=benchmark_lengths or launch_script_known(case, as_launched)), **settings,
+                              spread=not fixed_lengths or launch_script_known(case, as_launched)), **settings,
     )
     think: float | np.ndarray = round_trip_ms * 1e-3
     if send_delay_ms > 0:   # one draw per request (the experiment of check 6)
@@ -381,13 +391,12 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
             "kv_capacity_tokens": sum(res.kv_capacity_tokens.values())}
 
 
-def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
-    """The benchmark's ``n`` requests: fixed ``isl``/``osl``, or with ``spread`` (an experiment,
-    ``--benchmark-lengths``) and an InferenceMAX run (``case.length_ratio < 1``) lengths drawn as
-    its client draws them, uniform integers in ``[int(L r), L]``, from a fixed seed
-    (``benchmark_serving.py`` seeds NumPy with 0; the draws are not the client's own, only their
-    distribution). Not the default: chosen against on every H100 row (docs/validation.md,
-    "Reading the serving errors")."""
+def row_workload(case: SiliconCase, n: int, *, spread: bool = True) -> Any:
+    """The benchmark's ``n`` requests: fixed ``isl``/``osl``, or with ``spread`` and an InferenceMAX
+    run (``case.length_ratio < 1``) lengths drawn as its client draws them, uniform integers in
+    ``[int(L r), L]``, from a fixed seed (``benchmark_serving.py`` seeds NumPy with 0; the draws are
+    not the client's own, only their distribution). Rows of fixed-length clients
+    (aiconfigurator's gap-analysis runner) keep ``isl``/``osl`` either way."""
     from serveplan.sim import Workload
 
     if not spread or case.length_ratio >= 1.0:
@@ -399,15 +408,15 @@ def row_workload(case: SiliconCase, n: int, *, spread: bool = False) -> Any:
                     name=f"random {case.isl}/{case.osl} ratio {r:g}")
 
 
-def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float, float, bool]
+def _predict_row(args: tuple[SiliconCase, str | None, bool, str, bool, bool, float, float, float, bool, bool]
                  ) -> tuple[str, dict[str, Any]]:
-    (case, profile_name, as_deployed, statistic, held_slot, spread, delay_ms, round_trip_ms, dispatch_scale,
-     as_launched) = args
+    (case, profile_name, as_deployed, statistic, held_slot, fixed, delay_ms, round_trip_ms, dispatch_scale,
+     as_launched, overlap) = args
     try:
         return case.row_id, predict(case, profile_name, as_deployed=as_deployed, statistic=statistic,
-                                    held_slot=held_slot, benchmark_lengths=spread, send_delay_ms=delay_ms,
+                                    held_slot=held_slot, fixed_lengths=fixed, send_delay_ms=delay_ms,
                                     round_trip_ms=round_trip_ms, dispatch_scale=dispatch_scale,
-                                    as_launched=as_launched)
+                                    as_launched=as_launched, overlap=overlap)
     except Exception as exc:  # a row the simulator rejects is reported, not fatal
         return case.row_id, {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -521,12 +530,18 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            "for its benchmarks (`silicon_data.deployment`: max batch = the row's batch size, token budget = batch "
            "+ isl + 1,500; `generator/rule_plugin/benchmark/*.rule`), the configuration chosen per engine on H100 "
            "rows only" if deployed else "")
-        + ", layout, weight and KV formats (`benchmarks/silicon_data.py`), fixed",
-        "input/output lengths, each GPU's bundled efficiency profile. Rows whose launch script was read run "
-        "as that script and its client ran them instead: InferenceMAX's TensorRT-LLM Llama-70B rows "
-        "(`silicon_data.inferencemax_trtllm_llama`: InferenceX `benchmarks/70b_*_trt_slurm.sh` at 9596d23d7 of "
-        "2025-10-29, `--max_num_tokens 16384`, batch waiting of 20 steps / 0.9 of the budget for 1k/1k below TP "
-        "8; lengths drawn as its client's `--random-range-ratio 0.8` draws them). "
+        + ", layout, weight and KV formats (`benchmarks/silicon_data.py`), the overlap scheduling its server ran "
+        "(`silicon_data.overlap_scheduling`: TensorRT-LLM and SGLang by default, vLLM from v0.14 and in every "
+        "InferenceMAX vLLM script; not aiconfigurator's vLLM 0.12.0 rows), each GPU's bundled efficiency "
+        "profile. Lengths are the client's: aiconfigurator's gap-analysis rows fixed input/output lengths, "
+        "InferenceMAX's runs drawn as its client's `--random-range-ratio 0.8` draws them (uniform in [0.8 L, L]). "
+        "Rows whose launch script was read run as that script launched them: InferenceMAX's TensorRT-LLM "
+        "Llama-70B rows (`silicon_data.inferencemax_trtllm_llama`: InferenceX `benchmarks/70b_*_trt_slurm.sh` at "
+        "9596d23d7 of 2025-10-29, `--max_num_tokens 16384`, batch waiting of 20 steps / 0.9 of the budget for "
+        "1k/1k below TP 8), its TensorRT-LLM DeepSeek-R1 and gpt-oss rows (`silicon_data.inferencemax_trtllm`: "
+        "budget, batch limit, memory share, batch waiting, attention-DP balance) and its SGLang DeepSeek-R1 and "
+        "Qwen3.5 rows on B200/B300 (`silicon_data.inferencemax_sglang`: receive interval, chunk and prefill caps, "
+        "running-request limit). "
         + (f"Predicted TTFT/TPOT are computed as the benchmark computes them: means over every request of a run of "
            f"{BENCH_ROUNDS} x C requests in which all C clients send their first request at once (aiconfigurator's "
            "`eval/benchmarks` runners: `num_prompts = 10 C`, no warm-up excluded), so the first round's queue of C "
@@ -542,7 +557,8 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "\"Reading the serving errors\"); and the host work of an eager prefill step's MoE layer "
         "(`prefill_host_us.moe` in the TensorRT-LLM and SGLang 0.5 engine files: 750 us, among 500, 750, 1,000 "
         "and 1,500 us, docs/validation.md \"Eager prefill steps\"); H200, B200, B300 and GB200 rows are held out "
-        "and reported apart"
+        "and reported apart. The three were chosen with the harness before 2026-11-27 (fixed lengths, engines "
+        "without overlap scheduling, launched rows with their engine's defaults) and kept"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"
@@ -668,13 +684,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-slot", default="none", metavar="ENGINE@VERSION",
                     help="experiment: these engine versions' rows (comma list, e.g. trtllm@1.0.0rc3) with a batch "
                          "limit of the row's batch_size less one (default: none)")
-    ap.add_argument("--benchmark-lengths", action="store_true",
-                    help="experiment: InferenceMAX rows with their client's length spread (uniform in "
-                         "[0.8 L, L]) instead of fixed lengths")
-    ap.add_argument("--as-launched", action="store_true",
-                    help="experiment: every row whose launch script was read (InferenceMAX's TensorRT-LLM "
-                         "DeepSeek-R1 and gpt-oss, SGLang DeepSeek-R1 and Qwen3.5 runs) simulated with that "
-                         "script's settings and its client's length spread")
+    ap.add_argument("--fixed-lengths", action="store_true",
+                    help="experiment: InferenceMAX rows with fixed lengths instead of their client's length "
+                         "spread (uniform in [0.8 L, L]; the configuration before 2026-11-27)")
+    ap.add_argument("--as-configured", action="store_true",
+                    help="experiment: rows whose launch script was read (InferenceMAX's TensorRT-LLM "
+                         "DeepSeek-R1 and gpt-oss, SGLang DeepSeek-R1 and Qwen3.5 runs) with the engine's "
+                         "defaults instead of that script's settings (the configuration before 2026-11-27)")
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="experiment: every engine plans each step after the previous one ends (no overlap "
+                         "scheduling; the configuration before 2026-11-27)")
     ap.add_argument("--send-delay-ms", type=float, default=0.0, metavar="MS",
                     help="experiment: each send after a completion waits a uniform draw in [0, MS] ms (seed 0)")
     ap.add_argument("--dispatch-scale", type=float, default=1.0, metavar="K",
@@ -701,20 +720,20 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--dispatch-scale: expected a positive factor, got {args.dispatch_scale}")
     if not all(math.isfinite(v) and v >= 0 for v in timing):
         raise SystemExit(f"--send-delay-ms / --round-trip-ms: expected non-negative milliseconds, got {timing}")
-    experiment = (held or args.benchmark_lengths or args.as_launched or any(timing)
+    experiment = (held or args.fixed_lengths or args.as_configured or args.no_overlap or any(timing)
                   or args.statistic in ("median", "warmed", "wave") or args.dispatch_scale != 1.0)
     if experiment and not args.no_docs:
-        raise SystemExit("--held-slot, --benchmark-lengths, --as-launched, --send-delay-ms, --round-trip-ms, "
-                         "--dispatch-scale and --statistic median, warmed or wave are experiments, not the reported "
-                         "configuration: add --no-docs (and --out)")
+        raise SystemExit("--held-slot, --fixed-lengths, --as-configured, --no-overlap, --send-delay-ms, "
+                         "--round-trip-ms, --dispatch-scale and --statistic median, warmed or wave are experiments, "
+                         "not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = dict(pool.map(_predict_row, [(c, args.profile, c.engine in deployed, args.statistic,
-                                                (c.engine, c.engine_version) in held, args.benchmark_lengths,
+                                                (c.engine, c.engine_version) in held, args.fixed_lengths,
                                                 args.send_delay_ms, args.round_trip_ms, args.dispatch_scale,
-                                                args.as_launched)
+                                                not args.as_configured, not args.no_overlap)
                                                for c in cases], chunksize=4))
     seconds = time.perf_counter() - t0
     rows, failures = [], {}

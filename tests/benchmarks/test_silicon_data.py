@@ -194,9 +194,10 @@ def test_inferencemax_rows_carry_their_clients_length_spread():
     imax = sd.map_row({**DSR1, "tp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8"})
     gap = sd.map_row({**ROW, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"})
     assert imax.length_ratio == 0.8 and gap.length_ratio == 1.0
-    fixed = vs.row_workload(imax, 40)
-    assert set(fixed.input_lengths.tolist()) == {1024}     # the default: fixed lengths
-    spread = vs.row_workload(imax, 400, spread=True)
+    fixed = vs.row_workload(imax, 40, spread=False)
+    assert set(fixed.input_lengths.tolist()) == {1024}     # --fixed-lengths, an experiment
+    assert set(vs.row_workload(gap, 40).input_lengths.tolist()) == {int(ROW["isl"])}   # a fixed-length client
+    spread = vs.row_workload(imax, 400)                    # the default: the client's spread
     assert 819 <= spread.input_lengths.min() and spread.input_lengths.max() <= 1024
     assert 819 <= spread.output_lengths.min() and spread.output_lengths.max() <= 1024
     assert abs(spread.input_lengths.mean() - 921.5) < 10    # (819 + 1024) / 2
@@ -273,9 +274,10 @@ def test_inferencemax_trtllm_moe_rows_read_their_launch_script():
     # as launched (an experiment): the limits are per attention-DP rank
     spec, settings = vs.row_engine(adp, as_launched=True)
     assert (spec.adp_timeout_iters, spec.adp_batching_wait_iters, settings["token_budget"]) == (60, 0, 8 * 1216)
-    assert vs.launch_script_known(adp, as_launched=True) and not vs.launch_script_known(adp)
-    # not adopted in the reported configuration: the rows keep the engine's defaults
-    assert vs.row_engine(adp)[0].adp_timeout_iters is None
+    assert vs.launch_script_known(adp) and not vs.launch_script_known(adp, as_launched=False)
+    # the reported configuration since 2026-11-27; --as-configured (an experiment) keeps the engine's defaults
+    assert vs.row_engine(adp)[0].adp_timeout_iters == 60
+    assert vs.row_engine(adp, as_launched=False)[0].adp_timeout_iters is None
     # gpt-oss on B200: --max_num_tokens 20000 --max_batch_size 512, free memory 0.85, default balance
     oss = sd.map_row(_imax({**ROW, "model_path": "openai/gpt-oss-120b", "system": "b200_sxm", "precision": "fp4",
                             "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "1",
@@ -299,7 +301,8 @@ def test_inferencemax_sglang_rows_read_their_launch_script():
     spec, settings = vs.row_engine(many, as_launched=True)
     assert (spec.scheduler_recv_interval, spec.max_prefill_tokens) == (30, 32768)
     assert settings == {"max_batch": 128, "chunk_size": 32768, "token_budget": 32768}
-    assert vs.row_engine(many)[0].scheduler_recv_interval == 1   # not adopted
+    assert vs.row_engine(many)[0].scheduler_recv_interval == 30   # the default since 2026-11-27
+    assert vs.row_engine(many, as_launched=False)[0].scheduler_recv_interval == 1   # --as-configured
     # FP4 (dsr1_fp4_b200.sh): --chunked-prefill-size 16384 --max-running-requests 256
     fp4 = sd.map_row(_imax({**row, "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
                            4, "2026-03-25"))
@@ -325,3 +328,21 @@ def test_inferencemax_vllm_gpt_oss_rows_on_hopper_run_marlins_moe_from_the_day_t
                   _imax({**oss, "backend": "trtllm", "backend_version": "1.2.0rc2"}, 4, "2026-03-27"), oss):
         assert sd.moe_backends(sd.map_row(other)) == {}
         assert vs.row_engine(sd.map_row(other))[0].moe_backends == {}
+
+
+def test_rows_run_the_overlap_scheduling_their_server_ran():
+    # vLLM: on by default from v0.14.0 (PR #27614) and set by every InferenceMAX vLLM script
+    # (async-scheduling: true); off in aiconfigurator's vLLM 0.12.0 runs (no flag). TensorRT-LLM
+    # and SGLang overlap by default: their engine files say so (None: no override).
+    vs = load("validate_silicon")
+    gap = {**ROW, "backend": "vllm", "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"}
+    old = sd.map_row({**gap, "backend_version": "0.12.0"})
+    new = sd.map_row({**gap, "backend_version": "0.15.1"})
+    imax = sd.map_row(_imax({**ROW, "backend": "vllm", "backend_version": ""}, 4, "2025-10-29"))
+    assert (sd.overlap_scheduling(old), sd.overlap_scheduling(new), sd.overlap_scheduling(imax)) == (False, True, True)
+    assert sd.overlap_scheduling(sd.map_row({**gap, "backend_version": "nightly-5b8c"})) is False
+    trt = sd.map_row({**ROW, "backend": "trtllm"})
+    assert sd.overlap_scheduling(trt) is None and vs.row_engine(trt)[0].overlap_scheduling
+    assert not vs.row_engine(old)[0].overlap_scheduling and vs.row_engine(new)[0].overlap_scheduling
+    # --no-overlap (an experiment): every engine plans each step after the previous one ends
+    assert not any(vs.row_engine(c, overlap=False)[0].overlap_scheduling for c in (trt, new, imax))

@@ -51,6 +51,9 @@ def run_case(case: tuple[Any, ...], **extra: Any) -> dict[str, Any]:
     # and before eager prefill steps paid the engine's host work per module (``prefill_host_s``)
     if getattr(spec, "prefill_host_s", None):  # absent in the golden's own sources
         spec = dataclasses.replace(spec, prefill_host_s={})
+    # and before engines planned a step while the previous one ran (``overlap_scheduling``)
+    if getattr(spec, "overlap_scheduling", False):  # absent in the golden's own sources
+        spec = dataclasses.replace(spec, overlap_scheduling=False)
     cfg = simulation_config(engine=spec, strategy=strategy, fleet_options=fleet, model=get_model(model),
                             hardware=device, profile=get_profile(), workload=Workload.fixed(inp, out, n),
                             **load, **extra)

@@ -853,6 +853,9 @@ def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestSt
         if cfg.engine is not None and cfg.engine.scheduler_recv_interval > 1:
             for inst in insts:
                 inst.recv_interval = cfg.engine.scheduler_recv_interval
+        if cfg.engine is not None and cfg.engine.overlap_scheduling:
+            for inst in insts:   # modelled with one pipeline stage (vLLM turns it off under PP)
+                inst.overlap_lag = inst.pp == 1
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
                                  cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)

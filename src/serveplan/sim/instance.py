@@ -305,6 +305,15 @@ class Instance:
         #: read only when the interval is above 1.
         self.recv_interval = 1
         self._recv_count = 0
+        #: Overlap scheduling (:attr:`EngineSpec.overlap_scheduling`: vLLM's asynchronous
+        #: scheduling, SGLang's and TensorRT-LLM's overlap schedulers): step ``k + 1`` is planned
+        #: when step ``k`` starts, from the queue as it stood then, so while the engine is busy a
+        #: step takes in only the arrivals that came before the previous step began
+        #: (``_step_start``); an engine that was idle (no step ended now) takes them at once. Set
+        #: for one pipeline stage only.
+        self.overlap_lag = False
+        self._step_start = 0.0
+        self._step_end = -1.0
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.inbox_t: list[float] = []
@@ -374,12 +383,14 @@ class Instance:
                     n_in = p    # nothing taken in before this step
                 else:
                     self._recv_count = 0
+            # overlap scheduling: a busy engine planned this step when the previous one started
+            cut = self._step_start if self.overlap_lag and self._step_end == now and self.running else now
             if not cached:
-                while p < n_in and it[p] <= now:
+                while p < n_in and it[p] <= cut:
                     self.waiting.append(ir[p])
                     p += 1
             else:
-                while p < n_in and it[p] <= now:
+                while p < n_in and it[p] <= cut:
                     self._queue_cached(ir[p])
                     p += 1
             self.ptr = p
@@ -416,6 +427,11 @@ class Instance:
                     # arrivals held by the recv skipper while no step can run: SGLang's loop spins
                     # (an idle pass adds 1) until it takes them in
                     self._recv_count = self.recv_interval
+                    continue
+                if cut < now and p < len(it) and it[p] <= now:
+                    # arrivals held by the overlap lag while no step can run: the engine is idle
+                    # and takes them in at once
+                    self._step_end = -1.0
                     continue
                 nxt = min(it[p] if p < len(it) else INF, rel[0][0] if rel else INF)
                 if self.pp > 1:
@@ -473,6 +489,7 @@ class Instance:
                 t = self._prefill_t[c] = self.clock.time(StepBatch.of(((c, 0),), ()))
             exit_t = now + t
             self.now = exit_t
+            self._step_start, self._step_end = now, exit_t
             self.num_steps += 1
             self._recv_count += RECV_WEIGHT_EXTEND
             R.start[q] = now
@@ -599,6 +616,7 @@ class Instance:
         if self.pp == 1:
             exit_t = now + t
             self.now = exit_t
+            self._step_start, self._step_end = now, exit_t
             bubble = 0.0
         else:
             exit_t, bubble = self._through_pipeline(now, t)
@@ -711,8 +729,14 @@ class Instance:
                 ends = cum[: k_max - 1] + now
                 k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
             end = float(cum[k - 1]) + now
+            if self.overlap_lag:
+                self._step_start = float(cum[k - 2]) + now if k > 1 else now
         else:
-            k, end = _steps_before(self.clock.decode_times(nd, kvd0, k_max), now, wake)
+            times = self.clock.decode_times(nd, kvd0, k_max)
+            k, end = _steps_before(times, now, wake)
+            if self.overlap_lag:
+                self._step_start = end - float(times[k - 1]) if k > 1 else now
+        self._step_end = end
         done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
         self._recv_count += k
@@ -758,6 +782,7 @@ class Instance:
         if wake < INF:
             k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
         end = float(ends[k - 1])
+        self._step_start, self._step_end = (float(ends[k - 2]) if k > 1 else now), end
         if R.start[q] != R.start[q]:
             R.start[q] = now
         R.prefilled[q] += k * c

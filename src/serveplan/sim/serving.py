@@ -178,6 +178,10 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
                     "batch_wait_tokens_ratio": engine.batch_wait_tokens_ratio}
             notes.append(f"batch waiting: prompts held up to {engine.batch_wait_iters} steps or until a step's "
                          f"tokens reach {engine.batch_wait_tokens_ratio:g} x the budget")
+    if engine.overlap_scheduling:
+        off = " (off with pipeline parallelism)" if parallel.pp > 1 else ""
+        notes.append("steps planned while the previous one runs (overlap scheduling): a request reaching a busy "
+                     f"engine joins the step after next{off}")
     if mixed is not None and mixed != engine.mixed and sched != Mechanism.PREFILL_PRIORITY.scheduler:
         raise SpecError(f"mixed={mixed}: only the prefill-priority policy (sglang) switches mixing; "
                         f"the {engine.name} engine's {engine.mechanism.value} policy is "

@@ -217,6 +217,16 @@ class EngineSpec:
         launch work per module, paid by the step model's dispatch overlap (BestServe Algorithm 1)
         instead of the profile's ``dispatch_s`` (:meth:`EfficiencyProfile.with_prefill_host`).
         Decode steps run under CUDA graphs and are unaffected. Empty: the profile's.
+    overlap_scheduling:
+        The host plans and launches step ``k + 1`` while step ``k`` runs on the device, from the
+        queue as it stood when step ``k`` started: a request that reaches a busy engine during
+        step ``k`` is first scheduled into step ``k + 2``; an idle engine takes it at once
+        (:class:`~serveplan.sim.instance.Instance`). vLLM's ``--async-scheduling`` (on by default
+        since v0.14.0, PR #27614; ``v1/engine/core.py`` ``step_with_batch_queue``), SGLang's
+        overlap schedule (``disable_overlap_schedule = False``; ``managers/scheduler.py``
+        ``event_loop_overlap``) and TensorRT-LLM's overlap scheduler (``disable_overlap_scheduler
+        = False``; ``_torch/pyexecutor/py_executor.py`` ``_executor_loop_overlap``). Off: each
+        step is planned after the previous one ends. Pipeline-parallel instances plan as if off.
     moe_backends:
         Weight format -> opt-in fused-MoE backend the deployment runs for it instead of the
         engine's default path (``moe_backends: {mxfp4: marlin}``: vLLM with
@@ -265,6 +275,7 @@ class EngineSpec:
     adp_timeout_iters: int | None = None
     adp_batching_wait_iters: int = 0
     scheduler_recv_interval: int = 1
+    overlap_scheduling: bool = False
     frontend_s: float = 0.0
     moe_backends: dict[str, str] = field(default_factory=dict)
     prefill_host_s: dict[str, float] = field(default_factory=dict)
@@ -428,11 +439,20 @@ class EngineSpec:
                    if self.adp_timeout_iters is not None else {}),
                 **({"scheduler_recv_interval": self.scheduler_recv_interval}
                    if self.scheduler_recv_interval > 1 else {}),
+                **({"overlap_scheduling": True} if self.overlap_scheduling else {}),
                 **({"moe_backends": dict(self.moe_backends)} if self.moe_backends else {}),
                 **({"prefill_host_us": {k: v * 1e6 for k, v in self.prefill_host_s.items()}}
                    if self.prefill_host_s else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
+
+
+def _flag(raw: dict[str, Any], key: str, where: str) -> bool:
+    """``raw[key]`` as a bool (False when absent); a :class:`SpecError` naming it when not true/false."""
+    v = raw.get(key, False)
+    if not isinstance(v, bool):
+        raise SpecError(f"{where}: {key}={v!r} must be true or false")
+    return v
 
 
 def _number(raw: dict[str, Any], key: str, where: str, kind: type[int] | type[float]) -> Any:
@@ -582,6 +602,7 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
                                                                f"{where}: attention_dp_balance", int)),
         scheduler_recv_interval=(_number(raw, "scheduler_recv_interval", where, int)
                                  if "scheduler_recv_interval" in raw else 1),
+        overlap_scheduling=_flag(raw, "overlap_scheduling", where),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         moe_backends=_moe_backends(raw.get("moe_backends"), where),
         prefill_host_s=_prefill_host_s(raw.get("prefill_host_us"), where),
