@@ -70,15 +70,19 @@ def test_early_stop_checks_match_the_whole_stream_count(testbed, monkeypatch, st
     assert seen
 
 
-@pytest.mark.parametrize("engine, changes, dp", [
-    ("sglang", {"scheduler_recv_interval": 10}, 1),
-    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 0}, 2),
-    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 3}, 2),
+@pytest.mark.parametrize("engine, changes, dp, load", [
+    ("sglang", {"scheduler_recv_interval": 10}, 1, {}),
+    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 0}, 2, {}),
+    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 3}, 2, {}),
+    ("vllm", {"overlap_scheduling": True}, 1, {"input_high": 3000}),
+    ("vllm", {"overlap_scheduling": True}, 1, {"input_high": 3000, "rate": 6.0}),
+    ("sglang", {"overlap_scheduling": True}, 1, {"input_high": 3000}),
 ])
-def test_held_prompts_match_step_by_step(monkeypatch, engine, changes, dp):
-    """SGLang's receive interval and TensorRT-LLM's attention-DP balance end decode stretches where
-    the held prompts would go (a counter of steps): the stretches agree with stepping every decode
-    through the scheduler, in a closed loop of varied lengths."""
+def test_held_prompts_match_step_by_step(monkeypatch, engine, changes, dp, load):
+    """SGLang's receive interval, TensorRT-LLM's attention-DP balance and overlap scheduling (an
+    arrival at a busy engine joins the step after next) end decode and chunk stretches where the
+    held prompts would go: the stretches agree with stepping every decode through the scheduler,
+    in a closed loop (or an open stream) of varied lengths."""
     import dataclasses
 
     from serveplan import get_hardware, get_model, get_profile
@@ -86,11 +90,12 @@ def test_held_prompts_match_step_by_step(monkeypatch, engine, changes, dp):
     from serveplan.specs.catalog import get_engine
 
     spec = dataclasses.replace(get_engine(engine), **changes)
-    wl = Workload.from_distributions(LengthDist(kind="uniform", low=200, high=1200),
+    wl = Workload.from_distributions(LengthDist(kind="uniform", low=200, high=load.get("input_high", 1200)),
                                      LengthDist(kind="uniform", low=20, high=200), 96, seed=5)
+    arrivals = {"rate": load["rate"]} if "rate" in load else {"concurrency": 12, "rate": None}
     cfg = SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h100-sxm"),
                            profile=get_profile(None, "h100-sxm"), engine=spec, dtype="fp8", tp=1, dp=dp,
-                           strategy="1m", concurrency=12, rate=None, workload=wl)
+                           strategy="1m", workload=wl, **arrivals)
     fast = simulate(cfg)
     monkeypatch.setattr(Instance, "fast_decode", False)
     slow = simulate(cfg)
