@@ -219,7 +219,8 @@ def test_client_experiments_count_their_requests_and_leave_the_warm_up_out():
     assert wave["ttft_s"] > run["ttft_s"]
     # prefill steps pay the host dispatch (decode runs under CUDA graphs)
     assert slow["ttft_s"] > run["ttft_s"]
-    for argv in (["--statistic", "warmed"], ["--dispatch-scale", "3"]):
+    for argv in (["--statistic", "warmed"], ["--dispatch-scale", "3"], ["--fixed-lengths"], ["--as-configured"],
+                 ["--no-overlap"]):
         with pytest.raises(SystemExit, match="--no-docs"):
             vs.main(argv)
     with pytest.raises(SystemExit, match="positive factor"):
