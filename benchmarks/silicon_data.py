@@ -485,6 +485,18 @@ def moe_backends(case: SiliconCase) -> dict[str, str]:
 VLLM_ASYNC_DEFAULT_FROM = (0, 14)
 
 
+def version_key(text: str) -> tuple[int, ...]:
+    """``"0.8.1.post2"`` -> ``(0, 8, 1)``: the numeric release, suffixes dropped (``()`` for a
+    nightly or an empty version)."""
+    out: list[int] = []
+    for part in text.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
 def overlap_scheduling(case: SiliconCase) -> bool | None:
     """Whether ``case``'s server overlapped scheduling with the device's step
     (:attr:`EngineSpec.overlap_scheduling`), where its engine file's default does not say it: a
@@ -506,12 +518,7 @@ def overlap_scheduling(case: SiliconCase) -> bool | None:
         return None
     if case.length_ratio < 1.0:
         return True
-    parts = []
-    for tok in case.engine_version.split(".")[:2]:
-        if not tok.isdigit():
-            return False
-        parts.append(int(tok))
-    return len(parts) == 2 and tuple(parts) >= VLLM_ASYNC_DEFAULT_FROM
+    return version_key(case.engine_version)[:2] >= VLLM_ASYNC_DEFAULT_FROM
 
 
 @dataclass(frozen=True, slots=True)

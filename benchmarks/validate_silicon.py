@@ -68,6 +68,7 @@ from silicon_data import (  # noqa: E402
     map_row,
     moe_backends,
     overlap_scheduling,
+    version_key,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,17 +210,6 @@ def deployed_engines(text: str) -> frozenset[str]:
     return names
 
 
-def _version_key(text: str) -> tuple[int, ...]:
-    """``"0.8.1.post2"`` -> ``(0, 8, 1)``: the numeric release, suffixes dropped."""
-    out: list[int] = []
-    for part in text.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
-
-
 def engine_for(engine: str, version: str) -> str:
     """The bundled engine file a row measured with ``engine`` at ``version`` is simulated with: the
     newest bundled version not newer than the row's, else the oldest bundled one (also for rows that
@@ -229,9 +219,9 @@ def engine_for(engine: str, version: str) -> str:
     a 0.92 memory share), so rows are not simulated with defaults their engine did not have."""
     from serveplan.specs.catalog import get_engine, list_engines
 
-    want = _version_key(version or "")
+    want = version_key(version or "")
     specs = [get_engine(key) for key in list_engines() if key.startswith(f"{engine}-")]
-    bundled = sorted((_version_key(spec.version), spec.name) for spec in specs if spec.version)
+    bundled = sorted((version_key(spec.version), spec.name) for spec in specs if spec.version)
     if not bundled:
         return engine
     older = [key for v, key in bundled if v <= want]

@@ -729,14 +729,12 @@ class Instance:
                 ends = cum[: k_max - 1] + now
                 k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
             end = float(cum[k - 1]) + now
-            if self.overlap_lag:
-                self._step_start = float(cum[k - 2]) + now if k > 1 else now
+            start = float(cum[k - 2]) + now if k > 1 else now
         else:
             times = self.clock.decode_times(nd, kvd0, k_max)
             k, end = _steps_before(times, now, wake)
-            if self.overlap_lag:
-                self._step_start = end - float(times[k - 1]) if k > 1 else now
-        self._step_end = end
+            start = end - float(times[k - 1]) if k > 1 else now
+        self._step_start, self._step_end = start, end
         done = kvc.decode(run, k, kv, gen, out)
         self.num_steps += k
         self._recv_count += k
