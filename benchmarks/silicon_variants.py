@@ -16,6 +16,14 @@ the engines' serial frontend work per request instead (the engines' defaults, ``
 files::
 
     python benchmarks/silicon_variants.py --system h100-sxm --sample 90 --frontend-us 0,250,1000,4000
+
+``--prefill-host-us`` compares values of the host work per module of an uncaptured prefill step
+(``ATTENTION/MLP/MOE`` microseconds, each replacing the rows' engine files' ``prefill_host_us``; 0
+keeps the profile's dispatch time), every row otherwise run as ``validate_silicon.py`` runs it
+(vLLM as deployed); the vLLM value in its engine files was chosen with::
+
+    python benchmarks/silicon_variants.py --system h100-sxm --engines vllm --sample 222 \
+        --prefill-host-us 0/0/0,0/0/250,0/0/500,0/0/750,0/0/1000,478/91/0,478/91/250,478/91/500,478/91/750
 """
 
 from __future__ import annotations
@@ -35,9 +43,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from silicon_data import SiliconCase  # noqa: E402
-from validate_silicon import covered_cases, predict  # noqa: E402
+from validate_silicon import AS_DEPLOYED, covered_cases, predict  # noqa: E402
 
 VARIANTS = (("defaults", "steady"), ("defaults", "run"), ("as-deployed", "steady"), ("as-deployed", "run"))
+
+
+def host_variant(text: str) -> dict[str, float]:
+    """``attention/mlp/moe`` microseconds (``--prefill-host-us`` item) -> ``prefill_host_us``."""
+    parts = text.split("/")
+    if len(parts) != 3:
+        raise SystemExit(f"--prefill-host-us: {text!r} is not ATTENTION/MLP/MOE microseconds (e.g. 478/91/750)")
+    return dict(zip(("attention", "mlp", "moe"), (float(v) for v in parts), strict=True))
 
 
 def _job(args: tuple[SiliconCase, str, str]) -> dict[str, Any]:
@@ -45,8 +61,12 @@ def _job(args: tuple[SiliconCase, str, str]) -> dict[str, Any]:
     frontend_us = None
     if config.startswith("frontend="):  # the engines' defaults with this serial frontend time per request
         frontend_us = float(config.split("=", 1)[1])
+    host = host_variant(config.split("=", 1)[1]) if config.startswith("host=") else None
+    # host variants run every row as validate_silicon.py does by default (AS_DEPLOYED engines as deployed)
+    deployed = config == "as-deployed" or (host is not None and case.engine in AS_DEPLOYED)
     try:
-        p = predict(case, as_deployed=config == "as-deployed", statistic=statistic, frontend_us=frontend_us)
+        p = predict(case, as_deployed=deployed, statistic=statistic, frontend_us=frontend_us,
+                    prefill_host_us=host)
     except Exception as exc:  # a row the simulator rejects is left out of every variant's median
         return {"row_id": case.row_id, "config": config, "statistic": statistic, "error": str(exc)[:200]}
     return {"row_id": case.row_id, "engine": case.engine, "config": config, "statistic": statistic,
@@ -64,10 +84,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated serial frontend times per request (us) to compare instead of the four "
                          "variants: each is the engines' defaults (run statistic) with that frontend time")
     ap.add_argument("--statistics", default="run", help="with --frontend-us: comma-separated statistics (run, steady)")
+    ap.add_argument("--prefill-host-us", default=None,
+                    help="comma-separated ATTENTION/MLP/MOE host times (us) of an uncaptured prefill step's modules "
+                         "to compare instead of the four variants (each replaces the rows' engine files' "
+                         "prefill_host_us; 0 = the profile's dispatch), e.g. 0/0/500,478/91/750")
     ap.add_argument("--engines", default=None, help="comma-separated engines: only their rows")
     args = ap.parse_args(argv)
-    variants = VARIANTS if args.frontend_us is None else tuple(
-        (f"frontend={float(v):g}", stat) for v in args.frontend_us.split(",") for stat in args.statistics.split(","))
+    if args.prefill_host_us is not None:
+        for v in args.prefill_host_us.split(","):
+            host_variant(v)
+        variants: tuple[tuple[str, str], ...] = tuple(
+            (f"host={v}", stat) for v in args.prefill_host_us.split(",") for stat in args.statistics.split(","))
+    elif args.frontend_us is not None:
+        variants = tuple((f"frontend={float(v):g}", stat) for v in args.frontend_us.split(",")
+                         for stat in args.statistics.split(","))
+    else:
+        variants = VARIANTS
     cases = [c for c in covered_cases()[0] if c.hardware == args.system
              and (args.engines is None or c.engine in args.engines.split(","))]
     step = max(len(cases) / args.sample, 1.0)

@@ -324,7 +324,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
             statistic: str = "run", frontend_us: float | None = None, held_slot: bool = False,
             fixed_lengths: bool = False, send_delay_ms: float = 0.0,
             round_trip_ms: float = 0.0, dispatch_scale: float = 1.0, as_launched: bool = True,
-            overlap: bool = True) -> dict[str, Any]:
+            overlap: bool = True, prefill_host_us: dict[str, float] | None = None) -> dict[str, Any]:
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
@@ -333,7 +333,9 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     ``dispatch_scale`` (check 8) multiplies the profile's host dispatch time per module, which
     prefill steps pay (decode steps run under CUDA graphs);
     ``round_trip_ms`` adds a fixed round trip between client and engine, so each client's cycle
-    and each TTFT gain that much. InferenceMAX rows draw their lengths as their client does
+    and each TTFT gain that much. ``prefill_host_us`` replaces the engine file's host work per
+    module of an uncaptured prefill step (``silicon_variants.py --prefill-host-us`` compares
+    values on H100 rows). InferenceMAX rows draw their lengths as their client does
     (:func:`row_workload`) unless ``fixed_lengths`` (an experiment, ``--fixed-lengths``: the
     configuration before 2026-11-27); ``as_launched`` and ``overlap``: :func:`row_engine`."""
     import dataclasses
@@ -351,6 +353,8 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
                                 overlap=overlap)
     if frontend_us is not None:
         spec = dataclasses.replace(spec, frontend_s=frontend_us * 1e-6)
+    if prefill_host_us is not None:
+        spec = dataclasses.replace(spec, prefill_host_s={k: v * 1e-6 for k, v in prefill_host_us.items() if v})
     cfg = SimulationConfig(
         model=get_model(case.model), hardware=hw, profile=profile, engine=spec,
         strategy="1m",
@@ -539,16 +543,21 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
            if statistic == "run" else
            "Predicted TTFT/TPOT are means over the steady window (requests sent after the first round and "
            "finished before the last send)."),
-        "**Three choices were made on H100 rows only, nothing else on these rows**: the serving "
+        "**Four choices were made on H100 rows only, nothing else on these rows**: the serving "
         "frontend's serial work per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang "
         "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
         "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); per engine whether its rows run with the "
         "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation.md "
         "\"Reading the serving errors\"); and the host work of an eager prefill step's MoE layer "
         "(`prefill_host_us.moe` in the TensorRT-LLM and SGLang 0.5 engine files: 750 us, among 500, 750, 1,000 "
-        "and 1,500 us, docs/validation.md \"Eager prefill steps\"); H200, B200, B300 and GB200 rows are held out "
-        "and reported apart. The three were chosen with the harness before 2026-11-27 (fixed lengths, engines "
-        "without overlap scheduling, launched rows with their engine's defaults) and kept"
+        "and 1,500 us, docs/validation.md \"Eager prefill steps\"); and the host work of a vLLM step too large "
+        "for its captured graphs per MoE layer (`prefill_host_us.moe` in the vLLM engine files: 500 us, among 250, "
+        "500, 750 and 1,000 us, with and without eager attention/MLP host times, on H100 vLLM rows: "
+        "`benchmarks/silicon_variants.py --system h100-sxm --engines vllm --sample 222 --prefill-host-us ...`, "
+        "docs/validation.md \"Uncaptured vLLM steps\"); H200, B200, B300 and GB200 rows are held out and "
+        "reported apart. The first three were chosen with the harness before 2026-11-27 (fixed lengths, engines "
+        "without overlap scheduling, launched rows with their engine's defaults) and kept, the fourth with the "
+        "harness of 2026-11-28"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
         f"Command: `{COMMAND}`"

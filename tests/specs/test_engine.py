@@ -202,7 +202,7 @@ def test_eager_prefill_steps_pay_the_engines_host_work_per_module_and_decode_ste
     trt, sgl_old, sgl_new, vllm = (get_engine(n) for n in ("trtllm", "sglang-0.5", "sglang", "vllm"))
     assert trt.prefill_host_s == sgl_old.prefill_host_s == pytest.approx({"attention": 478e-6, "mlp": 91e-6,
                                                                            "moe": 750e-6})
-    assert sgl_new.prefill_host_s == vllm.prefill_host_s == {}
+    assert sgl_new.prefill_host_s == {} and vllm.prefill_host_s == pytest.approx({"moe": 500e-6})
     model, hw, prof = get_model("llama-3.1-8b"), get_hardware("h100-sxm"), get_profile("measured-h100-sxm")
     eager = trt.profile_for(prof)
     assert eager.dispatch(Module.ATTENTION, Phase.PREFILL) == pytest.approx(478e-6)
@@ -230,3 +230,78 @@ def test_eager_prefill_steps_pay_the_engines_host_work_per_module_and_decode_ste
                         ({"moe": -1}, "prefill_host_us.moe"), ([1], "prefill_host_us must map modules")):
         with pytest.raises(SpecError, match=needle):
             engine_from_dict({**raw, "prefill_host_us": bad}, name="t")
+
+
+def test_vllm_pays_the_fused_moe_host_work_only_in_steps_larger_than_its_captured_graphs():
+    # vLLM replays piecewise CUDA graphs of steps up to max_cudagraph_capture_size tokens, by default
+    # min(2 x max_num_seqs x decode query length, 512) and at most the token budget
+    # (vllm/config/vllm.py _set_cudagraph_sizes), and runs larger steps without a graph, where its fused
+    # MoE (a custom op outside the compiled graph) costs 500 us of host work per layer (engine file).
+    # Hand derivation: gpt-oss-120b has 36 MoE layers, so an uncaptured step whose layers each take less
+    # device time than that is host-bound at no less than 36 x 500 us = 18 ms more than the device time
+    # of its other modules; a step of at most 512 tokens is timed as if the engine had no host work.
+    import dataclasses
+
+    import numpy as np
+
+    from serveplan import Estimator, ParallelConfig, StepBatch, get_model, get_profile
+    from serveplan.estimator.step import Phase
+    from serveplan.specs.engine import engine_from_dict
+
+    vllm, trt = get_engine("vllm"), get_engine("trtllm")
+    assert get_engine("vllm-0.11").prefill_graphs == vllm.prefill_graphs == (512, 2)
+    assert vllm.graph_tokens() == 512 and vllm.graph_tokens(1024) == 512
+    assert vllm.graph_tokens(64) == 128 and vllm.graph_tokens(64, query_len=4) == 512
+    assert vllm.graph_tokens(1024, token_budget=256) == 256
+    assert trt.prefill_graphs is None and trt.graph_tokens(64) == 0   # generation-only graphs
+    model, hw, prof = get_model("gpt-oss-120b"), get_hardware("h100-sxm"), get_profile("measured-h100-sxm")
+    assert vllm.profile_for(prof).prefill_graph_tokens == 512
+    assert vllm.profile_for(prof, max_num_seqs=8).prefill_graph_tokens == 16
+
+    def est(spec):
+        return Estimator(model, hw, spec.profile_for(prof), ParallelConfig(tp=2), dtype="mxfp4")
+
+    eager, captured = est(vllm), est(dataclasses.replace(vllm, prefill_host_s={}))
+    for n in (256, 512):
+        assert eager.time(StepBatch.prefill(1, n)) == captured.time(StepBatch.prefill(1, n))
+    t513, c513 = eager.time(StepBatch.prefill(1, 513)), captured.time(StepBatch.prefill(1, 513))
+    assert t513 >= 36 * 500e-6 and t513 - c513 > 0.5 * 36 * 500e-6
+    assert eager.time(StepBatch.decode(64, 2048)) == captured.time(StepBatch.decode(64, 2048))
+    # a table of prefill steps across the threshold takes each column's own rates
+    batches = [StepBatch.prefill(1, n) for n in (256, 512, 513, 2048)]
+    X = np.stack([eager.features(b) for b in batches], axis=1)
+    assert eager.step_times(X, Phase.PREFILL) == pytest.approx([eager.time(b) for b in batches], rel=1e-9)
+    # the engine file's key is checked
+    base = {"mechanism": "chunked-prefill", "tiers": [{"max_num_seqs": 8}]}
+    for bad, needle in (({"max_tokens": 0}, "prefill_graphs.max_tokens"), ({"max": 5}, "prefill_graphs must be"),
+                        ({"max_tokens": 512, "per_sequence": "two"}, "prefill_graphs.per_sequence")):
+        with pytest.raises(SpecError, match=needle):
+            engine_from_dict({**base, "prefill_graphs": bad}, name="x")
+
+
+def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
+    # the simulated instance's largest captured step follows its own limits (per data-parallel rank)
+    from serveplan import get_model, get_profile
+    from serveplan.sim import SimulationConfig, Workload
+    from serveplan.sim.engine import instance_profile
+
+    def cfg(**kw):
+        return SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h100-sxm"),
+                                profile=get_profile("measured-h100-sxm"), engine="vllm", concurrency=4, rate=None,
+                                workload=Workload.fixed(1024, 16, num_requests=8), **kw)
+
+    def graphs(**kw):
+        c = cfg(**kw)
+        return instance_profile(c, c.fleet.roles[0]).prefill_graph_tokens
+
+    assert graphs(tp=1, max_batch=8) == 16
+    assert graphs(tp=1, dp=2, max_batch=64) == 64
+    assert graphs(tp=1) == 512
+    assert graphs(tp=1, max_batch=512, token_budget=256) == 256
+    # the engine notes say so where the model has the modules that pay it
+    assert not any("without CUDA graphs" in n for n in cfg(tp=1).engine_setup.notes)
+    moe = SimulationConfig(model=get_model("gpt-oss-120b"), hardware=get_hardware("h100-sxm"),
+                           profile=get_profile("measured-h100-sxm"), engine="vllm", concurrency=4, rate=None,
+                           workload=Workload.fixed(1024, 16, num_requests=8), tp=2, max_batch=64)
+    assert any("steps of more than 128 tokens run without CUDA graphs" in n and "moe 500 us" in n
+               for n in moe.engine_setup.notes)

@@ -298,6 +298,13 @@ class Estimator:
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
         self._prefill_rates, self._decode_rates = self._rates[Phase.PREFILL], self._rates[Phase.DECODE]
+        # steps with prompt tokens up to this many tokens per rank replay a captured graph and pay the
+        # profile's own dispatch; larger ones the eager host work (EfficiencyProfile.prefill_graph_tokens)
+        self._graph_tokens = float(profile.prefill_graph_tokens) if profile.prefill_dispatch_s else 0.0
+        self._graph_prefill_rates = (profile_rates(self.compiled, profile.with_(prefill_dispatch_s={}), Phase.PREFILL,
+                                                   peak_flops=self.peak_flops, bandwidth=hardware.memory_bandwidth,
+                                                   curves=self._curves)
+                                     if self._graph_tokens else self._prefill_rates)
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
         self._pp_links = self._stage_boundary_links()
@@ -315,6 +322,13 @@ class Estimator:
         self._fixed: dict[tuple[tuple[int, tuple[int, ...]], bytes], tuple[np.ndarray, ...]] = {}
         self._groups = group_matrix(self.compiled)
         self._counts = np.array(self.compiled.counts)
+
+    def _rates_of(self, x: np.ndarray) -> PhaseRates:
+        """Rates of the step with feature vector ``x``: decode without prompt tokens; with them,
+        the eager prefill's unless the step is small enough to replay a captured graph."""
+        if x[_NP] <= 0:
+            return self._decode_rates
+        return self._graph_prefill_rates if x[_N] <= self._graph_tokens else self._prefill_rates
 
     def _phase_rates(self, phase: Phase) -> PhaseRates:
         return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
@@ -413,7 +427,7 @@ class Estimator:
         """``(step, compute stream, communication stream)`` seconds of ``batch`` under two-batch
         overlap (each stream's busy time over both micro-batches); the step is at least the larger."""
         x = self.features(batch)
-        rates = self._rates[Phase.PREFILL if x[_NP] > 0 else Phase.DECODE]
+        rates = self._rates_of(x)
         *_, bc, bm = op_terms(self.compiled, rates, self._halve(x))
         t, c, m = two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)
         return float(t), float(c), float(m)
@@ -456,7 +470,7 @@ class Estimator:
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
         self._window_rows(x)
-        rates = self._prefill_rates if x[_NP] > 0 else self._decode_rates
+        rates = self._rates_of(x)
         cs = self.compiled
         *_, bc, bm = op_terms(cs, rates, x)
         total = layers_time(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
@@ -524,9 +538,21 @@ class Estimator:
         return np.asarray(total)
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
-        """Step times of many feature vectors (columns of ``X``) that share one phase."""
+        """Step times of many feature vectors (columns of ``X``) that share one phase; in the
+        prefill phase, columns small enough to replay a captured graph take its rates."""
         self._window_rows(X)
-        rates = self._rates[phase]
+        if phase == Phase.PREFILL and self._graph_tokens:
+            small = X[_N] <= self._graph_tokens
+            if small.any():
+                out = np.empty(X.shape[1])
+                out[small] = self._times_at(X[:, small], self._graph_prefill_rates)
+                if not small.all():
+                    out[~small] = self._times_at(X[:, ~small], self._prefill_rates)
+                return out
+        return self._times_at(X, self._rates[phase])
+
+    def _times_at(self, X: np.ndarray, rates: PhaseRates) -> np.ndarray:
+        """:meth:`step_times` of columns that all take ``rates``."""
         if not any(d for per_group in rates.dispatch for d in per_group):
             return np.asarray(self._undispatched_times(X, rates) + self._pp_time(X, rates.comm_efficiency))
         bc, bm = self._block_terms(X, rates)
@@ -548,7 +574,7 @@ class Estimator:
         """Time of one pipeline stage (layers split evenly) plus one stage-boundary transfer
         (on the slowest boundary link, which bounds a pipeline's steady-state rate)."""
         x = self.features(batch)
-        rates = self._rates[Phase.PREFILL if x[_NP] > 0 else Phase.DECODE]
+        rates = self._rates_of(x)
         pp = self.parallel.pp
         *_, bc, bm = op_terms(self.compiled, rates, x)
         layers = self._layers_time(bc.tolist(), bm.tolist(), rates)
@@ -566,7 +592,7 @@ class Estimator:
         """Step time with the per-module and per-operator breakdown."""
         x = self.features(batch)
         phase = Phase.PREFILL if batch.is_prefill else Phase.DECODE
-        rates = self._rates[phase]
+        rates = self._rates_of(x) if phase is Phase.PREFILL else self._rates[phase]
         cs = self.compiled
         W, Q, comp, mem, t_op, bc, bm = op_terms(cs, rates, x)
         block_dispatch = [d for per_group in rates.dispatch for d in per_group]

@@ -484,6 +484,25 @@ def _spec_key(spec: Any) -> Any:
         return (type(spec).__name__, repr(spec))
 
 
+def instance_profile(cfg: SimulationConfig, role: Any) -> EfficiencyProfile:
+    """The profile the ``role`` instance's steps are timed with: the engine's largest step that
+    replays a captured graph follows that instance's limits (per data-parallel rank: its sequences
+    and token budget, and the tokens of a speculative decode query;
+    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens`)."""
+    eng = cfg.engine
+    if eng is None or eng.prefill_graphs is None:
+        return cfg.profile
+    inst = cfg.fleet.instance(role)
+    dp = inst.parallel.dp
+    b = inst.batching
+    seqs = max(1, b.max_batch // dp)
+    budget = None if b.token_budget is None else max(1, b.token_budget // dp)
+    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
+    graphs = eng.graph_tokens(seqs, query_len=query, token_budget=budget)
+    prof = cfg.profile
+    return prof if graphs == prof.prefill_graph_tokens else prof.with_(prefill_graph_tokens=graphs)
+
+
 def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
                dtype: DType | str | None, *, kv_dtype: DType | str | None = None,
                memory_utilization: float | None = None, spec: SpecDecodeConfig | None = None) -> StepClock:
@@ -640,8 +659,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     else:
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
     util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
-    clocks = {role: step_clock(cfg.model, cfg.hardware, cfg.profile, cfg.fleet.instance(role).parallel, cfg.dtype,
-                               kv_dtype=cfg.effective_kv_dtype, memory_utilization=util,
+    clocks = {role: step_clock(cfg.model, cfg.hardware, instance_profile(cfg, role), cfg.fleet.instance(role).parallel,
+                               cfg.dtype, kv_dtype=cfg.effective_kv_dtype, memory_utilization=util,
                                spec=cfg.fleet.instance(role).spec)
               for role in cfg.fleet.roles}
     _check_kv(cfg, clocks, wl)

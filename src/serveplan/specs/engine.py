@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from serveplan.errors import SpecError, check_number
+from serveplan.errors import SpecError, check_int, check_number
 from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.profile import EfficiencyProfile, Module
@@ -217,6 +217,13 @@ class EngineSpec:
         launch work per module, paid by the step model's dispatch overlap (BestServe Algorithm 1)
         instead of the profile's ``dispatch_s`` (:meth:`EfficiencyProfile.with_prefill_host`).
         Decode steps run under CUDA graphs and are unaffected. Empty: the profile's.
+    prefill_graphs:
+        ``(max_tokens, per_sequence)``: steps with prompt tokens replay a captured CUDA graph up
+        to :meth:`graph_tokens` tokens and pay :attr:`prefill_host_s` only above it (vLLM
+        captures piecewise graphs of steps up to ``max_cudagraph_capture_size`` tokens, by default
+        ``min(2 x max_num_seqs x decode query length, 512)`` and at most the token budget, and
+        runs larger steps without; ``vllm/config/vllm.py`` ``_set_cudagraph_sizes``,
+        ``v1/cudagraph_dispatcher.py``). ``None``: every step with prompt tokens pays it.
     overlap_scheduling:
         The host plans and launches step ``k + 1`` while step ``k`` runs on the device, from the
         queue as it stood when step ``k`` started: a request that reaches a busy engine during
@@ -279,6 +286,7 @@ class EngineSpec:
     frontend_s: float = 0.0
     moe_backends: dict[str, str] = field(default_factory=dict)
     prefill_host_s: dict[str, float] = field(default_factory=dict)
+    prefill_graphs: tuple[int, int] | None = None
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -410,15 +418,34 @@ class EngineSpec:
             offered = ", ".join(sorted(self.comm_options)) or "none (the engine has no expert-parallel options here)"
             raise SpecError(f"comm={name!r} for engine {self.name!r}; expected one of: {offered}") from None
 
-    def profile_for(self, profile: EfficiencyProfile) -> EfficiencyProfile:
+    def profile_for(self, profile: EfficiencyProfile, *, max_num_seqs: int | None = None, query_len: int = 1,
+                    token_budget: float | None = None) -> EfficiencyProfile:
         """``profile`` as this engine runs it: its own kernels' curves, its fused input
         quantization and its operator list (:meth:`EfficiencyProfile.for_engine`), and the opt-in
         MoE backends of :attr:`moe_backends` and the eager prefill's host work of
-        :attr:`prefill_host_s`."""
-        return (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
-                                   fused_operators=self.fused_operators)
-                .with_moe_backends(self.moe_backends)
-                .with_prefill_host({Module(k): v for k, v in self.prefill_host_s.items()}))
+        :attr:`prefill_host_s`, paid by steps larger than :meth:`graph_tokens` (of an instance with
+        these limits where given)."""
+        out = (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
+                                  fused_operators=self.fused_operators)
+               .with_moe_backends(self.moe_backends)
+               .with_prefill_host({Module(k): v for k, v in self.prefill_host_s.items()}))
+        graphs = self.graph_tokens(max_num_seqs, query_len=query_len, token_budget=token_budget)
+        return out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
+
+    def graph_tokens(self, max_num_seqs: int | None = None, *, query_len: int = 1,
+                     token_budget: float | None = None) -> int:
+        """Tokens of the largest step with prompt tokens that replays a captured graph (0: none,
+        every such step pays :attr:`prefill_host_s`): ``min(per_sequence x max_num_seqs x
+        query_len, max_tokens)`` of :attr:`prefill_graphs`, at most ``token_budget`` (vLLM's
+        default ``max_cudagraph_capture_size``; unknown limits leave ``max_tokens``)."""
+        if self.prefill_graphs is None:
+            return 0
+        cap, per_seq = self.prefill_graphs
+        if max_num_seqs is not None:
+            cap = min(cap, per_seq * max_num_seqs * max(1, query_len))
+        if token_budget is not None and math.isfinite(token_budget):
+            cap = min(cap, int(token_budget))
+        return max(0, int(cap))
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
@@ -443,6 +470,9 @@ class EngineSpec:
                 **({"moe_backends": dict(self.moe_backends)} if self.moe_backends else {}),
                 **({"prefill_host_us": {k: v * 1e6 for k, v in self.prefill_host_s.items()}}
                    if self.prefill_host_s else {}),
+                **({"prefill_graphs": {"max_tokens": self.prefill_graphs[0],
+                                       "per_sequence": self.prefill_graphs[1]}}
+                   if self.prefill_graphs is not None else {}),
                 **({"comm_options": {k: {**v.to_dict(), "flags": list(self.comm_flags.get(k, ()))}
                                      for k, v in self.comm_options.items()}} if self.comm_options else {})}
 
@@ -480,6 +510,18 @@ def _moe_backends(raw: Any, where: str) -> dict[str, str]:
         raise SpecError(f"{where}: moe_backends must map weight formats to backend names, e.g. "
                         f"{{mxfp4: marlin}}; got {raw!r}")
     return {DType.parse(str(k)).value: v for k, v in raw.items()}
+
+
+def _prefill_graphs(raw: Any, where: str) -> tuple[int, int] | None:
+    """``prefill_graphs: {max_tokens: N, per_sequence: k}`` -> ``(N, k)`` (absent: ``None``)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"max_tokens", "per_sequence"} or "max_tokens" not in raw:
+        raise SpecError(f"{where}: prefill_graphs must be {{max_tokens: N, per_sequence: k}} (the largest "
+                        f"step with prompt tokens that replays a captured graph, and its bound per sequence); "
+                        f"got {raw!r}")
+    return (check_int(f"{where}: prefill_graphs.max_tokens", raw["max_tokens"], low=1),
+            check_int(f"{where}: prefill_graphs.per_sequence", raw.get("per_sequence", 2), low=1))
 
 
 def _prefill_host_s(raw: Any, where: str) -> dict[str, float]:
@@ -606,5 +648,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         frontend_s=_frontend_s(raw.get("frontend"), where),
         moe_backends=_moe_backends(raw.get("moe_backends"), where),
         prefill_host_s=_prefill_host_s(raw.get("prefill_host_us"), where),
+        prefill_graphs=_prefill_graphs(raw.get("prefill_graphs"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

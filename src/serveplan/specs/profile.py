@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from serveplan.errors import SpecError, check_number
+from serveplan.errors import SpecError, check_int, check_number
 from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.kernels import KernelCurves, kernel_curves_from_dict
 
@@ -112,6 +112,12 @@ class EfficiencyProfile:
         Host time per module of a step with prompt tokens where it differs from ``dispatch_s``: the
         engine runs those steps eagerly, outside CUDA graphs, and its Python and launch work per
         module is what the host pays (set by :meth:`with_prefill_host`; empty: ``dispatch_s``).
+    prefill_graph_tokens:
+        Steps with prompt tokens and at most this many tokens (per data-parallel rank) replay a
+        captured CUDA graph and pay ``dispatch_s``; only larger ones pay
+        :attr:`prefill_dispatch_s` (0: every step with prompt tokens pays it). vLLM captures
+        piecewise graphs up to ``max_cudagraph_capture_size`` tokens and runs larger steps without
+        (:meth:`~serveplan.specs.engine.EngineSpec.graph_tokens`).
     kappa_update, kappa_repeat_kv, kappa_upcast:
         Bytes/s of the decode-only data movements of eq. (12); 0 means "memory roofline".
     attention_impl, comm_model:
@@ -159,6 +165,7 @@ class EfficiencyProfile:
     dispatch_s: Mapping[Module, float]
     dispatch_hidden_in_decode: bool = False
     prefill_dispatch_s: Mapping[Module, float] = field(default_factory=dict)
+    prefill_graph_tokens: int = 0
     kappa_update: float = 0.0
     kappa_repeat_kv: float = 0.0
     kappa_upcast: float = 0.0
@@ -188,6 +195,8 @@ class EfficiencyProfile:
         for label, table in (("dispatch_s", self.dispatch_s), ("prefill_dispatch_s", self.prefill_dispatch_s)):
             for m, v in table.items():
                 check_number(f"{where}: {label}[{m.value}]", v, low=0, unit="s")
+        check_int(f"{where}: prefill_graph_tokens", self.prefill_graph_tokens, low=0,
+                     why="tokens of the largest step that replays a captured graph")
         for fname in ("kappa_update", "kappa_repeat_kv", "kappa_upcast"):
             check_number(f"{where}: {fname}", getattr(self, fname), low=0, unit="bytes/s; 0 = memory roofline")
         check_number(f"{where}: expert_imbalance", self.expert_imbalance, low=1,
