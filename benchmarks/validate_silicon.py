@@ -16,10 +16,11 @@ runners send ``10 C`` requests and average them all). ``--statistic steady`` giv
 the steady window instead (warm-up and cool-down excluded,
 :func:`serveplan.sim.serving.steady_window`), what ``simulate --concurrency`` reports::
 
-    python benchmarks/validate_silicon.py                       # all covered rows, writes the docs
+    python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json
+                                                                # every covered row: the docs table
     python benchmarks/validate_silicon.py --sample 60 --no-docs # a quick look
     python benchmarks/validate_silicon.py --models llama-3.1-8b,llama-3.1-70b,qwen3-32b,deepseek-v3 \
-        --aisimulate benchmarks/results/aisimulate_silicon.json # the docs table
+        --no-docs --out /tmp/four.json                          # the four models of the first tables
     python benchmarks/validate_silicon.py --report-only benchmarks/results/silicon_validation.json \
         --aisimulate benchmarks/results/aisimulate_silicon.json # rewrite the table from saved results
 
@@ -76,8 +77,14 @@ DOC = ROOT / "docs" / "validation.md"
 OUT = ROOT / "benchmarks" / "results" / "silicon_validation.json"
 BEGIN, END = "<!-- silicon-validation:begin -->", "<!-- silicon-validation:end -->"
 WITHIN = 0.25  # the table's "share within 25%"
-COMMAND = ("python benchmarks/validate_silicon.py --models llama-3.1-8b,llama-3.1-70b,qwen3-32b,deepseek-v3 "
-           "--aisimulate benchmarks/results/aisimulate_silicon.json")
+#: the command that writes docs/validation.md's table: every covered row
+COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
+
+
+def command_of(models: str | None, aisimulate: Path | None) -> str:
+    """The command line a docs table was written with (its ``--models`` and ``--aisimulate``)."""
+    return ("python benchmarks/validate_silicon.py" + (f" --models {models}" if models else "")
+            + (f" --aisimulate {aisimulate}" if aisimulate else ""))
 
 
 def covered_cases(sample: int | None = None, models: set[str] | None = None,
@@ -506,7 +513,7 @@ def table(rows: list[dict[str, Any]], keys: tuple[str, ...], *, aisim: dict[str,
 
 def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[str, int], *,
            aisim: dict[str, Any] | None, overhead_s: float, seconds: float, jobs: int,
-           statistic: str = "run", deployed: frozenset[str] = AS_DEPLOYED) -> str:
+           statistic: str = "run", deployed: frozenset[str] = AS_DEPLOYED, command: str = COMMAND) -> str:
     n_all, mt, wt = summarise(r["ttft_err"] for r in rows)
     _, mp, wp = summarise(r["tpot_err"] for r in rows)
     models = sorted({r["model"] for r in rows})
@@ -548,7 +555,7 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
         "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); per engine whether its rows run with the "
         "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation.md "
-        "\"Reading the serving errors\"); and the host work of an eager prefill step's MoE layer "
+        "\"Reading the serving errors\"); the host work of an eager prefill step's MoE layer "
         "(`prefill_host_us.moe` in the TensorRT-LLM and SGLang 0.5 engine files: 750 us, among 500, 750, 1,000 "
         "and 1,500 us, docs/validation.md \"Eager prefill steps\"); and the host work of a vLLM step too large "
         "for its captured graphs per MoE layer (`prefill_host_us.moe` in the vLLM engine files: 500 us, among 250, "
@@ -560,13 +567,13 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "harness of 2026-11-28"
         + (f"; a per-step overhead of {overhead_s * 1e6:.0f} us is set (`--step-overhead-us`)." if overhead_s else "."),
         "",
-        f"Command: `{COMMAND}`"
+        f"Command: `{command}`"
         f" ({seconds:.0f} s for {n_all} rows with {jobs} processes on {platform.node() or 'this machine'};"
         f" {seconds / max(n_all, 1) * jobs:.2f} s per row and process).",
         "",
         f"**All rows: {n_all} rows ({len(models)} models: {', '.join(models)}; {len(systems)} systems; "
-        f"{len(engines)} engines): TTFT median |error| {mt:.0%} ({wt:.0%} within 25%), TPOT median |error| "
-        f"{mp:.0%} ({wp:.0%} within 25%).**",
+        f"{len(engines)} engines): TTFT median |error| {mt:.1%} ({wt:.0%} within 25%), TPOT median |error| "
+        f"{mp:.1%} ({wp:.0%} within 25%).**",
         "",
         "By engine, system and weight format:",
         "",
@@ -606,8 +613,8 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
                 "",
                 "AISimulate's wheel bundles the same `silicon_sample.csv` and aiconfigurator's measured kernel tables",
                 "for these GPUs, so its figures here are not a held-out test. serveplan's profiles are fitted to",
-                "aiconfigurator's per-kernel tables, never to these rows; the one value chosen on rows (the vLLM",
-                "frontend's work per request) was chosen on H100 rows only.",
+                "aiconfigurator's per-kernel tables, never to these rows; the four choices made on rows (above)",
+                "were made on H100 rows only.",
                 "",
             ]
     worst = sorted(rows, key=lambda r: -max(abs(r["ttft_err"]), abs(r["tpot_err"])))[:12]
@@ -651,7 +658,7 @@ def _report_only(args: argparse.Namespace) -> int:
     section = report(rows, saved["failures"], saved["skipped"], aisim=aisim,
                      overhead_s=saved.get("step_overhead_s", 0.0), seconds=saved["seconds"],
                      jobs=saved["jobs"], statistic=saved.get("statistic", "steady"),
-                     deployed=frozenset(saved.get("as_deployed") or ()))
+                     deployed=frozenset(saved.get("as_deployed") or ()), command=saved.get("command", COMMAND))
     return _publish(section, rows, args.no_docs, "")
 
 
@@ -726,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--round-trip-ms, --dispatch-scale and --statistic median, warmed or wave are experiments, "
                          "not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
+    command = command_of(args.models, args.aisimulate) + (f" --sample {args.sample}" if args.sample else "")
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -756,9 +764,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"rows": rows, "failures": failures, "skipped": skipped, "seconds": seconds,
                                     "jobs": args.jobs, "step_overhead_s": overhead, "statistic": args.statistic,
-                                    "as_deployed": sorted(deployed), "held_slot": sorted(f"{e}@{v}" for e, v in held)}))
+                                    "as_deployed": sorted(deployed), "held_slot": sorted(f"{e}@{v}" for e, v in held),
+                                    "command": command}))
     section = report(rows, failures, skipped, aisim=aisim, overhead_s=overhead, seconds=seconds, jobs=args.jobs,
-                     statistic=args.statistic, deployed=deployed)
+                     statistic=args.statistic, deployed=deployed, command=command)
     return _publish(section, rows, args.no_docs, f"; {len(failures)} failed", f" in {seconds:.0f} s")
 
 

@@ -493,12 +493,9 @@ def instance_profile(cfg: SimulationConfig, role: Any) -> EfficiencyProfile:
     if eng is None or eng.prefill_graphs is None:
         return cfg.profile
     inst = cfg.fleet.instance(role)
-    dp = inst.parallel.dp
-    b = inst.batching
-    seqs = max(1, b.max_batch // dp)
-    budget = None if b.token_budget is None else max(1, b.token_budget // dp)
     query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
-    graphs = eng.graph_tokens(seqs, query_len=query, token_budget=budget)
+    graphs = eng.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
+                              dp=inst.parallel.dp)
     prof = cfg.profile
     return prof if graphs == prof.prefill_graph_tokens else prof.with_(prefill_graph_tokens=graphs)
 

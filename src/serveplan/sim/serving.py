@@ -185,8 +185,7 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
     paid = {k: v for k, v in engine.prefill_host_s.items() if k != "moe" or model.is_moe}
     if paid:
         host = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in paid.items())
-        graphs = engine.graph_tokens(max(1, int(max_batch) // parallel.dp),
-                                     token_budget=budget / parallel.dp if math.isfinite(budget) else None)
+        graphs = engine.graph_tokens(int(max_batch), token_budget=budget, dp=parallel.dp)
         which = f"steps of more than {graphs} tokens" if graphs else "steps with prompt tokens"
         notes.append(f"{which} run without CUDA graphs: the host's work per layer ({host}) is paid where it "
                      "exceeds the device's")

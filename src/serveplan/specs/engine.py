@@ -433,18 +433,20 @@ class EngineSpec:
         return out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
 
     def graph_tokens(self, max_num_seqs: int | None = None, *, query_len: int = 1,
-                     token_budget: float | None = None) -> int:
-        """Tokens of the largest step with prompt tokens that replays a captured graph (0: none,
-        every such step pays :attr:`prefill_host_s`): ``min(per_sequence x max_num_seqs x
-        query_len, max_tokens)`` of :attr:`prefill_graphs`, at most ``token_budget`` (vLLM's
-        default ``max_cudagraph_capture_size``; unknown limits leave ``max_tokens``)."""
+                     token_budget: float | None = None, dp: int = 1) -> int:
+        """Tokens per rank of the largest step with prompt tokens that replays a captured graph
+        (0: none, every such step pays :attr:`prefill_host_s`): ``min(per_sequence x
+        max_num_seqs x query_len, max_tokens)`` of :attr:`prefill_graphs`, at most
+        ``token_budget`` (vLLM's default ``max_cudagraph_capture_size``; unknown limits leave
+        ``max_tokens``). ``max_num_seqs`` and ``token_budget`` are an instance's, shared by its
+        ``dp`` data-parallel ranks (each rank captures its own graphs)."""
         if self.prefill_graphs is None:
             return 0
         cap, per_seq = self.prefill_graphs
         if max_num_seqs is not None:
-            cap = min(cap, per_seq * max_num_seqs * max(1, query_len))
+            cap = min(cap, per_seq * max(1, max_num_seqs // dp) * max(1, query_len))
         if token_budget is not None and math.isfinite(token_budget):
-            cap = min(cap, int(token_budget))
+            cap = min(cap, max(1, int(token_budget) // dp))
         return max(0, int(cap))
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
