@@ -295,6 +295,8 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
         return instance_profile(c, c.fleet.roles[0]).prefill_graph_tokens
 
     assert graphs(tp=1, max_batch=8) == 16
+    c = cfg(tp=1, max_batch=8)   # one derived profile per profile object: the step clocks' memo still hits
+    assert instance_profile(c, c.fleet.roles[0]) is instance_profile(c, c.fleet.roles[0])
     assert graphs(tp=1, dp=2, max_batch=64) == 64
     assert graphs(tp=1) == 512
     assert graphs(tp=1, max_batch=512, token_budget=256) == 256

@@ -497,7 +497,21 @@ def instance_profile(cfg: SimulationConfig, role: Any) -> EfficiencyProfile:
     graphs = eng.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
                               dp=inst.parallel.dp)
     prof = cfg.profile
-    return prof if graphs == prof.prefill_graph_tokens else prof.with_(prefill_graph_tokens=graphs)
+    if graphs == prof.prefill_graph_tokens:
+        return prof
+    # the same derived object for the same profile object, so step_clock's identity check still hits
+    key = (id(prof), graphs)
+    hit = _GRAPH_PROFILES.get(key)
+    if hit is None or hit[0] is not prof:
+        if len(_GRAPH_PROFILES) >= _MAX_CLOCKS:
+            _GRAPH_PROFILES.clear()
+        hit = _GRAPH_PROFILES[key] = (prof, prof.with_(prefill_graph_tokens=graphs))
+    return hit[1]
+
+
+#: (profile id, graph tokens) -> (that profile, it with those graph tokens); the profile is held so
+#: its id is not reused while the entry lives
+_GRAPH_PROFILES: dict[tuple[int, int], tuple[EfficiencyProfile, EfficiencyProfile]] = {}
 
 
 def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
