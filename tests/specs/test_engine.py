@@ -307,3 +307,27 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
                            workload=Workload.fixed(1024, 16, num_requests=8), tp=2, max_batch=64)
     assert any("steps of more than 128 tokens run without CUDA graphs" in n and "moe 500 us" in n
                for n in moe.engine_setup.notes)
+
+
+def test_the_host_note_names_the_steps_that_pay_and_the_modules_the_model_has():
+    vllm, trt = get_engine("vllm"), get_engine("trtllm")
+    assert vllm.host_note(moe=True) == ("steps of more than 512 tokens run without CUDA graphs: the host's work "
+                                        "per layer (moe 500 us) is paid where it exceeds the device's")
+    assert vllm.host_note(moe=True, graphs=16).startswith("steps of more than 16 tokens")
+    assert vllm.host_note(moe=False) is None   # a dense model has no module that pays it
+    assert trt.host_note(moe=False) == ("steps with prompt tokens run without CUDA graphs: the host's work per "
+                                        "layer (attention 478 us, mlp 91 us) is paid where it exceeds the device's")
+    assert get_engine("sglang").host_note(moe=True) is None   # 0.5.23 captures prefill steps
+
+
+def test_estimate_says_which_steps_pay_the_engines_host_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from serveplan.cli import app
+
+    args = ["estimate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "--engine", "vllm", "--tp", "2", "--dtype", "mxfp4"]
+    out = CliRunner().invoke(app, [*args, "-s", "1024"])
+    assert out.exit_code == 0 and "vllm 0.33.0: steps of more than 512 tokens run without CUDA graphs" in out.output
+    dense = CliRunner().invoke(app, ["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm",
+                                     "--tp", "1", "-s", "1024"])
+    assert dense.exit_code == 0 and "without CUDA graphs" not in dense.output

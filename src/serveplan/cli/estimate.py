@@ -10,6 +10,7 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import check_int
 from serveplan.estimator.api import EstimateResult, estimate
+from serveplan.specs.catalog import get_engine, get_model
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -121,6 +122,11 @@ def estimate_cmd(
         f"activations {fmt_bytes(mem.activation_bytes)}; KV capacity {mem.kv_capacity_tokens:,} tokens per instance "
         f"({mem.memory_utilization:.0%} of {fmt_bytes(mem.device_memory_bytes)})"
     )
+    if engine and res.phase is Phase.PREFILL:
+        spec = get_engine(engine)
+        note = spec.host_note(moe=get_model(model).is_moe)
+        if note:
+            con.print(f"{spec.label}: {note}")
     fits = "fits" if res.kv_fits else "DOES NOT FIT: the engine would queue or preempt part of the batch"
     con.print(f"KV cache: batch {res.batch} x {res.max_sequence_len:,} tokens needs {res.kv_tokens_needed:,.0f} of "
               f"{res.kv_capacity_tokens:,} tokens: {fits}")

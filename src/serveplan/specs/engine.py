@@ -432,6 +432,19 @@ class EngineSpec:
         graphs = self.graph_tokens(max_num_seqs, query_len=query_len, token_budget=token_budget)
         return out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
 
+    def host_note(self, *, moe: bool, graphs: int | None = None) -> str | None:
+        """One line on which steps pay :attr:`prefill_host_s` and how much per layer (``None``
+        when a model without MoE layers (``moe=False``) has no module that pays it); ``graphs``:
+        the instance's :meth:`graph_tokens` (default: the engine's bound without instance limits)."""
+        paid = {k: v for k, v in self.prefill_host_s.items() if k != "moe" or moe}
+        if not paid:
+            return None
+        graphs = self.graph_tokens() if graphs is None else graphs
+        host = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in paid.items())
+        which = f"steps of more than {graphs} tokens" if graphs else "steps with prompt tokens"
+        return (f"{which} run without CUDA graphs: the host's work per layer ({host}) is paid where it "
+                "exceeds the device's")
+
     def graph_tokens(self, max_num_seqs: int | None = None, *, query_len: int = 1,
                      token_budget: float | None = None, dp: int = 1) -> int:
         """Tokens per rank of the largest step with prompt tokens that replays a captured graph
