@@ -51,9 +51,14 @@ VARIANTS = (("defaults", "steady"), ("defaults", "run"), ("as-deployed", "steady
 def host_variant(text: str) -> dict[str, float]:
     """``attention/mlp/moe`` microseconds (``--prefill-host-us`` item) -> ``prefill_host_us``."""
     parts = text.split("/")
-    if len(parts) != 3:
-        raise SystemExit(f"--prefill-host-us: {text!r} is not ATTENTION/MLP/MOE microseconds (e.g. 478/91/750)")
-    return dict(zip(("attention", "mlp", "moe"), (float(v) for v in parts), strict=True))
+    try:
+        values = [float(v) for v in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3 or not all(v >= 0 for v in values):
+        raise SystemExit(f"--prefill-host-us: {text!r} is not ATTENTION/MLP/MOE microseconds, each >= 0 "
+                         "(e.g. 478/91/750)")
+    return dict(zip(("attention", "mlp", "moe"), values, strict=True))
 
 
 def _job(args: tuple[SiliconCase, str, str]) -> dict[str, Any]:

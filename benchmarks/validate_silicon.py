@@ -81,10 +81,16 @@ WITHIN = 0.25  # the table's "share within 25%"
 COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
 
 
-def command_of(models: str | None, aisimulate: Path | None) -> str:
-    """The command line a docs table was written with (its ``--models`` and ``--aisimulate``)."""
-    return ("python benchmarks/validate_silicon.py" + (f" --models {models}" if models else "")
-            + (f" --aisimulate {aisimulate}" if aisimulate else ""))
+def command_of(args: argparse.Namespace) -> str:
+    """The command line a docs table was written with: the options that change its rows or figures."""
+    parts = ["python benchmarks/validate_silicon.py"]
+    for flag, value, default in (("--models", args.models, None), ("--sample", args.sample, None),
+                                 ("--profile", args.profile, None), ("--statistic", args.statistic, "run"),
+                                 ("--as-deployed", args.as_deployed, ",".join(sorted(AS_DEPLOYED))),
+                                 ("--aisimulate", args.aisimulate, None)):
+        if value is not None and value != default:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
 
 
 def covered_cases(sample: int | None = None, models: set[str] | None = None,
@@ -733,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--round-trip-ms, --dispatch-scale and --statistic median, warmed or wave are experiments, "
                          "not the reported configuration: add --no-docs (and --out)")
     cases, skipped = covered_cases(args.sample, set(args.models.split(",")) if args.models else None)
-    command = command_of(args.models, args.aisimulate) + (f" --sample {args.sample}" if args.sample else "")
+    command = command_of(args)
     overhead = 0.0
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:

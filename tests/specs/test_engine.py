@@ -253,10 +253,13 @@ def test_vllm_pays_the_fused_moe_host_work_only_in_steps_larger_than_its_capture
     assert vllm.graph_tokens() == 512 and vllm.graph_tokens(1024) == 512
     assert vllm.graph_tokens(64) == 128 and vllm.graph_tokens(64, query_len=4) == 512
     assert vllm.graph_tokens(1024, token_budget=256) == 256
+    # rounded down to the sizes vLLM captures (1, 2, 4, multiples of 8, from 256 multiples of 16)
+    assert [vllm.graph_tokens(n) for n in (1, 2, 3, 5, 130)] == [2, 4, 4, 8, 256]
+    assert vllm.graph_tokens(1024, token_budget=300) == 288
+    assert vllm.graph_tokens(9, dp=2) == 8 and vllm.graph_tokens(64, dp=2, token_budget=200) == 64   # per rank
     assert trt.prefill_graphs is None and trt.graph_tokens(64) == 0   # generation-only graphs
     model, hw, prof = get_model("gpt-oss-120b"), get_hardware("h100-sxm"), get_profile("measured-h100-sxm")
     assert vllm.profile_for(prof).prefill_graph_tokens == 512
-    assert vllm.profile_for(prof, max_num_seqs=8).prefill_graph_tokens == 16
 
     def est(spec):
         return Estimator(model, hw, spec.profile_for(prof), ParallelConfig(tp=2), dtype="mxfp4")
@@ -267,6 +270,18 @@ def test_vllm_pays_the_fused_moe_host_work_only_in_steps_larger_than_its_capture
     t513, c513 = eager.time(StepBatch.prefill(1, 513)), captured.time(StepBatch.prefill(1, 513))
     assert t513 >= 36 * 500e-6 and t513 - c513 > 0.5 * 36 * 500e-6
     assert eager.time(StepBatch.decode(64, 2048)) == captured.time(StepBatch.decode(64, 2048))
+    # a decode step too large for the graphs runs without one: the host dispatches every module (the
+    # MoE layers' 500 us, the profile's dispatch for the others), as a profile without graphs would
+    flat = vllm.profile_for(prof).with_(prefill_graph_tokens=0)
+    no_graph = Estimator(model, hw, flat.with_(
+        dispatch_hidden_in_decode=False, dispatch_s={**flat.dispatch_s, **flat.prefill_dispatch_s}),
+        ParallelConfig(tp=2), dtype="mxfp4")
+    graphed = Estimator(model, hw, flat, ParallelConfig(tp=2), dtype="mxfp4")
+    big, small = StepBatch.decode(1024, 2048), StepBatch.decode(512, 2048)
+    assert eager.time(big) == pytest.approx(no_graph.time(big), rel=1e-12) and eager.time(big) > graphed.time(big)
+    assert eager.time(small) == pytest.approx(graphed.time(small), rel=1e-12)
+    D = np.stack([eager.features(b) for b in (small, big)], axis=1)
+    assert eager.step_times(D, Phase.DECODE) == pytest.approx([eager.time(small), eager.time(big)], rel=1e-9)
     # a table of prefill steps across the threshold takes each column's own rates
     batches = [StepBatch.prefill(1, n) for n in (256, 512, 513, 2048)]
     X = np.stack([eager.features(b) for b in batches], axis=1)
@@ -284,6 +299,7 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
     from serveplan import get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload
     from serveplan.sim.engine import instance_profile
+    from serveplan.specs.speculative import SpecDecodeConfig
 
     def cfg(**kw):
         return SimulationConfig(model=get_model("llama-3.1-8b"), hardware=get_hardware("h100-sxm"),
@@ -295,6 +311,7 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
         return instance_profile(c, c.fleet.roles[0]).prefill_graph_tokens
 
     assert graphs(tp=1, max_batch=8) == 16
+    assert graphs(tp=1, max_batch=64, spec=SpecDecodeConfig.of("eagle", 3)) == 512   # 2 x 64 x (1 + 3)
     c = cfg(tp=1, max_batch=8)   # one derived profile per profile object: the step clocks' memo still hits
     assert instance_profile(c, c.fleet.roles[0]) is instance_profile(c, c.fleet.roles[0])
     assert graphs(tp=1, dp=2, max_batch=64) == 64
@@ -305,29 +322,36 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
     moe = SimulationConfig(model=get_model("gpt-oss-120b"), hardware=get_hardware("h100-sxm"),
                            profile=get_profile("measured-h100-sxm"), engine="vllm", concurrency=4, rate=None,
                            workload=Workload.fixed(1024, 16, num_requests=8), tp=2, max_batch=64)
-    assert any("steps of more than 128 tokens run without CUDA graphs" in n and "moe 500 us" in n
+    assert any("steps of more than 128 tokens per rank run without CUDA graphs" in n and "moe 500 us" in n
                for n in moe.engine_setup.notes)
+    # the note names each role's own bound, the one its steps are timed with
+    pd = SimulationConfig(model=get_model("gpt-oss-120b"), hardware=get_hardware("h100-sxm"),
+                          profile=get_profile("measured-h100-sxm"), engine="vllm", rate=1.0, strategy="1p1d",
+                          workload=Workload.fixed(1024, 16, num_requests=8), tp=2, max_batch=64, prefill_max_batch=4)
+    bounds = {r.value: instance_profile(pd, r).prefill_graph_tokens for r in pd.fleet.roles}
+    note = next(n for n in pd.engine_setup.notes if "without CUDA graphs" in n)
+    assert all(f"{b} tokens per rank ({role} instances)" in note for role, b in bounds.items()), (bounds, note)
 
 
 def test_the_host_note_names_the_steps_that_pay_and_the_modules_the_model_has():
     vllm, trt = get_engine("vllm"), get_engine("trtllm")
-    assert vllm.host_note(moe=True) == ("steps of more than 512 tokens run without CUDA graphs: the host's work "
-                                        "per layer (moe 500 us) is paid where it exceeds the device's")
-    assert vllm.host_note(moe=True, graphs=16).startswith("steps of more than 16 tokens")
+    assert vllm.host_note(moe=True) == ("steps of more than 512 tokens per rank run without CUDA graphs: the host's "
+                                        "work per layer (moe 500 us) is paid where it exceeds the device's")
+    assert vllm.host_note(moe=True, graphs=16).startswith("steps of more than 16 tokens per rank")
     assert vllm.host_note(moe=False) is None   # a dense model has no module that pays it
     assert trt.host_note(moe=False) == ("steps with prompt tokens run without CUDA graphs: the host's work per "
                                         "layer (attention 478 us, mlp 91 us) is paid where it exceeds the device's")
     assert get_engine("sglang").host_note(moe=True) is None   # 0.5.23 captures prefill steps
 
 
-def test_estimate_says_which_steps_pay_the_engines_host_work(tmp_path):
+def test_estimate_says_which_steps_pay_the_engines_host_work():
     from typer.testing import CliRunner
 
     from serveplan.cli import app
 
     args = ["estimate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "--engine", "vllm", "--tp", "2", "--dtype", "mxfp4"]
     out = CliRunner().invoke(app, [*args, "-s", "1024"])
-    assert out.exit_code == 0 and "vllm 0.33.0: steps of more than 512 tokens run without CUDA graphs" in out.output
+    assert out.exit_code == 0 and "vllm 0.33.0: steps of more than 512 tokens per rank run without" in out.output
     dense = CliRunner().invoke(app, ["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm",
                                      "--tp", "1", "-s", "1024"])
     assert dense.exit_code == 0 and "without CUDA graphs" not in dense.output

@@ -123,10 +123,10 @@ def estimate_cmd(
         f"({mem.memory_utilization:.0%} of {fmt_bytes(mem.device_memory_bytes)})"
     )
     if engine and res.phase is Phase.PREFILL:
-        spec = get_engine(engine)
-        note = spec.host_note(moe=get_model(model).is_moe)
+        eng = get_engine(engine)
+        note = eng.host_note(moe=get_model(model).is_moe)
         if note:
-            con.print(f"{spec.label}: {note}")
+            con.print(f"{eng.label}: {note}")
     fits = "fits" if res.kv_fits else "DOES NOT FIT: the engine would queue or preempt part of the batch"
     con.print(f"KV cache: batch {res.batch} x {res.max_sequence_len:,} tokens needs {res.kv_tokens_needed:,.0f} of "
               f"{res.kv_capacity_tokens:,} tokens: {fits}")

@@ -298,13 +298,20 @@ class Estimator:
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
         self._prefill_rates, self._decode_rates = self._rates[Phase.PREFILL], self._rates[Phase.DECODE]
-        # steps with prompt tokens up to this many tokens per rank replay a captured graph and pay the
-        # profile's own dispatch; larger ones the eager host work (EfficiencyProfile.prefill_graph_tokens)
-        self._graph_tokens = float(profile.prefill_graph_tokens) if profile.prefill_dispatch_s else 0.0
-        self._graph_prefill_rates = (profile_rates(self.compiled, profile.with_(prefill_dispatch_s={}), Phase.PREFILL,
-                                                   peak_flops=self.peak_flops, bandwidth=hardware.memory_bandwidth,
-                                                   curves=self._curves)
-                                     if self._graph_tokens else self._prefill_rates)
+        # steps of up to this many tokens per rank replay a captured graph, larger ones run without
+        # (EfficiencyProfile.prefill_graph_tokens; 0: no bound, steps with prompt tokens pay the eager
+        # host work and decode steps replay graphs): a small step with prompt tokens pays the profile's
+        # own dispatch, a large decode step the eager host work with nothing hidden
+        self._graph_tokens = float(profile.prefill_graph_tokens)
+        self._graph_prefill_rates, self._eager_decode_rates = self._prefill_rates, self._decode_rates
+        if self._graph_tokens:
+            graph = self._phase_rates(Phase.PREFILL, profile.with_(prefill_dispatch_s={}))
+            if graph.dispatch != self._prefill_rates.dispatch:
+                self._graph_prefill_rates = graph
+            eager = self._phase_rates(Phase.DECODE, profile.with_(
+                dispatch_hidden_in_decode=False, dispatch_s={**profile.dispatch_s, **profile.prefill_dispatch_s}))
+            if eager.dispatch != self._decode_rates.dispatch:
+                self._eager_decode_rates = eager
         # pipeline: activations of n tokens cross pp-1 stage boundaries (notes A.7, PP row)
         self._ab = 4.0 if self.dtype is DType.FP32 else 2.0
         self._pp_links = self._stage_boundary_links()
@@ -324,14 +331,19 @@ class Estimator:
         self._counts = np.array(self.compiled.counts)
 
     def _rates_of(self, x: np.ndarray) -> PhaseRates:
-        """Rates of the step with feature vector ``x``: decode without prompt tokens; with them,
-        the eager prefill's unless the step is small enough to replay a captured graph."""
-        if x[_NP] <= 0:
-            return self._decode_rates
-        return self._graph_prefill_rates if x[_N] <= self._graph_tokens else self._prefill_rates
+        """Rates of the step with feature vector ``x``: its phase's (prefill with prompt tokens,
+        else decode), for a step small enough to replay a captured graph or too large for one."""
+        small, large = self._graph_pair(Phase.PREFILL if x[_NP] > 0 else Phase.DECODE)
+        return large if self._graph_tokens and x[_N] > self._graph_tokens else small
 
-    def _phase_rates(self, phase: Phase) -> PhaseRates:
-        return profile_rates(self.compiled, self.profile, phase, peak_flops=self.peak_flops,
+    def _graph_pair(self, phase: Phase | str) -> tuple[PhaseRates, PhaseRates]:
+        """``(rates of a step that replays a captured graph, of one too large for a graph)`` in ``phase``."""
+        if phase == Phase.PREFILL:
+            return self._graph_prefill_rates, self._prefill_rates
+        return self._decode_rates, self._eager_decode_rates
+
+    def _phase_rates(self, phase: Phase, profile: EfficiencyProfile | None = None) -> PhaseRates:
+        return profile_rates(self.compiled, profile or self.profile, phase, peak_flops=self.peak_flops,
                              bandwidth=self.hardware.memory_bandwidth,
                              curves=self._decode_curves if phase is Phase.DECODE else self._curves)
 
@@ -487,7 +499,7 @@ class Estimator:
         that vary between the columns, when the caller knows them (:func:`varying_features`)."""
         if varying is None:
             varying = varying_features(X)
-        key = (id(rates), varying)   # the rates are this estimator's own (self._rates): stable ids
+        key = (id(rates), varying)   # the rates are this estimator's own (self._rates, the graph pair): stable ids
         hit = self._splits.get(key)
         if hit is None:
             split = split_step(self.compiled, rates, varying)
@@ -538,18 +550,21 @@ class Estimator:
         return np.asarray(total)
 
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
-        """Step times of many feature vectors (columns of ``X``) that share one phase; in the
-        prefill phase, columns small enough to replay a captured graph take its rates."""
+        """Step times of many feature vectors (columns of ``X``) that share one phase; columns
+        small enough to replay a captured graph take its rates, larger ones the eager ones."""
         self._window_rows(X)
-        if phase == Phase.PREFILL and self._graph_tokens:
-            small = X[_N] <= self._graph_tokens
-            if small.any():
-                out = np.empty(X.shape[1])
-                out[small] = self._times_at(X[:, small], self._graph_prefill_rates)
-                if not small.all():
-                    out[~small] = self._times_at(X[:, ~small], self._prefill_rates)
-                return out
-        return self._times_at(X, self._rates[phase])
+        graph, eager = self._graph_pair(phase)
+        if not self._graph_tokens or graph is eager:
+            return self._times_at(X, self._rates[phase])
+        small = X[_N] <= self._graph_tokens
+        if small.all():
+            return self._times_at(X, graph)
+        if not small.any():
+            return self._times_at(X, eager)
+        out = np.empty(X.shape[1])
+        out[small] = self._times_at(X[:, small], graph)
+        out[~small] = self._times_at(X[:, ~small], eager)
+        return out
 
     def _times_at(self, X: np.ndarray, rates: PhaseRates) -> np.ndarray:
         """:meth:`step_times` of columns that all take ``rates``."""
@@ -592,7 +607,7 @@ class Estimator:
         """Step time with the per-module and per-operator breakdown."""
         x = self.features(batch)
         phase = Phase.PREFILL if batch.is_prefill else Phase.DECODE
-        rates = self._rates_of(x) if phase is Phase.PREFILL else self._rates[phase]
+        rates = self._rates_of(x)
         cs = self.compiled
         W, Q, comp, mem, t_op, bc, bm = op_terms(cs, rates, x)
         block_dispatch = [d for per_group in rates.dispatch for d in per_group]

@@ -198,6 +198,9 @@ class SimulationConfig:
             fleet, engine_setup = _engine_fleet(spec, model, hardware, profile, fleet, fleet_settings,
                                                 workload if workload is not None else _default_workload(),
                                                 offline=offline, dtype=dtype, kv_dtype=kv)
+            host_note = _host_note(spec, model, fleet)
+            if host_note:
+                engine_setup = dataclasses.replace(engine_setup, notes=(*engine_setup.notes, host_note))
         elif fleet is None:
             fleet = Fleet.build(**fleet_settings)
         values = dict(model=model, hardware=hardware, profile=profile, fleet=fleet, router=router,
@@ -484,25 +487,36 @@ def _spec_key(spec: Any) -> Any:
         return (type(spec).__name__, repr(spec))
 
 
+def graph_tokens_of(engine: EngineSpec, inst: Any) -> int:
+    """The largest step (tokens per rank) an instance of ``engine`` replays as a captured graph:
+    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens` of the instance's sequences, token
+    budget, data-parallel ranks and speculative decode query length."""
+    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
+    return engine.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
+                               dp=inst.parallel.dp)
+
+
+def _host_note(engine: EngineSpec, model: ModelSpec, fleet: Fleet) -> str | None:
+    """The engine note on the steps that pay the engine's host work, with each role's graph bound."""
+    bounds = {role.value: graph_tokens_of(engine, fleet.instance(role)) for role in fleet.roles}
+    graphs: int | dict[str, int] = next(iter(bounds.values())) if len(set(bounds.values())) == 1 else bounds
+    return engine.host_note(moe=model.is_moe, graphs=graphs)
+
+
 def instance_profile(cfg: SimulationConfig, role: Any) -> EfficiencyProfile:
     """The profile the ``role`` instance's steps are timed with: the engine's largest step that
-    replays a captured graph follows that instance's limits (per data-parallel rank: its sequences
-    and token budget, and the tokens of a speculative decode query;
-    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens`)."""
+    replays a captured graph follows that instance's limits (:func:`graph_tokens_of`)."""
     eng = cfg.engine
     if eng is None or eng.prefill_graphs is None:
         return cfg.profile
-    inst = cfg.fleet.instance(role)
-    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
-    graphs = eng.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
-                              dp=inst.parallel.dp)
+    graphs = graph_tokens_of(eng, cfg.fleet.instance(role))
     prof = cfg.profile
     if graphs == prof.prefill_graph_tokens:
         return prof
     # the same derived object for the same profile object, so step_clock's identity check still hits
     key = (id(prof), graphs)
     hit = _GRAPH_PROFILES.get(key)
-    if hit is None or hit[0] is not prof:
+    if hit is None:
         if len(_GRAPH_PROFILES) >= _MAX_CLOCKS:
             _GRAPH_PROFILES.clear()
         hit = _GRAPH_PROFILES[key] = (prof, prof.with_(prefill_graph_tokens=graphs))

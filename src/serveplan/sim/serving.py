@@ -182,10 +182,6 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
         off = " (off with pipeline parallelism)" if parallel.pp > 1 else ""
         notes.append("steps planned while the previous one runs (overlap scheduling): a request reaching a busy "
                      f"engine joins the step after next{off}")
-    host_note = engine.host_note(moe=model.is_moe,
-                                 graphs=engine.graph_tokens(int(max_batch), token_budget=budget, dp=parallel.dp))
-    if host_note:
-        notes.append(host_note)
     if mixed is not None and mixed != engine.mixed and sched != Mechanism.PREFILL_PRIORITY.scheduler:
         raise SpecError(f"mixed={mixed}: only the prefill-priority policy (sglang) switches mixing; "
                         f"the {engine.name} engine's {engine.mechanism.value} policy is "

@@ -216,14 +216,16 @@ class EngineSpec:
         those steps eagerly (``prefill_host_us: {attention: A, mlp: M, moe: X}``): its Python and
         launch work per module, paid by the step model's dispatch overlap (BestServe Algorithm 1)
         instead of the profile's ``dispatch_s`` (:meth:`EfficiencyProfile.with_prefill_host`).
-        Decode steps run under CUDA graphs and are unaffected. Empty: the profile's.
+        Decode steps run under CUDA graphs and are unaffected, except those too large for the
+        captured graphs (:attr:`prefill_graphs`). Empty: the profile's.
     prefill_graphs:
-        ``(max_tokens, per_sequence)``: steps with prompt tokens replay a captured CUDA graph up
-        to :meth:`graph_tokens` tokens and pay :attr:`prefill_host_s` only above it (vLLM
-        captures piecewise graphs of steps up to ``max_cudagraph_capture_size`` tokens, by default
-        ``min(2 x max_num_seqs x decode query length, 512)`` and at most the token budget, and
-        runs larger steps without; ``vllm/config/vllm.py`` ``_set_cudagraph_sizes``,
-        ``v1/cudagraph_dispatcher.py``). ``None``: every step with prompt tokens pays it.
+        ``(max_tokens, per_sequence)``: steps up to :meth:`graph_tokens` tokens replay a captured
+        CUDA graph, larger ones run without and pay :attr:`prefill_host_s` and the profile's
+        dispatch, decode steps included (vLLM captures piecewise graphs of steps up to
+        ``max_cudagraph_capture_size`` tokens, by default ``min(2 x max_num_seqs x decode query
+        length, 512)`` and at most the token budget, and runs larger steps without;
+        ``vllm/config/vllm.py`` ``_set_cudagraph_sizes``, ``v1/cudagraph_dispatcher.py``).
+        ``None``: every step with prompt tokens pays it and decode steps replay graphs.
     overlap_scheduling:
         The host plans and launches step ``k + 1`` while step ``k`` runs on the device, from the
         queue as it stood when step ``k`` started: a request that reaches a busy engine during
@@ -418,49 +420,58 @@ class EngineSpec:
             offered = ", ".join(sorted(self.comm_options)) or "none (the engine has no expert-parallel options here)"
             raise SpecError(f"comm={name!r} for engine {self.name!r}; expected one of: {offered}") from None
 
-    def profile_for(self, profile: EfficiencyProfile, *, max_num_seqs: int | None = None, query_len: int = 1,
-                    token_budget: float | None = None) -> EfficiencyProfile:
+    def profile_for(self, profile: EfficiencyProfile) -> EfficiencyProfile:
         """``profile`` as this engine runs it: its own kernels' curves, its fused input
-        quantization and its operator list (:meth:`EfficiencyProfile.for_engine`), and the opt-in
-        MoE backends of :attr:`moe_backends` and the eager prefill's host work of
-        :attr:`prefill_host_s`, paid by steps larger than :meth:`graph_tokens` (of an instance with
-        these limits where given)."""
+        quantization and its operator list (:meth:`EfficiencyProfile.for_engine`), the opt-in
+        MoE backends of :attr:`moe_backends`, and the eager steps' host work of
+        :attr:`prefill_host_s`, paid by steps larger than :meth:`graph_tokens` (without an
+        instance's limits; the simulator bounds each instance by its own,
+        :func:`~serveplan.sim.engine.instance_profile`)."""
         out = (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
                                   fused_operators=self.fused_operators)
                .with_moe_backends(self.moe_backends)
                .with_prefill_host({Module(k): v for k, v in self.prefill_host_s.items()}))
-        graphs = self.graph_tokens(max_num_seqs, query_len=query_len, token_budget=token_budget)
+        graphs = self.graph_tokens()
         return out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
 
-    def host_note(self, *, moe: bool, graphs: int | None = None) -> str | None:
+    def host_note(self, *, moe: bool, graphs: int | dict[str, int] | None = None) -> str | None:
         """One line on which steps pay :attr:`prefill_host_s` and how much per layer (``None``
-        when a model without MoE layers (``moe=False``) has no module that pays it); ``graphs``:
-        the instance's :meth:`graph_tokens` (default: the engine's bound without instance limits)."""
+        when a model without MoE layers (``moe=False``) has no module that pays it). ``graphs``:
+        :meth:`graph_tokens` of the instances (by role where they differ; default: the engine's
+        bound without an instance's limits)."""
         paid = {k: v for k, v in self.prefill_host_s.items() if k != "moe" or moe}
         if not paid:
             return None
         graphs = self.graph_tokens() if graphs is None else graphs
         host = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in paid.items())
-        which = f"steps of more than {graphs} tokens" if graphs else "steps with prompt tokens"
+        if isinstance(graphs, dict):
+            which = "steps of more than " + ", ".join(f"{n} tokens per rank ({role} instances)"
+                                                      for role, n in graphs.items())
+        elif graphs:
+            which = f"steps of more than {graphs} tokens per rank"
+        else:
+            which = "steps with prompt tokens"
         return (f"{which} run without CUDA graphs: the host's work per layer ({host}) is paid where it "
                 "exceeds the device's")
 
     def graph_tokens(self, max_num_seqs: int | None = None, *, query_len: int = 1,
                      token_budget: float | None = None, dp: int = 1) -> int:
-        """Tokens per rank of the largest step with prompt tokens that replays a captured graph
-        (0: none, every such step pays :attr:`prefill_host_s`): ``min(per_sequence x
-        max_num_seqs x query_len, max_tokens)`` of :attr:`prefill_graphs`, at most
-        ``token_budget`` (vLLM's default ``max_cudagraph_capture_size``; unknown limits leave
-        ``max_tokens``). ``max_num_seqs`` and ``token_budget`` are an instance's, shared by its
-        ``dp`` data-parallel ranks (each rank captures its own graphs)."""
+        """Tokens per rank of the largest step that replays a captured graph (0: no bound, every step
+        with prompt tokens pays :attr:`prefill_host_s` and decode steps replay graphs): vLLM's default
+        ``max_cudagraph_capture_size``, ``min(per_sequence x max_num_seqs x query_len, max_tokens)``
+        of :attr:`prefill_graphs`, at most ``token_budget``, rounded down to the sizes it captures
+        (1, 2, 4, multiples of 8 below 256, multiples of 16 from 256;
+        ``vllm/config/vllm.py`` ``_set_cudagraph_sizes``). Unknown limits leave ``max_tokens``.
+        ``max_num_seqs`` and ``token_budget`` are an instance's; each of its ``dp`` data-parallel
+        ranks captures for its share (the busiest rank's, rounded up)."""
         if self.prefill_graphs is None:
             return 0
         cap, per_seq = self.prefill_graphs
         if max_num_seqs is not None:
-            cap = min(cap, per_seq * max(1, max_num_seqs // dp) * max(1, query_len))
+            cap = min(cap, per_seq * -(-max_num_seqs // dp) * max(1, query_len))
         if token_budget is not None and math.isfinite(token_budget):
-            cap = min(cap, max(1, int(token_budget) // dp))
-        return max(0, int(cap))
+            cap = min(cap, -(-int(token_budget) // dp))
+        return _captured_size(cap)
 
     def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
         """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
@@ -525,6 +536,16 @@ def _moe_backends(raw: Any, where: str) -> dict[str, str]:
         raise SpecError(f"{where}: moe_backends must map weight formats to backend names, e.g. "
                         f"{{mxfp4: marlin}}; got {raw!r}")
     return {DType.parse(str(k)).value: v for k, v in raw.items()}
+
+
+def _captured_size(cap: int) -> int:
+    """The largest CUDA-graph size vLLM captures that is at most ``cap`` tokens: 1, 2, 4, then
+    multiples of 8 below 256 and of 16 from 256 (``VllmConfig._set_cudagraph_sizes``)."""
+    if cap < 1:
+        return 0
+    if cap < 8:
+        return 4 if cap >= 4 else (2 if cap >= 2 else 1)
+    return cap // 8 * 8 if cap < 256 else cap // 16 * 16
 
 
 def _prefill_graphs(raw: Any, where: str) -> tuple[int, int] | None:

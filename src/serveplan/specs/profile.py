@@ -109,15 +109,18 @@ class EfficiencyProfile:
     dispatch_hidden_in_decode:
         True when decode steps replay a captured graph (CUDA graphs): no dispatch term.
     prefill_dispatch_s:
-        Host time per module of a step with prompt tokens where it differs from ``dispatch_s``: the
-        engine runs those steps eagerly, outside CUDA graphs, and its Python and launch work per
-        module is what the host pays (set by :meth:`with_prefill_host`; empty: ``dispatch_s``).
+        Host time per module of a step that runs eagerly, outside CUDA graphs, where it differs
+        from ``dispatch_s``: every step with prompt tokens, or with :attr:`prefill_graph_tokens`
+        every step larger than that. Its Python and launch work per module is what the host pays
+        (set by :meth:`with_prefill_host`; empty: ``dispatch_s``).
     prefill_graph_tokens:
-        Steps with prompt tokens and at most this many tokens (per data-parallel rank) replay a
-        captured CUDA graph and pay ``dispatch_s``; only larger ones pay
-        :attr:`prefill_dispatch_s` (0: every step with prompt tokens pays it). vLLM captures
-        piecewise graphs up to ``max_cudagraph_capture_size`` tokens and runs larger steps without
-        (:meth:`~serveplan.specs.engine.EngineSpec.graph_tokens`).
+        Steps of at most this many tokens (per data-parallel rank) replay a captured CUDA graph:
+        with prompt tokens they pay ``dispatch_s``, without none (``dispatch_hidden_in_decode``);
+        larger steps run without a graph and pay :attr:`prefill_dispatch_s` where it has the
+        module, else ``dispatch_s``, decode steps included (0: no bound, every step with prompt
+        tokens pays :attr:`prefill_dispatch_s` and decode steps keep ``dispatch_hidden_in_decode``).
+        vLLM captures piecewise graphs up to ``max_cudagraph_capture_size`` tokens and runs
+        larger steps without (:meth:`~serveplan.specs.engine.EngineSpec.graph_tokens`).
     kappa_update, kappa_repeat_kv, kappa_upcast:
         Bytes/s of the decode-only data movements of eq. (12); 0 means "memory roofline".
     attention_impl, comm_model:
