@@ -345,6 +345,8 @@ def test_the_host_note_names_the_steps_that_pay_and_the_modules_the_model_has():
 
 
 def test_estimate_says_which_steps_pay_the_engines_host_work():
+    import json
+
     from typer.testing import CliRunner
 
     from serveplan.cli import app
@@ -352,6 +354,8 @@ def test_estimate_says_which_steps_pay_the_engines_host_work():
     args = ["estimate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "--engine", "vllm", "--tp", "2", "--dtype", "mxfp4"]
     out = CliRunner().invoke(app, [*args, "-s", "1024"])
     assert out.exit_code == 0 and "vllm 0.33.0: steps of more than 512 tokens per rank run without" in out.output
+    as_json = CliRunner().invoke(app, [*args, "-s", "1024", "--json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["engine_note"].startswith("steps of more than 512")
     dense = CliRunner().invoke(app, ["estimate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--engine", "vllm",
                                      "--tp", "1", "-s", "1024"])
     assert dense.exit_code == 0 and "without CUDA graphs" not in dense.output
