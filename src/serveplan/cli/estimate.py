@@ -10,7 +10,7 @@ from rich.table import Table
 from serveplan.cli import app, console, emit_json, handle_errors
 from serveplan.errors import check_int
 from serveplan.estimator.api import EstimateResult, estimate
-from serveplan.specs.catalog import get_engine, get_model
+from serveplan.specs.catalog import get_engine
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -93,14 +93,10 @@ def estimate_cmd(
                    context_len=context_len, allow_long_context=allow_long_context, engine=engine,
                    spec=SpecDecodeConfig.of(spec_method, spec_tokens, spec_acceptance, spec_draft_model))
     step_band = _step_band(res, model, hardware, profile, band_samples, seed, engine) if band else None
-    host_note = (get_engine(engine).host_note(moe=get_model(model).is_moe)
-                 if engine and res.phase is Phase.PREFILL else None)
     if json_out:
         d = res.to_dict()
         if step_band is not None:
             d["band"] = step_band.to_dict()
-        if host_note:
-            d["engine_note"] = host_note
         emit_json(d)
         return
     con = console()
@@ -126,8 +122,8 @@ def estimate_cmd(
         f"activations {fmt_bytes(mem.activation_bytes)}; KV capacity {mem.kv_capacity_tokens:,} tokens per instance "
         f"({mem.memory_utilization:.0%} of {fmt_bytes(mem.device_memory_bytes)})"
     )
-    if host_note:
-        con.print(f"{get_engine(engine).label}: {host_note}")
+    if res.engine_note and engine:
+        con.print(f"{get_engine(engine).label}: {res.engine_note}")
     fits = "fits" if res.kv_fits else "DOES NOT FIT: the engine would queue or preempt part of the batch"
     con.print(f"KV cache: batch {res.batch} x {res.max_sequence_len:,} tokens needs {res.kv_tokens_needed:,.0f} of "
               f"{res.kv_capacity_tokens:,} tokens: {fits}")

@@ -54,6 +54,9 @@ class EstimateResult:
     #: ``max_position_embeddings`` (only with ``allow_long_context``; refused otherwise)
     max_sequence_len: int = 0
     beyond_max_position: bool = False
+    #: with an engine, a prefill step's line on the steps that pay the engine's host work
+    #: (:meth:`~serveplan.specs.engine.EngineSpec.host_note`; ``None``: none for this model)
+    engine_note: str | None = None
 
     @property
     def total_s(self) -> float:
@@ -73,6 +76,8 @@ class EstimateResult:
                  beyond_max_position=self.beyond_max_position)
         if self.spec is not None:
             d.update(self.spec.to_dict())
+        if self.engine_note:
+            d["engine_note"] = self.engine_note
         return d
 
 
@@ -162,8 +167,11 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
         static = static_batch(est, batch, input_len, output_len)
     needed = batch * est.kv_equivalent_tokens(longest)
     capacity = est.kv_capacity_tokens(batch)
+    note = None
+    if engine is not None and step.phase is Phase.PREFILL:
+        note = (get_engine(engine) if isinstance(engine, str) else engine).host_note(moe=m.is_moe)
     return EstimateResult(model=m.name, hardware=hw.name, profile=pr.name, parallel=est.parallel,
                           dtype=est.dtype.value, batch=batch, input_len=input_len, phase=step.phase,
                           context_len=context_len, step=step, static=static, kv_dtype=est.kv_dtype.value, spec=spec,
                           kv_tokens_needed=needed, kv_capacity_tokens=capacity, kv_fits=needed <= capacity,
-                          max_sequence_len=longest, beyond_max_position=beyond)
+                          max_sequence_len=longest, beyond_max_position=beyond, engine_note=note)
