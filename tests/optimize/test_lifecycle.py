@@ -45,35 +45,79 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in _children(todo.pop()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+SEARCHES = {
+    # the default (fast) search: its pool is the whole-fleet confirmation's
+    "fast": ["--num-requests", "3000"],
+    "exhaustive": ["--num-requests", "3000", "--exhaustive"],
+    # a local Ray instance of the search's own: its raylet, agents and workers
+    "ray": ["--num-requests", "20000", "--exhaustive", "--backend", "ray"],
+}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find the worker processes")
-def test_sigkill_of_an_optimizer_run_leaves_no_worker_processes():
+@pytest.mark.parametrize("kind", list(SEARCHES))
+def test_sigkill_of_an_optimizer_run_leaves_no_worker_processes(kind):
+    if kind == "ray":
+        pytest.importorskip("ray")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
-    args = [sys.executable, "-m", "serveplan", "optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3",
-            "--num-requests", "3000", "--jobs", "2", "--no-progress"]
+    args = [sys.executable, "-m", "serveplan", "optimize", "--engine", "bestserve", "--model", "codellama-34b",
+            "--hardware", "ascend-910b3", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3", "--jobs", "2",
+            "--no-progress", *SEARCHES[kind]]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    workers: set[int] = set()
+    seen: set[int] = set()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            workers = _children(proc.pid)
-            if len(workers) >= 2:
+            kids = _descendants(proc.pid)
+            seen |= kids
+            # a pool of two workers (Ray: its raylet and at least one task worker besides the watchdog)
+            if len(_children(proc.pid)) >= 2 and (kind != "ray" or len(kids) >= 5):
                 break
             time.sleep(0.05)
-        assert proc.poll() is None and len(workers) >= 2, "the search ended before its pool started"
-        time.sleep(0.5)  # the workers are simulating
+        assert proc.poll() is None and len(_children(proc.pid)) >= 2, "the search ended before its pool started"
+        time.sleep(0.5 if kind != "ray" else 2.0)  # the workers are simulating
+        seen |= _descendants(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(w) for w in workers):
-            time.sleep(0.05)
-        left = [w for w in workers if _alive(w)]
-        assert not left, f"worker processes {left} outlived their SIGKILLed parent"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(w) for w in seen):
+            time.sleep(0.1)
+        left = {w: _comm(w) for w in seen if _alive(w)}
+        assert not left, f"processes {left} outlived their SIGKILLed parent"
     finally:
-        for w in workers:
+        for w in seen:
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "?"
+
+
+def test_every_process_pool_of_the_package_ends_with_its_parent():
+    """Pools come from worker_pool (its workers watch their parent); no other ProcessPoolExecutor."""
+    src = Path(SRC) / "serveplan"
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if "ProcessPoolExecutor(" in p.read_text() and p.name != "lifecycle.py"]
+    assert not offenders, f"process pools made without optimize.lifecycle.worker_pool: {offenders}"
 
 
 def test_checkpoint_drops_partial_and_duplicate_lines_and_appends_on_a_fresh_line(tmp_path):

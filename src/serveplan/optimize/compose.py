@@ -410,9 +410,9 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
     if jobs <= 1 or len(todo) <= 1:
         out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps), False) for r in todo]
         return out
-    from concurrent.futures import ProcessPoolExecutor
+    from serveplan.optimize.lifecycle import worker_pool
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+    with worker_pool(min(jobs, len(todo))) as pool:  # workers end with this process, even on SIGKILL
         futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
         out += [(f.result(), False) for f in futs]
     return out

@@ -8,6 +8,7 @@ directory and settings skips those, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -23,7 +24,7 @@ import numpy as np
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
-from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, watch_parent
+from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_pool
 from serveplan.optimize.screen import Screen, mean_lengths
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.fleet import Fleet
@@ -147,11 +148,10 @@ def _run_gated(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         for t in todo:
             on_done(*_evaluate_beat(*t, gate(t)))
         return
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     queue = list(todo)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=watch_parent,
-                             initargs=(os.getpid(),)) as pool:
+    with worker_pool(min(jobs, len(todo))) as pool:
         pending: set[Any] = set()
         while queue or pending:
             while queue and len(pending) < jobs:
@@ -171,7 +171,7 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         for key, c, st in todo:
             on_done(key, max_goodput(c, st))
         return
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait  # multiprocessing: only when used
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     # slowest first (most requests to simulate, largest fleets), so the pool drains evenly
     def cost(t: Task) -> tuple[float, int]:
@@ -179,9 +179,8 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         return -len(wl.input_lengths) * float(sum(wl.output_lengths[:64])), -t[1].num_devices
 
     order = sorted(todo, key=cost)
-    # workers end with this process, even on SIGKILL (optimize.lifecycle.watch_parent)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=watch_parent,
-                             initargs=(os.getpid(),)) as pool:
+    # workers end with this process, even on SIGKILL (optimize.lifecycle.worker_pool)
+    with worker_pool(min(jobs, len(todo))) as pool:
         pending = {pool.submit(_evaluate, t) for t in order}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -198,12 +197,19 @@ def _run_ray(todo: list[Task], jobs: int, address: str | None,
     except ImportError:
         raise SpecError("backend='ray' needs Ray: pip install 'serveplan[ray]'") from None
     started_here = not ray.is_initialized()
+    with reap_on_exit() if started_here and not address else contextlib.nullcontext():
+        _ray_session(ray, todo, jobs, address, on_done, started_here)
+
+
+def _ray_session(ray: Any, todo: list[Task], jobs: int, address: str | None,
+                 on_done: Callable[[int, GoodputResult], None], started_here: bool) -> None:
     if started_here:
         kwargs: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False,
                                   "logging_level": "ERROR", "log_to_driver": False}
         if address:
             kwargs["address"] = address
-        else:
+        else:  # a Ray instance of its own: ray.init()'s default would join whatever cluster Ray last recorded
+            kwargs["address"] = "local"
             kwargs["num_cpus"] = max(1, jobs)
         try:
             ray.init(**kwargs)
