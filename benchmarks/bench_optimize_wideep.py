@@ -81,8 +81,8 @@ def main() -> None:
                         chunk_sizes=(8192,))
     workload = Workload.fixed(4096, 1000, num_requests=args.requests)
     settings = GoodputSettings(model=model, hardware=hw, profile=profile, workload=workload,
-                               slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=dtype)
-    listing = enumerate_space(space, model, hw, profile, request_tokens=5096, dtype=dtype)
+                               slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=dtype, engine=None)
+    listing = enumerate_space(space, settings, request_tokens=5096)
     kinds = Counter(_kind(c.name, c.is_disaggregated, c.first.parallel.dp, c.first.parallel.ep)
                     for c in listing.candidates)
     print(f"candidates: {len(listing.candidates)} ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}); "

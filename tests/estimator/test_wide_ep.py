@@ -219,7 +219,8 @@ def test_collocated_fleet_keeps_its_tp_for_decode_and_states_its_capacity():
     four, one = Fleet.build("4m", tp=2), Fleet.build("1m", tp=2)
     assert four.last.parallel.tp == 2 and four.to_dict()["decode_tp"] == 2
     s = GoodputSettings(model=get_model("llama-2-7b"), hardware=get_hardware("a100-80g"), profile=get_profile(),
-                        workload=Workload.scenario("op2", num_requests=200), slo=SLO(ttft_s=1.5, tpot_s=0.07))
+                        workload=Workload.scenario("op2", num_requests=200), slo=SLO(ttft_s=1.5, tpot_s=0.07),
+                        engine=None)
     assert capacity_bound(four, s) == pytest.approx(4 * capacity_bound(one, s), rel=1e-12)
     tp1 = capacity_bound(Fleet.build("4m", tp=1), s)
     assert capacity_bound(four, s) != pytest.approx(tp1, rel=1e-3)
@@ -259,11 +260,20 @@ def test_disaggregated_pools_of_their_own_widths_are_candidates():
     assert f.last.parallel == ParallelConfig(tp=1, dp=16, ep=16, redundant_experts=32)
     assert Fleet.from_dict(f.to_dict()) == f
     space = SearchSpace(devices=24, tp_sizes=(1,), dp_sizes=(8, 16), ep_sizes=(8, 16), mixed_ep=True)
-    listing = enumerate_space(space, DSV3, get_hardware("h200"), get_profile("default-gpu"), request_tokens=4096,
-                              dtype=DType.FP8)
+    st = _settings(DSV3, get_hardware("h200"), get_profile("default-gpu"), dtype=DType.FP8)
+    listing = enumerate_space(space, st, request_tokens=4096)
     names = {c.name for c in listing.candidates}
     assert "1p1d-tp1-dp8-ep8/dp16-ep16-b16" in names
     assert all(c.num_devices <= 24 for c in listing.candidates)
-    same = enumerate_space(SearchSpace(devices=24, tp_sizes=(1,), dp_sizes=(8, 16), ep_sizes=(8, 16)), DSV3,
-                           get_hardware("h200"), get_profile("default-gpu"), request_tokens=4096, dtype=DType.FP8)
+    same = enumerate_space(SearchSpace(devices=24, tp_sizes=(1,), dp_sizes=(8, 16), ep_sizes=(8, 16)), st,
+                           request_tokens=4096)
     assert not any("/" in c.name for c in same.candidates)
+
+
+def _settings(model, hardware, profile, **kw):
+    """Search settings of the layout screens (no engine: the fleets' own settings)."""
+    from serveplan.optimize.goodput import GoodputSettings
+    from serveplan.sim import SLO, Workload
+
+    return GoodputSettings(model=model, hardware=hardware, profile=profile, workload=Workload.fixed(2048, 2048, 10),
+                           slo=SLO(), engine=None, **kw)

@@ -43,7 +43,7 @@ def test_plan_serving_matches_the_search_it_wraps():
     ref = search(space, GoodputSettings(model=serveplan.get_model("codellama-34b"),
                                         hardware=serveplan.get_hardware("ascend-910b3"),
                                         profile=serveplan.get_profile(None, "ascend-910b3"), workload=wl,
-                                        slo=serveplan.SLO(ttft_s=1.5, tpot_s=0.07, percentile=90)),
+                                        slo=serveplan.SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), engine="bestserve"),
                  jobs=1, progress=False)
     assert [r.name for r in res.strategies] == [r.name for r in ref.strategies]
     assert [r.goodput_rps for r in res.strategies] == [r.goodput_rps for r in ref.strategies]

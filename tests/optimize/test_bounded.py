@@ -18,7 +18,7 @@ SPACE = SearchSpace(devices=8, tp_sizes=(2, 4, 8))
 def settings(n: int = 400) -> GoodputSettings:
     return GoodputSettings(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
                            profile=get_profile("bestserve-910b3"), workload=Workload.scenario("op3", num_requests=n),
-                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90))
+                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), engine="bestserve")
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def wide_ep_settings() -> tuple[SearchSpace, GoodputSettings]:
     st = GoodputSettings(model=get_model("deepseek-v3"), hardware=get_hardware("h200"),
                          profile=get_profile("measured-h200").with_(comm=CommOptions.deepep()),
                          workload=Workload.fixed(4096, 1000, num_requests=300),
-                         slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=DType.FP8)
+                         slo=SLO(ttft_s=2.0, tpot_s=0.05, percentile=90), dtype=DType.FP8, engine=None)
     return space, st
 
 

@@ -23,14 +23,11 @@ SLOW_LINK = HW.with_(devices_per_node=4, inter_node_link=LinkSpec(name="slow", b
 def settings(hw=HW, n=600, scenario="op3") -> GoodputSettings:
     return GoodputSettings(model=get_model("codellama-34b"), hardware=hw, profile=get_profile("bestserve-910b3"),
                            workload=Workload.scenario(scenario, num_requests=n),
-                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90))
+                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), engine="bestserve")
 
 
 def screen(s: GoodputSettings) -> Screen:
-    lim = 1 + s.relaxation
-    return Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=int(s.workload.input_lengths.mean()),
-                  mean_output=int(s.workload.output_lengths.mean()), ttft_lim=lim * s.slo.ttft_s,
-                  tpot_lim=lim * s.slo.tpot_s)
+    return Screen(s)
 
 
 @pytest.mark.parametrize("hw, strategy, kw", [
@@ -155,7 +152,7 @@ def test_knob_ladder_starts_from_the_engine_defaults():
     from serveplan.optimize.space import knob_ladder, search_defaults
 
     hw = get_hardware("h200")
-    mb, _, sched, cs = search_defaults("vllm", hw, knobs=True)
+    mb, _, sched, cs, _ = search_defaults("vllm", hw, knobs=True)
     assert mb == "1024,256,64" and cs == "8192,16384" and sched == "chunked-prefill,prefill-first"
     assert search_defaults("vllm", hw, knobs=True, max_batch="32")[0] == "32"  # a list given wins
     assert knob_ladder(16, 512, "prefill-first") == ((16,), (512, 1024), ("prefill-first", "chunked-prefill"))

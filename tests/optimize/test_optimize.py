@@ -21,7 +21,8 @@ runner = CliRunner()
 def settings(scenario="op3", n=300, ttft=1.5, tpot=0.07, **kw) -> GoodputSettings:
     return GoodputSettings(
         model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"), profile=get_profile("bestserve-910b3"),
-        workload=Workload.scenario(scenario, num_requests=n), slo=SLO(ttft_s=ttft, tpot_s=tpot, percentile=90), **kw,
+        workload=Workload.scenario(scenario, num_requests=n), slo=SLO(ttft_s=ttft, tpot_s=tpot, percentile=90),
+        **{"engine": "bestserve", **kw},
     )
 
 
@@ -30,7 +31,7 @@ SMALL = SearchSpace(devices=4, tp_sizes=(2, 4), max_batches=(16,))
 
 def test_space_prunes_tp1_with_the_reason_and_counts_devices():
     s = settings()
-    listing = enumerate_space(SearchSpace(devices=8), s.model, s.hardware, s.profile, request_tokens=1088)
+    listing = enumerate_space(SearchSpace(devices=8), s, request_tokens=1088)
     assert any(p.name == "tp1" and "weights do not fit" in p.reason for p in listing.pruned)
     names = {c.name for c in listing.candidates}
     assert {"2m-tp4-b16-vllm", "1p1d-tp4-b16", "4m-tp2-b16-vllm", "3p1d-tp2-b16"} <= names
@@ -92,7 +93,7 @@ def test_search_resumes_only_unfinished_strategies(tmp_path, monkeypatch):
     calls = []
     real = goodput_mod.max_goodput
 
-    def counting(c, st):
+    def counting(c, st, **kw):
         calls.append(c.name)
         return real(c, st)
 

@@ -19,6 +19,7 @@ from serveplan.estimator.static import decode_times, static_batch
 from serveplan.sim import SimulationConfig, Workload, simulate
 from serveplan.sim import engine as sim_engine
 from serveplan.sim.schedulers import Scheduler
+from serveplan.sim.deployment import resolve
 from serveplan.sim.serving import engine_estimator
 from serveplan.specs.catalog import get_engine
 
@@ -129,9 +130,7 @@ def test_concurrency_one_reproduces_the_lone_request_exactly(h100):
         cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=engine, tp=1, dtype="fp8", rate=None,
                                concurrency=1, workload=Workload.fixed(1024, 64, num_requests=6))
         res = simulate(cfg)
-        est = sim_engine.step_clock(m, h, cfg.profile, cfg.fleet.first.parallel, cfg.dtype,
-                                    kv_dtype=cfg.effective_kv_dtype,
-                                    memory_utilization=cfg.engine_setup.memory_utilization).est
+        est = resolve(cfg).first.estimator
         lone = static_batch(est, 1, 1024, 64)  # prefill step, then 63 decode steps at growing context
         cl = res.closed_loop
         assert cl.num_measured >= 4
@@ -345,9 +344,7 @@ def test_frontend_hands_simultaneous_sends_to_the_engine_one_by_one(h100):
     cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, tp=1, dtype="fp8", rate=None,
                            concurrency=4, workload=Workload.fixed(1024, 64, num_requests=4))
     rec = simulate(cfg).requests
-    est = sim_engine.step_clock(m, h, cfg.profile, cfg.fleet.first.parallel, cfg.dtype,
-                                kv_dtype=cfg.effective_kv_dtype,
-                                memory_utilization=cfg.engine_setup.memory_utilization).est
+    est = resolve(cfg).first.estimator
     lone = static_batch(est, 1, 1024, 64)
     assert np.all(rec.arrival == 0.0)
     assert rec.ttft[0] == pytest.approx(lone.ttft_s, rel=1e-12)
@@ -367,9 +364,7 @@ def test_frontend_keeps_concurrency_one_exact_and_littles_law(h100):
     spec = dataclasses.replace(get_engine("vllm"), frontend_s=3e-3)
     one = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, tp=1, dtype="fp8", rate=None,
                            concurrency=1, workload=Workload.fixed(1024, 64, num_requests=6))
-    est = sim_engine.step_clock(m, h, one.profile, one.fleet.first.parallel, one.dtype,
-                                kv_dtype=one.effective_kv_dtype,
-                                memory_utilization=one.engine_setup.memory_utilization).est
+    est = resolve(one).first.estimator
     cl = simulate(one).closed_loop
     assert cl.ttft_s.mean == pytest.approx(static_batch(est, 1, 1024, 64).ttft_s, rel=1e-12)
     cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, tp=1, dtype="fp8", rate=None,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import serveplan.sim.instance as instance_mod
+import serveplan.sim.clock as clock_mod
 import serveplan.sim.stream as stream
 from serveplan.errors import SpecError
 from serveplan.sim import SimulationConfig, Workload, simulate, simulation_config
-from serveplan.sim.engine import step_clock
+from serveplan.sim.clock import Clocks
 from serveplan.specs.parallel import ParallelConfig
 
 
@@ -65,12 +65,12 @@ def test_a_cut_stretch_moves_only_the_last_bits_and_the_window_follows_the_load(
 
 
 def test_decode_tables_are_a_bounded_cache(monkeypatch, testbed):
-    monkeypatch.setattr(instance_mod, "_TABLE_BYTES", 4 << 20)   # 4 MiB
-    clock = instance_mod.StepClock(step_clock(**testbed, parallel=ParallelConfig(tp=4), dtype=None).est)
-    fresh = instance_mod.StepClock(clock.est)
-    monkeypatch.setattr(instance_mod, "_TABLE_BYTES", 1 << 40)
+    monkeypatch.setattr(clock_mod, "_TABLE_BYTES", 4 << 20)   # 4 MiB
+    clock = clock_mod.StepClock(Clocks().clock(**testbed, parallel=ParallelConfig(tp=4), dtype=None).est)
+    fresh = clock_mod.StepClock(clock.est)
+    monkeypatch.setattr(clock_mod, "_TABLE_BYTES", 1 << 40)
     want = {nd: fresh.decode_times(nd, 5000 * nd, 64).copy() for nd in range(1, 40)}
-    monkeypatch.setattr(instance_mod, "_TABLE_BYTES", 4 << 20)
+    monkeypatch.setattr(clock_mod, "_TABLE_BYTES", 4 << 20)
     for nd in range(1, 40):   # 39 batch sizes of ~40,000-value tables: 31 MB unbounded
         got = clock.decode_times(nd, 5000 * nd, 64)
         assert clock._table_bytes <= 4 << 20

@@ -140,7 +140,7 @@ def test_budget_tokens_per_decode_reach_the_instance():
 def test_optimizer_searches_k():
     space = SearchSpace(devices=1, tp_sizes=(1,), max_batches=(64,), disaggregated=False,
                         specs=spec_choices("eagle", [0, 1, 2, 3]))
-    listing = enumerate_space(space, M, HW, PR, request_tokens=2048)
+    listing = enumerate_space(space, _settings(), request_tokens=2048)
     ks = sorted(c.spec.k if c.spec is not None else 0 for c in listing.candidates)
     assert ks == [0, 1, 2, 3]
 
@@ -148,7 +148,7 @@ def test_optimizer_searches_k():
 def test_optimizer_gives_pipelined_layouts_plain_decoding_only():
     space = SearchSpace(devices=2, tp_sizes=(1,), pp_sizes=(2,), max_batches=(64,), disaggregated=False,
                         specs=spec_choices("mtp", [1]))
-    listing = enumerate_space(space, M, HW, PR, request_tokens=2048)
+    listing = enumerate_space(space, _settings(), request_tokens=2048)
     assert listing.candidates and all(c.spec is None for c in listing.candidates)
 
 
@@ -226,3 +226,12 @@ def test_mixed_steps_advance_decodes_by_the_expected_tokens():
                                       workload=wl, rate=8.0,
                                       spec=SpecDecodeConfig(method="ngram", num_tokens=2, acceptance=1.0)))
     assert spec.tpot_s.mean < 0.5 * plain.tpot_s.mean
+
+
+def _settings():
+    """Search settings of the layout screens (no engine: the fleets' own settings)."""
+    from serveplan.optimize.goodput import GoodputSettings
+    from serveplan.sim import SLO
+
+    return GoodputSettings(model=M, hardware=HW, profile=PR, workload=Workload.fixed(1024, 1024, 10), slo=SLO(),
+                           engine=None)

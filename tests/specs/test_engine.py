@@ -298,7 +298,8 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
     # the simulated instance's largest captured step follows its own limits (per data-parallel rank)
     from serveplan import get_model, get_profile
     from serveplan.sim import SimulationConfig, Workload
-    from serveplan.sim.engine import instance_profile
+    from serveplan.sim.clock import Clocks
+    from serveplan.sim.deployment import resolve
     from serveplan.specs.speculative import SpecDecodeConfig
 
     def cfg(**kw):
@@ -307,13 +308,13 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
                                 workload=Workload.fixed(1024, 16, num_requests=8), **kw)
 
     def graphs(**kw):
-        c = cfg(**kw)
-        return instance_profile(c, c.fleet.roles[0]).prefill_graph_tokens
+        return resolve(cfg(**kw)).first.profile.prefill_graph_tokens
 
     assert graphs(tp=1, max_batch=8) == 16
     assert graphs(tp=1, max_batch=64, spec=SpecDecodeConfig.of("eagle", 3)) == 512   # 2 x 64 x (1 + 3)
-    c = cfg(tp=1, max_batch=8)   # one derived profile per profile object: the step clocks' memo still hits
-    assert instance_profile(c, c.fleet.roles[0]) is instance_profile(c, c.fleet.roles[0])
+    c, clocks = cfg(tp=1, max_batch=8), Clocks()   # one derived profile per graph bound: the clocks' memo hits
+    assert resolve(c, clocks).first.profile is resolve(cfg(tp=1, max_batch=8), clocks).first.profile
+    assert resolve(c, clocks).first.clock is resolve(c, clocks).first.clock
     assert graphs(tp=1, dp=2, max_batch=64) == 64
     assert graphs(tp=1) == 512
     assert graphs(tp=1, max_batch=512, token_budget=256) == 256
@@ -328,7 +329,7 @@ def test_a_vllm_instance_captures_graphs_up_to_twice_its_sequences_per_rank():
     pd = SimulationConfig(model=get_model("gpt-oss-120b"), hardware=get_hardware("h100-sxm"),
                           profile=get_profile("measured-h100-sxm"), engine="vllm", rate=1.0, strategy="1p1d",
                           workload=Workload.fixed(1024, 16, num_requests=8), tp=2, max_batch=64, prefill_max_batch=4)
-    bounds = {r.value: instance_profile(pd, r).prefill_graph_tokens for r in pd.fleet.roles}
+    bounds = {s.role.value: s.profile.prefill_graph_tokens for s in resolve(pd).roles}
     note = next(n for n in pd.engine_setup.notes if "without CUDA graphs" in n)
     assert all(f"{b} tokens per rank ({role} instances)" in note for role, b in bounds.items()), (bounds, note)
 

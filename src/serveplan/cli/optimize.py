@@ -150,7 +150,7 @@ def optimize_cmd(
         if devices_per_node < 1:
             raise SpecError(f"devices-per-node={devices_per_node} must be a positive integer")
         hw = hw.with_(devices_per_node=devices_per_node, scale_up_domain=0)
-    max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
+    max_batch, prefill_max_batch, schedulers, chunk_sizes, token_budget = search_defaults(
         engine, hw, max_batch=max_batch, prefill_max_batch=prefill_max_batch, schedulers=schedulers,
         chunk_sizes=chunk_sizes, knobs=search_knobs)
     space = SearchSpace(
@@ -159,7 +159,7 @@ def optimize_cmd(
         max_batches=tuple(parse_int_list(max_batch, "max-batch")),
         prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
-        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
         collocated=not no_collocated, disaggregated=not no_disaggregated, mixed_tp=not same_tp,
         specs=spec_choices(spec_method, parse_spec_tokens(spec_tokens), acceptance=spec_acceptance,
                            draft_model=spec_draft_model),

@@ -39,8 +39,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, _zero_load, max_goodput
-from serveplan.optimize.screen import Screen, mean_lengths
+from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned
+from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet, InstanceConfig, Strategy
 from serveplan.sim.workload import Workload
 
@@ -94,6 +95,7 @@ class Measurer:
     settings: GoodputSettings
     on_unit: Callable[[str, GoodputResult], None] | None = None
     done: dict[str, GoodputResult] = field(default_factory=dict)
+    clocks: Clocks = field(default_factory=Clocks)
     num_simulations: int = 0
     num_units: int = 0
     num_resumed: int = 0
@@ -117,7 +119,7 @@ class Measurer:
             self._preloaded.discard(key)
             self.num_resumed += 1
         if got is None:
-            got = max_goodput(fleet, settings, check=check, guess=guess)
+            got = max_goodput(fleet, settings, check=check, guess=guess, clocks=self.clocks)
             self.done[key] = got
             self.num_simulations += got.num_simulations
             self.num_units += 1
@@ -153,7 +155,8 @@ class Measurer:
         """Prefill instances feeding a decode measurement: enough that their TTFT goodput (one
         instance's, times the count) covers the decode instance's analytic capacity, so the
         prefill side never saturates; at most 64."""
-        need = screen.instance(decode).decode_rps
+        need = screen.instance(decode, Fleet(strategy=Strategy(num_prefill=1, num_decode=1), prefill=prefill,
+                                             decode=decode)).decode_rps
         one = self.prefill_pool(prefill, 1).goodput_rps
         if one <= 0 or not math.isfinite(need):
             return 1
@@ -170,7 +173,7 @@ class Measurer:
         if pre.goodput_rps <= 0:
             return Composition(cand, 0.0, (pre,), "ttft")
         feeders = self.feeders(cand.prefill, cand.decode, screen)
-        guess = 0.95 * min(screen.instance(cand.decode).decode_rps,
+        guess = 0.95 * min(screen.instance(cand.decode, cand).decode_rps,
                            feeders * self.prefill_pool(cand.prefill, 1).goodput_rps)
         dec = self.decode_instance(cand.prefill, cand.decode, s.num_decode, feeders,
                                    guess if math.isfinite(guess) else None)
@@ -242,11 +245,10 @@ class _FastSearch:
                  on_record: Callable[[str, GoodputResult], None], on_candidate: Callable[[str], None],
                  target_rate: float | None) -> None:
         s = self.settings = settings
-        lim = 1.0 + s.relaxation
-        s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
-        self.screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
-                             ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
-        self.meas = Measurer(s, on_unit=on_record, done={k: v for k, v in done.items() if k.startswith("unit/")})
+        self.clocks = Clocks()   # this search's step clocks: its screens and its pool measurements share them
+        self.screen = Screen(s, self.clocks)
+        self.meas = Measurer(s, on_unit=on_record, done={k: v for k, v in done.items() if k.startswith("unit/")},
+                             clocks=self.clocks)
         self.jobs, self.done, self.on_record, self.on_candidate = jobs, done, on_record, on_candidate
         self.target_rate = target_rate
         self.results: dict[str, GoodputResult] = {}
@@ -280,7 +282,7 @@ class _FastSearch:
     def seed(self, candidates: list[Fleet]) -> None:
         """Reject on the lone-request floor, bound the rest and queue them."""
         for i, c in enumerate(candidates):
-            reason, _ = _zero_load(c, self.settings)
+            reason, _ = _zero_load(c, self.settings, clocks=self.clocks)
             if reason:
                 self.results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
                                                      status=GoodputStatus.REJECTED, reason=reason, method="bound")
@@ -380,7 +382,7 @@ class _FastSearch:
                     break
             batch = queue[:confirm if not confirmed else max(1, self.jobs)]
             queue = queue[len(batch):]
-            for r, resumed in _confirm(batch, s, self.jobs, self.done):
+            for r, resumed in _confirm(batch, s, self.jobs, self.done, self.clocks):
                 self.n_resumed += resumed
                 comp = self.composed[r.name]
                 self.n_sims += r.num_simulations
@@ -396,7 +398,7 @@ class _FastSearch:
 
 
 def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
-             done: dict[str, GoodputResult]) -> list[tuple[GoodputResult, bool]]:
+             done: dict[str, GoodputResult], clocks: Clocks) -> list[tuple[GoodputResult, bool]]:
     """Whole-fleet goodput of each composed result, the bracket starting at its composition, and
     whether it came from the checkpoint."""
     out: list[tuple[GoodputResult, bool]] = []
@@ -408,7 +410,7 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
         else:
             todo.append(r)
     if jobs <= 1 or len(todo) <= 1:
-        out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps), False) for r in todo]
+        out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps, clocks=clocks), False) for r in todo]
         return out
     from serveplan.optimize.lifecycle import worker_pool
 
@@ -419,4 +421,6 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
 
 
 def _whole(cand: Fleet, settings: GoodputSettings, guess: float) -> GoodputResult:
-    return max_goodput(cand, settings, guess=guess)
+    from serveplan.optimize.lifecycle import worker_clocks
+
+    return max_goodput(cand, settings, guess=guess, clocks=worker_clocks())

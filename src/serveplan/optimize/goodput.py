@@ -29,8 +29,11 @@ import numpy as np
 from serveplan.errors import SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times
-from serveplan.estimator.step import Estimator
 from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResult, Workload, simulate
+from serveplan.sim.clock import Clocks
+from serveplan.sim.deployment import Deployment, resolve
+from serveplan.sim.engine import lone_request
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.profile import EfficiencyProfile
@@ -63,7 +66,10 @@ class GoodputSettings:
     seeds: int = 1                # > 1: repeat with seeds seed..seed+seeds-1 and report a CI
     seed: int = 0
     fidelity: Fidelity = Fidelity.ITERATION
-    engine: str | None = None     # serving engine (memory rule, KV format and block, scheduler options)
+    #: serving engine (its memory rule, KV format and block, kernels, host work and scheduler options;
+    #: the fleets carry its limits): today's vLLM by default; ``"bestserve"`` the paper's testbed;
+    #: ``None``: the fleet's settings alone, no engine
+    engine: str | EngineSpec | None = "vllm"
     kv_dtype: DType | None = None
 
     def __post_init__(self) -> None:
@@ -74,6 +80,23 @@ class GoodputSettings:
             raise SpecError(f"tolerance (rel_tol)={self.rel_tol} must be in (0, 1), e.g. 0.05")
         if self.seeds < 1:
             raise SpecError(f"seeds={self.seeds} must be a positive integer")
+
+    def simulation_config(self, cand: Fleet, *, rate: float = 1.0, workload: Workload | None = None,
+                          slo: SLO | None = None, seed: int | None = None,
+                          early_stop: bool = False) -> SimulationConfig:
+        """The simulation of ``cand`` under these settings at ``rate`` (the workload, SLO and seed
+        default to the settings'). Raises what the config raises (a layout the engine's memory rule
+        does not fit: :class:`~serveplan.errors.InfeasibleError`)."""
+        return SimulationConfig(
+            model=self.model, hardware=self.hardware, profile=self.profile, fleet=cand, fidelity=self.fidelity,
+            rate=rate, workload=workload if workload is not None else self.workload,
+            slo=slo if slo is not None else self.slo, seed=self.seed if seed is None else seed, dtype=self.dtype,
+            early_stop=early_stop, engine=self.engine, kv_dtype=self.kv_dtype)
+
+    def deployment(self, cand: Fleet, clocks: Clocks | None = None) -> Deployment:
+        """``cand`` resolved under these settings (:func:`~serveplan.sim.deployment.resolve`): the
+        estimators, limits and KV capacities the simulator runs it with."""
+        return resolve(self.simulation_config(cand), clocks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +198,7 @@ class _Runner:
     cand: Fleet
     settings: GoodputSettings
     seed: int
+    clocks: Clocks
     #: which targets the check applies: "both", or only "ttft" (a prefill pool measured alone) or
     #: "tpot" (a decode pool measured alone, :mod:`serveplan.optimize.compose`)
     check: str = "both"
@@ -200,16 +224,12 @@ class _Runner:
         return (s.ttft_s if self.check != "tpot" else math.inf, s.tpot_s if self.check != "ttft" else math.inf)
 
     def config(self, rate: float, workload: Workload | None = None) -> SimulationConfig:
-        s = self.settings
-        return SimulationConfig(
-            model=s.model, hardware=s.hardware, profile=s.profile, fleet=self.cand, fidelity=s.fidelity, rate=rate,
-            workload=workload or s.workload, slo=self.relaxed_slo, seed=self.seed, dtype=s.dtype, early_stop=True,
-            engine=s.engine, kv_dtype=s.kv_dtype,
-        )
+        return self.settings.simulation_config(self.cand, rate=rate, workload=workload, slo=self.relaxed_slo,
+                                               seed=self.seed, early_stop=True)
 
     def probe(self, rate: float, workload: Workload | None = None) -> _Probe:
         s = self.settings
-        res = simulate(self.config(rate, workload))
+        res = simulate(self.config(rate, workload), clocks=self.clocks)
         self.runs += 1
         pct = s.slo.percentile
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
@@ -251,7 +271,7 @@ def _percentile(res: SimulationResult, metric: str, pct: float) -> float:
     return float(np.percentile(values, pct)) if len(values) else math.inf
 
 
-def capacity_bound(cand: Fleet, settings: GoodputSettings) -> float:
+def capacity_bound(cand: Fleet, settings: GoodputSettings, clocks: Clocks | None = None) -> float:
     """Optimistic serving rate (req/s) of the fleet, from the estimator (Algorithm 8 L5's 1/T_min).
 
     Prefill instances: ``b / T_prefill(b)`` at the prefill batch limit; decode instances:
@@ -261,9 +281,8 @@ def capacity_bound(cand: Fleet, settings: GoodputSettings) -> float:
     s = settings
     s_in = max(1, int(round(float(np.mean(s.workload.input_lengths)))))
     s_out = max(1, int(round(float(np.mean(s.workload.output_lengths)))))
-    par_p, par_d = cand.first.parallel, cand.last.parallel
-    est_p = Estimator(s.model, s.hardware, s.profile, par_p, dtype=s.dtype)
-    est_d = est_p if par_d == par_p else Estimator(s.model, s.hardware, s.profile, par_d, dtype=s.dtype)
+    dep = settings.deployment(cand, clocks)
+    est_p, est_d = dep.first.estimator, dep.last.estimator
     bp = cand.max_prompts
     per_req_prefill = est_p.time(StepBatch.prefill(bp, s_in)) / bp
     B = cand.max_batch
@@ -277,18 +296,27 @@ def capacity_bound(cand: Fleet, settings: GoodputSettings) -> float:
     return cand.strategy.num_collocated / (per_req_prefill + per_req_decode)
 
 
-def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both") -> tuple[str, float]:
-    """Reject without simulating when even one lone request misses the SLO; else return its
-    margin (largest share of a relaxed target a lone request uses). ``check`` as :class:`_Runner`."""
+def zero_load_lengths(workload: Workload, percentile: float) -> tuple[int, int]:
+    """The input and output lengths of the request the zero-load check times: each the SLO
+    percentile of the workload's lengths (a lone request's TTFT grows with its prompt and its TPOT
+    with its context, so at any load the SLO percentile of either is at least that request's)."""
+    return (int(np.percentile(workload.input_lengths, percentile, method="higher")),
+            int(np.percentile(workload.output_lengths, percentile, method="higher")))
+
+
+def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both",
+               clocks: Clocks | None = None) -> tuple[str, float]:
+    """Reject without simulating a load when even a lone request misses the SLO; else return its
+    margin (largest share of a relaxed target a lone request uses). The lone request is the
+    simulator's own (:func:`~serveplan.sim.engine.lone_request`) on the candidate's deployment, of
+    the SLO-percentile lengths (:func:`zero_load_lengths`). ``check`` as :class:`_Runner`."""
     s = settings
-    s_in = int(max(s.workload.input_lengths))
-    est = Estimator(s.model, s.hardware, s.profile, cand.first.parallel, dtype=s.dtype)
-    est_d = Estimator(s.model, s.hardware, s.profile, cand.last.parallel, dtype=s.dtype)
+    s_in, s_out = zero_load_lengths(s.workload, s.slo.percentile)
+    lone = lone_request(settings.deployment(cand, clocks), s_in, s_out)
     lim = 1.0 + s.relaxation
-    ttft0 = est.time(StepBatch.prefill(1, s_in))
+    ttft0, tpot0 = lone.ttft_s, lone.tpot_s
     if ttft0 > lim * s.slo.ttft_s and check != "tpot":
         return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s", math.inf
-    tpot0 = est_d.time(StepBatch.decode(1, s_in + 1))
     if tpot0 > lim * s.slo.tpot_s and check != "ttft":
         return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms", math.inf
     shares = {"ttft": ttft0 / (lim * s.slo.ttft_s), "tpot": tpot0 / (lim * s.slo.tpot_s)}
@@ -435,7 +463,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False,
 
 
 def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
-                guess: float | None = None, beat: float | None = None) -> GoodputResult:
+                guess: float | None = None, beat: float | None = None, clocks: Clocks | None = None) -> GoodputResult:
     """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
 
     With ``settings.seeds > 1`` the search is repeated with consecutive seeds; the reported
@@ -446,12 +474,14 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
     ``method="cut"``, no goodput, and ``miss_rps`` that run's rate, above the goodput (the branch
     and bound of ``search(method="bounded")``: such a fleet cannot reach the rate it had to beat).
     The first run is at that rate: one run rules out a fleet that cannot beat it, and one more run
-    than without ``beat`` finds the goodput of one that can.
+    than without ``beat`` finds the goodput of one that can. ``clocks``: the step-time cache the
+    simulations share (default: one of this search's own).
     """
     if check not in ("both", "ttft", "tpot"):
         raise SpecError(f"check={check!r}; expected one of: both, ttft, tpot")
-    reason, margin0 = _zero_load(cand, settings, check)
-    bound = capacity_bound(cand, settings)
+    clocks = clocks if clocks is not None else Clocks()
+    reason, margin0 = _zero_load(cand, settings, check, clocks)
+    bound = capacity_bound(cand, settings, clocks)
     if reason:
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
                              reason=reason, capacity_bound_rps=bound)
@@ -460,7 +490,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
     if beat is not None and settings.seeds > 1:
         beat = None  # one seed missing the SLO says nothing of the mean over seeds
     for k in range(settings.seeds):
-        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k, check=check, beat=beat)
+        runner = _Runner(cand=cand, settings=settings, seed=settings.seed + k, check=check, beat=beat, clocks=clocks)
         try:
             got = _search_rate(runner, bound, risky=margin0 > 0.85, guess=guess)
         except _Beaten as cut:
@@ -491,12 +521,12 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
         if above is not None:
             why += f" (P{settings.slo.percentile:g} TTFT {above.ttft:.3f} s, TPOT {above.tpot * 1e3:.1f} ms"
             why += ")"
-        kv_note = _kv_note(cand, settings)
+        kv_note = _kv_note(cand, settings, clocks)
         if kv_note:
             why += f"; {kv_note}"
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
                              reason=why, capacity_bound_rps=bound, num_simulations=runs, goodput_samples=tuple(rates))
-    binding, bottleneck = _diagnose(cand, settings, above)
+    binding, bottleneck = _diagnose(cand, settings, above, clocks)
     note = ""
     if above is None and bound > 0 and goodput > bound:
         # the bracket stopped widening with the SLO still met, above the analytic capacity: the
@@ -517,27 +547,26 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
     )
 
 
-def _kv_slots(cand: Fleet, settings: GoodputSettings) -> tuple[int, int]:
+def _kv_slots(cand: Fleet, settings: GoodputSettings, clocks: Clocks) -> tuple[int, int]:
     """Requests of the largest size whose KV cache fits one (decode) instance, and that size."""
     s = settings
     tokens = int(np.max(s.workload.input_lengths + s.workload.output_lengths))
-    est = Estimator(s.model, s.hardware, s.profile, cand.last.parallel, dtype=s.dtype)
-    return est.memory.kv_capacity_tokens // max(tokens, 1), tokens
+    return settings.deployment(cand, clocks).last.kv_capacity_tokens // max(tokens, 1), tokens
 
 
-def _kv_note(cand: Fleet, settings: GoodputSettings) -> str:
-    slots, tokens = _kv_slots(cand, settings)
+def _kv_note(cand: Fleet, settings: GoodputSettings, clocks: Clocks) -> str:
+    slots, tokens = _kv_slots(cand, settings, clocks)
     if slots < cand.max_batch:
         return (f"KV cache memory holds only {slots} requests of {tokens} tokens per instance "
                 f"(max batch {cand.max_batch})")
     return ""
 
 
-def _diagnose(cand: Fleet, settings: GoodputSettings, above: _Probe | None) -> tuple[str, str]:
+def _diagnose(cand: Fleet, settings: GoodputSettings, above: _Probe | None, clocks: Clocks) -> tuple[str, str]:
     """Which SLO fails first just above the goodput, and the resource behind it."""
     if above is None:
         return "none", "none (SLO met up to the largest rate tried)"
-    if _kv_note(cand, settings):
+    if _kv_note(cand, settings, clocks):
         s = settings.slo
         r_ttft = above.ttft / s.ttft_s if math.isfinite(above.ttft) else math.inf
         r_tpot = above.tpot / s.tpot_s if math.isfinite(above.tpot) else math.inf

@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times
-from serveplan.estimator.step import Estimator
+from serveplan.sim.clock import Clocks
+from serveplan.sim.deployment import RoleSetup
 from serveplan.sim.fleet import Fleet, InstanceConfig
-from serveplan.specs.hardware import DeviceSpec
-from serveplan.specs.model import ModelSpec
-from serveplan.specs.profile import EfficiencyProfile
-from serveplan.units import DType
+
+if TYPE_CHECKING:
+    from serveplan.optimize.goodput import GoodputSettings
 
 #: factor applied to every analytic bound before it discards a candidate: the step model is the
 #: simulator's own, so the raw bound is above the simulated goodput by the queueing the bound
@@ -63,25 +64,41 @@ class InstanceBound:
 
 
 class Screen:
-    """Analytic bounds of the candidates of one search (memoised per instance configuration)."""
+    """Analytic bounds of the candidates of one search (memoised per instance configuration), from
+    each candidate's resolved deployment (the simulator's estimators and limits)."""
 
-    def __init__(self, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, dtype: DType | None, *,
-                 mean_input: int, mean_output: int, ttft_lim: float, tpot_lim: float) -> None:
-        self.model, self.hardware, self.profile, self.dtype = model, hardware, profile, dtype
-        self.s_in, self.s_out = mean_input, mean_output
-        self.ttft_lim, self.tpot_lim = ttft_lim, tpot_lim
+    def __init__(self, settings: GoodputSettings, clocks: Clocks | None = None) -> None:
+        s = self.settings = settings
+        self.clocks = clocks if clocks is not None else Clocks()
+        lim = 1.0 + s.relaxation
+        self.s_in, self.s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
+        self.ttft_lim, self.tpot_lim = lim * s.slo.ttft_s, lim * s.slo.tpot_s
         self._memo: dict[InstanceConfig, InstanceBound] = {}
 
-    def instance(self, inst: InstanceConfig) -> InstanceBound:
-        """Prefill and decode bounds of one instance (module doc)."""
+    def instance(self, inst: InstanceConfig, cand: Fleet | None = None) -> InstanceBound:
+        """Prefill and decode bounds of one instance (module doc); ``cand``, a fleet holding it, is
+        resolved when the instance was not bounded yet."""
         got = self._memo.get(inst)
         if got is None:
-            got = self._memo[inst] = self._instance(inst)
+            if cand is None:
+                raise KeyError(f"instance {inst} was not bounded yet; give a fleet that holds it")
+            self._bound_fleet(cand)
+            got = self._memo[inst]
         return got
 
-    def _instance(self, inst: InstanceConfig) -> InstanceBound:
+    def _bound_fleet(self, cand: Fleet) -> None:
+        """Bound every instance of ``cand`` not bounded yet, from its resolved deployment."""
+        if all(cand.instance(r) in self._memo for r in cand.roles):
+            return
+        dep = self.settings.deployment(cand, self.clocks)
+        for setup in dep.roles:
+            if setup.instance not in self._memo:
+                self._memo[setup.instance] = self._instance(setup)
+
+    def _instance(self, setup: RoleSetup) -> InstanceBound:
+        inst = setup.instance
         par = inst.parallel
-        est = Estimator(self.model, self.hardware, self.profile, par, dtype=self.dtype)
+        est = setup.estimator
         b_cfg = inst.batching
         pp = par.pp
         s_in, s_out = self.s_in, self.s_out
@@ -144,7 +161,7 @@ class Screen:
 
     def speed_per_user(self, cand: Fleet) -> float:
         """Upper bound on tokens/s per user (``1 / TPOT``): a lone request's decode, with slack."""
-        t = self.instance(cand.last).lone_tpot_s
+        t = self.instance(cand.last, cand).lone_tpot_s
         return SLACK / t if t > 0 else math.inf
 
     def fleet(self, cand: Fleet) -> float:
@@ -155,6 +172,7 @@ class Screen:
             return SLACK_PARALLEL if p.pp > 1 else SLACK
 
         s = cand.strategy
+        self._bound_fleet(cand)
         if cand.is_disaggregated:
             assert cand.prefill is not None and cand.decode is not None
             bp, bd = self.instance(cand.prefill), self.instance(cand.decode)

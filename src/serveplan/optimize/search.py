@@ -24,9 +24,10 @@ import numpy as np
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
-from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_pool
-from serveplan.optimize.screen import Screen, mean_lengths
+from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_clocks, worker_pool
+from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
+from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet
 
 CHECKPOINT = "checkpoint.jsonl"
@@ -113,12 +114,14 @@ def _append_checkpoint(path: Path, fingerprint: str, res: GoodputResult, key: st
 
 
 def _evaluate(args: tuple[int, Fleet, GoodputSettings]) -> tuple[int, GoodputResult]:
+    """A pool worker's evaluation, its step clocks the worker's own (``worker_clocks``)."""
     key, cand, settings = args
-    return key, max_goodput(cand, settings)
+    return key, max_goodput(cand, settings, clocks=worker_clocks())
 
 
-def _evaluate_beat(key: int, cand: Fleet, settings: GoodputSettings, beat: float | None) -> tuple[int, GoodputResult]:
-    return key, max_goodput(cand, settings, beat=beat)
+def _evaluate_beat(key: int, cand: Fleet, settings: GoodputSettings, beat: float | None,
+                   clocks: Clocks | None = None) -> tuple[int, GoodputResult]:
+    return key, max_goodput(cand, settings, beat=beat, clocks=clocks if clocks is not None else worker_clocks())
 
 
 def _check_ray_address(address: str) -> None:
@@ -145,8 +148,9 @@ def _run_gated(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
     """Run tasks in the given order (best bound first), at most ``jobs`` at a time, each asking the
     gate when it starts for the rate it must beat given the results finished so far."""
     if jobs <= 1 or len(todo) <= 1:
+        clocks = Clocks()   # in process: this run's own step clocks
         for t in todo:
-            on_done(*_evaluate_beat(*t, gate(t)))
+            on_done(*_evaluate_beat(*t, gate(t), clocks))
         return
     from concurrent.futures import FIRST_COMPLETED, wait
 
@@ -168,8 +172,9 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
         _run_gated(todo, jobs, on_done, gate)
         return
     if jobs <= 1 or len(todo) <= 1:
+        clocks = Clocks()   # in process: this run's own step clocks
         for key, c, st in todo:
-            on_done(key, max_goodput(c, st))
+            on_done(key, max_goodput(c, st, clocks=clocks))
         return
     from concurrent.futures import FIRST_COMPLETED, wait
 
@@ -353,11 +358,7 @@ class _Brancher:
     """
 
     def __init__(self, settings: GoodputSettings, candidates: list[Fleet], keep: int) -> None:
-        s = settings
-        lim = 1.0 + s.relaxation
-        s_in, s_out = mean_lengths(s.workload.input_lengths, s.workload.output_lengths)
-        screen = Screen(s.model, s.hardware, s.profile, s.dtype, mean_input=s_in, mean_output=s_out,
-                        ttft_lim=lim * s.slo.ttft_s, tpot_lim=lim * s.slo.tpot_s)
+        screen = Screen(settings)
         self.keep = keep
         self.bounds = {c.name: screen.fleet(c) for c in candidates}
         self.top: list[tuple[float, str]] = []      # the best goodputs per device simulated, best first
@@ -587,15 +588,13 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
     """The candidates of ``space`` for ``settings``' workload; an error when none is left."""
     wl = settings.workload
     request_tokens = int(np.max(wl.input_lengths + wl.output_lengths))
-    listing = enumerate_space(space, settings.model, settings.hardware, settings.profile,
-                              request_tokens=request_tokens, dtype=settings.dtype)
+    listing = enumerate_space(space, settings, request_tokens=request_tokens)
     multi_node = tuple(p for p in (2, 4, 8) if p * min(space.tp_sizes) <= space.devices)
     if (not listing.candidates and space.pp_sizes == (1,) and multi_node and listing.pruned
             and all(p.kind == "memory" for p in listing.pruned)):
         # a model larger than every single-stage layout: pipeline stages across nodes
-        wider = enumerate_space(dataclasses.replace(space, pp_sizes=(1, *multi_node)), settings.model,
-                                settings.hardware, settings.profile, request_tokens=request_tokens,
-                                dtype=settings.dtype)
+        wider = enumerate_space(dataclasses.replace(space, pp_sizes=(1, *multi_node)), settings,
+                                request_tokens=request_tokens)
         if wider.candidates:
             listing = wider
     if not listing.candidates:

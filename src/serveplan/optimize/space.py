@@ -13,19 +13,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from serveplan.errors import SpecError, check_int
-from serveplan.estimator.step import Estimator
+from serveplan.errors import InfeasibleError, SpecError, check_int
+from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet, Strategy
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.hardware import DeviceSpec
-from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
-from serveplan.specs.profile import EfficiencyProfile
 from serveplan.specs.speculative import SpecDecodeConfig
-from serveplan.units import DType
+
+if TYPE_CHECKING:
+    from serveplan.optimize.goodput import GoodputSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,8 +43,12 @@ class SearchSpace:
     prefill_max_batch:
         Prompts per prefill step (BestServe Table 4 uses 4); ``None`` = no limit besides KV.
     schedulers, chunk_sizes:
-        Collocated schedulers (mechanisms or aliases: ``prefill-first``/``vllm``,
-        ``chunked-prefill``/``sarathi``) and the chunk sizes of chunked schedulers.
+        Collocated schedulers (mechanisms, or the alias ``sarathi`` of ``chunked-prefill``) and the
+        chunk sizes of chunked schedulers (each also their token budget).
+    token_budget:
+        New tokens per step of every other instance (unchunked collocated schedulers, prefill and
+        decode instances): the engine's (vLLM ``max_num_batched_tokens``, TensorRT-LLM
+        ``max_num_tokens``); ``None``: unlimited (BestServe's testbed).
     collocated, disaggregated:
         Which architectures to include.
     mixed_tp:
@@ -69,6 +73,7 @@ class SearchSpace:
     prefill_max_batch: int | None = 4
     schedulers: tuple[str, ...] = ("prefill-first",)
     chunk_sizes: tuple[int, ...] = (512,)
+    token_budget: int | None = None
     collocated: bool = True
     disaggregated: bool = True
     mixed_tp: bool = True
@@ -86,6 +91,8 @@ class SearchSpace:
                 raise SpecError(f"{flag} set is empty; give at least one value")
             if any((not isinstance(v, int)) or v < 1 for v in vals):
                 raise SpecError(f"{fname}={vals!r}: every value must be a positive integer")
+        if self.token_budget is not None:
+            check_int("token_budget", self.token_budget, low=1, why="new tokens per step")
         if not self.schedulers:
             raise SpecError(f"schedulers is empty; expected one or more of: {', '.join(collocated_schedulers())}")
         names = tuple(canonical_scheduler(s) for s in self.schedulers)
@@ -123,45 +130,41 @@ class Pruned:
 
 
 @dataclass
-class _LayoutCheck:
-    ok: bool
-    reason: str = ""
-    kv_capacity: int = 0
-    kind: str = "memory"
-
-
-@dataclass
 class SpaceListing:
     candidates: list[Fleet] = field(default_factory=list)
     pruned: list[Pruned] = field(default_factory=list)
 
 
-def _check_layout(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, par: ParallelConfig,
-                  dtype: DType | None, request_tokens: int, max_batch: int) -> _LayoutCheck:
+def _check_layout(space: SearchSpace, settings: GoodputSettings, par: ParallelConfig, request_tokens: int,
+                  clocks: Clocks) -> Pruned | None:
+    """Why instances of layout ``par`` cannot serve (None: they can), from the deployment the
+    simulator would run (the engine's memory rule, KV format and kernels, the largest max batch)."""
+    probe = Fleet.build("1m", tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep, redundant_experts=par.redundant_experts,
+                        max_batch=max(space.max_batches), prefill_max_batch=space.prefill_max_batch,
+                        scheduler=space.schedulers[0], chunk_size=space.chunk_sizes[0],
+                        token_budget=space.token_budget)
     try:
-        est = Estimator(model, hardware, profile, par, dtype=dtype)
+        dep = settings.deployment(probe, clocks)
     except SpecError as exc:
-        return _LayoutCheck(False, str(exc), kind="layout")
-    mem = est.memory
-    usable = mem.device_memory_bytes * mem.memory_utilization
-    if mem.weights_bytes + mem.activation_bytes >= usable:
-        return _LayoutCheck(False, f"weights do not fit: {mem.weights_bytes / 1e9:.1f} GB per device, "
-                                   f"{usable / 1e9:.1f} GB usable")
-    cap = mem.kv_capacity_tokens
+        return Pruned(name=par.label(), num_devices=par.num_devices, reason=str(exc), kind="layout")
+    except InfeasibleError as exc:
+        return Pruned(name=par.label(), num_devices=par.num_devices, reason=f"weights do not fit: {exc}")
+    cap = dep.first.kv_capacity_tokens
     if cap < request_tokens:
-        return _LayoutCheck(False, f"KV cache holds {cap} tokens, one request needs {request_tokens}")
-    return _LayoutCheck(True, kv_capacity=cap)
+        return Pruned(name=par.label(), num_devices=par.num_devices,
+                      reason=f"KV cache holds {cap} tokens, one request needs {request_tokens}")
+    return None
 
 
-def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
-                    *, request_tokens: int, dtype: DType | None = None) -> SpaceListing:
+def enumerate_space(space: SearchSpace, settings: GoodputSettings, *, request_tokens: int) -> SpaceListing:
     """Every candidate within the device budget, and the pruned layouts with their reasons.
 
     ``request_tokens`` is the KV footprint (input + output tokens) of the largest request; a
-    layout whose KV capacity cannot hold one such request is pruned.
+    layout whose KV capacity cannot hold one such request, or whose weights do not fit under the
+    engine's memory rule, is pruned with the reason (never the whole search).
     """
     out = SpaceListing()
-    layouts = _layouts(space, model, hardware, profile, dtype, request_tokens, out)
+    layouts = _layouts(space, settings, request_tokens, out)
     seen: set[Fleet] = set()
     for par in layouts:
         for mb in space.max_batches:
@@ -174,11 +177,11 @@ def enumerate_space(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, 
     return out
 
 
-def _layouts(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
-             dtype: DType | None, request_tokens: int, out: SpaceListing) -> list[ParallelConfig]:
+def _layouts(space: SearchSpace, settings: GoodputSettings, request_tokens: int,
+             out: SpaceListing) -> list[ParallelConfig]:
     """The instance layouts within the budget that hold the model and one request (the others go
     to ``out.pruned`` with their reason)."""
-    max_b = max(space.max_batches)
+    clocks = Clocks()
     layouts = []
     for tp, pp, dp, ep in itertools.product(space.tp_sizes, space.pp_sizes, space.dp_sizes, space.ep_sizes):
         if (tp * dp) % ep:
@@ -190,9 +193,9 @@ def _layouts(space: SearchSpace, model: ModelSpec, hardware: DeviceSpec, profile
             continue
         if par.num_devices > space.devices:
             continue
-        c = _check_layout(model, hardware, profile, par, dtype, request_tokens, max_b)
-        if not c.ok:
-            out.pruned.append(Pruned(name=par.label(), num_devices=par.num_devices, reason=c.reason, kind=c.kind))
+        pruned = _check_layout(space, settings, par, request_tokens, clocks)
+        if pruned is not None:
+            out.pruned.append(pruned)
             continue
         layouts.append(par)
     return layouts
@@ -202,12 +205,13 @@ def _collocated(space: SearchSpace, par: ParallelConfig, max_batch: int) -> Iter
     """``Nm`` fleets of layout ``par``: every count, scheduler and (chunked schedulers) chunk size."""
     for n in range(1, space.devices // par.num_devices + 1):
         for sched in space.schedulers:
-            chunks = space.chunk_sizes if get_scheduler(sched).chunked else (space.chunk_sizes[0],)
-            for cs in chunks:
+            chunked = get_scheduler(sched).chunked
+            for cs in space.chunk_sizes if chunked else (space.chunk_sizes[0],):
                 for sd in _specs_for(space, par):
                     yield Fleet.build(Strategy(num_collocated=n), tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
                                       max_batch=max_batch, prefill_max_batch=space.prefill_max_batch,
                                       scheduler=sched, chunk_size=cs, spec=sd,
+                                      token_budget=cs if chunked else space.token_budget,
                                       redundant_experts=par.redundant_experts)
 
 
@@ -228,7 +232,8 @@ def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[Parall
                     yield Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp,
                                       pp=par.pp, dp=par.dp, ep=par.ep, max_batch=max_batch,
                                       prefill_max_batch=space.prefill_max_batch, chunk_size=space.chunk_sizes[0],
-                                      spec=sd, decode_dp=par_d.dp, decode_ep=par_d.ep,
+                                      token_budget=space.token_budget, spec=sd, decode_dp=par_d.dp,
+                                      decode_ep=par_d.ep,
                                       redundant_experts=par.redundant_experts)
 
 
@@ -253,11 +258,12 @@ def spec_choices(method: str | None, tokens: list[int] | tuple[int, ...] | None,
 
 def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str | None = None,
                     prefill_max_batch: int | None = None, schedulers: str | None = None,
-                    chunk_sizes: str | None = None, knobs: bool = False) -> tuple[str, int, str, str]:
-    """The search lists ``(max batches, prompts per prefill step, schedulers, chunk sizes)`` of
-    ``serveplan optimize`` (and the web planner) where the user gave none: BestServe's testbed
-    (16, 4, prefill-first, 512) without an engine, else the engine's scheduler and limits on
-    ``hardware`` (:meth:`~serveplan.specs.engine.EngineSpec.limits`).
+                    chunk_sizes: str | None = None, knobs: bool = False) -> tuple[str, int, str, str, int | None]:
+    """The search lists ``(max batches, prompts per prefill step, schedulers, chunk sizes, token
+    budget)`` of ``serveplan optimize`` (and the web planner) where the user gave none: BestServe's
+    testbed (16, 4, prefill-first, 512, unlimited) without an engine, else the engine's scheduler and
+    limits on ``hardware`` (:meth:`~serveplan.specs.engine.EngineSpec.limits`; its online server's
+    token budget for every instance that does not chunk by the chunk sizes).
 
     ``knobs`` searches the engine's knobs around those defaults (:func:`knob_ladder`) for every
     list the user left out."""
@@ -265,11 +271,13 @@ def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str 
         mb, pmb, sch, cs = (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch,
                             schedulers or "prefill-first", chunk_sizes or "512")
         default_sched, seqs, budget = "prefill-first", 16, 512
+        token_budget = None
     else:
         spec = get_engine(engine)
         lim = spec.limits(hardware)
         seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
         budget = lim.token_budget or lim.chunk_size or 512
+        token_budget = lim.token_budget
         default_sched = spec.mechanism.scheduler
         mb, pmb, sch, cs = (max_batch or str(seqs),
                             (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
@@ -279,7 +287,7 @@ def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str 
         mb = max_batch or ",".join(map(str, ladder[0]))
         cs = chunk_sizes or ",".join(map(str, ladder[1]))
         sch = schedulers or ",".join(ladder[2])
-    return mb, pmb, sch, cs
+    return mb, pmb, sch, cs, token_budget
 
 
 def knob_ladder(max_num_seqs: int, token_budget: int, scheduler: str) -> tuple[tuple[int, ...], tuple[int, ...],

@@ -10,14 +10,15 @@ Two fidelities:
 
 Runs are pure in ``(config)``: arrivals come from ``np.random.default_rng(seed)`` (common random
 numbers across rates, :func:`serveplan.sim.workload.arrival_times`) and lengths from the
-workload. Estimators and their step-time tables are memoised across calls with the same specs.
+workload. The config is resolved once per run (:func:`serveplan.sim.deployment.resolve`); its step
+clocks come from the caller's :class:`~serveplan.sim.clock.Clocks` when one is given (a goodput
+search shares one across its simulations), else from a fresh one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,13 +28,13 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError, check_int
 from serveplan.estimator.batch import StepBatch
-from serveplan.estimator.speculative import SpecEstimator
 from serveplan.estimator.static import decode_times, fom_flops
-from serveplan.estimator.step import Estimator
 from serveplan.sim import bestserve as bs
+from serveplan.sim.clock import Clocks
 from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
+from serveplan.sim.deployment import BLOCK_SIZE, Deployment, graph_tokens_of, resolve
 from serveplan.sim.fleet import Fleet, Role, Strategy
-from serveplan.sim.instance import Instance, StepClock
+from serveplan.sim.instance import Instance
 from serveplan.sim.kv import PrefixStats
 from serveplan.sim.metrics import SLO, LatencyStats, QueueGrowth
 from serveplan.sim.request import RequestRecords, RequestState
@@ -56,11 +57,7 @@ from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
-from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType, ceil_div
-
-#: vLLM's KV block size (tokens per PagedAttention block, vLLM default ``block_size=16``).
-BLOCK_SIZE = 16
 
 
 class Fidelity(str, Enum):
@@ -471,108 +468,11 @@ class SimulationResult:
         return d
 
 
-# ---------------------------------------------------------------------- estimator memo
-#: step clocks of recent estimators, by the value of their specs (LRU, at most _MAX_CLOCKS)
-_CLOCKS: OrderedDict[tuple[Any, ...], StepClock] = OrderedDict()
-_MAX_CLOCKS = 32
-
-
-def _spec_key(spec: Any) -> Any:
-    """A hashable value standing for a spec: the spec itself when hashable, else its repr (a
-    frozen dataclass holding dicts); equal specs give equal keys."""
-    try:
-        hash(spec)
-        return spec
-    except TypeError:
-        return (type(spec).__name__, repr(spec))
-
-
-def graph_tokens_of(engine: EngineSpec, inst: Any) -> int:
-    """The largest step (tokens per rank) an instance of ``engine`` replays as a captured graph:
-    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens` of the instance's sequences, token
-    budget, data-parallel ranks and speculative decode query length."""
-    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
-    return engine.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
-                               dp=inst.parallel.dp)
-
-
 def _host_note(engine: EngineSpec, model: ModelSpec, fleet: Fleet) -> str | None:
     """The engine note on the steps that pay the engine's host work, with each role's graph bound."""
     bounds = {role.value: graph_tokens_of(engine, fleet.instance(role)) for role in fleet.roles}
     graphs: int | dict[str, int] = next(iter(bounds.values())) if len(set(bounds.values())) == 1 else bounds
     return engine.host_note(moe=model.is_moe, graphs=graphs)
-
-
-def instance_profile(cfg: SimulationConfig, role: Any) -> EfficiencyProfile:
-    """The profile the ``role`` instance's steps are timed with: the engine's largest step that
-    replays a captured graph follows that instance's limits (:func:`graph_tokens_of`)."""
-    eng = cfg.engine
-    if eng is None or eng.prefill_graphs is None:
-        return cfg.profile
-    graphs = graph_tokens_of(eng, cfg.fleet.instance(role))
-    prof = cfg.profile
-    if graphs == prof.prefill_graph_tokens:
-        return prof
-    # the same derived object for the same profile object, so step_clock's identity check still hits
-    key = (id(prof), graphs)
-    hit = _GRAPH_PROFILES.get(key)
-    if hit is None:
-        if len(_GRAPH_PROFILES) >= _MAX_CLOCKS:
-            _GRAPH_PROFILES.clear()
-        hit = _GRAPH_PROFILES[key] = (prof, prof.with_(prefill_graph_tokens=graphs))
-    return hit[1]
-
-
-#: (profile id, graph tokens) -> (that profile, it with those graph tokens); the profile is held so
-#: its id is not reused while the entry lives
-_GRAPH_PROFILES: dict[tuple[int, int], tuple[EfficiencyProfile, EfficiencyProfile]] = {}
-
-
-def step_clock(model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile, parallel: ParallelConfig,
-               dtype: DType | str | None, *, kv_dtype: DType | str | None = None,
-               memory_utilization: float | None = None, spec: SpecDecodeConfig | None = None) -> StepClock:
-    """The memoised :class:`StepClock` of one estimator, keyed by the specs' values (an equal spec
-    built again shares the clock; the memo keeps the ``_MAX_CLOCKS`` most recently used).
-    ``kv_dtype`` and ``memory_utilization`` default to the estimator's; an active ``spec``
-    (speculative decoding) times steps with a :class:`SpecEstimator`."""
-    sp = spec if spec is not None and spec.is_active else None
-    last = _LAST_CLOCK[0]
-    if (last is not None and last[0] is model and last[1] is hardware and last[2] is profile
-            and last[3] == (parallel, dtype, kv_dtype, memory_utilization, sp)):
-        return last[4]   # the same spec objects as the last call (held here, so their ids stay theirs)
-    key: tuple[Any, ...] = (_spec_key(model), _spec_key(hardware), _spec_key(profile), parallel,
-                            None if dtype is None else DType.parse(dtype),
-                            None if kv_dtype is None else DType.parse(kv_dtype), memory_utilization)
-    if sp is not None:
-        key += (sp,)
-    clock = _step_clock(key, model, hardware, profile, parallel, dtype, kv_dtype, memory_utilization, sp)
-    _LAST_CLOCK[0] = (model, hardware, profile, (parallel, dtype, kv_dtype, memory_utilization, sp), clock)
-    return clock
-
-
-#: the last :func:`step_clock` call's spec objects and clock (a call with the very same objects,
-#: as every simulation of one search makes, skips hashing the specs)
-_LAST_CLOCK: list[tuple[Any, Any, Any, tuple[Any, ...], StepClock] | None] = [None]
-
-
-def _step_clock(key: tuple[Any, ...], model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
-                parallel: ParallelConfig, dtype: DType | str | None, kv_dtype: DType | str | None,
-                memory_utilization: float | None, spec: SpecDecodeConfig | None) -> StepClock:
-    clock = _CLOCKS.get(key)
-    if clock is not None:
-        _CLOCKS.move_to_end(key)
-        return clock
-    kw: dict[str, Any] = {} if memory_utilization is None else {"memory_utilization": memory_utilization}
-    if spec is not None and spec.is_active:
-        est: Estimator = SpecEstimator(model, hardware, profile, parallel, spec=spec, dtype=dtype, kv_dtype=kv_dtype,
-                                       **kw)
-    else:
-        est = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype, **kw)
-    est.check_fits()
-    clock = _CLOCKS[key] = StepClock(est)
-    if len(_CLOCKS) > _MAX_CLOCKS:
-        _CLOCKS.popitem(last=False)
-    return clock
 
 
 # ---------------------------------------------------------------------- simulate
@@ -621,9 +521,9 @@ def check_context(model: ModelSpec | None, workload: Workload | None, allow_long
             "or --allow-long-context (allow_long_context=True) to simulate it anyway")
 
 
-def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: float | np.ndarray = 0.0,
-             ramp_s: float | None = None, not_before: np.ndarray | None = None,
-             progress: Callable[[int], None] | None = None) -> SimulationResult:
+def simulate(config: SimulationConfig | Deployment, *, clients: int | None = None,
+             think_s: float | np.ndarray = 0.0, ramp_s: float | None = None, not_before: np.ndarray | None = None,
+             progress: Callable[[int], None] | None = None, clocks: Clocks | None = None) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
@@ -663,7 +563,8 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
     >>> simulate(cfg).num_completed
     200
     """
-    cfg = config
+    dep = config if isinstance(config, Deployment) else resolve(config, clocks)
+    cfg = dep.config
     wl = cfg.workload
     check_size(len(wl.input_lengths))
     closed = None
@@ -683,16 +584,11 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         arrival = np.zeros(len(wl.input_lengths))  # everything queued at t=0
     else:
         arrival = arrival_times(wl, cfg.rate, cfg.seed)
-    util = cfg.engine_setup.memory_utilization if cfg.engine_setup is not None else None
-    clocks = {role: step_clock(cfg.model, cfg.hardware, instance_profile(cfg, role), cfg.fleet.instance(role).parallel,
-                               cfg.dtype, kv_dtype=cfg.effective_kv_dtype, memory_utilization=util,
-                               spec=cfg.fleet.instance(role).spec)
-              for role in cfg.fleet.roles}
-    _check_kv(cfg, clocks, wl)
+    _check_kv(dep, wl)
     if cfg.max_time_s is not None:
         cap = cfg.max_time_s
     else:
-        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(cfg, clocks, arrival, wl)
+        cap = math.inf if (closed is not None or cfg.offline) else _default_cap(dep, arrival, wl)
     if cfg.fidelity is Fidelity.BESTSERVE and cfg.prefix_hit:
         raise SpecError("prefix_hit needs fidelity='iteration' (BestServe's algorithms have no prefix cache)")
     pstats = PrefixStats(len(arrival)) if wl.prefix_cached else None
@@ -700,7 +596,7 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
                                    disaggregated=cfg.fleet.strategy.is_disaggregated, early_stop=cfg.early_stop,
                                    iteration=cfg.fidelity is Fidelity.ITERATION):
         req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
-        stage = _stages(cfg, clocks, req, cap, None)[0]
+        stage = _stages(dep, req, cap, None)[0]
         store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
                                     prefix_hit=cfg.prefix_hit, on_progress=progress)
         insts, stopped, rec = stage.instances, False, store.records()
@@ -709,16 +605,40 @@ def simulate(config: SimulationConfig, *, clients: int | None = None, think_s: f
         saved = _apply_prefix_hit(req, cfg.prefix_hit)
         if cfg.fidelity is Fidelity.BESTSERVE:
             insts = []
-            stopped = _run_bestserve(cfg, clocks, req)
+            stopped = _run_bestserve(dep, req)
         else:
-            insts, stopped = _run_iteration(cfg, clocks, req, cap, closed, pstats, progress)
+            insts, stopped = _run_iteration(dep, req, cap, closed, pstats, progress)
         rec = req.records()
-    res = _result(cfg, rec, insts, clocks, stopped, closed_loop=clients is not None)
+    res = _result(dep, rec, insts, stopped, closed_loop=clients is not None)
     if clients is not None or saved or pstats is not None:
         cl = closed_loop_stats(res.requests, clients, cfg.num_devices) if clients is not None else None
         res = dataclasses.replace(res, closed_loop=cl, prefill_tokens_saved=saved, prefix_cache=None if pstats is None
                                   else prefix_report(pstats, res.requests, cfg.kv_tiers))
     return res
+
+
+@dataclass(frozen=True, slots=True)
+class LoneRequest:
+    """What one request alone on an idle deployment sees (:func:`lone_request`), seconds."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+
+
+def lone_request(deployment: Deployment, input_len: int, output_len: int) -> LoneRequest:
+    """TTFT, TPOT and end-to-end latency of one request of ``input_len`` prompt and ``output_len``
+    output tokens alone on ``deployment`` (open loop, nothing else in flight): the simulator itself
+    run on that one request with the deployment's own role setups and step clocks, so the
+    optimizer's zero-load figures are the simulator's by construction."""
+    cfg = deployment.config
+    one = dataclasses.replace(cfg, workload=Workload.fixed(int(input_len), int(output_len), num_requests=1),
+                              rate=1.0, offline=False, concurrency=None, early_stop=False, max_time_s=None,
+                              prefix_hit=0.0, kv_tiers=None)
+    res = simulate(dataclasses.replace(deployment, config=one))
+    rec = res.requests
+    tpot = float(rec.tpot[0]) if output_len > 1 else 0.0
+    return LoneRequest(ttft_s=float(rec.ttft[0]), tpot_s=tpot, e2e_s=float(rec.e2e[0]))
 
 
 def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
@@ -782,7 +702,8 @@ def _apply_prefix_hit(req: RequestState, share: float) -> int:
     return req.apply_prefix_hit(share)
 
 
-def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload) -> None:
+def _check_kv(dep: Deployment, wl: Workload) -> None:
+    cfg, clocks = dep.config, dep.clock_by_role
     if cfg.fidelity is Fidelity.BESTSERVE:
         return  # the paper's simulator is memory-insensitive (§12)
     longest = int(np.max(wl.input_lengths + wl.output_lengths - 1))
@@ -806,8 +727,9 @@ def _check_kv(cfg: SimulationConfig, clocks: dict[Role, StepClock], wl: Workload
                 "use a larger tp/pp or shorter requests")
 
 
-def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: np.ndarray, wl: Workload) -> float:
+def _default_cap(dep: Deployment, arrival: np.ndarray, wl: Workload) -> float:
     """4x the arrival span plus 20x the zero-load latency of the longest request."""
+    cfg, clocks = dep.config, dep.clock_by_role
     s_in = int(wl.input_lengths.max())
     s_out = int(wl.output_lengths.max())
     roles = cfg.fleet.roles
@@ -826,12 +748,12 @@ def _default_cap(cfg: SimulationConfig, clocks: dict[Role, StepClock], arrival: 
     return float(arrival[0]) + 4.0 * span + 20.0 * lone
 
 
-def _run_iteration(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
+def _run_iteration(dep: Deployment, req: RequestState, cap: float,
                    closed: ClosedLoop | None = None,
                    pstats: PrefixStats | None = None,
                    progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
     handed: list[tuple[float, int]] = []
-    stages = _stages(cfg, clocks, req, cap, handed, pstats)
+    stages = _stages(dep, req, cap, handed, pstats)
     if progress is not None:
         _report_progress(stages, progress)
     source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
@@ -852,9 +774,10 @@ def _report_progress(stages: list[Stage], progress: Callable[[int], None]) -> No
         st.on_progress = report
 
 
-def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState, cap: float,
-            handed: list[tuple[float, int]] | None, pstats: PrefixStats | None = None) -> list[Stage]:
+def _stages(dep: Deployment, req: RequestState, cap: float, handed: list[tuple[float, int]] | None,
+            pstats: PrefixStats | None = None) -> list[Stage]:
     """The fleet's stages: its instances (their schedulers, KV caches, hand-off), routers and early stop."""
+    cfg, clocks = dep.config, dep.clock_by_role
     fleet = cfg.fleet
     strat = fleet.strategy
     stop = EarlyStop(req, cfg.slo) if cfg.early_stop else None
@@ -880,8 +803,7 @@ def _stages(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestSt
     first_index = 0
     for role in fleet.roles:
         cfg_r = fleet.instance(role)
-        opts = (cfg.engine_setup.scheduler_options if cfg.engine_setup is not None
-                and cfg_r.batching.scheduler == cfg.engine_setup.scheduler else {})
+        opts = dep.role(role).scheduler_options
         insts = [Instance(first_index + i, role, clocks[role], get_scheduler(cfg_r.batching.scheduler)(**opts), req,
                           batching=cfg_r.batching, block_size=cfg.block_size,
                           handoff=handoff if role is Role.PREFILL else None)
@@ -927,7 +849,8 @@ def _assigner(req: RequestState, role: Role, offset: int) -> Any:
     return assign
 
 
-def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: RequestState) -> bool:
+def _run_bestserve(dep: Deployment, req: RequestState) -> bool:
+    cfg, clocks = dep.config, dep.clock_by_role
     fleet = cfg.fleet
     strat = fleet.strategy
     A = np.asarray(req.arrival)
@@ -950,8 +873,9 @@ def _run_bestserve(cfg: SimulationConfig, clocks: dict[Role, StepClock], req: Re
     return False
 
 
-def _result(cfg: SimulationConfig, rec: RequestRecords, insts: list[Instance], clocks: dict[Role, StepClock],
-            stopped: bool, *, closed_loop: bool = False) -> SimulationResult:
+def _result(dep: Deployment, rec: RequestRecords, insts: list[Instance], stopped: bool, *,
+            closed_loop: bool = False) -> SimulationResult:
+    cfg, clocks = dep.config, dep.clock_by_role
     done = np.isfinite(rec.finish)
     n = len(rec)
     n_done = int(done.sum())

@@ -9,7 +9,7 @@ such steps repeat unchanged until the next event (a completion, an arrival the s
 admit, KV exhaustion). :meth:`_decode_stretch` advances the whole run of steps at once: the
 context sum grows by the batch size per step, and the step times come from a table of
 step times read through the estimator's columnar API (:func:`serveplan.estimator.columns.step_times`)
-into a table indexed by that sum (:class:`StepClock`). Pipelined instances (``pp > 1``) take the
+into a table indexed by that sum (:class:`~serveplan.sim.clock.StepClock`). Pipelined instances (``pp > 1``) take the
 per-step path. The shortcuts a policy declares (:class:`~serveplan.sim.schedulers.FastPaths`) are
 taken without asking the scheduler, with the decisions it guarantees: nothing waiting and every
 running request ready (all decode), one request alone on an empty instance (admit, prefill,
@@ -40,7 +40,7 @@ import numpy as np
 
 from serveplan.estimator import columns
 from serveplan.estimator.batch import StepBatch, step_sums
-from serveplan.estimator.step import Estimator
+from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
 from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache
 from serveplan.sim.request import RequestState
@@ -48,24 +48,11 @@ from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 
 INF = math.inf
 INF_INT = 1 << 62  # larger than any token count
-_BLK_BITS = 10  # decode-table blocks of 1024 context-sum values
 #: SGLang's recv-skipper weight of a step with prompt tokens (``scheduler_recv_skipper.py``
 #: ``_DEFAULT_WEIGHT``: any forward mode but decode, target-verify and idle): above any interval, so
 #: the requests that arrived during a prefill step are taken in before the next step
 RECV_WEIGHT_EXTEND = 1000
 _SHORT = 24  # stretches of at most this many steps are summed in Python (cheaper than numpy calls)
-_MAX_STEPS = 1 << 16  # memoised step times per clock and table (a few MB)
-_MAX_ENDS = 1 << 18  # values of memoised one-sequence stretches per clock (2 MB)
-_DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per batch size (<= 32 MB each)
-#: bytes of decode step-time tables one clock keeps (dense tables and blocks together); past it the
-#: tables are dropped and refilled on demand (a pure function of the estimator: same values). A
-#: long run at large batches would otherwise keep one table of up to 32 MB per batch size (GBs).
-_TABLE_BYTES = 256 << 20
-#: decode stretches of at least this many sequences (and at most ``_DIRECT_STEPS`` steps) are timed
-#: directly rather than read from a table: a table block of 1,024 context sums holds at most
-#: ``1024 / nd`` of a stretch's steps, and wide-EP batches rarely meet the same context sum twice
-_DIRECT_ND = 32
-_DIRECT_STEPS = 1 << 13
 
 
 def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, float]:
@@ -106,129 +93,6 @@ def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, floa
         last = c[-1]
         pos = hi
         m *= 4
-
-
-class StepClock:
-    """Step times of one estimator, memoised (BestServe §3.3.4 caches its oracle the same way).
-
-    * ``time(batch)``: any step, cached by its :class:`StepBatch` aggregates.
-    * ``decode_times(nd, kvd0, k)``: ``k`` decode-only steps of ``nd`` sequences whose context
-      sum starts at ``kvd0`` and grows by ``nd`` per step, read from lazily filled tables of
-      ``Estimator.step_times`` (one table per ``nd``, filled 1024 context-sum values at a time;
-      contiguous up to 4M context-sum values, so a stretch is a strided view); stretches of at
-      least ``_DIRECT_ND`` sequences are timed directly, one ``step_times`` call each.
-    """
-
-    def __init__(self, est: Estimator) -> None:
-        self.est = est
-        self.pp = est.parallel.pp
-        self._cache: dict[StepBatch, float] = {}
-        #: step times by their aggregates (a tuple hashes faster than a StepBatch)
-        self.by_sums: dict[tuple[float, ...], float] = {}
-        self._blocks: dict[tuple[int, int], np.ndarray] = {}
-        self._dense: dict[int, tuple[np.ndarray, bytearray]] = {}
-        self._ends: dict[tuple[int, int], np.ndarray] = {}
-        self._ends_size = 0
-        self._table_bytes = 0  # held by _dense and _blocks (bounded by _TABLE_BYTES)
-        #: prefill step time of one fresh prompt, by its length
-        self.prefill_times: dict[int, float] = {}
-        #: summed batch-1 decode times of a request alone, by (input, output) (the default time cap)
-        self.lone_decode: dict[tuple[int, int], float] = {}
-
-    def time_of(self, sums: tuple[float, ...]) -> float:
-        """Time of the step with aggregates ``sums`` (:func:`~serveplan.estimator.batch.step_sums`)."""
-        t = self.by_sums.get(sums)
-        if t is None:
-            if len(self.by_sums) >= _MAX_STEPS:
-                self.by_sums.clear()
-            t = self.by_sums[sums] = self.time(StepBatch.from_sums(sums))
-        return t
-
-    def time(self, batch: StepBatch) -> float:
-        t = self._cache.get(batch)
-        if t is None:
-            t = self.est.time(batch) if self.pp == 1 else self.est.stage_time(batch)
-            if len(self._cache) >= _MAX_STEPS:
-                self._cache.clear()
-            self._cache[batch] = t
-        return t
-
-    def _fill(self, nd: int, b: int, out: np.ndarray) -> None:
-        """Step times of context sums ``[b*1024, (b+1)*1024)`` for ``nd`` decodes into ``out``."""
-        size = 1 << _BLK_BITS
-        base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
-        out[:] = columns.step_times(self.est, base, "decode", length=size,
-                                    decode_keys=np.arange(size, dtype=float) + (b << _BLK_BITS))
-
-    def _block(self, nd: int, b: int) -> np.ndarray:
-        key = (nd, b)
-        blk = self._blocks.get(key)
-        if blk is None:
-            if self._table_bytes + (8 << _BLK_BITS) > _TABLE_BYTES:
-                self._drop_tables()
-            self._table_bytes += 8 << _BLK_BITS
-            blk = self._blocks[key] = np.empty(1 << _BLK_BITS)
-            self._fill(nd, b, blk)
-        return blk
-
-    def _drop_tables(self) -> None:
-        """Forget every decode table (they would pass ``_TABLE_BYTES``); arrays handed out stay
-        valid (a stretch holds its own reference), and tables are refilled on demand."""
-        self._dense.clear()
-        self._blocks.clear()
-        self._table_bytes = 0
-
-    def decode_ends(self, nd: int, kvd0: int, k: int) -> np.ndarray:
-        """``decode_times(nd, kvd0, k).cumsum()``; memoised for one sequence (a request alone
-        repeats the same stretch), at most ``_MAX_ENDS`` values in all."""
-        if nd != 1:
-            return self.decode_times(nd, kvd0, k).cumsum()
-        key = (kvd0, k)
-        c = self._ends.get(key)
-        if c is None:
-            if self._ends_size + k > _MAX_ENDS:
-                self._ends.clear()
-                self._ends_size = 0
-            c = self._ends[key] = self.decode_times(1, kvd0, k).cumsum()
-            self._ends_size += k
-        return c
-
-    def decode_times(self, nd: int, kvd0: int, k: int) -> np.ndarray:
-        if nd >= _DIRECT_ND and k <= _DIRECT_STEPS:
-            # a large batch reads one table value in ``nd``: its steps are timed directly, in one
-            # call (the estimator's cost per call hardly depends on the number of steps)
-            base = StepBatch(decode_tokens=float(nd), decode_keys=float(nd))
-            return columns.step_times(self.est, base, "decode", length=k,
-                                      decode_keys=kvd0 + nd * np.arange(k, dtype=float))
-        hi = kvd0 + nd * (k - 1)
-        b0, b1 = kvd0 >> _BLK_BITS, hi >> _BLK_BITS
-        if hi < _DENSE_MAX:
-            # one contiguous table per batch size (grown on demand): every stretch is a view
-            tab = self._dense.get(nd)
-            if tab is None or len(tab[0]) <= hi:
-                old = len(tab[0]) if tab is not None else 0
-                n_blk = max(b1 + 1, 2 * (old >> _BLK_BITS))
-                if self._table_bytes + 8 * ((n_blk << _BLK_BITS) - old) > _TABLE_BYTES:
-                    self._drop_tables()
-                    tab, old, n_blk = None, 0, b1 + 1
-                self._table_bytes += 8 * ((n_blk << _BLK_BITS) - old)
-                arr = np.empty(n_blk << _BLK_BITS)
-                filled = bytearray(n_blk)
-                if tab is not None:
-                    arr[: len(tab[0])] = tab[0]
-                    filled[: len(tab[1])] = tab[1]
-                tab = self._dense[nd] = (arr, filled)
-            arr, filled = tab
-            for b in range(b0, b1 + 1):
-                if not filled[b]:
-                    self._fill(nd, b, arr[b << _BLK_BITS: (b + 1) << _BLK_BITS])
-                    filled[b] = 1
-            return arr[kvd0: hi + 1: nd]
-        off = b0 << _BLK_BITS
-        if b0 == b1:
-            return self._block(nd, b0)[kvd0 - off: hi - off + 1: nd]
-        arr = np.concatenate([self._block(nd, b) for b in range(b0, b1 + 1)])
-        return arr[kvd0 - off: hi - off + 1: nd]
 
 
 class Instance:
@@ -484,7 +348,7 @@ class Instance:
             self.running.append(q)
             t = self._prefill_t.get(c)
             if t is None:
-                if len(self._prefill_t) >= _MAX_STEPS:
+                if len(self._prefill_t) >= MAX_MEMO_STEPS:
                     self._prefill_t.clear()
                 t = self._prefill_t[c] = self.clock.time(StepBatch.of(((c, 0),), ()))
             exit_t = now + t

@@ -54,7 +54,8 @@ from serveplan.specs.catalog import get_session_dataset
 from serveplan.specs.host import HostSpec
 
 if TYPE_CHECKING:
-    from serveplan.sim.instance import Instance, StepClock
+    from serveplan.sim.clock import StepClock
+    from serveplan.sim.instance import Instance
     from serveplan.sim.request import RequestRecords
 
 #: the bundled session dataset used when none is named

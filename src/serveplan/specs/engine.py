@@ -426,7 +426,7 @@ class EngineSpec:
         MoE backends of :attr:`moe_backends`, and the eager steps' host work of
         :attr:`prefill_host_s`, paid by steps larger than :meth:`graph_tokens` (without an
         instance's limits; the simulator bounds each instance by its own,
-        :func:`~serveplan.sim.engine.instance_profile`)."""
+        :func:`~serveplan.sim.deployment.resolve`)."""
         out = (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
                                   fused_operators=self.fused_operators)
                .with_moe_backends(self.moe_backends)

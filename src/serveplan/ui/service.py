@@ -254,7 +254,7 @@ def run(prep: Prepared, progress: Progress | None = None) -> tuple[dict[str, Any
 def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
     # the body of `serveplan optimize` up to the search (cli/optimize.py), for the options the page has
     m, hw, pr = resolve_specs(o["model"], o["hardware"], o["profile"])
-    max_batch, prefill_max_batch, schedulers, chunk_sizes = search_defaults(
+    max_batch, prefill_max_batch, schedulers, chunk_sizes, token_budget = search_defaults(
         o.get("engine"), hw, max_batch=o["max_batch"], prefill_max_batch=o["prefill_max_batch"],
         schedulers=o["schedulers"], chunk_sizes=o["chunk_sizes"])
     space = SearchSpace(
@@ -264,7 +264,7 @@ def _prepare_plan(o: dict[str, Any]) -> tuple[Any, ...]:
         max_batches=tuple(parse_int_list(max_batch, "max-batch")),
         prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
-        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")),
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
         collocated=not o["no_collocated"], disaggregated=not o["no_disaggregated"], mixed_tp=not o["same_tp"],
     )
     if o["slo_ttft"] <= 0 or o["slo_tpot"] <= 0:

@@ -1,0 +1,204 @@
+"""``resolve(config, clocks) -> Deployment``: one description of a run, resolved once.
+
+A :class:`~serveplan.sim.engine.SimulationConfig` says what to run: the model, the devices, the
+engine, the fleet and the traffic. :func:`resolve` turns it into what every consumer reads, per
+role (:class:`RoleSetup`):
+
+* the instances' count, parallel layout, batching and speculative decoding;
+* the profile their steps are timed with: the engine's own kernels and operator list
+  (:meth:`~serveplan.specs.engine.EngineSpec.profile_for`, applied when the config was built) and
+  the largest step this instance replays as a captured graph (:func:`graph_tokens_of`, from its own
+  limits);
+* the share of device memory the engine lets weights, activations and KV cache fill, from this
+  role's own layout (SGLang's static fraction and TensorRT-LLM's free fraction depend on the TP),
+  and the KV-cache format;
+* the scheduler and its options; the step clock (the estimator and its memoised step times), taken
+  from the caller's :class:`~serveplan.sim.clock.Clocks`.
+
+The simulator (:func:`~serveplan.sim.engine.simulate`), the optimizer's screens, bounds and
+compositions (:mod:`serveplan.optimize`), the launch files (:mod:`serveplan.report.deploy`) and the
+web page all take their estimators and limits from here and from nowhere else (STYLE.md §10), so
+the same question gets the same step times whichever door it came in by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from serveplan.estimator.step import Estimator
+from serveplan.sim.clock import Clocks, StepClock
+from serveplan.sim.fleet import InstanceConfig, Role
+from serveplan.specs.engine import EngineSpec
+from serveplan.specs.profile import EfficiencyProfile
+from serveplan.units import DType
+
+if TYPE_CHECKING:
+    from serveplan.sim.engine import SimulationConfig
+
+#: vLLM's KV block size (tokens per PagedAttention block, vLLM default ``block_size=16``): the block
+#: of a run without an engine
+BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class RoleSetup:
+    """The instances of one role of a resolved deployment (module doc).
+
+    ``memory_utilization`` is the share of the datasheet's memory the estimator may fill (``None``:
+    the estimator's default, without an engine); ``kv_dtype`` the KV format (``None``: the
+    estimator's default); ``graph_tokens`` the largest step (tokens per rank) replayed as a captured
+    graph (0: no bound).
+    """
+
+    role: Role
+    count: int
+    instance: InstanceConfig
+    profile: EfficiencyProfile
+    memory_utilization: float | None
+    kv_dtype: DType | None
+    graph_tokens: int
+    scheduler_options: Mapping[str, Any] = field(default_factory=dict)
+    clock: StepClock
+
+    @property
+    def estimator(self) -> Estimator:
+        return self.clock.est
+
+    @property
+    def num_devices(self) -> int:
+        """Devices of one instance."""
+        return self.instance.num_devices
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache tokens one instance holds (per pipeline stage's share of the model)."""
+        return int(self.clock.est.memory.kv_capacity_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        est = self.clock.est
+        b, par = self.instance.batching, self.instance.parallel
+        return {"role": self.role.value, "count": self.count, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
+                "num_devices": par.num_devices, "scheduler": b.scheduler, "max_batch": b.max_batch,
+                "max_prompts": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
+                "scheduler_options": {k: (None if isinstance(v, float) and v == float("inf") else v)
+                                      for k, v in self.scheduler_options.items()},
+                "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,
+                "memory_utilization": est.memory_utilization, "kv_capacity_tokens": self.kv_capacity_tokens,
+                "graph_tokens": self.graph_tokens,
+                "spec": None if self.instance.spec is None else self.instance.spec.to_dict()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Deployment:
+    """A :class:`~serveplan.sim.engine.SimulationConfig` resolved per role (module doc)."""
+
+    config: SimulationConfig
+    roles: tuple[RoleSetup, ...]
+    notes: tuple[str, ...] = ()
+    clocks: Clocks
+
+    @property
+    def fleet(self) -> Any:
+        return self.config.fleet
+
+    @property
+    def engine(self) -> EngineSpec | None:
+        return self.config.engine
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block (the engine's; vLLM's 16 without one)."""
+        setup = self.config.engine_setup
+        return setup.block_size if setup is not None else BLOCK_SIZE
+
+    def role(self, role: Role | str) -> RoleSetup:
+        r = Role(role)
+        for s in self.roles:
+            if s.role is r:
+                return s
+        raise KeyError(f"fleet {self.config.fleet.strategy} has no {r.value} instances")
+
+    @property
+    def first(self) -> RoleSetup:
+        """The instances that receive new requests (collocated or prefill)."""
+        return self.roles[0]
+
+    @property
+    def last(self) -> RoleSetup:
+        """The instances that decode (collocated or decode)."""
+        return self.roles[-1]
+
+    @property
+    def clock_by_role(self) -> dict[Role, StepClock]:
+        return {s.role: s.clock for s in self.roles}
+
+    @property
+    def kv_capacity_tokens(self) -> dict[str, int]:
+        return {s.role.value: s.kv_capacity_tokens for s in self.roles}
+
+    @property
+    def weight_dtype(self) -> DType:
+        return self.first.estimator.dtype
+
+    @property
+    def kv_dtype(self) -> DType:
+        return self.last.estimator.kv_dtype
+
+    def to_dict(self) -> dict[str, Any]:
+        """What was assumed: engine and version, formats, per role its layout, scheduler and knobs."""
+        eng = self.engine
+        return {"engine": None if eng is None else {"name": eng.name, "engine": eng.engine, "version": eng.version,
+                                                    "mechanism": eng.mechanism.value},
+                "weight_dtype": self.weight_dtype.value, "kv_dtype": self.kv_dtype.value,
+                "kv_block_size": self.block_size, "roles": [s.to_dict() for s in self.roles],
+                "notes": list(self.notes)}
+
+
+def graph_tokens_of(engine: EngineSpec, inst: InstanceConfig) -> int:
+    """The largest step (tokens per rank) an instance of ``engine`` replays as a captured graph:
+    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens` of the instance's sequences, token
+    budget, data-parallel ranks and speculative decode query length."""
+    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
+    return engine.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
+                               dp=inst.parallel.dp)
+
+
+def resolve(config: SimulationConfig, clocks: Clocks | None = None) -> Deployment:
+    """Resolve ``config`` once into a :class:`Deployment` (module doc), its step clocks from
+    ``clocks`` (default: a fresh :class:`~serveplan.sim.clock.Clocks`, shared with nothing).
+
+    Raises
+    ------
+    InfeasibleError
+        The weights of a role's instances do not fit its devices under the engine's memory rule.
+    """
+    clocks = clocks if clocks is not None else Clocks()
+    cfg = config
+    fleet, eng, setup = cfg.fleet, cfg.engine, cfg.engine_setup
+    roles = []
+    for role in fleet.roles:
+        inst = fleet.instance(role)
+        profile = cfg.profile
+        graphs = 0
+        if eng is not None and eng.prefill_graphs is not None:
+            graphs = graph_tokens_of(eng, inst)
+            profile = clocks.graph_profile(profile, graphs)
+        kv = cfg.effective_kv_dtype
+        util: float | None = None
+        if eng is not None:
+            # the engine's memory rule on this role's own layout (weights and activations per device)
+            probe = clocks.clock(cfg.model, cfg.hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
+                                 memory_utilization=1.0).est
+            util = eng.memory_utilization(cfg.hardware, weights_bytes=probe.memory.weights_bytes,
+                                          activation_bytes=probe.memory.activation_bytes, tp=inst.parallel.tp,
+                                          pp=inst.parallel.pp)
+        clock = clocks.clock(cfg.model, cfg.hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
+                             memory_utilization=util, spec=inst.spec)
+        opts = (dict(setup.scheduler_options) if setup is not None and inst.batching.scheduler == setup.scheduler
+                else {})
+        roles.append(RoleSetup(role=role, count=fleet.strategy.count(role), instance=inst, profile=profile,
+                               memory_utilization=util, kv_dtype=kv, graph_tokens=graphs, scheduler_options=opts,
+                               clock=clock))
+    return Deployment(config=cfg, roles=tuple(roles), notes=setup.notes if setup is not None else (), clocks=clocks)
