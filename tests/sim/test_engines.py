@@ -18,8 +18,8 @@ from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times, static_batch
 from serveplan.sim import SimulationConfig, Workload, simulate
 from serveplan.sim import engine as sim_engine
-from serveplan.sim.schedulers import Scheduler
 from serveplan.sim.deployment import resolve
+from serveplan.sim.schedulers import Scheduler
 from serveplan.sim.serving import engine_estimator
 from serveplan.specs.catalog import get_engine
 
