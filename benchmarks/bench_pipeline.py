@@ -64,7 +64,7 @@ def workload(num_requests: int, seed: int = 0) -> Workload:
 
 SCHEDULES = {
     "orca-best": dict(scheduler="sarathi", chunk_size=4096, token_budget=10**7),
-    "vllm": dict(scheduler="vllm"),
+    "vllm": dict(scheduler="prefill-first"),
     "sarathi": dict(scheduler="sarathi", chunk_size=256),
     "orca-best tp8-only": dict(scheduler="sarathi", chunk_size=4096, token_budget=10**7, pp=1, max_batch=11,
                                strategy="8m"),

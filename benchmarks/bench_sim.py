@@ -44,7 +44,7 @@ from serveplan.sim import (  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 SPECS = dict(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
              profile=get_profile("bestserve-910b3"))
-COMMON = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="vllm", fidelity="iteration")
+COMMON = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="prefill-first", fidelity="iteration")
 
 
 def machine() -> dict[str, str]:

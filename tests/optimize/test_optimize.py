@@ -34,7 +34,7 @@ def test_space_prunes_tp1_with_the_reason_and_counts_devices():
     listing = enumerate_space(SearchSpace(devices=8), s, request_tokens=1088)
     assert any(p.name == "tp1" and "weights do not fit" in p.reason for p in listing.pruned)
     names = {c.name for c in listing.candidates}
-    assert {"2m-tp4-b16-vllm", "1p1d-tp4-b16", "4m-tp2-b16-vllm", "3p1d-tp2-b16"} <= names
+    assert {"2m-tp4-b16-prefill-first", "1p1d-tp4-b16", "4m-tp2-b16-prefill-first", "3p1d-tp2-b16"} <= names
     assert all(c.num_devices <= 8 for c in listing.candidates)
     c = next(c for c in listing.candidates if c.name == "1p2d-tp4/2-b16")
     assert c.num_devices == 4 + 2 * 2

@@ -33,7 +33,7 @@ SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[Healt
 
 
 @SETTINGS
-@given(strategy=st.sampled_from(["1m", "2m", "1p1d", "2p1d"]), scheduler=st.sampled_from(["vllm", "sarathi"]),
+@given(strategy=st.sampled_from(["1m", "2m", "1p1d", "2p1d"]), scheduler=st.sampled_from(["prefill-first", "sarathi"]),
        rate=st.floats(0.2, 20.0), max_batch=st.integers(1, 24), seed=st.integers(0, 10_000),
        chunk=st.sampled_from([64, 256, 512]))
 def test_every_request_finishes_once_and_first_token_precedes_finish(testbed, strategy, scheduler, rate, max_batch,
@@ -50,7 +50,7 @@ def test_kv_pressure_preempts_without_overcommitting_and_everything_finishes(sar
     # LLaMA-13B on a 48 GB A6000 keeps ~20.7k KV tokens: 32 requests of up to 3.8k tokens cannot all fit
     wl = Workload.from_distributions(LengthDist(kind="uniform", low=500, high=3000),
                                      LengthDist(kind="uniform", low=2, high=800), 200, seed=1)
-    for sched in ("vllm", "sarathi"):
+    for sched in ("prefill-first", "sarathi"):
         res = simulate(SimulationConfig(**sarathi_bed, strategy="1m", tp=1, scheduler=sched, rate=2.0,
                                         max_batch=32, workload=wl))
         assert res.num_preemptions > 0 and res.kv_limited
@@ -127,7 +127,7 @@ def test_stretch_and_step_by_step_decoding_agree(testbed, monkeypatch):
     wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
                                      LengthDist(kind="uniform", low=2, high=300), 200, seed=1)
     for strategy in ("2m", "1p1d"):
-        for sched in ("vllm", "sarathi"):
+        for sched in ("prefill-first", "sarathi"):
             cfg = SimulationConfig(**testbed, strategy=strategy, scheduler=sched, rate=4.0, max_batch=8, workload=wl)
             fast = simulate(cfg)
             monkeypatch.setattr(Instance, "fast_decode", False)

@@ -24,7 +24,7 @@ def test_build_resolves_the_per_role_defaults():
     assert c.collocated.batching.scheduler == "chunked-prefill"
     assert c.collocated.batching.token_budget == 256          # Sarathi: one chunk per step
     assert c.collocated.batching.max_prompts == 16            # no prompt limit given: the max batch
-    assert c.num_devices == 8 and c.name == "2m-tp2-pp2-b16-sarathi256"
+    assert c.num_devices == 8 and c.name == "2m-tp2-pp2-b16-chunked256"
     assert Fleet.build("1m", prefill_max_batch=0).first.batching.max_prompts == 16  # 0 reads as "not given"
 
 
@@ -57,7 +57,9 @@ def test_config_takes_a_fleet_or_the_flat_settings_not_both(testbed):
 
 
 def test_engine_names_are_aliases_of_mechanisms():
-    assert canonical_scheduler("vllm") == "prefill-first" and canonical_scheduler("sarathi") == "chunked-prefill"
+    assert canonical_scheduler("sarathi") == "chunked-prefill"
+    with pytest.raises(SpecError, match=r"scheduler='vllm' is an engine, not a scheduler; give --engine vllm"):
+        canonical_scheduler("vllm")
     assert set(SCHEDULERS) == {"prefill-first", "chunked-prefill", "prefill-only", "decode-only", "prefill-priority",
                                "inflight-no-evict"}
     with pytest.raises(SpecError, match="expected one of: chunked-prefill"):

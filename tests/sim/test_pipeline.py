@@ -25,7 +25,7 @@ def test_lone_request_bubble_is_half_its_latency_with_two_stages(testbed):
     assert q.ttft[0] == pytest.approx(2 * est.stage_time(StepBatch.prefill(1, 1024)), rel=1e-12)
 
 
-@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+@pytest.mark.parametrize("scheduler", ["prefill-first", "sarathi"])
 def test_pipelined_instances_keep_invariants_and_overlap_micro_batches(testbed, scheduler):
     wl = Workload.scenario("op3", num_requests=300)
     one = simulate(SimulationConfig(**testbed, strategy="1m", tp=2, pp=2, scheduler=scheduler, rate=1.0,

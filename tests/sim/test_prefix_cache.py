@@ -160,7 +160,7 @@ def test_without_shared_prefixes_results_are_identical_to_before_the_cache(strat
                                                                             makespan, steps):
     cfg = SimulationConfig(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
                            profile=get_profile("bestserve-910b3"), tp=4, max_batch=16, prefill_max_batch=4,
-                           scheduler="vllm", strategy=strategy, rate=rate,
+                           scheduler="prefill-first", strategy=strategy, rate=rate,
                            workload=Workload.scenario(scenario, num_requests=2000))
     r = simulate(cfg)
     assert (r.ttft_s.mean, r.tpot_s.mean, r.makespan_s, r.num_steps) == (ttft, tpot, makespan, steps)

@@ -92,7 +92,7 @@ def test_prefill_first_never_mixes_prefill_and_decode():
     R.prefilled[0] = R.kv_len[0] = 100
     R.gen[0] = 1
     R.blocks[0] = 7
-    plan = get_scheduler("vllm")().plan_batch(View(R, [1, 2], [0], 100, 4, float("inf"), 512, 4))
+    plan = get_scheduler("prefill-first")().plan_batch(View(R, [1, 2], [0], 100, 4, float("inf"), 512, 4))
     assert plan.prefill == [(1, 100), (2, 100)] and plan.decode == []
 
 

@@ -285,8 +285,9 @@ class Fleet:
 
     @property
     def name(self) -> str:
-        """Short name, e.g. ``2m-tp4-b16-vllm``, ``1p1d-tp4/2-pp2-b16`` (stable across releases:
-        search checkpoints and published rankings are keyed by it)."""
+        """Short name, e.g. ``2m-tp4-b1024-chunked8192``, ``2m-tp4-b16-prefill-first``,
+        ``1p1d-tp4/2-pp2-b16``: the strategy, layout, max batch and the scheduler by mechanism (with
+        its chunk size when it chunks). Search checkpoints and result files are keyed by it."""
         par = self.first.parallel
         extra = "".join(f"-{k}{v}" for k, v in (("pp", par.pp), ("dp", par.dp), ("ep", par.ep)) if v > 1)
         if par.redundant_experts:
@@ -326,7 +327,7 @@ class Fleet:
         """Inverse of :meth:`to_dict`."""
         strat = Strategy(num_collocated=d["num_collocated"], num_prefill=d["num_prefill"],
                          num_decode=d["num_decode"])
-        sched = d.get("scheduler", "prefill-first")
+        sched = _LEGACY_SCHEDULERS.get(d.get("scheduler", "prefill-first"), d.get("scheduler", "prefill-first"))
         return Fleet.build(strat, tp=d["tp"], prefill_tp=d["tp"], decode_tp=d.get("decode_tp") or d["tp"],
                            pp=d["pp"], dp=d["dp"], ep=d["ep"], max_batch=d["max_batch"],
                            prefill_max_batch=d.get("prefill_max_batch"),
@@ -337,6 +338,10 @@ class Fleet:
                                                     d.get("spec_draft_model")),
                            decode_dp=d.get("decode_dp") or d["dp"], decode_ep=d.get("decode_ep") or d["ep"],
                            redundant_experts=d.get("redundant_experts") or 0)
+
+
+#: scheduler names of records written before schedulers were named only by mechanism (checkpoints, result files)
+_LEGACY_SCHEDULERS = {"vllm": "prefill-first"}
 
 
 def _positive_int(name: str, v: Any) -> None:

@@ -65,10 +65,19 @@ def register_scheduler(name: str, *aliases: str) -> Callable[[type[Scheduler]], 
     return deco
 
 
+#: engine names given where a scheduler (a mechanism) is expected, and the mechanism each engine runs:
+#: a scheduler is named by what it does, an engine by who ships it (``--engine`` picks both)
+ENGINE_NAMES = {"vllm": "chunked-prefill", "sglang": "prefill-priority", "trtllm": "inflight-no-evict"}
+
+
 def canonical_scheduler(name: str) -> str:
     """The mechanism name of ``name`` (an alias or a mechanism); :class:`SpecError` listing the
-    options when unknown."""
+    options when unknown, and saying what to write when ``name`` is an engine's."""
     name = ALIASES.get(name, name)
+    if name in ENGINE_NAMES:
+        raise SpecError(f"scheduler={name!r} is an engine, not a scheduler; give --engine {name} (its "
+                        f"{ENGINE_NAMES[name]} policy and defaults) or a mechanism: "
+                        f"{', '.join(collocated_schedulers())} (prefill-first is vLLM v0's and BestServe's)")
     if name not in SCHEDULERS:
         raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(scheduler_names())}")
     return name

@@ -16,7 +16,7 @@ from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Sc
 class ChunkedPrefillScheduler(Scheduler):
     """Decode-maximal batching: decodes first, then prefill chunks up to the token budget."""
 
-    tag = "sarathi"
+    tag = "chunked"
     chunked = True
     # running decodes first, then the partial prompt's next chunk: the plan repeats while nothing
     # new can be admitted

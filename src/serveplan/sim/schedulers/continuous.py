@@ -12,11 +12,11 @@ from __future__ import annotations
 from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, register_scheduler
 
 
-@register_scheduler("prefill-first", "vllm")
+@register_scheduler("prefill-first")
 class PrefillFirstScheduler(Scheduler):
     """Prefill-prioritising iteration-level scheduler (vLLM v0, BestServe's collocated model)."""
 
-    tag = "vllm"
+    tag = "prefill-first"
     # a lone fresh prompt fits the token budget alone and is prefilled whole; with nothing
     # waiting every ready request decodes (the plan below)
     fast_paths = FastPaths(lone_prompt=True, all_decode=True)

@@ -41,7 +41,7 @@ from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Sc
 class InflightNoEvictScheduler(Scheduler):
     """Decodes plus whole prompts each step; admission reserves the full sequence."""
 
-    tag = "trtllm"
+    tag = "inflight"
     # nothing waiting and every running request decoding: all decode, and the reservation
     # guarantees their blocks fit (the instance's shortcut checks it again)
     fast_paths = FastPaths(all_decode=True)

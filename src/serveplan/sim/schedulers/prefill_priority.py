@@ -29,7 +29,7 @@ from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Sc
 class PrefillPriorityScheduler(Scheduler):
     """SGLang-style: prefill steps first, chunked prompts, decodes alone unless ``mixed``."""
 
-    tag = "sglang"
+    tag = "priority"
     chunked = True
     # every decode step updates the new-token ratio, so each step is planned; with nothing
     # waiting the plan is "all decode" and the instance runs it as a stretch
