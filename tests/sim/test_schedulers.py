@@ -98,7 +98,7 @@ def test_prefill_first_never_mixes_prefill_and_decode():
 
 def test_unknown_scheduler_lists_the_options():
     options = ("chunked-prefill, decode-only, inflight-no-evict, prefill-first, prefill-only, prefill-priority, "
-               "sarathi, vllm")
+               "sarathi")
     with pytest.raises(SpecError, match=f"expected one of: {options}"):
         get_scheduler("fifo")
 
