@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import typer
 
+from serveplan.commands.parsing import parse_int_list
 from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError
+
+__all__ = ["app", "console", "emit_json", "fail", "handle_errors", "main", "options_command", "parse_int_list"]
 
 app = typer.Typer(
     name="serveplan",
@@ -59,17 +62,42 @@ def handle_errors(fn: F) -> F:
     return cast(F, wrapper)
 
 
-def parse_int_list(value: str, field: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` with a one-line error naming ``field``."""
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise SpecError(f"{field}={value!r} must be a comma-separated list of integers, e.g. 1,2,4") from None
-    if not out:
-        raise SpecError(f"{field}={value!r} is empty; give at least one value, e.g. 1,2,4")
-    if any(v < 1 for v in out):
-        raise SpecError(f"{field}={value!r}: every value must be a positive integer")
-    return out
+def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str, Any, Any]] = (),
+                    help: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register command ``name`` whose options are the fields of ``options`` (a
+    :class:`~serveplan.commands.options.CommandOptions`): each field's flags, default and help make
+    one Typer option, so the CLI and the web page read one definition. ``extra`` adds front-end
+    options as ``(name, type, typer.Option(...))`` (``--json``, ``--progress``). The decorated
+    function is called with the options value and the extra options as keywords; errors become one
+    line and an exit code (:func:`handle_errors`)."""
+    import inspect
+
+    params = []
+    for f in options.fields():
+        kind: Any = f.kind | None if f.optional else f.kind
+        flags = list(f.opt.flags)
+        if f.is_switch and f.opt.off_flag:
+            flags[0] = f"{flags[0]}/{f.opt.off_flag}"
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                        default=typer.Option(f.default, *flags, help=f.opt.help)))
+    for ename, etype, eopt in extra:
+        params.append(inspect.Parameter(ename, inspect.Parameter.KEYWORD_ONLY, annotation=etype, default=eopt))
+
+    def deco(render: Callable[..., Any]) -> Callable[..., Any]:
+        extra_names = {e[0] for e in extra}
+
+        def command(**kwargs: Any) -> Any:
+            opts = options(**{k: v for k, v in kwargs.items() if k not in extra_names})
+            return render(opts, **{k: v for k, v in kwargs.items() if k in extra_names})
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        command.__doc__ = help or render.__doc__
+        command.__name__ = f"{name.replace('-', '_')}_cmd"
+        app.command(name)(handle_errors(command))
+        return render
+
+    return deco
 
 
 def console() -> Any:
@@ -80,7 +108,10 @@ def console() -> Any:
 
 
 def emit_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=_json_default))
+    """Print ``obj`` as strict JSON (a statistic of nothing is ``null``, never NaN or Infinity)."""
+    from serveplan.report.documents import strict
+
+    typer.echo(json.dumps(strict(json.loads(json.dumps(obj, default=_json_default))), indent=2, allow_nan=False))
 
 
 def _json_default(o: Any) -> Any:

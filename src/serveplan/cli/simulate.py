@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.cli.checks import check_simulate
+from serveplan.commands.checks import check_simulate
 from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config

@@ -269,7 +269,8 @@ class _FastSearch:
         return any(u >= user and d >= dev for u, d in self._points)
 
     def _prune(self, c: Fleet, reason: str) -> None:
-        self.pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=reason))
+        self.pruned.append(Pruned(name=c.name, num_devices=c.num_devices, kind="bound", reason=reason,
+                                  bound_rps=self.bounds.get(c.name)))
         self.on_candidate(c.name)
 
     def _push(self, i: int, c: Fleet) -> None:
@@ -295,9 +296,11 @@ class _FastSearch:
             self._push(i, c)
 
     def branch_and_bound(self, candidates: list[Fleet]) -> None:
-        """Compose candidates best bound first; prune those that cannot beat the best composed."""
+        """Compose candidates best bound first; prune those that cannot beat the best composed of
+        their own architecture (collocated or disaggregated: the best of each is always found, so the
+        ranking answers "collocated or disaggregated here")."""
         s, target = self.settings, self.target_rate
-        best_pd = 0.0
+        best_pd = {False: 0.0, True: 0.0}   # best composed goodput per device, by is_disaggregated
         best_devices: int | None = None
         # a prefill pool serves more per instance the more instances share the stream (smoother
         # arrivals each), so the largest pool of a configuration bounds every smaller one per instance
@@ -311,7 +314,8 @@ class _FastSearch:
         refined: set[str] = set()
         while self.heap:
             key, i, c = heapq.heappop(self.heap)
-            beaten = -key[0] <= best_pd and (not self.frontier or self._dominated(c, -key[0]))
+            arch = c.is_disaggregated
+            beaten = -key[0] <= best_pd[arch] and (not self.frontier or self._dominated(c, -key[0]))
             if c.name not in refined and not (target is None and beaten):
                 refined.add(c.name)
                 b = min(self.bounds[c.name], self._measured_bound(c, n_max))
@@ -319,9 +323,11 @@ class _FastSearch:
                     self.bounds[c.name] = b
                     self._push(i, c)
                     continue
-            if target is None and -key[0] <= best_pd and (not self.frontier or self._dominated(c, -key[0])):
-                self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best found, {best_pd:.3g}"
-                               + (", and a faster fleet per user beats it" if self.frontier else ""))
+            if target is None and -key[0] <= best_pd[arch] and (not self.frontier or self._dominated(c, -key[0])):
+                kind = "disaggregated" if arch else "collocated"
+                self._prune(c, f"goodput bound {-key[0]:.3g} req/s per device is below the best {kind} found, "
+                               f"{best_pd[arch]:.3g}" + (", and a faster fleet per user beats it" if self.frontier
+                                                         else ""))
                 continue
             if target is not None and self.bounds[c.name] < target:
                 self._prune(c, f"goodput bound {self.bounds[c.name]:.3g} req/s (its largest pool measured) is below "
@@ -334,7 +340,7 @@ class _FastSearch:
             self.composed[c.name] = self.results[c.name] = r
             self.on_candidate(c.name)
             if r.status == GoodputStatus.OK:
-                best_pd = max(best_pd, r.goodput_per_device)
+                best_pd[arch] = max(best_pd[arch], r.goodput_per_device)
                 if r.tpot_p > 0 and math.isfinite(r.tpot_p):
                     self._points.append((1.0 / r.tpot_p, r.output_tokens_per_s / c.num_devices))
                 if target is not None and r.goodput_rps >= target * (1 - 1.1 * s.rel_tol):
@@ -361,40 +367,61 @@ class _FastSearch:
         return max(good, key=lambda r: r.goodput_per_device, default=None)
 
     def confirm_best(self, confirm: int, strict: bool = False) -> None:
-        """Simulate the best compositions whole: at least ``confirm``, more (up to
-        :data:`MAX_CONFIRM`) while an unconfirmed one still beats the best confirmed; ``strict``:
-        none after a batch with a disagreement."""
+        """Simulate the best compositions whole: the best of each architecture (collocated and
+        disaggregated), more of an architecture (up to :data:`MAX_CONFIRM` in all) while an
+        unconfirmed composition of it still beats its best confirmed, and at least ``confirm`` in
+        all; ``strict``: none after a batch with a disagreement. With a target rate: the fewest
+        devices near the target first, until one reaches it."""
         s, target = self.settings, self.target_rate
         ok = sorted((r for r in self.composed.values() if r.status == GoodputStatus.OK),
                     key=lambda r: (-r.goodput_per_device, r.candidate.num_devices, r.name))
+        confirmed: dict[str, GoodputResult] = {}
         if target is not None:  # near the target within the tolerance: the whole fleet decides
             ok = sorted((r for r in ok if r.goodput_rps >= target * (1 - 1.1 * s.rel_tol)),
                         key=lambda r: (r.candidate.num_devices, -r.goodput_rps, r.name))
-        confirmed: dict[str, GoodputResult] = {}
-        queue = list(ok)
-        while queue and len(confirmed) < MAX_CONFIRM and not (strict and self.disagreements):
-            top = self._best_confirmed(confirmed)
-            if len(confirmed) >= confirm and top is not None:
-                nxt = queue[0]
-                if target is None and nxt.goodput_per_device <= top.goodput_per_device:
+            queue = list(ok)
+            while queue and len(confirmed) < MAX_CONFIRM and not (strict and self.disagreements):
+                top = self._best_confirmed(confirmed)
+                if len(confirmed) >= confirm and top is not None and \
+                        queue[0].candidate.num_devices >= top.candidate.num_devices:
                     break
-                if target is not None and nxt.candidate.num_devices >= top.candidate.num_devices:
+                batch = queue[:confirm if not confirmed else max(1, self.jobs)]
+                queue = queue[len(batch):]
+                self._confirm_batch(batch, confirmed)
+            self.results.update(confirmed)
+            return
+        for arch in (False, True):  # the best of each architecture, simulated whole
+            mine = [r for r in ok if r.candidate.is_disaggregated == arch]
+            while mine and len(confirmed) < MAX_CONFIRM and not (strict and self.disagreements):
+                best_pd = max((r.goodput_per_device for r in confirmed.values()
+                               if r.candidate.is_disaggregated == arch and r.status == GoodputStatus.OK), default=None)
+                if best_pd is not None and mine[0].goodput_per_device <= best_pd:
                     break
-            batch = queue[:confirm if not confirmed else max(1, self.jobs)]
+                batch = mine[:max(1, min(self.jobs, confirm))]
+                mine = mine[len(batch):]
+                self._confirm_batch(batch, confirmed)
+        queue = [r for r in ok if r.name not in confirmed]
+        while queue and len(confirmed) < confirm and not (strict and self.disagreements):
+            batch = queue[:confirm - len(confirmed)]
             queue = queue[len(batch):]
-            for r, resumed in _confirm(batch, s, self.jobs, self.done, self.clocks):
-                self.n_resumed += resumed
-                comp = self.composed[r.name]
-                self.n_sims += r.num_simulations
-                tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
-                r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
-                if abs(r.goodput_rps - comp.goodput_rps) > tol:
-                    self.disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
-                                              f"{r.goodput_rps:.3g} req/s")
-                confirmed[r.name] = r
-                if not resumed:
-                    self.on_record(r.name, r)
+            self._confirm_batch(batch, confirmed)
         self.results.update(confirmed)
+
+    def _confirm_batch(self, batch: list[GoodputResult], confirmed: dict[str, GoodputResult]) -> None:
+        """Simulate ``batch`` whole (bracket at each composition), recording disagreements."""
+        s = self.settings
+        for r, resumed in _confirm(batch, s, self.jobs, self.done, self.clocks):
+            self.n_resumed += resumed
+            comp = self.composed[r.name]
+            self.n_sims += r.num_simulations
+            tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
+            r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
+            if abs(r.goodput_rps - comp.goodput_rps) > tol:
+                self.disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
+                                          f"{r.goodput_rps:.3g} req/s")
+            confirmed[r.name] = r
+            if not resumed:
+                self.on_record(r.name, r)
 
 
 def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,

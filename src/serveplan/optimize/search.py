@@ -29,6 +29,7 @@ from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet
+from serveplan.specs.catalog import get_engine
 
 CHECKPOINT = "checkpoint.jsonl"
 #: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
@@ -52,10 +53,34 @@ class SearchResult:
     num_resumed: int
     elapsed_s: float
     settings_summary: dict[str, Any] = field(default_factory=dict)
+    #: strategies shown after the best of each architecture (:meth:`ranking`)
+    top: int = 10
 
     @property
     def best(self) -> GoodputResult:
         return self.strategies[0]
+
+    def _best_whole(self, disaggregated: bool) -> GoodputResult | None:
+        return next((r for r in self.strategies if r.candidate.is_disaggregated == disaggregated
+                     and r.method in ("", "confirmed")), None)
+
+    @property
+    def best_collocated(self) -> GoodputResult | None:
+        """The best collocated strategy simulated whole (None: none met the SLO, or none was asked for)."""
+        return self._best_whole(False)
+
+    @property
+    def best_disaggregated(self) -> GoodputResult | None:
+        """The best disaggregated strategy simulated whole (None: none met the SLO, or none was asked for)."""
+        return self._best_whole(True)
+
+    def ranking(self) -> list[GoodputResult]:
+        """What the ranking shows, best per device first: the best collocated and the best
+        disaggregated strategies simulated whole, then the ``top`` best of the others."""
+        heads = [r for r in (self.best_collocated, self.best_disaggregated) if r is not None]
+        rest = [r for r in self.strategies if r not in heads][:self.top]
+        order = {r.name: i for i, r in enumerate(self.strategies)}
+        return sorted(heads + rest, key=lambda r: order[r.name])
 
     @property
     def slo_tolerance(self) -> float | None:
@@ -77,6 +102,9 @@ class SearchResult:
                            for r in self.strategies],
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
+            "ranking": [r.name for r in self.ranking()],
+            "best_collocated": None if self.best_collocated is None else self.best_collocated.name,
+            "best_disaggregated": None if self.best_disaggregated is None else self.best_disaggregated.name,
             "pareto": list(self.pareto),
             "frontier": [p.to_dict() for p in self.frontier],
             "num_simulations": self.num_simulations,
@@ -361,7 +389,9 @@ class _Brancher:
         screen = Screen(settings)
         self.keep = keep
         self.bounds = {c.name: screen.fleet(c) for c in candidates}
-        self.top: list[tuple[float, str]] = []      # the best goodputs per device simulated, best first
+        #: the best goodputs per device simulated, best first, per architecture (is_disaggregated): the
+        #: best ``keep`` of each are exact, so the ranking says which architecture wins
+        self.top: dict[bool, list[tuple[float, str]]] = {False: [], True: []}
         self.pruned: list[Pruned] = []
         self.cut_sims = 0
         self._beat: dict[str, tuple[float, str]] = {}
@@ -371,17 +401,19 @@ class _Brancher:
         the cheapest to simulate, then the name)."""
         return sorted(cands, key=lambda c: (-self.bounds[c.name] / c.num_devices, c.num_devices, c.name))
 
-    def _which(self) -> str:
-        pd, name = self.top[self.keep - 1]
+    def _which(self, arch: bool) -> str:
+        pd, name = self.top[arch][self.keep - 1]
         rank = "the best" if self.keep == 1 else f"the {self.keep}th best"
-        return f"{rank} simulated, {pd:.3g} per device ({name})"
+        return f"{rank} {'disaggregated' if arch else 'collocated'} simulated, {pd:.3g} per device ({name})"
 
     def gate(self, cand: Fleet) -> float | None:
-        """The rate ``cand`` must beat, None while fewer than ``keep`` are simulated."""
-        if len(self.top) < self.keep:
+        """The rate ``cand`` must beat (the ``keep``-th best of its architecture), None while fewer
+        than ``keep`` of its architecture are simulated."""
+        top = self.top[cand.is_disaggregated]
+        if len(top) < self.keep:
             return None
-        self._beat[cand.name] = (self.top[self.keep - 1][0], self._which())
-        return self.top[self.keep - 1][0] * cand.num_devices
+        self._beat[cand.name] = (top[self.keep - 1][0], self._which(cand.is_disaggregated))
+        return top[self.keep - 1][0] * cand.num_devices
 
     def done(self, res: GoodputResult) -> bool:
         """Record a finished search; False when it was cut (then pruned with the reason)."""
@@ -390,12 +422,13 @@ class _Brancher:
             why = self._beat.get(res.name, (0.0, "the best simulated"))[1]
             self.pruned.append(Pruned(name=res.name, num_devices=res.candidate.num_devices, kind="bound",
                                       reason=f"{res.reason}: {why}; analytic bound "
-                                             f"{self.bounds[res.name]:.3g} req/s"))
+                                             f"{self.bounds[res.name]:.3g} req/s", bound_rps=res.miss_rps))
             return False
         if res.status == GoodputStatus.OK and res.goodput_rps > 0:
-            self.top.append((res.goodput_per_device, res.name))
-            self.top.sort(key=lambda t: (-t[0], t[1]))
-            del self.top[self.keep:]
+            top = self.top[res.candidate.is_disaggregated]
+            top.append((res.goodput_per_device, res.name))
+            top.sort(key=lambda t: (-t[0], t[1]))
+            del top[self.keep:]
         return True
 
 
@@ -477,7 +510,7 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
-    return [_finish(space, p, elapsed, target_rate) for p in plans]
+    return [dataclasses.replace(_finish(space, p, elapsed, target_rate), top=opts.top) for p in plans]
 
 
 class _Tracker:
@@ -557,6 +590,7 @@ class _Options:
     target_rate: float | None
     frontier: bool = False
     keep: int = KEEP
+    top: int = 10
 
     @staticmethod
     def of(kwargs: dict[str, Any]) -> _Options:
@@ -581,7 +615,7 @@ class _Options:
         return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
                         progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
                         method=method, confirm=confirm, target_rate=target_rate,
-                        frontier=bool(kwargs.get("frontier", False)), keep=keep)
+                        frontier=bool(kwargs.get("frontier", False)), keep=keep, top=int(kwargs.get("top", 10)))
 
 
 def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
@@ -603,6 +637,28 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
             raise SpecError(f"no admissible layout: {reasons}")
         raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
     return listing
+
+
+def _assumptions(space: SearchSpace, settings: GoodputSettings, best: Fleet | None) -> dict[str, Any]:
+    """What a search assumed, for every output: the engine (name, version, mechanism), the weight
+    and KV formats its best plan runs with, the architectures asked for and the search lists."""
+    eng = settings.engine
+    spec = get_engine(eng) if isinstance(eng, str) else eng
+    out: dict[str, Any] = {
+        "engine": None if spec is None else {"name": spec.name, "engine": spec.engine, "version": spec.version,
+                                             "mechanism": spec.mechanism.value},
+        "architectures": [a for a, on in (("collocated", space.collocated), ("disaggregated", space.disaggregated))
+                          if on],
+        "space": {"tp": list(space.tp_sizes), "pp": list(space.pp_sizes), "dp": list(space.dp_sizes),
+                  "ep": list(space.ep_sizes), "max_batches": list(space.max_batches),
+                  "prefill_max_batch": space.prefill_max_batch, "schedulers": list(space.schedulers),
+                  "chunk_sizes": list(space.chunk_sizes), "token_budget": space.token_budget},
+    }
+    if best is not None:
+        dep = settings.deployment(best)
+        out |= {"weight_dtype": dep.weight_dtype.value, "kv_dtype": dep.kv_dtype.value,
+                "deployment": dep.to_dict()}
+    return out
 
 
 def _auto_fallback(key: int, plan: _Plan, keep: int) -> list[Task]:
@@ -679,6 +735,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
             summary |= {"fast_attempt_simulations": plan.probe_sims}
     if target_rate is not None:
         summary["target_rate"] = target_rate
+    summary |= _assumptions(space, settings, ok[0].candidate if ok else None)
     result = SearchResult(
         strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(pruned), pareto=pareto_front(ok),
         num_simulations=n_sims, num_evaluated=plan.evaluated,

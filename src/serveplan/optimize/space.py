@@ -20,6 +20,7 @@ from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet, Strategy
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.catalog import get_engine
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -123,10 +124,18 @@ class Pruned:
     name: str
     num_devices: int
     reason: str
-    kind: str = "memory"  # "layout": the sizes do not divide the model; "memory": it does not fit
+    #: "layout": the sizes do not divide the model; "memory": it does not fit; "bound": its analytic
+    #: goodput bound (``bound_rps``) cannot beat the best found
+    kind: str = "memory"
+    bound_rps: float | None = None
+
+    @property
+    def bound_per_device(self) -> float | None:
+        return None if self.bound_rps is None else self.bound_rps / self.num_devices
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "num_devices": self.num_devices, "reason": self.reason, "kind": self.kind}
+        return {"name": self.name, "num_devices": self.num_devices, "reason": self.reason, "kind": self.kind,
+                "bound_rps": self.bound_rps, "bound_per_device": self.bound_per_device}
 
 
 @dataclass
@@ -256,7 +265,7 @@ def spec_choices(method: str | None, tokens: list[int] | tuple[int, ...] | None,
     return tuple(dict.fromkeys(SpecDecodeConfig.of(method, k, acceptance, draft_model) for k in ks))
 
 
-def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str | None = None,
+def search_defaults(engine: str | EngineSpec | None, hardware: DeviceSpec, *, max_batch: str | None = None,
                     prefill_max_batch: int | None = None, schedulers: str | None = None,
                     chunk_sizes: str | None = None, knobs: bool = False) -> tuple[str, int, str, str, int | None]:
     """The search lists ``(max batches, prompts per prefill step, schedulers, chunk sizes, token
@@ -273,7 +282,7 @@ def search_defaults(engine: str | None, hardware: DeviceSpec, *, max_batch: str 
         default_sched, seqs, budget = "prefill-first", 16, 512
         token_budget = None
     else:
-        spec = get_engine(engine)
+        spec = get_engine(engine) if isinstance(engine, str) else engine
         lim = spec.limits(hardware)
         seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
         budget = lim.token_budget or lim.chunk_size or 512

@@ -1,30 +1,53 @@
 """The JSON documents of ``serveplan optimize --json`` and ``serveplan simulate --json``, built in one
-place: the CLI prints them and ``serveplan ui``'s API serves them, so both say the same thing."""
+place: the CLI prints them and ``serveplan ui``'s API serves them, so both say the same thing.
+
+Every document is strict JSON (:func:`strict`): a statistic of nothing is ``null``, never NaN or
+Infinity, which ``JSON.parse``, jq and web clients refuse."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from serveplan.optimize.search import SearchResult
-from serveplan.report.deploy import Deployment
+from serveplan.report.deploy import LaunchPlan
 from serveplan.report.tables import sweep_records
 from serveplan.sim import SimulationResult
 
 
+def strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None`` (lists, tuples and dicts walked;
+    numpy scalars and arrays become Python numbers and lists), ready for ``json.dumps(...,
+    allow_nan=False)``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [strict(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy scalar or array
+        return strict(obj.tolist())
+    return obj
+
+
 def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str], bands: Sequence[Any] = (),
-                      deploy: Deployment | None = None) -> dict[str, Any]:
+                      launch: LaunchPlan | None = None, command: str | None = None) -> dict[str, Any]:
     """One search's ``to_dict()`` (several scenarios: ``{"scenarios": [...]}``), with each top
-    strategy's goodput band (``--band``) and the best plan's launch commands (``--deploy``)."""
+    strategy's goodput band (``--band``), the best plan's launch files (``--deploy``) and the
+    command line that reproduces it."""
     dicts = [res.to_dict() for res in results]
     for d, bs in zip(dicts, bands, strict=False):
         for row, b in zip(d["strategies"], bs, strict=False):
             row["goodput_band"] = b.to_dict()
-    if deploy is not None:
-        dicts[0]["deploy"] = deploy.to_dict()
-    if len(dicts) > 1:
-        return {"scenarios": [dict(d, scenario=name) for name, d in zip(scenarios, dicts, strict=True)]}
-    return dicts[0]
+    if launch is not None:
+        dicts[0]["deploy"] = launch.to_dict()
+    doc: dict[str, Any] = dicts[0] if len(dicts) == 1 else \
+        {"scenarios": [dict(d, scenario=name) for name, d in zip(scenarios, dicts, strict=True)]}
+    if command is not None:
+        doc["command"] = command
+    out: dict[str, Any] = strict(doc)
+    return out
 
 
 def simulate_document(res: SimulationResult, sweep: Sequence[SimulationResult] = (),
@@ -35,4 +58,5 @@ def simulate_document(res: SimulationResult, sweep: Sequence[SimulationResult] =
         d["rate_sweep"] = sweep_records(sweep)
     if bands is not None:
         d["band"] = {k: b.to_dict() for k, b in bands.items()}
-    return d
+    out: dict[str, Any] = strict(d)
+    return out

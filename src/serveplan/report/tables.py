@@ -58,6 +58,49 @@ def sweep_records(results: Sequence[SimulationResult]) -> list[dict[str, Any]]:
     return out
 
 
+def fit_columns(width: int, columns: Sequence[tuple[str, int, bool]]) -> list[str]:
+    """The columns of a table that fit a terminal ``width`` characters wide: each ``(name,
+    min_width, essential)`` takes ``max(len(name), min_width) + 3`` characters (0: about 26, a
+    strategy's name); secondary columns are dropped from the right until the rest fit, essential
+    ones never (the strategy's name, the answer, is essential)."""
+    def need(cols: Sequence[tuple[str, int, bool]]) -> int:
+        return sum((max(len(n), w) if w else 26) + 3 for n, w, _ in cols) + 1
+
+    kept = list(columns)
+    while need(kept) > width:
+        drop = next((c for c in reversed(kept) if not c[2]), None)
+        if drop is None:
+            break
+        kept.remove(drop)
+    return [c[0] for c in kept]
+
+
+def plan_header(summary: dict[str, Any], *, devices: int, workload: str) -> str:
+    """The line above a ranking saying what was assumed: the model and its formats, the devices and
+    profile, the engine with its version and scheduler knobs, the workload and the SLO."""
+    eng = summary.get("engine") or {}
+    space = summary.get("space") or {}
+    knobs = []
+    if space.get("schedulers"):
+        knobs.append("/".join(space["schedulers"]))
+    if space.get("max_batches"):
+        knobs.append("max batch " + ",".join(map(str, space["max_batches"])))
+    if space.get("token_budget"):
+        knobs.append(f"budget {space['token_budget']}")
+    elif space.get("chunk_sizes") and any(s in ("chunked-prefill", "prefill-priority")
+                                          for s in space.get("schedulers", ())):
+        knobs.append("chunk " + ",".join(map(str, space["chunk_sizes"])))
+    engine = (f"{eng.get('engine')} {eng.get('version')} ({', '.join(knobs)})" if eng
+              else f"no engine ({', '.join(knobs)})")
+    slo = summary.get("slo") or {}
+    tol = summary.get("slo_tolerance") or 0
+    return (f"{summary.get('model')} ({summary.get('weight_dtype', '?')} weights, {summary.get('kv_dtype', '?')} KV) "
+            f"on up to {devices} x {summary.get('hardware')} ({summary.get('profile')}); engine {engine}; {workload}, "
+            f"{summary.get('num_requests')} requests per simulation; SLO P{slo.get('percentile', 90):g} TTFT "
+            f"{slo.get('ttft_s', 0):g} s / TPOT {slo.get('tpot_s', 0) * 1e3:g} ms"
+            + (f" (+{tol:.0%} tolerance)" if tol else " (strict)"))
+
+
 def _ms(v: float | None) -> str:
     if v is None or v != v:
         return "-"

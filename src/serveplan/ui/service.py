@@ -34,7 +34,7 @@ from serveplan.offload.search import offload_frontier, plan_offload
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings
 from serveplan.optimize.search import search_many
 from serveplan.optimize.space import SearchSpace, search_defaults
-from serveplan.report.deploy import deploy_plan
+from serveplan.report.deploy import launch_plan as deploy_plan
 from serveplan.report.documents import optimize_document, simulate_document
 from serveplan.sim import SCENARIOS, SLO, Fidelity, simulate, simulation_config
 from serveplan.sim.engine import FLEET_OPTIONS

@@ -1,4 +1,4 @@
-"""Checks of command-line values that no library constructor sees whole (a search's size, the
+"""Checks of command options that no library constructor sees whole (a search's size, the
 number of seeds or workers), each naming the option, the value, the range and why the range."""
 
 from __future__ import annotations

@@ -1,0 +1,326 @@
+"""``plan``: rank every collocated and disaggregated strategy within a device budget by goodput per
+device (``serveplan optimize``, the web page's Plan panel, :func:`serveplan.plan_serving`).
+
+:class:`PlanOptions` is the question; :func:`prepare` checks it and builds the search (space,
+settings per workload) before any work; :func:`run` answers it (:class:`PlanResult`), whose
+:meth:`~PlanResult.document` is what ``--json`` prints and the page's API returns.
+
+Defaults: a deployment people run today, Llama-3.1-70B on up to 8 x H100 under the bundled vLLM
+release (its scheduler, limits, memory rule, KV format, kernels and host work) with the Azure
+conversation trace's length mix, SLO P90 TTFT 1 s and TPOT 50 ms. BestServe's Figure 11 setting is
+``--engine bestserve --model codellama-34b --hardware ascend-910b3 --scenario op2 --slo-ttft 1.5
+--slo-tpot 0.07``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from serveplan.commands.checks import check_search
+from serveplan.commands.options import CommandOptions, opt
+from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
+from serveplan.errors import SpecError, check_int, check_number
+from serveplan.estimator.api import resolve_specs
+from serveplan.optimize.goodput import GoodputSettings
+from serveplan.optimize.search import SearchResult, search_many
+from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
+from serveplan.sim import SLO, Fidelity, Workload
+from serveplan.sim.engine import check_context
+from serveplan.sim.workload import build_workloads
+from serveplan.specs.catalog import get_engine
+from serveplan.specs.engine import EngineSpec
+from serveplan.units import DType
+
+if TYPE_CHECKING:
+    from serveplan.report.deploy import LaunchPlan
+    from serveplan.validate.bands import GoodputBand
+
+#: the length mix used when no request source is given: the Azure LLM inference trace's
+#: conversation service (2023), a real chat mix (``specs/data/datasets/azure-conv.yaml``)
+DEFAULT_DATASET = "azure-conv"
+#: search methods of the front ends: the default composes pool measurements (``auto``)
+METHOD_DEFAULT = "auto"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanOptions(CommandOptions):
+    """The question ``serveplan optimize`` answers (module doc)."""
+
+    model: str = opt("llama-3.1-70b", "--model", "-m", help="Catalog id, Hugging Face id or path to a config.json.")
+    hardware: str = opt("h100-sxm", "--hardware", "-H", help="Catalog id or hardware YAML path.")
+    profile: str | None = opt(None, "--profile", "-p", help="Efficiency profile id or YAML path (default: the "
+                                                                "hardware's measured profile, else default-gpu).")
+    devices: int = opt(8, "--devices", help="Device budget (strategies may use fewer).")
+    tp: str = opt("1,2,4,8", "--tp", help="Admissible TP sizes, comma-separated.")
+    pp: str = opt("1", "--pp", help="Admissible pipeline sizes.")
+    dp: str = opt("1", "--dp", help="Admissible data-parallel attention sizes (ranks per instance).")
+    ep: str = opt("1", "--ep", help="Admissible expert-parallel sizes (MoE).")
+    engine: str = opt("vllm", "--engine", "-e", help=(
+        "Serving engine whose scheduler, limits, memory rule, KV format, kernels and host work apply: vllm, "
+        "sglang, trtllm, a versioned id (vllm-0.11), an engine YAML, or bestserve (BestServe's 2024 testbed)."))
+    kv_dtype: str | None = opt(None, "--kv-dtype", help="KV-cache format (default: the engine's for the weights).")
+    memory_fraction: float | None = opt(None, "--memory-fraction", help=(
+        "The engine's memory fraction (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM "
+        "free_gpu_memory_fraction; default: the engine's)."))
+    max_batch: str | None = opt(None, "--max-batch", help="Maximum batch sizes (sequences per step) per instance "
+                                                           "(default: the engine's).")
+    prefill_max_batch: int | None = opt(None, "--prefill-max-batch", help=(
+        "Prompts per prefill step (0 = no limit; default: the engine's)."))
+    schedulers: str | None = opt(None, "--schedulers", help=(
+        "Collocated schedulers: prefill-first, chunked-prefill (alias sarathi), prefill-priority, "
+        "inflight-no-evict (default: the engine's)."))
+    chunk_sizes: str | None = opt(None, "--chunk-sizes", help=(
+        "Chunk sizes (token budgets) of chunked schedulers (default: the engine's token budget)."))
+    no_collocated: bool = opt(False, "--no-collocated", help="Only disaggregated strategies.")
+    no_disaggregated: bool = opt(False, "--no-disaggregated", help="Only collocated strategies.")
+    same_tp: bool = opt(False, "--same-tp", help="Prefill and decode instances share one TP size.")
+    scenario: str | None = opt(None, "--scenario", help=(
+        "BestServe scenario: op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048); several comma-separated."))
+    dataset: str | None = opt(None, "--dataset", help=(
+        "Real length mix: azure-conv (the default when no other source is given), azure-code, arxiv-sum."))
+    input_len: int | None = opt(None, "--input-len", help="Fixed input length, tokens (with --output-len).")
+    output_len: int | None = opt(None, "--output-len", help="Fixed output length, tokens.")
+    length_dist: str | None = opt(None, "--length-dist", help=(
+        "'INPUT;OUTPUT' length distributions, e.g. 'normal:2048,512;uniform:16,128'."))
+    num_requests: int = opt(2000, "--num-requests", help="Requests per simulation.")
+    slo_ttft: float = opt(1.0, "--slo-ttft", help="TTFT target, seconds.")
+    slo_tpot: float = opt(0.05, "--slo-tpot", help="TPOT target, seconds.")
+    percentile: float = opt(90.0, "--percentile", help="SLO percentile.")
+    relaxation: float = opt(0.1, "--slo-tolerance", "--relaxation", help=(
+        "Share by which a P-percentile may exceed its target and still meet the SLO (BestServe Algorithm 9 tau, "
+        "default 0.1 = 10%); 0 = the strict answer."))
+    tolerance: float = opt(0.05, "--tolerance", help="Relative width of the final goodput bracket (Algorithm 8 "
+                                                      "epsilon).", page=False)
+    seeds: int = opt(1, "--seeds", help="Repeat with this many seeds and report a 95 percent confidence interval.",
+                     page=False)
+    seed: int = opt(0, "--seed", help="Base random seed.")
+    fidelity: str = opt("iteration", "--fidelity", help="iteration (exact continuous batching) or bestserve.",
+                        page=False)
+    dtype: str | None = opt(None, "--dtype", help="Weight format (default: the model's).")
+    jobs: int | None = opt(None, "--jobs", "-j", help="Parallel workers (default: all cores).", page=False)
+    backend: str = opt("local", "--backend", help="local (processes) or ray.", page=False)
+    ray_address: str | None = opt(None, "--ray-address", help=(
+        "host:port of a Ray head (default: a local Ray instance of the run's own)."), page=False)
+    out: Path | None = opt(None, "--out", help="Directory for ranking.csv, plots and the resumable checkpoint.",
+                           page=False)
+    band: int = opt(0, "--band", help=(
+        "Recompute the goodput of the top strategies with N profiles sampled from a calibrated profile's "
+        "uncertainty (seeded by --seed) and say which cannot be told apart from the best (implies --exhaustive)."),
+        page=False)
+    band_top: int = opt(5, "--band-top", help="Strategies given a band with --band (best first).", page=False)
+    deploy: Path | None = opt(None, "--deploy", help=(
+        "Write the best plan's launch files (the engine's serve commands, one script per node; TensorRT-LLM's "
+        "serve configuration; a Dynamo YAML for disaggregated vLLM) to this directory and print them."), page=False)
+    spec_method: str | None = opt(None, "--spec-method", help=(
+        "Speculative decoding of the decoding instances: draft, eagle, mtp, ngram or none."))
+    spec_tokens: str | None = opt(None, "--spec-tokens", help=(
+        "Draft lengths K to search, comma-separated (0 = plain decoding), e.g. 0,1,2,3; default: the method's K."))
+    spec_acceptance: str | None = opt(None, "--spec-acceptance", help=(
+        "Acceptance rate per draft position in [0, 1]: one rate or a comma list (default: the method's)."))
+    spec_draft_model: str | None = opt(None, "--spec-draft-model", help="Draft model (catalog id) for draft.")
+    search_knobs: bool = opt(False, "--search-knobs", help=(
+        "Search the engine's knobs around its defaults: max batch at 1, 1/4 and 1/16 of the default, token budget "
+        "at 1x and 2x, chunked prefill on and off (lists given explicitly win)."), page=False)
+    devices_per_node: int | None = opt(None, "--devices-per-node", help=(
+        "Devices per node of the hardware; instances and KV transfers larger than a node use the inter-node "
+        "link."), page=False)
+    nvlink_domain: int | None = opt(None, "--nvlink-domain", help=(
+        "Devices that share one NVLink domain across nodes (GH200 NVL32: 32, GB200 NVL72: 72); collectives and "
+        "KV transfers inside it use NVLink."), page=False)
+    exhaustive: bool = opt(False, "--exhaustive", help=(
+        "Simulate every strategy's goodput (slow; the default composes pool measurements, prunes by analytic "
+        "bounds and simulates the best fleets whole)."), page=False)
+    confirm: int = opt(3, "--confirm", help="Best composed fleets simulated whole to confirm (fast search).",
+                       page=False)
+    keep: int = opt(0, "--keep", help=(
+        "Branch and bound: simulate whole every fleet that can still rank among the best KEEP per device "
+        "(0: the default fast search)."), page=False)
+    frontier: bool = opt(False, "--frontier", help=(
+        "Fast search: keep every strategy that may lie on the tokens/s-per-device vs tokens/s-per-user frontier."),
+        page=False)
+    target_rate: float | None = opt(None, "--target-rate", help=(
+        "Requests/s to reach: answer with the fewest devices whose goodput reaches it."))
+    top: int = opt(10, "--top", help="Strategies shown after the best collocated and disaggregated ones.")
+    allow_long_context: bool = opt(False, "--allow-long-context", help=(
+        "Plan for requests longer than the model's max_position_embeddings."), page=False)
+
+    def __post_init__(self) -> None:
+        check_int("devices", self.devices, low=1)
+        check_int("top", self.top, low=1)
+        check_int("keep", self.keep, low=0, why="0: the fast search")
+        check_int("confirm", self.confirm, low=1)
+        for name, v in (("slo-ttft", self.slo_ttft), ("slo-tpot", self.slo_tpot)):
+            check_number(name, v, low=0, low_open=True, unit="seconds")
+        check_number("percentile", self.percentile, low=0, high=100, low_open=True, high_open=True)
+        if self.band < 0 or self.band_top < 1:
+            raise SpecError(f"band={self.band} must be >= 0 and band-top={self.band_top} >= 1")
+        if self.memory_fraction is not None:
+            check_number("memory-fraction", self.memory_fraction, low=0, high=1, low_open=True,
+                         why="share of device memory the engine may use")
+        for name, n in (("devices-per-node", self.devices_per_node), ("nvlink-domain", self.nvlink_domain)):
+            if n is not None:
+                check_int(name, n, low=1)
+        if self.target_rate is not None:
+            check_number("target-rate", self.target_rate, low=0, low_open=True, unit="requests per second")
+
+    @property
+    def method(self) -> str:
+        """The search method these options ask for (bands compare the top strategies, which pruning
+        by bound would drop: they imply the exhaustive search)."""
+        if self.exhaustive or self.band:
+            return "exhaustive"
+        return "bounded" if self.keep > 0 else METHOD_DEFAULT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedPlan:
+    """A checked plan: the search space and one settings value per workload, built before any work."""
+
+    options: PlanOptions
+    space: SearchSpace
+    settings: tuple[GoodputSettings, ...]
+    workloads: tuple[Workload, ...]
+
+
+def engine_spec(name: str, memory_fraction: float | None = None) -> EngineSpec:
+    """The engine ``name`` (family, versioned id or YAML), with ``memory_fraction`` replacing its
+    memory fraction when given."""
+    spec = get_engine(name)
+    if memory_fraction is not None:
+        spec = dataclasses.replace(spec, memory_fraction=float(memory_fraction))
+    return spec
+
+
+def prepare(o: PlanOptions) -> PreparedPlan:
+    """Check ``o`` and build its search (module doc). Raises :class:`SpecError` (bad input) or
+    :class:`~serveplan.errors.InfeasibleError` before any simulation."""
+    m, hw, pr = resolve_specs(o.model, o.hardware, o.profile)
+    if o.devices_per_node is not None:
+        hw = hw.with_(devices_per_node=o.devices_per_node, scale_up_domain=0)
+    if o.nvlink_domain is not None:
+        hw = hw.with_(scale_up_domain=o.nvlink_domain)
+    eng = engine_spec(o.engine, o.memory_fraction)
+    max_batch, prompts, schedulers, chunk_sizes, token_budget = search_defaults(
+        eng, hw, max_batch=o.max_batch, prefill_max_batch=o.prefill_max_batch, schedulers=o.schedulers,
+        chunk_sizes=o.chunk_sizes, knobs=o.search_knobs)
+    space = SearchSpace(
+        devices=o.devices, tp_sizes=tuple(parse_int_list(o.tp, "tp")), pp_sizes=tuple(parse_int_list(o.pp, "pp")),
+        dp_sizes=tuple(parse_int_list(o.dp, "dp")), ep_sizes=tuple(parse_int_list(o.ep, "ep")),
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prompts or None,
+        schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
+        chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
+        collocated=not o.no_collocated, disaggregated=not o.no_disaggregated, mixed_tp=not o.same_tp,
+        specs=spec_choices(o.spec_method, parse_spec_tokens(o.spec_tokens), acceptance=o.spec_acceptance,
+                           draft_model=o.spec_draft_model),
+    )
+    check_search(space, num_requests=o.num_requests, seeds=o.seeds, seed=o.seed, jobs=o.jobs,
+                 relaxation=o.relaxation, tolerance=o.tolerance, band=o.band, band_top=o.band_top)
+    if o.band:
+        from serveplan.calibrate.bands import require_uncertainty
+
+        require_uncertainty(pr)
+    given = o.scenario or o.input_len or o.output_len or o.length_dist or o.dataset
+    workloads = build_workloads(scenarios=o.scenario, input_len=o.input_len, output_len=o.output_len,
+                                length_dist=o.length_dist, dataset=o.dataset or (None if given else DEFAULT_DATASET),
+                                num_requests=o.num_requests, seed=o.seed)
+    for wl in workloads:
+        check_context(m, wl, o.allow_long_context)
+    slo = SLO(ttft_s=o.slo_ttft, tpot_s=o.slo_tpot, percentile=o.percentile)
+    settings = tuple(GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
+                                     dtype=DType.parse(o.dtype) if o.dtype else None, relaxation=o.relaxation,
+                                     seeds=o.seeds, seed=o.seed, fidelity=Fidelity.parse(o.fidelity),
+                                     rel_tol=o.tolerance, engine=eng,
+                                     kv_dtype=DType.parse(o.kv_dtype) if o.kv_dtype else None)
+                     for wl in workloads)
+    return PreparedPlan(options=o, space=space, settings=settings, workloads=tuple(workloads))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    """The answer: one ranked search per workload, the bands (``--band``) and the best plan's
+    launch files (``--deploy``, or always for the page)."""
+
+    prepared: PreparedPlan
+    results: tuple[SearchResult, ...]
+    bands: tuple[tuple[GoodputBand, ...], ...] = ()
+    launch: LaunchPlan | None = None
+    files: tuple[Path, ...] = field(default_factory=tuple)
+
+    @property
+    def options(self) -> PlanOptions:
+        return self.prepared.options
+
+    @property
+    def best(self) -> SearchResult:
+        return self.results[0]
+
+    def document(self) -> dict[str, Any]:
+        """What ``serveplan optimize --json`` prints and the page's API returns."""
+        from serveplan.report.documents import optimize_document
+
+        return optimize_document(self.results, [wl.name for wl in self.prepared.workloads], self.bands,
+                                 self.launch, command=self.options.command_line("optimize"))
+
+
+def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
+        on_progress: Callable[[int, int], None] | None = None, launch_files: bool = False) -> PlanResult:
+    """Answer the plan question: the search, then bands, report files and launch files as asked.
+    ``progress`` draws a bar on stderr; ``on_progress(done, total)`` is called per strategy
+    settled; ``launch_files`` builds the best plan's launch files even without ``--deploy``."""
+    prep = o if isinstance(o, PreparedPlan) else prepare(o)
+    opts = prep.options
+    results = search_many(prep.space, list(prep.settings), jobs=opts.jobs, backend=opts.backend,
+                          ray_address=opts.ray_address, out_dir=opts.out, progress=progress, on_progress=on_progress,
+                          method=opts.method, confirm=opts.confirm, target_rate=opts.target_rate,
+                          frontier=opts.frontier, keep=max(1, opts.keep), top=opts.top)
+    bands: tuple[tuple[GoodputBand, ...], ...] = ()
+    if opts.band:
+        from serveplan.validate.bands import goodput_bands
+
+        bands = tuple(tuple(goodput_bands(list(res.strategies[:opts.band_top]), st, opts.band, seed=opts.seed))
+                      for res, st in zip(results, prep.settings, strict=True))
+    files: list[Path] = []
+    if opts.out is not None:
+        files += _write_reports(prep, results)
+    launch = None
+    if opts.deploy is not None or launch_files:
+        from serveplan.report.deploy import launch_plan
+
+        launch = launch_plan(results[0].best.candidate, prep.settings[0])
+        if opts.deploy is not None:
+            files += launch.write(opts.deploy)
+    return PlanResult(prepared=prep, results=tuple(results), bands=bands, launch=launch, files=tuple(files))
+
+
+def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path]:
+    from serveplan.report.ranking import (
+        plot_goodput_bars,
+        plot_pareto,
+        plot_throughput_frontier,
+        write_csv,
+        write_frontier_csv,
+    )
+
+    o = prep.options
+    assert o.out is not None
+    out = o.out
+    multi = len(results) > 1
+    written = []
+    m, hw = prep.settings[0].model, prep.settings[0].hardware
+    for wl, res in zip(prep.workloads, results, strict=True):
+        tag = f"-{wl.name}" if multi else ""
+        title = f"{m.name} on up to {o.devices} x {hw.name}, {wl.name}"
+        written += [write_csv(res, out / f"ranking{tag}.csv"),
+                    plot_goodput_bars(res, out / f"goodput{tag}.png", title),
+                    plot_pareto(res, out / f"pareto{tag}.png"),
+                    write_frontier_csv(res, out / f"frontier{tag}.csv"),
+                    plot_throughput_frontier(res, out / f"frontier{tag}.png", f"{title}: frontier at goodput")]
+        p = out / f"result{tag}.json"
+        p.write_text(json.dumps(res.to_dict(), indent=2, allow_nan=False))
+        written.append(p)
+    return written
