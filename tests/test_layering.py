@@ -9,8 +9,10 @@ import serveplan
 
 # calibrate (profiling, fitting, sampling profiles) needs only the estimator; validate runs the
 # simulator and the optimizer (comparison with served runs, bands of simulations and goodput)
+# commands are the library's commands (options in, result out); ui and cli are the two front ends over
+# them: the CLI may start the page (serveplan ui), the page never imports the CLI
 ORDER = ["errors", "units", "specs", "ops", "estimator", "calibrate", "sim", "optimize", "offload", "validate",
-         "report", "cli"]
+         "report", "commands", "ui", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 # optimize and offload are siblings
 SIBLINGS = {("optimize", "offload"), ("offload", "optimize")}
@@ -46,6 +48,22 @@ def test_lower_layers_never_import_higher_ones():
                 continue
             if target and RANK[target] > RANK[own] and (own, target) not in SIBLINGS:
                 bad.append(f"{rel}: imports {target}")
+    assert not bad, bad
+
+
+def test_every_package_has_a_layer():
+    """A new package must be placed in ORDER, or the tests above would not see it."""
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages <= set(ORDER), sorted(packages - set(ORDER))
+
+
+def test_the_page_never_imports_the_cli():
+    bad = []
+    for py in (SRC / "ui").rglob("*.py"):
+        for node in ast.walk(ast.parse(py.read_text())):
+            mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{py.relative_to(SRC)}: {m}" for m in mods if m.startswith("serveplan.cli")]
     assert not bad, bad
 
 

@@ -6,7 +6,9 @@ report/CLI edge with the helpers below.
 
 from __future__ import annotations
 
+import math
 from enum import Enum
+from typing import Any
 
 from serveplan.errors import SpecError
 
@@ -169,3 +171,19 @@ def fmt_bytes(n: float) -> str:
 def ceil_div(a: int, b: int) -> int:
     """``ceil(a / b)`` for integers, exact (no float rounding): ``-(-a // b)``."""
     return -(-a // b)
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by ``None`` (lists, tuples and dicts walked;
+    numpy scalars and arrays become Python numbers and lists), ready for ``json.dumps(...,
+    allow_nan=False)``: a statistic of nothing is ``null``, never NaN or Infinity, which
+    ``JSON.parse``, jq and web clients refuse."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy scalar or array
+        return json_safe(obj.tolist())
+    return obj

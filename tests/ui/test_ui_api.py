@@ -71,7 +71,7 @@ def test_bad_input_gets_the_clis_message(server, kind, fields, tmp_path):
     from serveplan.ui.service import PANELS
 
     argv = [a for k, v in fields.items() for a in (f"--{k}", v)]
-    cli = _cli(shlex.join(["serveplan", PANELS[kind].command, *argv, *PANELS[kind].fixed]), tmp_path)
+    cli = _cli(shlex.join(["serveplan", PANELS[kind].command, *argv, *PANELS[kind].fixed_argv]), tmp_path)
     assert cli.returncode == 2
     assert cli.stderr.strip() == f"error: {body['error']}"
     code, checked = server.request("GET", f"/api/check/{kind}?" + "&".join(f"{k}={v}" for k, v in fields.items()))
@@ -91,7 +91,7 @@ def test_results_are_cached_by_inputs(server):
     fields = {"devices": "4", "tp": "4", "num-requests": "100", "seed": "7"}
     first, doc = server.run("plan", fields)
     assert first["state"] == "done", first
-    code, again = server.request("POST", "/api/run/plan", {**fields, "model": "codellama-34b"})  # a default
+    code, again = server.request("POST", "/api/run/plan", {**fields, "model": "llama-3.1-70b"})  # a default
     assert code == 200 and again["cached"] and again["job"] == first["job"] and again["state"] == "done"
 
 
@@ -125,5 +125,9 @@ def test_serves_only_its_own_host_api_and_assets(server):
 def test_schema_fields_are_the_clis_options(server):
     code, schema = server.request("GET", "/api/schema")
     plan = {f["name"]: f for f in schema["panels"]["plan"]["fields"]}
-    assert plan["devices"]["default"] == "8" and plan["slo-tpot"]["default"] == "0.07"
+    assert plan["devices"]["default"] == "8" and plan["slo-tpot"]["default"] == "0.05"
+    assert plan["engine"]["default"] == "vllm" and plan["slo-ttft"]["unit"] == "s"
+    assert {"engine", "kv-dtype", "target-rate", "dataset", "spec-method"} <= set(plan)
+    sim = {f["name"] for f in schema["panels"]["simulate"]["fields"]}
+    assert {"engine", "kv-dtype", "dataset", "offline", "concurrency", "spec-method"} <= sim
     assert "codellama-34b" in schema["choices"]["model"]

@@ -74,12 +74,19 @@ def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str,
 
     params = []
     for f in options.fields():
-        kind: Any = f.kind | None if f.optional else f.kind
         flags = list(f.opt.flags)
-        if f.is_switch and f.opt.off_flag:
-            flags[0] = f"{flags[0]}/{f.opt.off_flag}"
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                        default=typer.Option(f.default, *flags, help=f.opt.help)))
+        if f.is_switch:
+            kind: Any = bool | None if f.optional else bool
+            if f.opt.off_flag:
+                flags[0] = f"{flags[0]}/{f.opt.off_flag}"
+            default = typer.Option(f.default, *flags, help=f.opt.help)
+        else:
+            # text in, converted by the options value itself: the page and the CLI share one parser,
+            # so a bad value gets the same message through both
+            kind = str | None
+            shown = None if f.default is None else str(getattr(f.default, "value", f.default))
+            default = typer.Option(shown, *flags, help=f.opt.help)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default))
     for ename, etype, eopt in extra:
         params.append(inspect.Parameter(ename, inspect.Parameter.KEYWORD_ONLY, annotation=etype, default=eopt))
 
@@ -87,7 +94,7 @@ def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str,
         extra_names = {e[0] for e in extra}
 
         def command(**kwargs: Any) -> Any:
-            opts = options(**{k: v for k, v in kwargs.items() if k not in extra_names})
+            opts = options.parse({k: v for k, v in kwargs.items() if k not in extra_names})
             return render(opts, **{k: v for k, v in kwargs.items() if k in extra_names})
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -3,114 +3,34 @@ and disk (search, evaluate a given policy, or the latency-throughput frontier)."
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import typer
 from rich.table import Table
 
-from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.errors import SpecError, check_int, check_number
-from serveplan.offload.policy import Overlap, parse_policy
-from serveplan.offload.search import (
-    OffloadFrontier,
-    OffloadPlan,
-    evaluate_policy,
-    offload_frontier,
-    plan_offload,
-)
-from serveplan.specs.catalog import get_model
+from serveplan.cli import console, emit_json, options_command
+from serveplan.commands import offload as command
+from serveplan.offload.search import OffloadFrontier, OffloadPlan
 from serveplan.units import fmt_bytes
 
 _TIERS = ("gpu", "cpu", "disk")
 
 
-@app.command("offload")
-@handle_errors
-def offload_cmd(
-    model: str = typer.Option("opt-30b", "--model", "-m", help="Catalog id or path to a HF config.json."),
-    gpu: str | None = typer.Option(None, "--gpu", help="GPU id (default: the host's GPU)."),
-    host: str = typer.Option("flexgen-t4", "--host", help="Host id (flexgen-t4, flexgen-3090) or YAML path."),
-    input_len: int = typer.Option(512, "--input-len", "-s", help="Prompt tokens per sequence."),
-    output_len: int = typer.Option(32, "--output-len", "-n", help="Generated tokens per sequence."),
-    compress: bool | None = typer.Option(
-        None, "--compress/--no-compress",
-        help="4-bit group-wise compression of weights and KV (default: search both; with --policy: off)."),
-    cpu_attention: bool | None = typer.Option(
-        None, "--cpu-attention/--no-cpu-attention",
-        help="Decode attention on the CPU for off-GPU cache (default: search both; with --policy: on unless "
-             "compressed)."),
-    policy: str | None = typer.Option(
-        None, "--policy", help="Evaluate this FlexGen tuple instead of searching, e.g. 48x3,20,80,0,100,0,100."),
-    max_latency: float | None = typer.Option(None, "--max-latency", help="Upper bound on the block latency (s)."),
-    frontier: bool = typer.Option(False, "--frontier", help="Print the latency-throughput frontier."),
-    overlap: Overlap = typer.Option(Overlap.SERIAL_LOAD, "--overlap", help="How the five terms overlap."),
-    memory_headroom: float | None = typer.Option(
-        None, "--memory-headroom",
-        help="Fraction of every tier to keep free, e.g. 0.1 (default 0; FlexGen's own search keeps 0.2)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
-    out: Path | None = typer.Option(None, "--out", help="Directory for plan.json / frontier.json and frontier.png."),
-    allow_long_context: bool = typer.Option(
-        False, "--allow-long-context", help="Plan sequences longer than the model's max_position_embeddings."),
-) -> None:
+_EXTRA = (("json_out", bool, typer.Option(False, "--json", help="Print JSON.")),)
+
+
+@options_command("offload", command.OffloadOptions, extra=_EXTRA)
+def offload_cmd(opts: command.OffloadOptions, *, json_out: bool = False) -> None:
     """Where weights, KV cache and activations should live (GPU, CPU, disk), with which GPU batch
     size, block size, compression and CPU attention, and the throughput and latency that follow
     (FlexGen's cost model and LP search). Default: OPT-30B on FlexGen's T4 machine, 512+32 tokens
     (FlexGen Table 2)."""
-    if max_latency is not None:
-        check_number("--max-latency", max_latency, low=0, low_open=True, unit="s; inf = no bound", allow_inf=True)
-        if max_latency == float("inf"):
-            max_latency = None
-    check_int("--input-len", input_len, low=1, high=2**31, why="prompt tokens")
-    check_int("--output-len", output_len, low=1, high=2**31, why="generated tokens")
-    spec = get_model(model)
-    if input_len + output_len > spec.max_position_embeddings and not allow_long_context:
-        raise SpecError(
-            f"--input-len + --output-len = {input_len + output_len:,} tokens exceeds max_position_embeddings="
-            f"{spec.max_position_embeddings:,} of {spec.name!r}; expected sequences within the model's context, or "
-            "--allow-long-context to plan them anyway")
-    if frontier:
-        if policy:
-            raise SpecError("--frontier and --policy are exclusive: the frontier searches policies")
-        fr = offload_frontier(model, gpu=gpu, host=host, input_len=input_len, output_len=output_len,
-                              compress=compress, cpu_attention=cpu_attention, overlap=overlap,
-                              memory_headroom=memory_headroom)
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "frontier.json").write_text(json.dumps(fr.to_dict(), indent=2, default=str))
-            _plot(fr, out / "frontier.png")
-        if json_out:
-            emit_json(fr.to_dict())
-        else:
-            _render_frontier(fr, max_latency)
-        return
-    if policy:
-        if max_latency is not None:
-            raise SpecError("--max-latency applies to the search; it cannot be combined with --policy")
-        pol = parse_policy(policy, compress=bool(compress), cpu_attention=cpu_attention)
-        plan = evaluate_policy(model, pol, gpu=gpu, host=host, input_len=input_len,
-                               output_len=output_len, overlap=overlap, memory_headroom=memory_headroom)
-        mode = "evaluate"
-    else:
-        plan = plan_offload(model, gpu=gpu, host=host, input_len=input_len, output_len=output_len,
-                            compress=compress, cpu_attention=cpu_attention, max_latency_s=max_latency,
-                            overlap=overlap, memory_headroom=memory_headroom)
-        mode = "search"
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2, default=str))
+    out = command.run(opts)
     if json_out:
-        emit_json(plan.to_dict())
+        emit_json(out.document())
+    elif out.frontier is not None:
+        _render_frontier(out.frontier, None if opts.max_latency in (None, float("inf")) else opts.max_latency)
     else:
-        _render_plan(plan, mode)
-
-
-def _plot(fr: OffloadFrontier, path: Path) -> None:
-    try:
-        from serveplan.report.plots import plot_frontier
-        plot_frontier(fr, path)
-    except ImportError as exc:  # pragma: no cover - matplotlib is an optional extra
-        typer.echo(f"plot skipped: {exc}", err=True)
+        assert out.plan is not None
+        _render_plan(out.plan, out.mode)
 
 
 def _pct(x: float) -> str:

@@ -37,7 +37,7 @@ def optimize_cmd(opts: plan.PlanOptions, *, json_out: bool = False, progress: bo
         _print_ranking(result, wl.name, res)
         if result.bands:
             _print_bands(list(result.bands[i]), opts.band, tolerance_note(res))
-    if result.launch is not None:
+    if result.launch is not None and opts.deploy is not None:
         typer.echo(result.launch.render())
 
 

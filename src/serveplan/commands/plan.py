@@ -19,8 +19,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from serveplan.calibrate.bands import require_uncertainty
 from serveplan.commands.checks import check_search
 from serveplan.commands.options import CommandOptions, opt
 from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
@@ -29,16 +30,22 @@ from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
+from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
+from serveplan.report.documents import optimize_document
+from serveplan.report.ranking import (
+    plot_goodput_bars,
+    plot_pareto,
+    plot_throughput_frontier,
+    write_csv,
+    write_frontier_csv,
+)
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.engine import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.units import DType
-
-if TYPE_CHECKING:
-    from serveplan.report.deploy import LaunchPlan
-    from serveplan.validate.bands import GoodputBand
+from serveplan.validate.bands import GoodputBand, goodput_bands
 
 #: the length mix used when no request source is given: the Azure LLM inference trace's
 #: conversation service (2023), a real chat mix (``specs/data/datasets/azure-conv.yaml``)
@@ -221,13 +228,14 @@ def prepare(o: PlanOptions) -> PreparedPlan:
     check_search(space, num_requests=o.num_requests, seeds=o.seeds, seed=o.seed, jobs=o.jobs,
                  relaxation=o.relaxation, tolerance=o.tolerance, band=o.band, band_top=o.band_top)
     if o.band:
-        from serveplan.calibrate.bands import require_uncertainty
-
         require_uncertainty(pr)
     given = o.scenario or o.input_len or o.output_len or o.length_dist or o.dataset
     workloads = build_workloads(scenarios=o.scenario, input_len=o.input_len, output_len=o.output_len,
                                 length_dist=o.length_dist, dataset=o.dataset or (None if given else DEFAULT_DATASET),
                                 num_requests=o.num_requests, seed=o.seed)
+    if (o.dataset or o.length_dist or not given) and not o.allow_long_context:
+        # a length mix's tail beyond the model's context is cut as chat clients cut what they send
+        workloads = [wl.within_context(m.max_position_embeddings) for wl in workloads]
     for wl in workloads:
         check_context(m, wl, o.allow_long_context)
     slo = SLO(ttft_s=o.slo_ttft, tpot_s=o.slo_tpot, percentile=o.percentile)
@@ -261,17 +269,16 @@ class PlanResult:
 
     def document(self) -> dict[str, Any]:
         """What ``serveplan optimize --json`` prints and the page's API returns."""
-        from serveplan.report.documents import optimize_document
-
         return optimize_document(self.results, [wl.name for wl in self.prepared.workloads], self.bands,
                                  self.launch, command=self.options.command_line("optimize"))
 
 
 def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
-        on_progress: Callable[[int, int], None] | None = None, launch_files: bool = False) -> PlanResult:
-    """Answer the plan question: the search, then bands, report files and launch files as asked.
-    ``progress`` draws a bar on stderr; ``on_progress(done, total)`` is called per strategy
-    settled; ``launch_files`` builds the best plan's launch files even without ``--deploy``."""
+        on_progress: Callable[[int, int], None] | None = None, launch_files: bool = True) -> PlanResult:
+    """Answer the plan question: the search, then bands, report files and launch files. The best
+    plan's launch files are in the result whenever its engine is a release (``launch_files``);
+    ``--deploy`` also writes them. ``progress`` draws a bar on stderr; ``on_progress(done,
+    total)`` is called per strategy settled."""
     prep = o if isinstance(o, PreparedPlan) else prepare(o)
     opts = prep.options
     results = search_many(prep.space, list(prep.settings), jobs=opts.jobs, backend=opts.backend,
@@ -280,17 +287,14 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
                           frontier=opts.frontier, keep=max(1, opts.keep), top=opts.top)
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     if opts.band:
-        from serveplan.validate.bands import goodput_bands
-
         bands = tuple(tuple(goodput_bands(list(res.strategies[:opts.band_top]), st, opts.band, seed=opts.seed))
                       for res, st in zip(results, prep.settings, strict=True))
     files: list[Path] = []
     if opts.out is not None:
         files += _write_reports(prep, results)
     launch = None
-    if opts.deploy is not None or launch_files:
-        from serveplan.report.deploy import launch_plan
-
+    eng = prep.settings[0].engine
+    if opts.deploy is not None or (launch_files and isinstance(eng, EngineSpec) and eng.engine in DEPLOYABLE):
         launch = launch_plan(results[0].best.candidate, prep.settings[0])
         if opts.deploy is not None:
             files += launch.write(opts.deploy)
@@ -298,14 +302,6 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
 
 
 def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path]:
-    from serveplan.report.ranking import (
-        plot_goodput_bars,
-        plot_pareto,
-        plot_throughput_frontier,
-        write_csv,
-        write_frontier_csv,
-    )
-
     o = prep.options
     assert o.out is not None
     out = o.out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,12 +99,26 @@ def resolve_specs(model: str | ModelSpec, hardware: str | DeviceSpec,
     return m, hw, pr
 
 
+def step_time_function(model: str | ModelSpec, hardware: str | DeviceSpec, parallel: ParallelConfig,
+                       batch: StepBatch, *, dtype: str | DType | None = None,
+                       kv_dtype: str | DType | None = None) -> Callable[[EfficiencyProfile], float]:
+    """``profile -> time of the step batch`` on one layout (for bands over sampled profiles)."""
+    m = get_model(model) if isinstance(model, str) else model
+    hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+
+    def step_time(profile: EfficiencyProfile) -> float:
+        return Estimator(m, hw, profile, parallel, dtype=dtype, kv_dtype=kv_dtype).time(batch)
+
+    return step_time
+
+
 def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str | EfficiencyProfile | None = None,
              parallel: ParallelConfig | None = None, dtype: str | DType | None = None,
              kv_dtype: str | DType | None = None, batch: int = 1, input_len: int = 2048,
              output_len: int | None = None, phase: Phase | str = Phase.PREFILL,
              context_len: int | None = None, spec: SpecDecodeConfig | None = None,
-             allow_long_context: bool = False, engine: str | EngineSpec | None = None) -> EstimateResult:
+             allow_long_context: bool = False, engine: str | EngineSpec | None = None,
+             memory_utilization: float | None = None) -> EstimateResult:
     """Estimate one step (prefill of ``batch`` x ``input_len``, or a decode step at
     ``context_len``) and, with ``output_len``, the whole static batch.
 
@@ -118,7 +133,8 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     refused unless ``allow_long_context`` (then flagged: ``beyond_max_position``). ``engine``
     (``"vllm"``, ``"sglang"``, ``"trtllm"``, a versioned id or a spec) prices the step as that engine
     runs it: its own kernels' curves and its fused operator list; ``None`` keeps the profile as it is
-    (BestServe's eager operator list).
+    (BestServe's eager operator list). ``memory_utilization``: the share of device memory the engine
+    lets weights, activations and KV cache fill (default: the estimator's).
 
     Raises
     ------
@@ -135,12 +151,13 @@ def estimate(model: str | ModelSpec, hardware: str | DeviceSpec, *, profile: str
     if context_len is not None:
         check_int("context_len", context_len, low=0, high=MAX_LENGTH, why="keys attended by each decode")
     m, hw, pr = resolve_specs(model, hardware, profile, engine)
+    kw: dict[str, Any] = {} if memory_utilization is None else {"memory_utilization": memory_utilization}
     if spec is not None and spec.is_active:
         est: Estimator = SpecEstimator(m, hw, pr, parallel or ParallelConfig(), spec=spec, dtype=dtype,
-                                       kv_dtype=kv_dtype)
+                                       kv_dtype=kv_dtype, **kw)
     else:
         spec = None
-        est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype, kv_dtype=kv_dtype)
+        est = Estimator(m, hw, pr, parallel or ParallelConfig(), dtype=dtype, kv_dtype=kv_dtype, **kw)
     est.check_fits()
     try:
         ph = Phase(phase)

@@ -38,7 +38,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, _zero_load, max_goodput
+from serveplan.optimize.goodput import (
+    GoodputResult,
+    GoodputSettings,
+    GoodputStatus,
+    _zero_load,
+    max_goodput,
+    worker_clocks,
+)
+from serveplan.optimize.lifecycle import worker_pool
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned
 from serveplan.sim.clock import Clocks
@@ -439,8 +447,6 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
     if jobs <= 1 or len(todo) <= 1:
         out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps, clocks=clocks), False) for r in todo]
         return out
-    from serveplan.optimize.lifecycle import worker_pool
-
     with worker_pool(min(jobs, len(todo))) as pool:  # workers end with this process, even on SIGKILL
         futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
         out += [(f.result(), False) for f in futs]
@@ -448,6 +454,4 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
 
 
 def _whole(cand: Fleet, settings: GoodputSettings, guess: float) -> GoodputResult:
-    from serveplan.optimize.lifecycle import worker_clocks
-
     return max_goodput(cand, settings, guess=guess, clocks=worker_clocks())

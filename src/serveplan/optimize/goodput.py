@@ -296,6 +296,20 @@ def capacity_bound(cand: Fleet, settings: GoodputSettings, clocks: Clocks | None
     return cand.strategy.num_collocated / (per_req_prefill + per_req_decode)
 
 
+#: this process's own step clocks when it is a pool worker (made in the worker, never in the parent:
+#: see :func:`worker_clocks`)
+_WORKER: dict[str, Clocks] = {}
+
+
+def worker_clocks() -> Clocks:
+    """The step clocks of this pool worker, shared by every evaluation it runs: a worker owns its
+    cache as a search owns its own (a search in process passes its own :class:`Clocks`)."""
+    got = _WORKER.get("clocks")
+    if got is None:
+        got = _WORKER["clocks"] = Clocks()
+    return got
+
+
 def zero_load_lengths(workload: Workload, percentile: float) -> tuple[int, int]:
     """The input and output lengths of the request the zero-load check times: each the SLO
     percentile of the workload's lengths (a lone request's TTFT grows with its prompt and its TPOT

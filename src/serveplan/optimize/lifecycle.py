@@ -54,22 +54,6 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-#: this worker process's own state, made in the worker and never in the parent (see worker_clocks)
-_WORKER: dict[str, Any] = {}
-
-
-def worker_clocks() -> Any:
-    """The step clocks (:class:`~serveplan.sim.clock.Clocks`) of this pool worker, shared by every
-    evaluation it runs: a worker owns its cache as a search owns its own (imported here, not at the
-    top: this file also runs as the stdlib-only watchdog)."""
-    got = _WORKER.get("clocks")
-    if got is None:
-        from serveplan.sim.clock import Clocks
-
-        got = _WORKER["clocks"] = Clocks()
-    return got
-
-
 def watch_parent(parent_pid: int) -> None:
     """Pool initializer: end this worker when process ``parent_pid`` ends."""
     _set_parent_death_signal()

@@ -23,8 +23,8 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput
-from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_clocks, worker_pool
+from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput, worker_clocks
+from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_pool
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.clock import Clocks

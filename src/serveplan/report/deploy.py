@@ -675,3 +675,5 @@ def _dynamo_yaml(name: str, vllm_cmds: list[EngineCommand]) -> str:
 
 
 _WRITERS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+#: engine families launch files are written for
+DEPLOYABLE = tuple(_WRITERS)

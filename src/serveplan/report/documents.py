@@ -6,7 +6,6 @@ Infinity, which ``JSON.parse``, jq and web clients refuse."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,21 +13,12 @@ from serveplan.optimize.search import SearchResult
 from serveplan.report.deploy import LaunchPlan
 from serveplan.report.tables import sweep_records
 from serveplan.sim import SimulationResult
+from serveplan.units import json_safe
 
 
 def strict(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by ``None`` (lists, tuples and dicts walked;
-    numpy scalars and arrays become Python numbers and lists), ready for ``json.dumps(...,
-    allow_nan=False)``."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: strict(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [strict(v) for v in obj]
-    if hasattr(obj, "tolist"):  # numpy scalar or array
-        return strict(obj.tolist())
-    return obj
+    """:func:`serveplan.units.json_safe`: the documents' values as strict JSON takes them."""
+    return json_safe(obj)
 
 
 def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str], bands: Sequence[Any] = (),

@@ -19,19 +19,24 @@ def latency_rows(res: SimulationResult) -> list[list[str]]:
     return rows
 
 
-def summary_lines(res: SimulationResult) -> list[str]:
-    """One-line facts under the latency table."""
+def summary_lines(res: SimulationResult, *, judge_slo: bool = True) -> list[str]:
+    """One-line facts under the latency table; ``judge_slo`` False (offline and closed loops, which
+    have no arrival rate to hold an online SLO against) leaves the SLO out."""
     slo = res.config.slo
     lines = [
-        f"completed {res.num_completed}/{res.num_requests} requests in {res.makespan_s:,.1f} s simulated; "
-        f"throughput {res.throughput_rps:.3f} req/s, {res.output_tokens_per_s:,.0f} output tok/s, "
-        f"{res.total_tokens_per_s:,.0f} total tok/s",
-        f"SLO (TTFT <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms) met by "
-        f"{res.slo_attainment:.1%} of requests (TTFT {res.ttft_attainment:.1%}, TPOT {res.tpot_attainment:.1%}); "
-        f"SLO-meeting throughput {res.slo_met_throughput_rps:.3f} req/s (not the goodput, the highest rate "
-        "meeting the SLO: serveplan optimize); "
-        f"FOM {res.fom / 1e12:.1f} TFLOP/s",
+        f"completed {res.num_completed}/{res.num_requests} requests in {res.makespan_s:,.1f} s simulated on "
+        f"{res.config.num_devices} devices; throughput {res.throughput_rps:.3f} req/s, "
+        f"{res.output_tokens_per_s:,.0f} output tok/s ({res.output_tokens_per_s / res.config.num_devices:,.0f} per "
+        f"device), {res.total_tokens_per_s:,.0f} total tok/s; FOM {res.fom / 1e12:.1f} TFLOP/s",
     ]
+    if judge_slo:
+        lines.append(f"SLO (TTFT <= {slo.ttft_s * 1e3:g} ms and TPOT <= {slo.tpot_s * 1e3:g} ms) met by "
+                     f"{res.slo_attainment:.1%} of requests (TTFT {res.ttft_attainment:.1%}, TPOT "
+                     f"{res.tpot_attainment:.1%}); SLO-meeting throughput {res.slo_met_throughput_rps:.3f} req/s (not "
+                     "the goodput, the highest rate meeting the SLO: serveplan optimize)")
+    else:
+        lines.append("no SLO judged: an offline run or a closed loop has no arrival rate to hold an online SLO "
+                     "against (serveplan optimize finds the highest rate that meets it)")
     extra = []
     if res.num_preemptions:
         extra.append(f"{res.num_preemptions} preemptions (KV cache full)")
@@ -56,6 +61,22 @@ def sweep_records(results: Sequence[SimulationResult]) -> list[dict[str, Any]]:
             "slo_attainment": r.slo_attainment, "overloaded": r.overloaded,
         })
     return out
+
+
+def concurrency_records(results: Sequence[SimulationResult]) -> list[dict[str, Any]]:
+    """One record per closed-loop level (``simulate --concurrency C1,C2,...``): steady-window
+    latencies (s), tokens/s per user and per device, throughput, Little's law and preemptions."""
+    recs = []
+    for r in results:
+        cl = r.closed_loop
+        assert cl is not None
+        recs.append({"concurrency": cl.concurrency, "ttft_mean_s": cl.ttft_s.mean, "ttft_p90_s": cl.ttft_s.p90,
+                     "tpot_mean_s": cl.tpot_s.mean, "tpot_p90_s": cl.tpot_s.p90,
+                     "tokens_per_s_per_user": cl.tokens_per_s_per_user,
+                     "output_tokens_per_s_per_device": cl.output_tokens_per_s_per_device,
+                     "throughput_rps": cl.throughput_rps, "littles_law": cl.littles_law,
+                     "num_measured": cl.num_measured, "preemptions": r.num_preemptions})
+    return recs
 
 
 def fit_columns(width: int, columns: Sequence[tuple[str, int, bool]]) -> list[str]:

@@ -85,6 +85,11 @@ def check_session_fields(wl: Workload, n: int) -> None:
                         f"{int(np.min(wl.input_lengths))} tokens)")
     if (wl.session is None) != (wl.turn is None):
         raise SpecError("session and turn must be given together (one session id and turn per request)")
+    if wl.context_start is not None:
+        a = np.asarray(wl.context_start)
+        if wl.session is None or a.shape != (n,) or (a.size and (a.min() < 0 or np.any(a > np.asarray(wl.turn)))):
+            raise SpecError(f"context_start must hold, per request of a session, its first kept turn ({n} values, "
+                            "each at most the request's turn)")
     if wl.session is not None:
         for name in ("session", "turn"):
             a = np.asarray(getattr(wl, name))
@@ -103,7 +108,7 @@ def check_session_fields(wl: Workload, n: int) -> None:
 def digest_session_fields(wl: Workload, h: Any) -> None:
     """Feed the session / trace-hash fields to the workload's content digest ``h``."""
     h.update(f"|{wl.think_s!r}|{wl.system_prompt_len}|{wl.hash_block}".encode())
-    for a in (wl.session, wl.turn):
+    for a in (wl.session, wl.turn, wl.context_start):
         if a is not None:
             h.update(np.asarray(a).tobytes())
     if wl.hash_ids is not None:
@@ -123,12 +128,21 @@ def _quantiles(raw: dict[str, Any], key: str, name: str) -> np.ndarray:
 
 def session_workload(num_sessions: int, turns: int, *, think_s: float = 0.0, dataset: str | None = None,
                      system_prompt_len: int = 0, seed: int = 0, arrival: str = "poisson",
-                     cv: float = 1.0) -> Workload:
+                     cv: float = 1.0, max_context: int | None = None) -> Workload:
     """``num_sessions`` conversations of ``turns`` turns each (module docstring).
 
     Lengths are drawn by inverse transform from the dataset's quantile tables (linear
     interpolation), from the same seeded length stream as
     :meth:`Workload.from_distributions`; request ``s * turns + k`` is session ``s``'s turn ``k``.
+
+    ``max_context`` (tokens; the model's context length): a turn whose prompt plus answer would
+    exceed it drops the conversation's oldest turns until it fits, as chat clients truncate their
+    history (OpenAI's and vLLM's chat front ends send what the client sends; ChatGPT-style clients
+    and LangChain's ``trim_messages`` keep the newest messages). Once turns are dropped the prompt
+    no longer starts with the earlier prompt, so the prefix cache finds only the system prompt
+    until the conversation grows again from its new first turn (``Workload.context_start``). A
+    single turn longer than the context keeps the newest tokens of its input. The workload's
+    ``dropped_turns`` counts the turns that dropped history.
 
     Raises
     ------
@@ -160,14 +174,54 @@ def session_workload(num_sessions: int, turns: int, *, think_s: float = 0.0, dat
     new = draw(q_new, (S, T))
     new[:, 0] = draw(q_first, (S,))
     out = draw(q_out, (S, T))
-    # prompt of turn k: system + every earlier turn's input and answer + this turn's input
-    history = np.zeros((S, T), dtype=np.int64)
-    history[:, 1:] = np.cumsum(new + out, axis=1)[:, :-1]
+    start, dropped = _keep_within(new, out, system_prompt_len, max_context)
+    # prompt of turn k: system + the kept earlier turns' inputs and answers (from turn start[k]) + this input
+    before = np.zeros((S, T + 1), dtype=np.int64)
+    before[:, 1:] = np.cumsum(new + out, axis=1)
+    k = np.arange(T)
+    history = before[:, k] - np.take_along_axis(before, start, axis=1)
     prompt = system_prompt_len + history + new
+    label = f"{name}: {S} sessions x {T} turns" + (f", {dropped} turns dropped older turns to fit the "
+                                                      f"{max_context:,}-token context" if dropped else "")
     return Workload(input_lengths=prompt.ravel(), output_lengths=out.ravel(), arrival=arrival, cv=cv,
-                    name=f"{name}: {S} sessions x {T} turns", session=np.repeat(np.arange(S, dtype=np.int64), T),
+                    name=label, session=np.repeat(np.arange(S, dtype=np.int64), T),
                     turn=np.tile(np.arange(T, dtype=np.int64), S), think_s=float(think_s),
-                    system_prompt_len=int(system_prompt_len))
+                    system_prompt_len=int(system_prompt_len),
+                    context_start=start.ravel() if dropped else None, dropped_turns=int(dropped))
+
+
+def _keep_within(new: np.ndarray, out: np.ndarray, system: int, max_context: int | None) -> tuple[np.ndarray, int]:
+    """Per session and turn, the first turn its prompt keeps so that system prompt, kept history,
+    input and answer fit ``max_context`` tokens (the oldest turns dropped first, and never taken
+    back: a client that trimmed its history does not restore it); and how many turns dropped
+    any. A turn too long on its own is shortened in place (``new``, then ``out``), newest tokens kept."""
+    S, T = new.shape
+    start = np.zeros((S, T), dtype=np.int64)
+    if max_context is None:
+        return start, 0
+    if system + 2 > max_context:
+        raise SpecError(f"system_prompt_len={system} leaves no room in the {max_context:,}-token context")
+    before = np.zeros((S, T + 1), dtype=np.int64)
+    before[:, 1:] = np.cumsum(new + out, axis=1)
+    j = np.zeros(S, dtype=np.int64)
+    rows = np.arange(S)
+    for k in range(T):
+        room = max_context - system
+        alone = new[:, k] + out[:, k]
+        over = alone > room
+        if over.any():   # one turn longer than the context: keep its newest input tokens, then cut the answer
+            out[over, k] = np.minimum(out[over, k], room - 1)
+            new[over, k] = np.maximum(room - out[over, k], 1)
+            before[:, 1:] = np.cumsum(new + out, axis=1)
+        need = before[:, k] - before[rows, j] + new[:, k] + out[:, k]
+        while True:
+            move = (need > room) & (j < k)
+            if not move.any():
+                break
+            j = j + move
+            need = before[:, k] - before[rows, j] + new[:, k] + out[:, k]
+        start[:, k] = j
+    return start, int(np.count_nonzero(start))
 
 
 def with_system_prompt(wl: Workload, tokens: int) -> Workload:
@@ -228,7 +282,11 @@ def block_chains(wl: Workload, block_size: int) -> BlockChains:
     assert n is not None
     session: Sequence[int] | None
     if wl.session is not None:
-        session = np.asarray(wl.session).tolist()
+        sess = np.asarray(wl.session, dtype=np.int64)
+        if wl.context_start is not None:   # a conversation whose oldest turns were dropped starts a new chain
+            turns = int(np.max(wl.turn)) + 1
+            sess = sess * turns + np.asarray(wl.context_start, dtype=np.int64)
+        session = sess.tolist()
     elif wl.hash_ids is None:
         session = range(n)  # each request's own blocks (cached, never shared)
     else:

@@ -20,6 +20,8 @@ op4    256     2048
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import hashlib
 import json
@@ -194,6 +196,10 @@ class Workload:
     hash_block: int = 512
     #: tokens of a system prompt every request starts with (counted in ``input_lengths``)
     system_prompt_len: int = 0
+    #: sessions kept within the model's context: per request, the first turn of its session its prompt
+    #: still holds (None: every turn), and how many turns dropped older ones
+    context_start: Any = None
+    dropped_turns: int = 0
 
     def __post_init__(self) -> None:
         n = self.num_requests
@@ -285,6 +291,27 @@ class Workload:
         inp, out = table.sample(np.random.default_rng([int(seed), _LENGTH_STREAM]), num_requests)
         return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
                         name=name)
+
+    def within_context(self, max_tokens: int) -> Workload:
+        """This stream with every request cut to ``max_tokens`` (prompt plus output), as chat
+        clients cut what they send to the model's context: the output is kept (up to
+        ``max_tokens - 1``) and the prompt keeps its newest tokens. The name says how many requests
+        were cut; ``self`` when none is too long. Sessions keep their own rule
+        (:func:`~serveplan.sim.sessions.session_workload` ``max_context``)."""
+        check_int("max_tokens", max_tokens, low=2)
+        total = self.input_lengths + self.output_lengths
+        over = total > max_tokens
+        n_over = int(np.count_nonzero(over))
+        if not n_over:
+            return self
+        if self.session is not None or self.hash_ids is not None:
+            raise SpecError(f"{n_over} requests exceed the {max_tokens:,}-token context; sessions and traces with "
+                            "block hashes cannot be cut request by request (give --allow-long-context)")
+        out = np.minimum(self.output_lengths, max_tokens - 1 - self.system_prompt_len)
+        inp = np.where(over, np.maximum(max_tokens - out, self.system_prompt_len + 1), self.input_lengths)
+        return dataclasses.replace(self, input_lengths=inp, output_lengths=out,
+                                   name=f"{self.name} ({n_over} of {self.num_requests} requests cut to the "
+                                        f"{max_tokens:,}-token context, newest prompt tokens kept)")
 
     @staticmethod
     def from_trace(path: str | Path, num_requests: int | None = None) -> Workload:

@@ -5,7 +5,8 @@
 const TABS = [["plan", "Plan"], ["simulate", "Simulate"], ["step", "Step"], ["offload", "Offload"]];
 const KINDS = { plan: ["plan"], simulate: ["simulate"], step: ["step"], offload: ["offload", "frontier"] };
 const CHOICE_LISTS = { model: "model", hardware: "hardware", gpu: "gpu", host: "host", scenario: "scenario",
-                       dtype: "dtype", phase: "phase", scheduler: "scheduler" };
+                       dtype: "dtype", phase: "phase", scheduler: "scheduler", schedulers: "schedulers",
+                       engine: "engine", dataset: "dataset", "kv-dtype": "kv-dtype", "spec-method": "spec-method" };
 const PLOT_CFG = { displaylogo: false, responsive: true };
 const COLORS = { collocated: "#2f5fb3", disaggregated: "#dd8452", bad: "#b42318" };
 
@@ -54,7 +55,7 @@ function buildForm(values) {
     input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); run(); } });
     const wide = ["model", "hardware", "rate-sweep", "scenario", "strategy"].includes(f.name);
     if (f.kind === "switch") form.append(el("label", { class: "switch", title: f.help }, input, f.name));
-    else form.append(el("label", { class: wide ? "wide" : "", title: f.help }, f.name, input));
+    else form.append(el("label", { class: wide ? "wide" : "", title: f.help }, f.unit ? `${f.name} (${f.unit})` : f.name, input));
   }
   for (const [key, list] of Object.entries(state.schema.choices)) {
     if (document.getElementById(`list-${key}`)) continue;
@@ -194,20 +195,29 @@ function renderPlan(main) {
   docs.forEach((doc, i) => {
     const st = doc.settings, slo = st.slo, pct = slo.percentile;
     const best = doc.strategies[0];
+    const eng = st.engine ? `${st.engine.engine} ${st.engine.version} (${st.engine.mechanism})` : "no engine";
+    const byName = Object.fromEntries(doc.strategies.map((r, k) => [r.name, [r, k + 1]]));
+    const shown = (doc.ranking || doc.strategies.map((r) => r.name)).map((n) => byName[n]);
+    const whole = [doc.best_collocated, doc.best_disaggregated].filter((n) => n);
+    const verdict = doc.best_collocated && doc.best_disaggregated
+      ? ` Best collocated ${doc.best_collocated}, best disaggregated ${doc.best_disaggregated} (both simulated whole): ${byName[doc.best_collocated][0].goodput_per_device >= byName[doc.best_disaggregated][0].goodput_per_device ? "collocated" : "disaggregated"} wins here.` : "";
     const card = el("div", { class: "card" },
-      el("h2", { text: `${st.model} on up to ${st.devices} x ${st.hardware}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
-      el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. Goodput: the highest rate meeting the SLO ${tolText(doc)}. * = Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean end-to-end latency at its goodput rate.` }));
+      el("h2", { text: `${st.model} (${st.weight_dtype || "?"} weights, ${st.kv_dtype || "?"} KV) on up to ${st.devices} x ${st.hardware}, engine ${eng}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
+      el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies settled, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. Goodput: the highest rate meeting the SLO ${tolText(doc)}.${verdict} * = Pareto-optimal; (b) = an analytic bound, pruned.` }));
     const head = ["#", "strategy", "devices", `goodput req/s (${tolShort(doc)})`, "per device", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
     const table = el("table", { id: i === 0 ? "ranking" : null }, el("thead", {}, el("tr", {}, ...head.map((h, j) => el("th", { class: [1, 8, 9].includes(j) ? "l" : "", text: h })))));
     const body = el("tbody");
-    doc.strategies.forEach((r, k) => {
+    shown.forEach(([r, rank], k) => {
       const tr = el("tr", { "data-strategy": r.name },
-        ...[k + 1, r.name + (r.pareto ? " *" : ""), r.num_devices, fmt(r.goodput_rps, 2), fmt(r.goodput_per_device), fmt(r.ttft_p_s), ms(r.tpot_p_s),
+        ...[rank, r.name + (r.pareto ? " *" : "") + (whole.includes(r.name) ? " (w)" : ""), r.num_devices, fmt(r.goodput_rps, 2), fmt(r.goodput_per_device), fmt(r.ttft_p_s), ms(r.tpot_p_s),
             (r.output_tokens_per_s / r.num_devices).toFixed(0), r.binding_slo, r.bottleneck].map((v, j) => el("td", { class: [1, 8, 9].includes(j) ? "l" : "", text: String(v) })));
       if (i === 0) tr.addEventListener("click", () => choose(main.status.job, r.name, tr));
       if (i === 0 && k === 0) tr.classList.add("chosen");
       body.append(tr);
     });
+    for (const p of doc.pruned.filter((p) => p.kind === "bound" && p.bound_rps != null).slice(0, 5)) {
+      body.append(el("tr", { class: "bound", "data-strategy": p.name, "data-bound": "1" }, ...["-", `${p.name} (b)`, p.num_devices, `<= ${fmt(p.bound_rps, 2)}`, `<= ${fmt(p.bound_per_device)}`, "", "", "", "", "pruned by its bound"].map((v, j) => el("td", { class: [1, 8, 9].includes(j) ? "l" : "", text: String(v) }))));
+    }
     table.append(body);
     card.append(el("div", { class: "scroll" }, table));
     const notes = [];
@@ -256,32 +266,44 @@ function renderDeploy(dep) {
   const card = $("#deploy-card");
   const pre = el("pre", { class: "deploy", id: "deploy" });
   const tabs = el("div", { class: "engine-tabs" });
+  const label = { vllm: "vLLM", sglang: "SGLang", trtllm: "TensorRT-LLM" }[dep.engine] || dep.engine;
   const views = {};
-  for (const [engine, label] of [["vllm", `vLLM ${dep.engines.vllm}`], ["sglang", `SGLang ${dep.engines.sglang}`]]) {
-    views[label] = dep.instances.filter((x) => x.engine === engine)
-      .map((x) => `# node ${x.node}: ${x.role} instance ${x.index + 1}\n${x.shell}`).join("\n\n");
-  }
+  views[`${label} ${dep.version}`] = dep.instances.map((x) => `# node ${x.node}: ${x.role} instance ${x.index + 1}\n${x.shell}`).join("\n\n")
+    + (dep.router ? `\n\n# router (node 0)\n${dep.router}` : "");
   for (const [name, text] of Object.entries(dep.files)) views[name] = text;
-  for (const label of Object.keys(views)) {
+  for (const name of Object.keys(views)) {
     tabs.append(el("button", { type: "button", "aria-selected": "false", onclick: (e) => {
       for (const b of tabs.children) b.setAttribute("aria-selected", String(b === e.target));
-      pre.textContent = views[label];
-    } }, label));
+      pre.textContent = views[name];
+    } }, name));
   }
   tabs.firstChild.setAttribute("aria-selected", "true");
   pre.textContent = views[Object.keys(views)[0]];
-  card.replaceChildren(el("h2", { text: `Deploy ${dep.strategy}` }), tabs, pre, ...dep.notes.map((n) => el("p", { class: "note", text: n })));
+  card.replaceChildren(el("h2", { text: `Deploy ${dep.strategy} with ${label} ${dep.version} (${dep.nodes} node${dep.nodes > 1 ? "s" : ""})` }), tabs, pre, ...dep.notes.map((n) => el("p", { class: "note", text: n })));
 }
 
 // ------------------------------------------------------------------ Simulate
+function renderLevels(d) {
+  const res = $("#results"), cfg = d.config;
+  const head = ["clients", "TTFT mean ms", "TTFT P90 ms", "TPOT mean ms", "tok/s/user", "tok/s/GPU", "req/s", "preemptions"];
+  const table = el("table", { id: "levels" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { text: h })))),
+    el("tbody", {}, ...d.concurrency_sweep.map((r) => el("tr", {}, ...[r.concurrency, ms(r.ttft_mean_s), ms(r.ttft_p90_s), ms(r.tpot_mean_s), fmt(r.tokens_per_s_per_user, 1), (r.output_tokens_per_s_per_device || 0).toFixed(0), fmt(r.throughput_rps), r.preemptions].map((v) => el("td", { text: String(v) }))))));
+  res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.num_devices} x ${cfg.hardware}, ${cfg.strategy}, closed loop` }), table,
+    el("p", { class: "note", text: "statistics over each run's steady window; no SLO is judged in a closed loop" })));
+}
+
 function renderSimulate(main) {
   const d = main.doc, cfg = d.config, res = $("#results");
   res.replaceChildren();
+  if (d.concurrency_sweep) { renderLevels(d); return; }
+  const online = !cfg.offline && !cfg.concurrency;
+  const load = cfg.offline ? "offline" : cfg.concurrency ? `concurrency ${cfg.concurrency}` : `rate ${cfg.rate} req/s`;
   const rows = [["TTFT", d.ttft_s, cfg.slo.ttft_s], ["TPOT", d.tpot_s, cfg.slo.tpot_s], ["E2E", d.e2e_s, null], ["queueing", d.queue_s, null]];
   const table = el("table", { id: "latency" }, el("thead", {}, el("tr", {}, ...["latency (ms)", "mean", "P50", "P90", "P99", "SLO"].map((h, j) => el("th", { class: j ? "" : "l", text: h })))),
     el("tbody", {}, ...rows.map(([n, s, t]) => el("tr", {}, el("td", { class: "l", text: n }), ...["mean", "p50", "p90", "p99"].map((k) => el("td", { text: ms(s[k]) })), el("td", { text: t ? ms(t, 0) : "" })))));
-  res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.hardware}, ${cfg.strategy}, rate ${cfg.rate} req/s, ${d.num_requests} requests` }), table,
-    el("p", { class: "note", text: `throughput ${fmt(d.throughput_rps)} req/s, ${d.output_tokens_per_s.toFixed(0)} output tok/s; SLO met by ${(100 * d.slo_attainment).toFixed(1)}% of requests (TTFT ${(100 * d.ttft_attainment).toFixed(1)}%, TPOT ${(100 * d.tpot_attainment).toFixed(1)}%)${d.overloaded ? "; OVERLOADED" : ""}` })));
+  const slo = online ? `; SLO met by ${(100 * d.slo_attainment).toFixed(1)}% of requests (TTFT ${(100 * d.ttft_attainment).toFixed(1)}%, TPOT ${(100 * d.tpot_attainment).toFixed(1)}%)` : "; no SLO judged (no arrival rate to hold it against)";
+  res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.num_devices} x ${cfg.hardware}, ${cfg.engine || "no engine"}, ${cfg.strategy}, ${load}, ${d.num_requests} requests` }), table,
+    el("p", { class: "note", text: `throughput ${fmt(d.throughput_rps)} req/s, ${d.output_tokens_per_s.toFixed(0)} output tok/s (${(d.output_tokens_per_s / cfg.num_devices).toFixed(0)} per GPU)${slo}${d.overloaded ? "; OVERLOADED" : ""}` })));
   const h1 = el("div", { class: "plot short", id: "hist-ttft" }), h2 = el("div", { class: "plot short", id: "hist-tpot" });
   res.append(el("div", { class: "card" }, el("h2", { text: "Latency distributions" }), el("div", { class: "grid2" }, h1, h2)));
   hist(h1, main.extra.requests.ttft_s, "TTFT (ms)", cfg.slo.ttft_s);
