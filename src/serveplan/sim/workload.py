@@ -20,9 +20,8 @@ op4    256     2048
 
 from __future__ import annotations
 
-import dataclasses
-
 import csv
+import dataclasses
 import hashlib
 import json
 import math
