@@ -163,7 +163,7 @@ def anchors(text: str) -> set[str]:
 def link_problems(text: str, page: Path) -> list[str]:
     """Relative Markdown links whose file or heading does not exist."""
     bad = []
-    where = page.relative_to(ROOT)
+    where = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
     for n, line in enumerate(text.split("\n"), 1):
         for target in _LINK.findall(line):
             if re.match(r"[a-z]+:", target):
@@ -227,3 +227,13 @@ def test_anchors_follow_github():
             "## Run\n## Run\n")
     assert anchors(text) == {"validation", "tile-quantization-sarathi-44-llama-13b", "fidelitybestserve-run",
                              "run", "run-1"}
+
+
+def test_checker_rejects_a_missing_page_or_heading(tmp_path):
+    page = tmp_path / "a.md"
+    (tmp_path / "b.md").write_text("# B\n## Eager prefill steps\n")
+    page.write_text("[ok](b.md#eager-prefill-steps) [here](#a) [web](https://x.org/y.md)\n"
+                    "[gone](c.md) [moved](b.md#uncaptured-vllm-steps)\n# A\n")
+    bad = link_problems(page.read_text(), page)
+    assert bad == [f"{page}:2: link to c.md: no file c.md",
+                   f"{page}:2: link to b.md#uncaptured-vllm-steps: b.md has no heading #uncaptured-vllm-steps"]
