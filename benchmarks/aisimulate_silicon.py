@@ -1,4 +1,4 @@
-"""NVIDIA AISimulate on aiconfigurator's silicon rows, for the comparison in docs/validation.md.
+"""NVIDIA AISimulate on aiconfigurator's silicon rows, for the comparison in docs/validation/silicon.md.
 
 AISimulate is not a dependency of serveplan. Its released 0.13.0 on the package index is a stub
 that cannot build without NVIDIA's own index; ``pip install --pre --only-binary=:all: aisimulate``

@@ -1,5 +1,5 @@
 """Speed of the offloading policy search (issue target: a full search for one setting in <= 2 s),
-and the validation tables against FlexGen (Tables 2, 14-18) used in docs/validation.md.
+and the validation tables against FlexGen (Tables 2, 14-18) used in docs/validation/offload.md.
 
 Run: .venv/bin/python benchmarks/bench_offload.py [--no-validation]
 A "full search" is ``plan_offload`` with compression and CPU attention both left open (every GPU

@@ -4,7 +4,7 @@ simulation, iteration mode, at most 30 s in total on 2 cores).
 Run: .venv/bin/python benchmarks/bench_optimize.py [--jobs 2] [--num-requests 10000]
 Writes benchmarks/results/optimize.txt (timings, simulation counts, machine) and
 benchmarks/results/optimize-ranking.md (the ranked strategies per scenario, used in
-docs/validation.md).
+docs/validation/optimizer.md).
 """
 
 from __future__ import annotations

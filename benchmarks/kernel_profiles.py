@@ -16,7 +16,7 @@ For each GPU (aiconfigurator system -> serveplan hardware id) it
 3. predicts H200 from the H100 curves with only the datasheet peaks changed (no H200 row used),
    and Vidur's H100/A100 GEMMs from the curves fitted to aiconfigurator's tables.
 
-Writes ``benchmarks/results/kernel-validation.md`` (the tables of docs/validation.md).
+Writes ``benchmarks/results/kernel-validation.md`` (the tables of docs/validation/kernel-curves.md).
 
 Usage: ``python benchmarks/kernel_profiles.py [--systems h100_sxm,h200_sxm] [--no-write]``
 """

@@ -7,7 +7,7 @@ The CSV holds three collections, told apart by ``silicon_data_source``: NVIDIA's
 (a local file path containing ``aic-auto-gap-analysis``), a database dump (``db-dump/...``) and its
 file export (``source_file=20...``). Prints the median signed TTFT error (and the rows) per
 collection, engine and concurrency bucket, and the median ratio of measured to predicted TTFT at the
-lowest concurrency by predicted size (docs/validation.md, "Reading the serving errors"). Nothing is
+lowest concurrency by predicted size (docs/validation/low-concurrency.md). Nothing is
 simulated or fitted here.
 """
 

@@ -9,8 +9,8 @@ median |TTFT error| (a grid, ``a`` in 0.50-1.80 by 0.05 and ``b`` in 0-250 ms by
 engine at a time from four starts until no engine moves; deterministic). Also the best offsets
 alone (``a_e = 1``) and, for comparison, the offsets chosen on H100 rows only and applied to every
 row. The corrections are fitted to the rows they are scored on, so the figures are a lower bound of
-what a per-engine correction of the prediction can reach, not a result (docs/validation.md,
-"Reading the serving errors", check 9). Nothing is simulated.
+what a per-engine correction of the prediction can reach, not a result (docs/validation/checks.md,
+check 9). Nothing is simulated.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ completes every ``osl x TPOT / C`` on average. A server that admits every new re
 TTFT that does not depend on ``osl`` (ratio about 0). A server whose ``C`` clients see only
 ``C - 1`` free batch slots makes every new request wait for the next completion: its TTFT grows by
 about ``TPOT / C`` per output token (ratio about 1). No simulator is involved; nothing here is
-fitted (docs/validation.md, "Reading the serving errors").
+fitted (docs/validation/checks.md, check 1).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ is printed::
 
     python benchmarks/silicon_variants.py --system h100-sxm --sample 90
 
-The choice recorded in docs/validation.md ("Reading the serving errors") was made with this
+The choice recorded in docs/validation/harness.md ("Earlier choices, still in force") was made with this
 command on H100 rows; H200 and B200 rows did not take part. ``--frontend-us`` compares values of
 the engines' serial frontend work per request instead (the engines' defaults, ``run`` statistic;
 ``--statistics run,steady`` for both), the value in ``frontend.per_request_us`` of the engine

@@ -28,7 +28,7 @@ Published figures (none of them is used to set a constant here):
 
 The decode gap to 14.8k is written term by term in its own section: each term is one variant
 applied on top of the previous one (measured profile), so its size in tokens/s per node is the
-difference of two rows of this script; docs/validation.md cites them.
+difference of two rows of this script; docs/validation/deepseek-pools.md cites them.
 
 Run: PYTHONPATH=src nice -n 10 .venv/bin/python benchmarks/validate_deepseek_pools.py
 """

@@ -1,4 +1,4 @@
-"""Predict published multi-turn prefix-cache and KV-tier results (docs/validation.md, issue 21).
+"""Predict published multi-turn prefix-cache and KV-tier results (docs/validation/kv-tiers.md, issue 21).
 
 1. LMCache CPU offloading on vLLM (GPUStack performance lab, "Evaluating LMCache Prefill
    Acceleration in vLLM", gpustack/gpustack docs/performance-lab/references/): Qwen3-8B on one
@@ -13,7 +13,7 @@
    (24,564 MiB, nvidia-smi), the pcie4-workstation host and the LMCache connector (write-through of
    256-token prompt chunks, synchronous stores); nothing is fitted to the published numbers. The
    table is a cumulative ladder from the model before (24e9 B, no chat template, every request,
-   tiers filled by eviction at no cost) through each mechanism added (docs/validation.md).
+   tiers filled by eviction at no cost) through each mechanism added (docs/validation/kv-tiers.md).
 
 2. Mooncake FAST'25 Figure 9: the theoretical (unbounded-cache) prefix hit rate of the
    conversation trace, "41% max". Replayed request by request through the prefix cache (as the

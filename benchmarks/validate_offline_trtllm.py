@@ -34,7 +34,7 @@ Usage::
     python benchmarks/validate_offline_trtllm.py --engine-defaults   # LLM API defaults instead
 
 Writes ``benchmarks/results/offline_trtllm_validation.json`` and prints the tables of
-docs/validation.md ("Offline throughput against TensorRT-LLM's published figures").
+docs/validation/offline-trtllm.md ("Offline throughput against TensorRT-LLM's published figures").
 """
 
 from __future__ import annotations

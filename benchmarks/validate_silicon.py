@@ -1,4 +1,4 @@
-"""Predict aiconfigurator's measured serving rows and write the accuracy table of docs/validation.md.
+"""Predict aiconfigurator's measured serving rows and write the accuracy table of docs/validation/silicon.md.
 
 The development set is NVIDIA aiconfigurator's ``silicon_sample.csv`` (Apache-2.0, inside the
 ``aiconfigurator-core`` 0.12.0 wheel; loaded and stated by ``silicon_data.py``, which downloads the
@@ -31,12 +31,12 @@ configuration per engine, the engines' frontend value (``frontend.per_request_us
 MoE host work (``prefill_host_us.moe``) were chosen on H100 rows only, and the table reports H100, H200
 and B200 rows apart.
 ``--held-slot ENGINE@VERSION`` is an experiment (it needs ``--no-docs``): those rows run with a batch
-limit of their ``batch_size`` less one (docs/validation.md, "Reading the serving errors";
+limit of their ``batch_size`` less one (docs/validation/checks.md, check 1;
 ``silicon_osl_slope.py`` reads the same effect from the measurements alone).
 
 Outputs: ``benchmarks/results/silicon_validation.json`` (every row: measured, predicted, error,
 seconds) and the section between ``<!-- silicon-validation:begin -->`` and
-``<!-- silicon-validation:end -->`` of ``docs/validation.md``.
+``<!-- silicon-validation:end -->`` of ``docs/validation/silicon.md``.
 """
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ from silicon_data import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "validation.md"
+DOC = ROOT / "docs" / "validation" / "silicon.md"
 OUT = ROOT / "benchmarks" / "results" / "silicon_validation.json"
 BEGIN, END = "<!-- silicon-validation:begin -->", "<!-- silicon-validation:end -->"
 WITHIN = 0.25  # the table's "share within 25%"
-#: the command that writes docs/validation.md's table: every covered row
+#: the command that writes docs/validation/silicon.md's table: every covered row
 COMMAND = "python benchmarks/validate_silicon.py --aisimulate benchmarks/results/aisimulate_silicon.json"
 
 
@@ -197,8 +197,8 @@ def run_requests(concurrency: int, statistic: str) -> int:
 
 
 #: Engines whose rows are simulated with aiconfigurator's generator settings (``--as-deployed``): the
-#: configuration was chosen per engine on every covered H100 row (docs/validation.md, "Reading the
-#: serving errors"): vLLM's 138 H100 rows 47.8% -> 28.2% median |TTFT error| as deployed, TensorRT-LLM's
+#: configuration was chosen per engine on every covered H100 row (docs/validation/harness.md, "vLLM rows
+#: as deployed"): vLLM's 138 H100 rows 47.8% -> 28.2% median |TTFT error| as deployed, TensorRT-LLM's
 #: 357 44.5% -> 62.8% and SGLang's 84 15.0% -> 83.8% (so those keep their defaults).
 AS_DEPLOYED = frozenset({"vllm"})
 ENGINES = ("sglang", "trtllm", "vllm")
@@ -275,7 +275,7 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
     SGLang's prefill cap and mixing, TRT-LLM's memory share). ``held_slot=True`` (an experiment,
     ``--held-slot``): the server's batch limit is the row's ``batch_size`` less one, as if one of
     the slots the clients fill were held by something else, so that every new request waits for a
-    completion (docs/validation.md, "Reading the serving errors"). Rows whose launch script was
+    completion (docs/validation/checks.md, check 1). Rows whose launch script was
     read (:func:`silicon_data.inferencemax_trtllm_llama`: InferenceMAX's
     TensorRT-LLM Llama-70B runs) take that script's ``max_num_tokens`` and batch waiting instead of
     every other choice; with ``as_launched`` (the default) so does every row whose script was read
@@ -341,7 +341,7 @@ def predict(case: SiliconCase, profile_name: str | None = None, *, as_deployed: 
     """Closed-loop prediction of one row: mean TTFT and TPOT over the benchmark's run (or the
     steady window). ``frontend_us`` replaces the engine file's serial frontend time per request
     (``silicon_variants.py`` compares values on H100 rows). Two experiments on the clients' timing
-    (docs/validation.md, "Reading the serving errors", check 6): ``send_delay_ms`` delays each
+    (docs/validation/checks.md, check 6): ``send_delay_ms`` delays each
     send after a completion by a uniform draw in ``[0, send_delay_ms]`` (seed 0);
     ``dispatch_scale`` (check 8) multiplies the profile's host dispatch time per module, which
     prefill steps pay (decode steps run under CUDA graphs);
@@ -560,14 +560,14 @@ def report(rows: list[dict[str, Any]], failures: dict[str, str], skipped: dict[s
         "frontend's serial work per request (`frontend.per_request_us` in the engine files: vLLM 1,000 us, SGLang "
         "and TensorRT-LLM 0), among 0, 250, 1,000 and 4,000 us (`benchmarks/silicon_variants.py --system "
         "h100-sxm --sample 90 --frontend-us 0,250,1000,4000`); per engine whether its rows run with the "
-        "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation.md "
-        "\"Reading the serving errors\"); the host work of an eager prefill step's MoE layer "
+        "engine's defaults or as aiconfigurator's generator deploys them (`--as-deployed`, docs/validation/harness.md "
+        "\"vLLM rows as deployed\"); the host work of an eager prefill step's MoE layer "
         "(`prefill_host_us.moe` in the TensorRT-LLM and SGLang 0.5 engine files: 750 us, among 500, 750, 1,000 "
-        "and 1,500 us, docs/validation.md \"Eager prefill steps\"); and the host work of a vLLM step too large "
-        "for its captured graphs per MoE layer (`prefill_host_us.moe` in the vLLM engine files: 500 us, among 250, "
-        "500, 750 and 1,000 us, with and without eager attention/MLP host times, on H100 vLLM rows: "
+        "and 1,500 us, docs/validation/host-work.md \"Eager prefill steps\"); and the host work of a vLLM step "
+        "too large for its captured graphs per MoE layer (`prefill_host_us.moe` in the vLLM engine files: 500 us, "
+        "among 250, 500, 750 and 1,000 us, with and without eager attention/MLP host times, on H100 vLLM rows: "
         "`benchmarks/silicon_variants.py --system h100-sxm --engines vllm --sample 222 --prefill-host-us ...`, "
-        "docs/validation.md \"Uncaptured vLLM steps\"); H200, B200, B300 and GB200 rows are held out and "
+        "docs/validation/host-work.md \"Uncaptured vLLM steps\"); H200, B200, B300 and GB200 rows are held out and "
         "reported apart. The first three were chosen with the harness before 2026-11-27 (fixed lengths, engines "
         "without overlap scheduling, launched rows with their engine's defaults) and kept, the fourth with the "
         "harness of 2026-11-28"
@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=None, help="every k-th covered row, this many in all")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--aisimulate", type=Path, default=None, help="results of benchmarks/aisimulate_silicon.py")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation.md")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/validation/silicon.md")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--profile", default=None,
                     help="efficiency profile for every row (default: each hardware's own; "

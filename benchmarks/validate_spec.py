@@ -1,4 +1,4 @@
-"""Speculative decoding against published speedups (docs/validation.md, "Speculative decoding").
+"""Speculative decoding against published speedups (docs/validation/speculative-decoding.md).
 
 Each case simulates the published setup twice, without and with speculation, in a closed loop at
 the published batch (clients), and compares the predicted speedup of output tokens per second

@@ -53,7 +53,7 @@ def test_vllm_rows_run_as_aiconfigurator_deploys_them_and_the_choice_is_spelled_
     dep = sd.deployment(sd.map_row(row))
     assert (dep.max_batch, dep.token_budget) == (4, 4 + 8192 + 1500)
     vs = load("validate_silicon")
-    assert vs.AS_DEPLOYED == frozenset({"vllm"})        # chosen on H100 rows (docs/validation.md)
+    assert vs.AS_DEPLOYED == frozenset({"vllm"})        # chosen on H100 rows (docs/validation/harness.md)
     assert vs.deployed_engines("all") == frozenset({"vllm", "sglang", "trtllm"})
     assert vs.deployed_engines("none") == frozenset()
     assert vs.deployed_engines("trtllm,vllm") == frozenset({"trtllm", "vllm"})

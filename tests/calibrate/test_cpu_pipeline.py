@@ -34,7 +34,7 @@ def summary(tmp_path_factory):
 
 def test_reduced_pipeline_predicts_the_model_steps(summary):
     # the reduced sweep profiles one layer shape at few sizes; the full run in
-    # benchmarks/calibration/ is the acceptance check (docs/validation.md, "Calibration").
+    # benchmarks/calibration/ is the acceptance check (docs/validation/calibration.md).
     # Predictions come from Estimator with profile.yaml as written by the calibration.
     assert summary["median_abs_error"] <= 0.25, summary
     assert summary["prefill_median_abs_error"] <= 0.25, summary

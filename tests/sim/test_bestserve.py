@@ -56,7 +56,7 @@ def test_collocated_prefill_suspends_running_decodes(testbed):
 @pytest.mark.parametrize("strategy, max_batch, pmb", [("1p1d", 16, 4), ("2m", 4, None)])
 def test_table_4_and_5_settings_run_and_stay_in_the_papers_regime(testbed, strategy, max_batch, pmb):
     """BestServe Table 4 (1p1d) and Table 5 (2m) at rate 3.5, op2 lengths (our choice, see
-    docs/validation.md): 1p1d meets the TPOT SLO but not TTFT (paper: P90 TTFT 3650 ms, TPOT
+    docs/validation/simulator.md): 1p1d meets the TPOT SLO but not TTFT (paper: P90 TTFT 3650 ms, TPOT
     44.8 ms); 2m meets TTFT but its decodes queue without bound (paper: P90 TPOT 4361 ms)."""
     res = simulate(SimulationConfig(**testbed, strategy=strategy, fidelity="bestserve", max_batch=max_batch,
                                     prefill_max_batch=pmb, rate=3.5, workload=Workload.scenario("op2", 10000)))

@@ -61,7 +61,7 @@ def test_all_requests_finish(runs):
 def test_chunked_prefill_cuts_bubbles_by_a_large_factor(runs, baseline):
     base = float(np.median(runs[baseline].bubble_s))
     sar = float(np.median(runs["sarathi"].bubble_s))
-    assert base > 6.29 * sar  # the paper's factor; ours is larger (see docs/validation.md)
+    assert base > 6.29 * sar  # the paper's factor; ours is larger (see docs/validation/parallelism.md)
 
 
 @pytest.mark.parametrize("baseline", ["orca-best", "vllm"])

@@ -196,7 +196,7 @@ def test_decode_cta_saturation_sharpens_with_its_power():
 def test_prefill_efficiency_grows_with_the_query_heads_per_kv_head():
     # FlashAttention-class prefill kernels pack a KV head's query heads into one tile (pack_gqa):
     # group_half is the group at half the ceiling; B200/B300's FP8-KV tables run 19-21% slower at
-    # g = 1 and 23-27% faster at g = 64 than one curve without it said (docs/validation.md)
+    # g = 1 and 23-27% faster at g = 64 than one curve without it said (docs/validation/kernel-curves.md)
     a = AttentionCurve(overhead_s=0.0, compute_max=0.5, memory_max=1.0, len_half=1e-9, parallel_half=1e-9,
                        group_half=2.0)
     comp = lambda g: float(a.terms("prefill", 4096.0, 1e6, 128.0, g, 1e12, 0.0, 1e15, 1e12)[1])  # noqa: E731

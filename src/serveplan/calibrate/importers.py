@@ -167,7 +167,7 @@ def import_aiconfigurator(root: str | Path, system: str, *, framework: str | Non
                                ("nccl_perf", "nccl", _nccl_rows), ("moe_perf", "moe", _moe_rows),
                                # decode only: the prefill table (``wideep_context_moe_perf``, DeepGEMM's
                                # contiguous layout) fits the routed-expert curve form 18-32% held out
-                               # (docs/validation.md, "DeepEP expert curve")
+                               # (docs/validation/deepseek-pools.md, "DeepEP expert curve")
                                ("wideep_generation_moe_perf", "moe_ep", _wideep_moe_rows)):
         if kind not in kinds:
             continue
@@ -210,7 +210,7 @@ def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
 #: ``collector/<engine>/collect_moe.py``). Real routing is skewed, and aiconfigurator predicts with
 #: the power law (``sdk/config.py`` ``workload_distribution = "power_law"``; alpha 1.2 for its
 #: generic MoE model, ``sdk/models/moe.py``, 1.01 for DeepSeek's). Chosen on H100 silicon rows
-#: (docs/validation.md, "Routing skew"): 1.2 and 1.01 tie on TTFT there and both beat balanced
+#: (docs/validation/moe-kernels.md, "Routing skew"): 1.2 and 1.01 tie on TTFT there and both beat balanced
 #: routing; 1.2, the generic default, is taken.
 MOE_DISTRIBUTION = "power_law_1.2"
 #: Kernel paths of the MoE tables that are not an engine's default for a gated expert MLP:

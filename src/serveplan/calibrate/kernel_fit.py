@@ -157,7 +157,7 @@ MOE_CEILING_STARTS = (0.3, 0.1, 0.03)
 #: rows to (vLLM's and SGLang's Triton ``fused_moe`` configurations use ``BLOCK_SIZE_M`` 16 to 128,
 #: ``fused_moe/configs/*.json``); chosen per format inside the training half (:func:`choose_tile`).
 #: Counting per expert took the held-out medians on H200 from 9-25% to 5-17% (vLLM FP8 12.2% ->
-#: 7.3%, INT4 25.2% -> 7.7%; TensorRT-LLM FP8 13.7% -> 8.4%; docs/validation.md, "Rows per expert").
+#: 7.3%, INT4 25.2% -> 7.7%; TensorRT-LLM FP8 13.7% -> 8.4%; docs/validation/moe-kernels.md, "Rows per expert").
 MOE_TILE_CHOICES = (1, 16, 64)
 
 
@@ -197,7 +197,7 @@ def predict_gemm(c: GemmCurve, rows: Sequence[Measurement], hardware: DeviceSpec
 #: SGLang's FlashInfer decode runs on CUDA cores below ``g = 4`` and as the tensor-core prefill
 #: kernel from 4 (``flashinfer_backend.py`` ``should_use_tensor_core``), FlashAttention packs a
 #: head group into one tile (``pack_gqa``); the same three regimes serve them (held out: A100 vLLM
-#: 12.0% -> 7.6%, SGLang 15.7% -> 10.6%; docs/validation.md).
+#: 12.0% -> 7.6%, SGLang 15.7% -> 10.6%; docs/validation/kernel-curves.md).
 DECODE_REGIMES: tuple[tuple[int, int | None], ...] = ((2, 32), (1, 1), (33, None))
 #: XQA's history tokens per CTA before it splits a context over more CTAs
 #: (``decoderXQAConstants.h`` ``kMinHistoryTokensPerBlock = 128``).
@@ -534,7 +534,7 @@ def _attention_curves(ms: MeasurementSet, hardware: DeviceSpec, kv_dtypes: Seque
             prov = Provenance(source=source, fit_date=fit_date, points=len(rows), held_out_median=ho_median)
             if regimes:
                 attention.update(fit_decode_regimes(rows, hardware, kv, provenance=prov))
-            elif phase == "prefill":   # decode per head size: docs/validation.md (kept out: profile size)
+            elif phase == "prefill":   # decode per head size: docs/validation/kernel-curves.md (kept out: profile size)
                 attention.update(fit_head_dim_curves(rows, hardware, kv, provenance=prov))
             else:
                 attention[f"{phase}/{kv}"] = fit_attention(rows, hardware, phase, provenance=prov)

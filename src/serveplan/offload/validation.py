@@ -2,7 +2,7 @@
 
 The cells are transcribed from FlexGen (Sheng et al., ICML 2023, arXiv:2303.06865), Appendix A.4:
 generation throughput (token/s) on the T4 machine (Table 1) with the policy tuple printed next to it.
-``docs/validation.md`` is produced from :func:`compare_cells` and :func:`compare_table2`.
+``docs/validation/offload.md`` is produced from :func:`compare_cells` and :func:`compare_table2`.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ kernel's fixed latency. Three terms come from how the kernels are built:
   as for bf16).
 
 Without the last two, vLLM's FP8 GEMMs of tall, narrow weights (``n / k < 1/8``) came out 37%
-too fast on H100, and the FP8 curve missed its held-out rows by 12-14% (``docs/validation.md``).
+too fast on H100, and the FP8 curve missed its held-out rows by 12-14% (``docs/validation/kernel-curves.md``).
 
 **Attention** (FlashAttention-class prefill and paged decode, per phase and KV format)::
 
@@ -91,8 +91,8 @@ pass through L2 between two calls of one layer.
 the bus-bandwidth convention of nccl-tests (``PERFORMANCE.md``). The square-root term is the
 pipeline fill of a ring (chunks in flight grow with the message): without it, the latency plus
 bandwidth form misses NCCL's 1-64 MiB range by 13-23% on H100; with it, by 1-4% (held out,
-``docs/validation.md``). ``ramp_bytes`` is the size at which the fill equals the transfer. Rank counts between measured
-ones take the nearest measured count's bandwidth and latency.
+``docs/validation/kernel-curves.md``). ``ramp_bytes`` is the size at which the fill equals the transfer.
+Rank counts between measured ones take the nearest measured count's bandwidth and latency.
 
 **Fused MoE** (per weight format): the routed experts of one MoE layer as the engine's fused kernel
 runs them (token permutation, the gate-up and down grouped GEMMs with their activation, the
