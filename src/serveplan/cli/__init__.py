@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -28,6 +29,27 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _NoteHandler(logging.Handler):
+    """Prints the library's notes (how a name was read, :mod:`serveplan.specs.catalog`) on stderr as
+    ``note: ...``, so ``--json`` output stays clean."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"note: {record.getMessage()}", err=True)
+
+
+def _show_notes() -> None:
+    logger = logging.getLogger("serveplan.specs")
+    logger.setLevel(logging.INFO)
+    if not any(isinstance(h, _NoteHandler) for h in logger.handlers):
+        logger.addHandler(_NoteHandler())
+
+
+@app.callback()
+def _main_options() -> None:
+    """Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them."""
+    _show_notes()
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -1013,8 +1013,18 @@ def _model_from_fields(cfg: dict[str, Any], name: str, mt: str, source: str) -> 
 
 
 def load_model_file(path: str | Path) -> ModelSpec:
-    """Load a model from a HF ``config.json`` (or a YAML file with the same fields)."""
+    """Load a model from a HF ``config.json`` (or a YAML file with the same fields), or from a
+    folder holding a ``config.json`` (a local snapshot, as ``huggingface-cli download`` leaves it).
+
+    The model is named by its file's ``name`` field, else by its repository when the path is a
+    Hugging Face cache snapshot (``models--<owner>--<name>/snapshots/<hash>``), else by its folder.
+    """
     p = Path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise SpecError(f"model folder {str(p)!r} holds no config.json; expected a Hugging Face model folder "
+                            "(a snapshot holding config.json) or the path of a config.json")
+        p = p / "config.json"
     if not p.is_file():
         raise SpecError(f"model file {str(p)!r} does not exist")
     try:
@@ -1025,4 +1035,13 @@ def load_model_file(path: str | Path) -> ModelSpec:
         fmt = "JSON" if p.suffix == ".json" else "YAML"
         raise SpecError(f"model file {str(p)!r} is not valid {fmt}: {first}") from None
     name = cfg.get("name") if isinstance(cfg, dict) else None
-    return model_from_hf_config(cfg, name=name or p.parent.name or p.stem, source=str(p))
+    return model_from_hf_config(cfg, name=name or _folder_name(p), source=str(p))
+
+
+def _folder_name(config: Path) -> str:
+    """A model's name from the path of its ``config.json``: ``owner/name`` for a Hugging Face cache
+    snapshot (``.../models--owner--name/snapshots/<hash>/config.json``), else the folder's name."""
+    folder = config.resolve().parent
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name[len("models--"):].replace("--", "/")
+    return config.parent.name or config.stem
