@@ -32,8 +32,9 @@ import yaml
 from serveplan.errors import SpecError, suggest_names, unknown_name
 from serveplan.specs.engine import EngineSpec, engine_from_dict
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
+from serveplan.specs.hf_config import load_model_file, model_from_hf_config
 from serveplan.specs.host import HostSpec, parse_host
-from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
+from serveplan.specs.model import ModelSpec
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
 
 T = TypeVar("T")
