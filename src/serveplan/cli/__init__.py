@@ -22,7 +22,7 @@ from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecErr
 app = typer.Typer(
     name="serveplan",
     help="Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -46,8 +46,28 @@ def _show_notes() -> None:
         logger.addHandler(_NoteHandler())
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata), or ``"unknown"`` when run from a source tree
+    that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("serveplan")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"serveplan {package_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _main_options() -> None:
+def _main_options(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
+) -> None:
     """Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them."""
     _show_notes()
 
