@@ -214,10 +214,13 @@ def hardware_cmd(
                   str(r["devices_per_node"]), str(r["domain_size"]),
                   f"{r['intra_node_bandwidth'] / 1e9:.0f} GB/s", prof, r["description"])
     console().print(t)
-    measured = [r for r in rows if r["profile_measured_from"]]
+    measured = [r for r in rows if r["profile_measured_from"] and not r["profile_note"]]
     if measured:
         console().print("measured profiles: " + "; ".join(f"{r['profile']} from {r['profile_measured_from']}"
                                                            for r in measured))
+    for r in rows:
+        if r["profile_note"]:
+            console().print(f"{r['name']} uses {r['profile']}: {r['profile_note']}")
     p = Table(title="Efficiency profiles")
     for col in ("name", "for", "prefill MFU/MBU", "decode MFU/MBU", "kernel curves", "description"):
         p.add_column(col)
@@ -232,9 +235,13 @@ def hardware_cmd(
 
 
 def _default_profile(hardware: str) -> dict[str, str]:
-    """The profile a device uses by default, and what it was measured from ("" when assumed)."""
+    """The profile a device uses by default, what it was measured from ("" when assumed), and why
+    when it is another device's ("" when it is the device's own)."""
+    from serveplan.specs.catalog import hardware_profile_note
+
     pr = get_profile(None, hardware)
-    return {"profile": pr.name, "profile_measured_from": pr.measured_from}
+    return {"profile": pr.name, "profile_measured_from": pr.measured_from,
+            "profile_note": hardware_profile_note(hardware)}
 
 
 @app.command("engines")

@@ -19,6 +19,7 @@ How a name is resolved (:func:`resolve_name`, docs/names.md):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -306,12 +307,17 @@ def get_hardware(name: str) -> DeviceSpec:
 def get_profile(name: str | None = None, hardware: str | None = None) -> EfficiencyProfile:
     """An efficiency profile by id or YAML path.
 
-    With ``name=None`` the profile bundled for ``hardware`` is used when one says
-    ``hardware: <id>`` (e.g. ``bestserve-910b3`` for ``ascend-910b3``), else ``default-gpu``.
+    With ``name=None`` the profile a bundled device's data file names (``profile: {id, ...}``:
+    the H800 takes the H100 SXM's measured profile, :func:`hardware_profile_note` says why) is
+    used; else the profile bundled for ``hardware`` when one says ``hardware: <id>`` and
+    ``default_for_hardware: true`` (e.g. ``bestserve-910b3`` for ``ascend-910b3``); else
+    ``default-gpu``.
     """
     entries = _entries("profiles")
     if hardware is not None:
         hardware = _index("hardware").get(hardware.strip().lower(), hardware)
+    if name is None and hardware is not None and _hardware_profile_entry(hardware):
+        return _borrowed_profile(hardware)
     if name is None:
         for pid, raw in sorted(entries.items()):
             if hardware and raw.get("hardware") == hardware and raw.get("default_for_hardware", False):
@@ -320,6 +326,35 @@ def get_profile(name: str | None = None, hardware: str | None = None) -> Efficie
         else:
             name = DEFAULT_PROFILE
     return _load("profiles", "profile", name, profile_from_dict)
+
+
+def _hardware_profile_entry(hardware: str) -> dict[str, Any]:
+    """The ``profile:`` mapping of a bundled device's data file (empty when it names none)."""
+    raw = _entries("hardware").get(hardware) or {}
+    entry = raw.get("profile")
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict) or "id" not in entry:
+        raise SpecError(f"hardware {hardware!r}: profile={entry!r} must be a mapping with id (a profile id), "
+                        "collectives (true/false) and why (one line)")
+    return entry
+
+
+def _borrowed_profile(hardware: str) -> EfficiencyProfile:
+    """The profile another device's data file names, without its NCCL curves when it says
+    ``collectives: false`` (they were measured over that other device's link)."""
+    entry = _hardware_profile_entry(hardware)
+    pr = get_profile(str(entry["id"]))
+    if entry.get("collectives", True) is False and pr.kernels is not None and pr.kernels.collectives:
+        pr = pr.with_(kernels=dataclasses.replace(pr.kernels, collectives={}),
+                      measured_from=f"{pr.measured_from}; NCCL curves left out on {hardware} (another link)")
+    return pr
+
+
+def hardware_profile_note(hardware: str) -> str:
+    """Why a bundled device uses another device's profile (its data file's ``profile.why``), or ``""``."""
+    key = _index("hardware").get(hardware.strip().lower(), hardware)
+    return str(_hardware_profile_entry(key).get("why", ""))
 
 
 def list_hosts() -> list[str]:

@@ -444,6 +444,13 @@ def _model_from_fields(cfg: dict[str, Any], name: str, mt: str, source: str, *, 
     qc = cfg.get("quantization_config")
     if isinstance(qc, dict) and qc:
         dtype, experts_only, kv_dtype = quantization_from_config(qc, name)
+    if cfg.get("kv_cache_dtype") is not None:
+        # the KV format the checkpoint declares, stated outright (a model YAML citing the checkpoint's
+        # hf_quant_config.json, or read from one beside config.json): it wins over quantization_config
+        try:
+            kv_dtype = DType.parse_kv(str(cfg["kv_cache_dtype"]))
+        except SpecError as exc:
+            raise SpecError(f"model {name!r}: kv_cache_dtype: {exc}") from None
     kw: dict[str, Any] = dict(
         name=name, model_type=mt, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=f.need("vocab_size"),
@@ -500,8 +507,46 @@ def load_model_file(path: str | Path, *, family: str | None = None) -> ModelSpec
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         fmt = "JSON" if p.suffix == ".json" else "YAML"
         raise SpecError(f"model file {str(p)!r} is not valid {fmt}: {first}") from None
+    if isinstance(cfg, dict) and p.suffix == ".json":
+        cfg = with_hf_quant_config(cfg, p.parent / HF_QUANT_CONFIG)
     name = cfg.get("name") if isinstance(cfg, dict) else None
     return model_from_hf_config(cfg, name=name or _folder_name(p), source=str(p), family=family)
+
+
+#: ModelOpt's export writes the checkpoint's quantization here, beside config.json (NVIDIA's FP4 and
+#: FP8 checkpoints: ``{"producer": ..., "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo":
+#: "FP8", ...}}``); their config.json may carry no ``quantization_config`` at all.
+HF_QUANT_CONFIG = "hf_quant_config.json"
+
+
+def with_hf_quant_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``cfg`` with what a ModelOpt ``hf_quant_config.json`` at ``path`` declares, when there is one:
+    its weight format as a ModelOpt ``quantization_config`` when ``config.json`` has none, and its
+    ``kv_cache_quant_algo`` as ``kv_cache_dtype`` (TensorRT-LLM's and vLLM's ``auto`` KV format follow
+    it) unless ``cfg`` states one.
+
+    Raises
+    ------
+    SpecError
+        The file is not JSON or has no ``quantization`` mapping.
+    """
+    if not path.is_file():
+        return cfg
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(f"{str(path)!r} is not valid JSON: {str(exc).splitlines()[0]}") from None
+    quant = raw.get("quantization") if isinstance(raw, dict) else None
+    if not isinstance(quant, dict):
+        raise SpecError(f"{str(path)!r}: field 'quantization' is missing or not a mapping; expected ModelOpt's "
+                        "hf_quant_config.json ({'quantization': {'quant_algo': ..., 'kv_cache_quant_algo': ...}})")
+    out = dict(cfg)
+    if not out.get("quantization_config") and quant.get("quant_algo"):
+        out["quantization_config"] = {"quant_method": "modelopt", **quant}
+    kv = quant.get("kv_cache_quant_algo")
+    if kv and out.get("kv_cache_dtype") is None:
+        out["kv_cache_dtype"] = str(kv).lower()
+    return out
 
 
 def _folder_name(config: Path) -> str:
