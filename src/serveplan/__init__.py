@@ -36,7 +36,8 @@ from serveplan.specs.catalog import (
     list_profiles,
 )
 from serveplan.specs.hardware import DeviceSpec, LinkSpec
-from serveplan.specs.model import ModelSpec, model_from_hf_config
+from serveplan.specs.hf_config import model_from_hf_config
+from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile, Phase, PhaseEfficiency
 from serveplan.specs.speculative import SpecDecodeConfig, SpecMethod

@@ -35,14 +35,65 @@ class SolverError(PlannerError):
     """A numerical solver (LP, least squares) failed or did not converge."""
 
 
-def unknown_name(kind: str, value: str, known: Iterable[str]) -> SpecError:
-    """Build the 'unknown X; known: ... (did you mean ...?)' error."""
-    known = sorted(known)
+#: Longest list of names an error prints whole; a longer one shows the best suggestions and a count.
+MAX_LISTED_NAMES = 8
+#: Suggestions a folded list shows.
+MAX_SUGGESTIONS = 5
+
+
+def suggest_names(value: str, known: Iterable[str], *, limit: int = MAX_SUGGESTIONS) -> list[str]:
+    """The names of ``known`` closest to ``value``, best first (case-insensitive).
+
+    Ranked by kind of match, then by :class:`difflib.SequenceMatcher` ratio: a name that starts with
+    ``value`` (``h100`` -> ``h100-sxm``), one that ``value`` starts with (``llama-3.1-70b-instruct``
+    -> ``llama-3.1-70b``), one containing it or contained in it, one sharing its first ``-`` part
+    (``h100-pcie`` -> ``h100-sxm``), then the difflib close matches (ratio >= 0.5). Plain difflib
+    ranks ``h800`` before ``h100-sxm`` for ``h100``: one edit beats a missing suffix.
+    """
     import difflib  # only when a name is wrong: keeps it out of every start-up
 
-    close = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
+    v = value.strip().lower()
+    head = v.split("-")[0]
+    ranked: list[tuple[int, float, str]] = []
+    for name in set(known):
+        n = name.lower()
+        ratio = difflib.SequenceMatcher(None, v, n).ratio()
+        if not v:
+            tier = 5
+        elif n.startswith(v):
+            tier = 0
+        elif v.startswith(n):
+            tier = 1
+        elif v in n or n in v:
+            tier = 2
+        elif head and n.split("-")[0] == head:
+            tier = 3
+        elif ratio >= 0.5:
+            tier = 4
+        else:
+            continue
+        ranked.append((tier, -ratio, name))
+    return [name for _, _, name in sorted(ranked)[:limit]]
+
+
+def unknown_name(kind: str, value: str, known: Iterable[str], *, listing: str | None = None) -> SpecError:
+    """Build the 'unknown X; known: ... (did you mean ...?)' error.
+
+    Up to :data:`MAX_LISTED_NAMES` names are listed whole; a longer list is folded to the best
+    :func:`suggest_names` and a count of the rest, with ``listing`` (the command that lists them
+    all, e.g. ``"serveplan models"``): ``unknown model 'qwen3-235b' (did you mean 'qwen3-235b-a22b'?);
+    closest: qwen3-235b-a22b, qwen3-235b-a22b-fp8; 50 more: serveplan models``.
+    """
+    known = sorted(set(known))
+    close = suggest_names(value, known)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return SpecError(f"unknown {kind} {value!r}; known: {', '.join(known)}{hint}")
+    if len(known) <= MAX_LISTED_NAMES:
+        return SpecError(f"unknown {kind} {value!r}; known: {', '.join(known)}{hint}")
+    shown = close or known[:MAX_SUGGESTIONS]
+    rest = len(known) - len(shown)
+    where = f": {listing}" if listing else ""
+    label = "closest" if close else "known"
+    return SpecError(f"unknown {kind} {value!r}{hint}; {label}: {', '.join(shown)}; {rest} more{where}")
 
 
 # ------------------------------------------------------------------------------------ boundary checks

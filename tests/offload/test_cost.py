@@ -15,7 +15,11 @@ from serveplan.offload.cost import (
 )
 from serveplan.offload.policy import Overlap, parse_policy
 from serveplan.offload.search import evaluate_policy
-from serveplan.specs.catalog import get_host, get_model
+from serveplan.ops.graph import attention_flops, build_layer_groups
+from serveplan.specs.catalog import get_host, get_model, list_models
+from serveplan.specs.model import AttentionKind, LayerType
+from serveplan.specs.parallel import ParallelConfig
+from serveplan.specs.profile import AttentionImpl, Module
 
 HOST = get_host("flexgen-t4")
 
@@ -204,3 +208,33 @@ def test_prompt_logits_bound_the_prefill_working_set():
     # decode: one position's logits, 4 * (4096 + 50272) * 2 bytes, a term among the others
     work_g = [round(w.at(x)) for w in t.memory["gpu_decode"].work]
     assert 4 * (4096 + 50272) * 2 in work_g
+
+
+@pytest.mark.parametrize("name", [m for m in list_models() if LayerType.LINEAR not in get_model(m).layer_kinds])
+def test_attention_flops_are_the_operator_lists(name):
+    """The cost model's attention FLOPs per key are the operator builder's (ops/graph.py), not a
+    second derivation: the builder's eager attention operators carry exactly that matrix-product
+    work per score element (prefill) and per cached key (decode), plus BestServe's element-wise
+    scaling, masking and softmax (1 + 1 + 3 FLOP per element and head) on GQA layers."""
+    m = get_model(name)
+    af = attention_flops(m)
+    z = layer_sizes(m)
+    assert (z.attn_flops_per_key, z.attn_decode_flops_per_key) == (af.prefill, af.decode)
+    groups = build_layer_groups(m, ParallelConfig(), dtype=m.dtype, kv_dtype=m.default_kv_dtype(),
+                                attention_impl=AttentionImpl.EAGER, include_lm_head=False)
+    block = next(b for g in groups for b in g.blocks if b.kind is Module.ATTENTION)
+    # a local (sliding-window) layer writes the same work on the windowed features apw and kvdw
+    per_element = sum(op.flops.get("ap", 0.0) + op.flops.get("apw", 0.0) for op in block.ops if op.attention)
+    per_key = sum(op.flops.get("kvd", 0.0) + op.flops.get("kvdw", 0.0) for op in block.ops if op.attention)
+    elementwise = 0.0 if m.attention is AttentionKind.MLA else 5.0 * m.num_attention_heads
+    assert per_element == pytest.approx(af.prefill + elementwise, rel=1e-12)
+    assert per_key == pytest.approx(af.decode + elementwise, rel=1e-12)
+
+
+def test_attention_flops_by_hand():
+    # Llama-2-7B: 32 heads of 128, QK^T and PV 2*4096 each per (query, key)
+    assert attention_flops(get_model("llama-2-7b")).prefill == 4 * 4096
+    # DeepSeek-V3: 128 heads; prefill 2*(128+64) + 2*128 per head; decode absorbed 2*(512+64) + 2*512
+    ds = attention_flops(get_model("deepseek-v3"))
+    assert (ds.prefill, ds.decode) == (128 * 2 * (192 + 128), 128 * 2 * (2 * 512 + 64))
+    assert attention_flops(get_model("llama-2-7b"), tp=4).decode == 4 * 4096 / 4

@@ -139,3 +139,73 @@ def test_compare_uses_the_engine_defaults_as_simulate_does(tmp_path):
     sim = json.loads(runner.invoke(app, ["simulate", *args, "--num-requests", "50", "--json"]).output)
     for key in ("max_batch", "scheduler", "tp", "token_budget", "engine"):
         assert cmp["config"][key] == sim["config"][key], key
+
+
+def _summary(n: int = 30, rate: object = 2.0) -> dict:
+    """A result as `vllm bench serve --save-result` writes it without --save-detailed (the keys of
+    vllm/benchmarks/serve.py: per-request fields deleted, statistics in ms, --metric-percentiles 90,99)."""
+    raw = {"date": "20250101-120000", "backend": "vllm", "num_prompts": n, "request_rate": rate, "burstiness": 1.0,
+           "max_concurrency": None, "duration": 15.0, "completed": n, "failed": 0,
+           "total_input_tokens": 512 * n, "total_output_tokens": 128 * n, "request_throughput": n / 15.0,
+           "request_goodput": None, "output_throughput": 128 * n / 15.0, "total_token_throughput": 640 * n / 15.0,
+           "latencies": [1.0] * n, "queue_times": [0.0] * n}
+    for metric, base in (("ttft", 60.0), ("tpot", 20.0), ("itl", 20.0), ("e2el", 2600.0)):
+        raw.update({f"mean_{metric}_ms": base, f"median_{metric}_ms": base * 0.95, f"std_{metric}_ms": base * 0.1,
+                    f"p90_{metric}_ms": base * 1.2, f"p99_{metric}_ms": base * 1.5})
+    return raw
+
+
+def test_a_summary_only_result_is_read_from_its_statistics():
+    run = parse_vllm_result(_summary())
+    assert not run.detailed and run.completed == 30
+    assert set(run.input_lens) == {512} and set(run.output_lens) == {128}   # total tokens / completed
+    assert run.summary["TTFT"] == pytest.approx({"mean": 0.060, "p50": 0.057, "p90": 0.072, "p99": 0.090})
+    assert set(run.summary) == {"TTFT", "TPOT", "ITL", "E2E"}
+    assert run.rates["output_throughput"] == pytest.approx(256.0)
+    odd = parse_vllm_result({**_summary(), "p99.9_ttft_ms": 100.0})
+    assert odd.summary["TTFT"]["p99.9"] == pytest.approx(0.1)
+
+
+def test_a_summary_only_result_is_compared_on_its_means_percentiles_and_throughput():
+    from serveplan.validate.compare import compare
+
+    cmp = compare(parse_vllm_result(_summary()), _cfg())
+    assert not cmp.detailed and cmp.simulated_completed == 30
+    got = {(r.metric, r.stat): r for r in cmp.rows}
+    assert set(got) == {(m, s) for m in ("TTFT", "TPOT", "E2E") for s in ("mean", "p50", "p90", "p99")} | {
+        ("ITL", "mean")}
+    assert got[("TTFT", "mean")].measured_s == pytest.approx(0.060)
+    assert all(r.simulated_s > 0 for r in cmp.rows)
+    # every request has the same length: the token-weighted TPOT mean is the TPOT mean
+    assert got[("ITL", "mean")].simulated_s == pytest.approx(got[("TPOT", "mean")].simulated_s, rel=1e-9)
+    assert got[("E2E", "p99")].simulated_s > got[("TTFT", "p99")].simulated_s
+    assert [r.metric for r in cmp.rates] == ["request throughput", "output throughput"]
+    assert cmp.rates[1].unit == "tok/s" and cmp.rates[1].simulated > 0
+    assert any("ITL p50, p90, p99 not compared" in n for n in cmp.notes)
+    assert "without --save-detailed" in cmp.notes[0]
+
+
+def test_compare_cli_reads_a_real_result_saved_without_save_detailed(tmp_path):
+    raw = json.loads(DATA.read_text())
+    for field in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        raw.pop(field)   # what vllm bench serve --save-result leaves without --save-detailed
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(raw))
+    r = runner.invoke(app, ["compare", str(path), *ARGS])
+    assert r.exit_code == 0, r.output
+    assert "TTFT" in r.output and "request throughput" in r.output and "--save-detailed" in r.output
+    d = json.loads(runner.invoke(app, ["compare", str(path), *ARGS, "--json"]).stdout)
+    assert d["detailed"] is False and [(row["metric"], row["stat"]) for row in d["rows"]] == [("TTFT", "mean")]
+    assert d["rows"][0]["measured_s"] == pytest.approx(raw["mean_ttft_ms"] / 1e3)
+
+
+def test_a_file_with_neither_form_names_save_detailed(tmp_path):
+    raw = {"date": "20250101-120000", "request_rate": 1.0, "completed": 3}
+    with pytest.raises(SpecError, match="nor summary statistics.*--save-detailed"):
+        parse_vllm_result(raw)
+    path = tmp_path / "empty.json"
+    path.write_text(json.dumps(raw))
+    r = runner.invoke(app, ["compare", str(path), *ARGS])
+    assert r.exit_code == 2 and "--save-detailed" in r.output
+    with pytest.raises(SpecError, match="total_input_tokens=None"):
+        parse_vllm_result({k: v for k, v in _summary().items() if k != "total_input_tokens"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -24,13 +25,54 @@ __all__ = ["app", "console", "emit_json", "fail", "handle_errors", "main", "opti
 app = typer.Typer(
     name="serveplan",
     help="Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _NoteHandler(logging.Handler):
+    """Prints the library's notes (how a name was read, :mod:`serveplan.specs.catalog`) on stderr as
+    ``note: ...``, so ``--json`` output stays clean."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"note: {record.getMessage()}", err=True)
+
+
+def _show_notes() -> None:
+    logger = logging.getLogger("serveplan.specs")
+    logger.setLevel(logging.INFO)
+    if not any(isinstance(h, _NoteHandler) for h in logger.handlers):
+        logger.addHandler(_NoteHandler())
+
+
+def package_version() -> str:
+    """The installed package's version (its metadata), or ``"unknown"`` when run from a source tree
+    that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("serveplan")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"serveplan {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
+) -> None:
+    """Plan LLM serving: predict TTFT, TPOT, throughput and goodput of serving strategies, and rank them."""
+    _show_notes()
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

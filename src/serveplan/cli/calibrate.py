@@ -297,7 +297,9 @@ def _print_report(cal: object, out: Path) -> None:
 @app.command("compare")
 @handle_errors
 def compare_cmd(
-    result: Path = typer.Argument(..., help="vLLM serving benchmark result JSON (--save-result)."),
+    result: Path = typer.Argument(..., help=(
+        "vLLM serving benchmark result JSON (vllm bench serve --save-result; with --save-detailed the "
+        "requests are compared one by one, without it the summary's means and percentiles).")),
     model: str = typer.Option(..., "--model", "-m", help="Catalog id or path to a HF config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Catalog id or hardware YAML path."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Efficiency profile id or YAML path."),
@@ -315,8 +317,9 @@ def compare_cmd(
     seed: int = typer.Option(0, "--seed", help="Arrival seed of the simulation."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99. The load is the
-    benchmark's: its rate (inf: every request at t=0) and its max_concurrency (a closed loop)."""
+    """Measured (vLLM benchmark) against simulated TTFT and TPOT: mean, P50, P90, P99 (a summary-only result:
+    the TTFT, TPOT, ITL and E2E statistics and throughputs it holds). The load is the benchmark's: its rate
+    (inf: every request at t=0) and its max_concurrency (a closed loop)."""
     from serveplan.estimator.api import resolve_specs
     from serveplan.sim import simulation_config
     from serveplan.validate.compare import compare, read_vllm_result, workload_of
@@ -344,3 +347,9 @@ def compare_cmd(
         t.add_row(r.metric, r.stat, f"{r.measured_s * 1e3:.2f}", f"{r.simulated_s * 1e3:.2f}",
                   f"{r.error:+.1%}" if r.error == r.error else "-")
     console().print(t)
+    for rate_row in cmp.rates:
+        err = f"{rate_row.error:+.1%}" if rate_row.error == rate_row.error else "-"
+        console().print(f"{rate_row.metric}: measured {rate_row.measured:,.2f} {rate_row.unit}, simulated "
+                        f"{rate_row.simulated:,.2f} {rate_row.unit} ({err})")
+    for note in cmp.notes:
+        console().print(f"note: {note}")

@@ -9,19 +9,30 @@ import typer
 from rich.table import Table
 
 from serveplan.cli import app, console, emit_json, handle_errors
-from serveplan.specs.catalog import get_hardware, get_model, get_profile, list_hardware, list_models, list_profiles
+from serveplan.specs.catalog import (
+    aliases,
+    get_hardware,
+    get_model,
+    get_profile,
+    list_hardware,
+    list_models,
+    list_profiles,
+)
 from serveplan.specs.model import ModelSpec
 
 
 @app.command("models")
 @handle_errors
 def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List the bundled models (any HF config.json also works with --model PATH)."""
+    """List the bundled models and their other names (any HF config.json, or a folder holding one, also works
+    with --model PATH; a Hugging Face repository id names the bundled model that comes from it)."""
     rows: list[dict[str, Any]] = []
+    other_names = aliases("models")
     for name in list_models():
         m = get_model(name)
         rows.append({
-            "name": name, "model_type": m.model_type, "params_b": m.num_parameters() / 1e9,
+            "name": name, "aliases": other_names.get(name, []), "model_type": m.model_type,
+            "params_b": m.num_parameters() / 1e9,
             "active_params_b": m.num_active_parameters() / 1e9, "layers": m.num_hidden_layers,
             "hidden_size": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.num_key_value_heads,
             "attention": m.attention_variant, "experts": m.num_experts,
@@ -33,13 +44,14 @@ def models_cmd(json_out: bool = typer.Option(False, "--json", help="Print JSON."
         emit_json(rows)
         return
     t = Table(title="Bundled models (KV/token in the model's KV format, within every window)")
-    for col in ("name", "type", "params (B)", "active (B)", "layers", "heads/kv", "attention", "layers by kind",
-                "experts", "format", "KV/token"):
-        t.add_column(col, justify="right" if col not in ("name", "type", "attention", "layers by kind", "format")
-                     else "left")
+    for col in ("name", "aliases", "type", "params (B)", "active (B)", "layers", "heads/kv", "attention",
+                "layers by kind", "experts", "format", "KV/token"):
+        t.add_column(col, justify="right" if col not in ("name", "aliases", "type", "attention", "layers by kind",
+                                                         "format") else "left")
     for r in rows:
         experts = f"{r['experts_per_token']}/{r['experts']}" if r["experts"] else "-"
-        t.add_row(r["name"], r["model_type"], f"{r['params_b']:.2f}", f"{r['active_params_b']:.2f}",
+        t.add_row(r["name"], ", ".join(r["aliases"]) or "-", r["model_type"], f"{r['params_b']:.2f}",
+                  f"{r['active_params_b']:.2f}",
                   str(r["layers"]), f"{r['heads']}/{r['kv_heads']}", r["attention"], r["layer_mix"], experts,
                   r["dtype"], f"{r['kv_bytes_per_token'] / 1e3:.1f} KB")
     console().print(t)
@@ -167,10 +179,11 @@ def hardware_cmd(
         typer.echo(f"wrote {path}; use it with --hardware {path}")
         return
     rows: list[dict[str, Any]] = []
+    other_names = aliases("hardware")
     for name in list_hardware():
         hw = get_hardware(name)
         rows.append({
-            "name": name, "description": hw.description,
+            "name": name, "aliases": other_names.get(name, []), "description": hw.description,
             "peak_flops": {d.value: v for d, v in hw.peak_flops.items()},
             "memory_bytes": hw.memory_bytes, "memory_bandwidth": hw.memory_bandwidth,
             "devices_per_node": hw.devices_per_node, "domain_size": hw.domain_size,
@@ -184,9 +197,9 @@ def hardware_cmd(
         emit_json({"hardware": rows, "profiles": list_profiles()})
         return
     t = Table(title="Bundled hardware (dense peak TFLOP/s by format; - = not native)")
-    for col in ("name", "bf16", "fp8", "fp4", "int8", "memory", "bandwidth", "per node", "domain",
+    for col in ("name", "aliases", "bf16", "fp8", "fp4", "int8", "memory", "bandwidth", "per node", "domain",
                 "scale-up link", "default profile", "description"):
-        t.add_column(col, justify="left" if col in ("name", "description") else "right")
+        t.add_column(col, justify="left" if col in ("name", "aliases", "description") else "right")
 
     def peak(pf: dict[str, float], key: str) -> str:
         v = pf.get(key) or (pf.get("fp16") if key == "bf16" else None)
@@ -195,15 +208,19 @@ def hardware_cmd(
     for r in rows:
         pf = r["peak_flops"]
         prof = r["profile"] + (" (measured)" if r["profile_measured_from"] else " (assumed factors)")
-        t.add_row(r["name"], peak(pf, "bf16"), peak(pf, "fp8"), peak(pf, "fp4"), peak(pf, "int8"),
+        t.add_row(r["name"], ", ".join(r["aliases"]) or "-", peak(pf, "bf16"), peak(pf, "fp8"), peak(pf, "fp4"),
+                  peak(pf, "int8"),
                   f"{r['memory_bytes'] / 1e9:.0f} GB", f"{r['memory_bandwidth'] / 1e12:.2f} TB/s",
                   str(r["devices_per_node"]), str(r["domain_size"]),
                   f"{r['intra_node_bandwidth'] / 1e9:.0f} GB/s", prof, r["description"])
     console().print(t)
-    measured = [r for r in rows if r["profile_measured_from"]]
+    measured = [r for r in rows if r["profile_measured_from"] and not r["profile_note"]]
     if measured:
         console().print("measured profiles: " + "; ".join(f"{r['profile']} from {r['profile_measured_from']}"
                                                            for r in measured))
+    for r in rows:
+        if r["profile_note"]:
+            console().print(f"{r['name']} uses {r['profile']}: {r['profile_note']}")
     p = Table(title="Efficiency profiles")
     for col in ("name", "for", "prefill MFU/MBU", "decode MFU/MBU", "kernel curves", "description"):
         p.add_column(col)
@@ -218,9 +235,13 @@ def hardware_cmd(
 
 
 def _default_profile(hardware: str) -> dict[str, str]:
-    """The profile a device uses by default, and what it was measured from ("" when assumed)."""
+    """The profile a device uses by default, what it was measured from ("" when assumed), and why
+    when it is another device's ("" when it is the device's own)."""
+    from serveplan.specs.catalog import hardware_profile_note
+
     pr = get_profile(None, hardware)
-    return {"profile": pr.name, "profile_measured_from": pr.measured_from}
+    return {"profile": pr.name, "profile_measured_from": pr.measured_from,
+            "profile_note": hardware_profile_note(hardware)}
 
 
 @app.command("engines")

@@ -14,7 +14,7 @@ FlexGen (OPT, FP16 bytes)      here                               GQA / MLA / Mo
 ``8*h1^2 + 4*h1*h2`` (layer)   ``2 * (params - embeddings) / l``  attention_params + MLP (all experts)
 ``bls*(8*h1^2+4*h1*h2)`` FLOP  ``2 * active params per layer``    top-k + shared experts only
 ``4*h1`` per token (KV)        ``2 * kv_elements_per_token``      2*kv_heads*head_dim; MLA latent+rope
-``4*s*h1`` attn FLOP per key   ``2*(q_dim + o_dim)``              MLA decode: absorbed latent form
+``4*s*h1`` attn FLOP per key   ``ops.graph.attention_flops``      QK^T + PV; MLA decode: absorbed latent
 ``2*h1`` per token (act.)      ``2 * hidden_size``                same
 =============================  =================================  =====================================
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serveplan.offload.policy import PLACEMENT_FIELDS, Overlap
+from serveplan.ops.graph import attention_flops
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.host import HostSpec, RuntimeSpeeds
 from serveplan.specs.model import AttentionKind, MLPKind, ModelSpec
@@ -141,17 +142,15 @@ def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
         unit = layer_params - routed + model.expert_params()
     H = model.num_attention_heads
     if model.attention is AttentionKind.MLA:
-        # decode over the cached latent (absorbed W^UK, W^UV; DeepSeek-V2 Section 2.1.2):
-        # QK^T over kv_lora + rope per head, PV over kv_lora per head, 2 FLOP per MAC
-        attn_decode = 2.0 * H * (model.kv_lora_rank + model.qk_rope_head_dim) + 2.0 * H * model.kv_lora_rank
         k_w, v_w = model.q_dim, model.o_dim  # prefill materialises per-head K and V
         ck, cv = kv_el, kv_el
     else:
-        attn_decode = 2.0 * (model.q_dim + model.o_dim)  # OPT: 4*h1 (FlexGen A.3 att^g)
         k_w = v_w = model.kv_dim
         ck = cv = kv_el // 2
-    # prefill attention FLOPs per (query, key): QK^T 2*q_dim and PV 2*o_dim; OPT: 4*h1 (A.3 att^p)
-    attn_prefill = 2.0 * (model.q_dim + model.o_dim)
+    # attention FLOPs per (query, key) in prefill and per cached key in decode, as the operator
+    # lists count them (QK^T and PV; MLA decode absorbed over the latent): OPT's 4*h1 is FlexGen
+    # A.3's att^p and att^g
+    attn = attention_flops(model)
     gated = model.mlp is MLPKind.GATED
     ff = model.intermediate_size
     if model.is_moe:
@@ -178,8 +177,8 @@ def layer_sizes(model: ModelSpec, *, compress: bool = False) -> LayerSizes:
         act_bytes_per_token=h * FP16_BYTES,
         vocab_size=model.vocab_size,
         linear_flops_per_token=2.0 * active_params,
-        attn_flops_per_key=attn_prefill,
-        attn_decode_flops_per_key=attn_decode,
+        attn_flops_per_key=attn.prefill,
+        attn_decode_flops_per_key=attn.decode,
         q_width=model.q_dim,
         k_width=k_w,
         v_width=v_w,

@@ -44,6 +44,8 @@ BestServe's tables assume 2 bytes for all three, so its ``4*b*s*h`` is ``2*ab*n*
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from serveplan.ops.base import (
     AP,
     APC,
@@ -135,6 +137,50 @@ def _fused_norm_ops(prefix: str, tokens: Lin, h: int, kind: NormKind, ab: float,
                source="engines' fused residual add + norm: read input and residual, write both")]
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionFlops:
+    """FLOP of attention's two matrix products, QK^T and PV (2 FLOP per multiply-add), on one
+    device's heads of one layer: per score element of a prefill sequence (one query, one key) and
+    per cached key of one decode token. Softmax, scaling and masking are not included (the
+    operator lists add them as their own element-wise work).
+
+    Every attention operator of :func:`build_layer_groups` takes its matrix-product work from here,
+    and so does the offloading cost model (:mod:`serveplan.offload.cost`, FlexGen A.3's ``4*h1``
+    per key for OPT), so the two cannot disagree.
+    """
+
+    prefill_qk: float
+    prefill_pv: float
+    decode_qk: float
+    decode_pv: float
+
+    @property
+    def prefill(self) -> float:
+        return self.prefill_qk + self.prefill_pv
+
+    @property
+    def decode(self) -> float:
+        return self.decode_qk + self.decode_pv
+
+
+def attention_flops(model: ModelSpec, tp: int = 1) -> AttentionFlops:
+    """:class:`AttentionFlops` of ``model`` with its heads split over ``tp`` devices.
+
+    GQA/MHA: every query head scores ``head_dim``-wide keys and sums ``head_dim``-wide values,
+    ``2 * head_dim`` each per head (BestServe Table 8 rows 5 and 9: ``2*b*s^2*h`` each at ``h =
+    heads * head_dim``). MLA (DeepSeek-V2/V3, modeling notes A.5): prefill runs per-head K and V up
+    projected, ``2 * (d_C + d_R)`` and ``2 * d_v`` per head (step 6); decode runs absorbed over the
+    latent cache, ``2 * (d_kv + d_R)`` and ``2 * d_kv`` per head (step 4: ``2*(2*d_kv + d_R)``).
+    """
+    if model.attention is AttentionKind.MLA:
+        ht = model.num_attention_heads / tp
+        dkv, dr = model.kv_lora_rank, model.qk_rope_head_dim
+        return AttentionFlops(prefill_qk=ht * 2 * (model.qk_nope_head_dim + dr), prefill_pv=ht * 2 * model.v_head_dim,
+                              decode_qk=ht * 2 * (dkv + dr), decode_pv=ht * 2 * dkv)
+    dq_t = model.num_attention_heads / tp * model.head_dim
+    return AttentionFlops(prefill_qk=2 * dq_t, prefill_pv=2 * dq_t, decode_qk=2 * dq_t, decode_pv=2 * dq_t)
+
+
 def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
                        ab: float, wb: float, kvb: float, local: bool = False, fused: bool = False) -> list[Op]:
     # local layers see only their window: swap in the windowed key and score features
@@ -145,6 +191,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     hkv_t = max(hkv / t, 1.0)  # KV heads are replicated when tp exceeds their number
     dq_t, dkv_t = hq_t * d, hkv_t * d
     M = Module.ATTENTION
+    af = attention_flops(model, t)
     gate = 2 if model.attn_output_gate else 1  # Qwen3-Next: q_proj also emits the output gate
     if fused:
         # one column-parallel GEMM for q, k and v (vLLM QKVParallelLinear, SGLang the same,
@@ -173,14 +220,14 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     if impl is AttentionImpl.EAGER:
         # prefill core, Table 8/10 rows 5-9 (ap = b*s^2, np = kvp = b*s)
         ops += [
-            Op("prefill.qk", M, AP * (2 * dq_t), NP * (ab * dq_t) + KVP * (ab * dq_t) + AP * (ab * hq_t),
+            Op("prefill.qk", M, AP * af.prefill_qk, NP * (ab * dq_t) + KVP * (ab * dq_t) + AP * (ab * hq_t),
                attention=True, source="BestServe Table 8/10 row 5"),
             Op("prefill.div", M, AP * hq_t, AP * (2 * ab * hq_t), attention=True, source="BestServe Table 8/10 row 6"),
             Op("prefill.mask_add", M, AP * hq_t, AP * (2 * ab * hq_t + ab),
                attention=True, source="BestServe Table 8/10 row 7"),
             Op("prefill.softmax", M, AP * (3 * hq_t), AP * (2 * ab * hq_t),
                attention=True, source="BestServe Table 8/10 row 8"),
-            Op("prefill.av", M, AP * (2 * dq_t), AP * (ab * hq_t) + NP * (ab * dq_t) + KVP * (ab * dq_t),
+            Op("prefill.av", M, AP * af.prefill_pv, AP * (ab * hq_t) + NP * (ab * dq_t) + KVP * (ab * dq_t),
                attention=True, source="BestServe Table 8/10 row 9"),
         ]
         # decode core, Table 9/11 rows 5-11 (kvd = b*s, nd = b); eq. (12) kappa rates
@@ -190,7 +237,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             ops.append(Op("decode.repeat_kv", M, ZERO, KVD * (2 * ab * (dq_t + dkv_t)), Rate.KAPPA_REPEAT_KV,
                           source="BestServe Table 9 row ⋆ (/t)"))
         ops += [
-            Op("decode.qk", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
+            Op("decode.qk", M, KVD * af.decode_qk, ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 6"),
             Op("decode.div", M, KVD * hq_t, KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 7"),
             Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab),
@@ -198,7 +245,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             Op("decode.upcast", M, ZERO, KVD * (2 * ab * hq_t), Rate.KAPPA_UPCAST, source="BestServe Table 9/11 row 9"),
             Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 10"),
-            Op("decode.av", M, KVD * (2 * dq_t), ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
+            Op("decode.av", M, KVD * af.decode_pv, ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 11"),
         ]
     else:
@@ -206,9 +253,9 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         # softmax per element (FlashAttention-2 §3.1); traffic is Q, K, V read once and O written.
         ops += [
             Op("kv_write", M, ZERO, N * (2 * kvb * dkv_t), source="KV cache append: 2*kv_dim values per token"),
-            Op("prefill.attention", M, APC * (4 * dq_t + 5 * hq_t),
+            Op("prefill.attention", M, APC * (af.prefill + 5 * hq_t),
                NP * (2 * ab * dq_t) + KVP * (2 * kvb * dkv_t), attention=True, source="fused attention, causal"),
-            Op("decode.attention", M, KVD * (4 * dq_t + 5 * hq_t),
+            Op("decode.attention", M, KVD * (af.decode + 5 * hq_t),
                ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True,
                source="fused attention over the KV cache"),
         ]
@@ -265,6 +312,7 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     dkv, dC, dR, dv = model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim
     dqk = dC + dR
     M = Module.ATTENTION
+    af = attention_flops(model, t)
     ops: list[Op] = []
     if fused:
         # the engines run the token's down-projections as one GEMM: the query's (when it has a
@@ -293,7 +341,7 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     ]
     score = AP if impl is AttentionImpl.EAGER else APC
     ops.append(Op(
-        "mla.prefill.attention", M, score * (Ht * 2 * (dqk + dv)),
+        "mla.prefill.attention", M, score * af.prefill,
         NP * (ab * Ht * (dqk + dv)) + KVP * (ab * Ht * (dqk + dv)),
         attention=True, source="notes A.5 prefill step 6: (H/TP)*2*B*S^2*(d_qk + d_v)",
     ))
@@ -303,7 +351,7 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
               "notes A.5 decode step 2: 2*B*d_q^c*H*(d_C + d_R)/TP", DON),
         _gemm("mla.decode.absorb_uk", M, ND, ND, dC, Ht * dkv, ab, wb,
               "notes A.5 decode step 2 AbsorbCost: 2*B*H*d_C*d_kv^c/TP", DON),
-        Op("mla.decode.attention", M, KVD * (Ht * 2 * (2 * dkv + dR)),
+        Op("mla.decode.attention", M, KVD * af.decode,
            ND * (ab * Ht * (2 * dkv + dR)) + KVD * (kvb * (dkv + dR)),
            attention=True, source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache"),
         _gemm("mla.decode.v_up", M, ND, ND, dkv, Ht * dv, ab, wb, "notes A.5 decode step 5: 2*B*d_kv^c*H*d_v/TP", DON),

@@ -46,29 +46,93 @@ def save(fig: Any, path: str | Path, *, dpi: int = 120) -> Path:
     return out
 
 
+#: Latencies whose largest value reaches this many seconds are drawn in seconds, others in ms: an
+#: offline run's TTFT of 800 s reads better than 800,000 ms.
+SECONDS_FROM_S = 10.0
+
+
+def time_unit(values_s: Any) -> tuple[float, str]:
+    """``(scale, unit)`` that fits latencies ``values_s`` (seconds): ``(1, "s")`` when the largest
+    finite value is at least :data:`SECONDS_FROM_S`, else ``(1e3, "ms")``."""
+    v = np.asarray(values_s, dtype=float)
+    v = v[np.isfinite(v)]
+    return (1.0, "s") if v.size and float(v.max()) >= SECONDS_FROM_S else (1e3, "ms")
+
+
+def load_label(cfg: Any) -> str:
+    """How a simulation's requests arrived: ``offline``, ``concurrency 16``, ``rate 3.5 req/s`` or
+    ``trace arrivals``."""
+    if getattr(cfg, "offline", False):
+        return "offline (every request queued at t=0)"
+    if getattr(cfg, "concurrency", None):
+        return f"concurrency {cfg.concurrency} (closed loop)"
+    if cfg.rate is not None:
+        return f"rate {cfg.rate:g} req/s"
+    return "trace arrivals"
+
+
 def latency_histograms(res: SimulationResult, path: str | Path) -> Path:
-    """Two panels (TTFT, TPOT, in ms) with P90, P99 and SLO vertical lines."""
+    """Two panels (TTFT, TPOT) with P90, P99 and SLO vertical lines, each in the unit that fits
+    (:func:`time_unit`); an offline run has no arrival rate, so no online SLO line is drawn."""
     plt = pyplot()
-    slo = res.config.slo
+    cfg = res.config
+    slo = cfg.slo
+    offline = bool(getattr(cfg, "offline", False))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, name, values, stats, target in (
         (axes[0], "TTFT", res.requests.ttft, res.ttft_s, slo.ttft_s),
         (axes[1], "TPOT", res.requests.tpot, res.tpot_s, slo.tpot_s),
     ):
         v = np.asarray(values, dtype=float)
-        v = v[np.isfinite(v)] * 1e3
+        v = v[np.isfinite(v)]
+        scale, unit = time_unit(v)
         if v.size:
-            ax.hist(v, bins=60, color="#4c72b0", alpha=0.8)
-        for val, style, label in ((stats.p90, "--", "P90"), (stats.p99, ":", "P99"), (target, "-", "SLO")):
+            ax.hist(v * scale, bins=60, color="#4c72b0", alpha=0.8)
+        lines = [(stats.p90, "--", "P90"), (stats.p99, ":", "P99")]
+        if not offline:
+            lines.append((target, "-", "SLO"))
+        for val, style, label in lines:
             if val == val:
-                ax.axvline(val * 1e3, color="#c44e52" if label == "SLO" else "black", linestyle=style,
-                           label=f"{label} {val * 1e3:,.1f} ms")
-        ax.set_xlabel(f"{name} (ms)")
+                ax.axvline(val * scale, color="#c44e52" if label == "SLO" else "black", linestyle=style,
+                           label=f"{label} {val * scale:,.1f} {unit}")
+        ax.set_xlabel(f"{name} ({unit})")
         ax.set_ylabel("requests")
         ax.legend()
-    cfg = res.config
-    fig.suptitle(f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy}, rate {cfg.rate} req/s")
+    fig.suptitle(f"{cfg.model.name} on {cfg.hardware.name}, {cfg.strategy}, {load_label(cfg)}")
     return save(fig, path)
+
+
+def plain_number(x: float) -> str:
+    """A tick value as plain digits: ``20``, ``0.05``, ``2,000``, never ``2x10^1``."""
+    if x >= 1000:
+        return f"{x:,.0f}"
+    return str(np.format_float_positional(x, precision=3, unique=True, fractional=False, trim="-"))
+
+
+def plain_log_ticks(ax: Any) -> None:
+    """Label the log axes of ``ax`` in plain numbers: the ticks matplotlib's log formatters label
+    (every decade, and minor ticks over a short range), written ``20`` rather than ``2x10^1``."""
+    from matplotlib.ticker import Formatter
+
+    class Plain(Formatter):   # keeps the log formatter's choice of which ticks carry a label
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def set_axis(self, axis: Any) -> None:
+            super().set_axis(axis)
+            self.inner.set_axis(axis)
+
+        def set_locs(self, locs: Any) -> None:
+            super().set_locs(locs)
+            self.inner.set_locs(locs)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return plain_number(x) if x > 0 and self.inner(x, pos) else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_formatter(Plain(axis.get_major_formatter()))
+            axis.set_minor_formatter(Plain(axis.get_minor_formatter()))
 
 
 def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Path:
@@ -85,6 +149,7 @@ def rate_sweep_plot(results: Sequence[SimulationResult], path: str | Path) -> Pa
         if over:
             ax.axvspan(min(over), max(rates), color="grey", alpha=0.15, label="overloaded")
         ax.set_yscale("log")
+        plain_log_ticks(ax)
         ax.set_xlabel("arrival rate (req/s)")
         ax.set_ylabel(f"P90 {name} (ms)")
         ax.legend()
@@ -111,20 +176,47 @@ def plot_frontier(frontier: OffloadFrontier, path: str | Path, *, title: str | N
                     marker=marker, linestyle="", label=label)
     ax.plot([p.latency_s for p in pts], [p.throughput_tokens_per_s for p in pts], color="grey",
             linewidth=0.8, zorder=0)
-    for p in pts:
-        ax.annotate(str(p.policy.block_size), (p.latency_s, p.throughput_tokens_per_s),
-                    textcoords="offset points", xytext=(3, 3), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax)
     ax.set_xlabel("latency of one block (s)")
     ax.set_ylabel("generation throughput (token/s)")
     if pts:
         p0 = pts[0]
-        ax.set_title(title or f"{p0.model} on {p0.gpu} + {p0.host}, {p0.input_len}+{p0.output_len} tokens",
+        ax.set_title((title or f"{p0.model} on {p0.gpu} + {p0.host}, {p0.input_len}+{p0.output_len} tokens")
+                     + "\nlabels: block size (sequences per block); a label that would overlap another is left out",
                      fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    label_points(fig, ax, [(p.latency_s, p.throughput_tokens_per_s, str(p.policy.block_size)) for p in pts])
     return save(fig, path)
+
+
+def label_points(fig: Any, ax: Any, points: Sequence[tuple[float, float, str]], *, fontsize: float = 7) -> list[Any]:
+    """Label points without overlap: each label goes to the first of four offsets around its point
+    where it overlaps no label placed before it and no axes edge, else it is left out (a dense
+    frontier shows a readable subset). The first and last points are placed first, so the ends of a
+    curve always carry their labels. Call once the axes' limits are final. Returns the labels drawn."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    order = list(range(len(points)))
+    if len(order) > 1:
+        order = [0, len(order) - 1] + order[1:-1]
+    placed: list[Any] = []
+    drawn = []
+    for i in order:
+        x, y, text = points[i]
+        for dx, dy in ((4, 4), (4, -10), (-10, 4), (-10, -10)):
+            t = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize)
+            box = t.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(b) for b in placed):
+                placed.append(box.expanded(1.1, 1.2))
+                drawn.append(t)
+                break
+            t.remove()
+    return drawn
 
 
 def concurrency_plot(levels: Sequence[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:

@@ -96,10 +96,13 @@ def _tol_short(result: Any) -> str:
 
 def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
     """Goodput per device against mean end-to-end latency at the goodput rate; the Pareto set
-    joined. Only the Pareto-optimal points are labelled, by number (1 = lowest latency), with a
-    key beside the axes naming each, so labels never collide however many strategies there are."""
+    joined. Only the Pareto-optimal points are labelled, by their rank in the ranking table
+    (``ranking.csv``: the 1-based position in ``result.strategies``), with a key beside the axes
+    naming each, so labels never collide however many strategies there are. The goodput axis
+    starts at 0, so a small gap between strategies looks small."""
     plt = pyplot()
     pts = [(r.e2e_mean_s, r.goodput_per_device, r) for r in result.strategies]
+    ranks = {r.name: k for k, r in enumerate(result.strategies, 1)}
     front = sorted((lat, thr, r.name) for lat, thr, r in pts if r.name in result.pareto)
     fig, ax = plt.subplots(figsize=(8.6 if front else 6.4, 4.6))
     for lat, thr, r in pts:
@@ -108,9 +111,12 @@ def plot_pareto(result: Any, path: str | Path, title: str = "") -> Path:
                    s=36 if on else 18, zorder=3)
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], color="#C44E52", lw=1)
-        _place_labels(fig, ax, [(lat, thr, str(k)) for k, (lat, thr, _) in enumerate(front, 1)])
-        key = "\n".join(f"{k}  {name}" for k, (_, _, name) in enumerate(front, 1))
-        ax.text(1.02, 1.0, "Pareto-optimal\n" + key, transform=ax.transAxes, va="top", ha="left", fontsize=7,
+    ax.set_ylim(bottom=0)   # from 0: a 2% gap in goodput must not fill the height
+    if front:
+        _place_labels(fig, ax, [(lat, thr, str(ranks[name])) for lat, thr, name in front])
+        key = "\n".join(f"{ranks[name]:>{len(str(len(ranks)))}}  {name}"
+                        for name in sorted((n for _, _, n in front), key=ranks.__getitem__))
+        ax.text(1.02, 1.0, "Pareto-optimal (rank)\n" + key, transform=ax.transAxes, va="top", ha="left", fontsize=7,
                 family="monospace")
     ax.set_xlabel("mean end-to-end latency at goodput (s)")
     ax.set_ylabel(f"goodput per device (req/s, {_tol_short(result)})")
@@ -180,6 +186,7 @@ def plot_throughput_frontier(result: Any, path: str | Path, title: str = "") -> 
         best = max(front, key=lambda p: p.tokens_per_s_per_device)
         ax.annotate(best.name, (best.tokens_per_s_per_user, best.tokens_per_s_per_device), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
+    ax.set_ylim(bottom=0)   # from 0: a 2% gap between frontiers must not fill the height
     ax.set_xlabel("tokens/s per user (1 / TPOT at the SLO percentile)")
     ax.set_ylabel("output tokens/s per device")
     ax.set_title(title or "throughput per device vs speed per user, at each strategy's goodput", fontsize=9)

@@ -3,10 +3,25 @@
 Each bundled entry is one YAML file under ``specs/data/<kind>/<id>.yaml`` with a ``source``. A
 name that is a path to an existing file is loaded from that file instead (``config.json`` for
 models, YAML for hardware and profiles).
+
+How a name is resolved (:func:`resolve_name`, docs/names.md):
+
+* catalog ids are case-insensitive (``H100-SXM``, ``Llama-3.1-70B``);
+* an entry's ``aliases:`` list (in its data file, the only place aliases are written) gives short
+  names that point at it unambiguously (``h100`` -> ``h100-sxm``); a test keeps them unique;
+* a model may be named by its Hugging Face repository (``meta-llama/Llama-3.1-70B-Instruct``): the
+  bundled model whose ``source`` is that repository, or its base model when the name differs only
+  by a variant word (``-Instruct``, ``-Base``, ``-hf``, a ``-2507`` date, ...: the same shapes),
+  which a note on the ``serveplan.specs.catalog`` logger names;
+* a model may be a local ``config.json`` (or YAML) file, or a snapshot folder holding one;
+* anything else is an error listing the closest names first (:func:`~serveplan.errors.suggest_names`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 from collections.abc import Callable
 from functools import cache, lru_cache
 from importlib import resources
@@ -15,17 +30,26 @@ from typing import Any, TypeVar
 
 import yaml
 
-from serveplan.errors import SpecError, unknown_name
+from serveplan.errors import SpecError, suggest_names, unknown_name
 from serveplan.specs.engine import EngineSpec, engine_from_dict
 from serveplan.specs.hardware import DeviceSpec, hardware_from_dict
+from serveplan.specs.hf_config import load_model_file, model_from_hf_config
 from serveplan.specs.host import HostSpec, parse_host
-from serveplan.specs.model import ModelSpec, load_model_file, model_from_hf_config
+from serveplan.specs.model import ModelSpec
 from serveplan.specs.profile import EfficiencyProfile, profile_from_dict
 
 T = TypeVar("T")
 
 #: Profile used for hardware without a dedicated one.
 DEFAULT_PROFILE = "default-gpu"
+
+#: Notes on how a name was read when it was not an exact id (a Hugging Face variant read as its
+#: base model); the CLI prints them on stderr as ``note: ...``.
+log = logging.getLogger(__name__)
+
+#: The command that lists each kind, named by errors that fold a long list of names.
+LISTING = {"models": "serveplan models", "hardware": "serveplan hardware", "profiles": "serveplan hardware",
+           "hosts": "serveplan hosts", "engines": "serveplan engines"}
 
 
 #: libyaml's loader when PyYAML was built with it (same documents, several times faster: every
@@ -69,16 +93,117 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
     return raw
 
 
+@cache
+def _index(kind: str) -> dict[str, str]:
+    """Lower-cased ids and aliases of ``kind`` -> the id they name.
+
+    Raises
+    ------
+    SpecError
+        An alias that is also an id or the alias of another entry (a broken data file).
+    """
+    out = {k.lower(): k for k in _entries(kind)}
+    for k, raw in sorted(_entries(kind).items()):
+        for alias in raw.get("aliases") or ():
+            key = str(alias).strip().lower()
+            if out.get(key, k) != k:
+                raise SpecError(f"{kind} alias {alias!r} of {k!r} is already the name of {out[key]!r}; "
+                                "expected aliases that name one entry")
+            out[key] = k
+    return out
+
+
+def aliases(kind: str) -> dict[str, list[str]]:
+    """Each entry of ``kind`` (``"models"``, ``"hardware"``) -> its aliases, as its data file lists them."""
+    return {k: [str(a) for a in raw.get("aliases") or ()] for k, raw in sorted(_entries(kind).items())}
+
+
+def resolve_name(kind: str, what: str, name: str) -> str:
+    """The id of the bundled entry of ``kind`` that ``name`` names: the id itself in any case, or an alias.
+
+    Raises
+    ------
+    SpecError
+        No such id or alias: the closest names first, a long list folded (``N more: serveplan models``).
+    """
+    key = name.strip().lower()
+    index = _index(kind)
+    if key in index:
+        return index[key]
+    raise unknown_name(what, name, _entries(kind), listing=LISTING.get(kind))
+
+
 def _load(kind: str, what: str, name: str, build: Callable[..., T]) -> T:
     """``build(raw, name=...)`` of a YAML file when ``name`` is a path, else of the bundled entry
     ``name`` of ``kind`` (a did-you-mean :class:`SpecError` when there is none)."""
-    if _looks_like_path(name):
+    if _looks_like_path(name) and name.strip().lower() not in _index(kind):
         raw = _read_yaml_file(name, what)
         return build(raw, name=str(raw.get("name", Path(name).stem)))
-    entries = _entries(kind)
-    if name not in entries:
-        raise unknown_name(what, name, entries)
-    return build(entries[name], name=name)
+    key = resolve_name(kind, what, name)
+    return build(_entries(kind)[key], name=key)
+
+
+# ------------------------------------------------------------------------------------ Hugging Face ids
+#: A Hugging Face repository id: ``owner/name``, letters, digits, ``-``, ``_`` and ``.``
+_HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: The repository of a bundled model's ``source`` (``https://huggingface.co/<owner>/<name>/...``).
+_HF_SOURCE = re.compile(r"huggingface\.co/([^/\s]+/[^/\s]+)")
+#: Words of a repository name that mark a variant with its base model's shapes: fine-tunes
+#: (``Instruct``, ``chat``, ``it``, ``Thinking``), the pretrained base (``Base``, ``pt``) and the
+#: transformers conversion (``hf``); four-digit release dates (``2507``, ``0324``) too.
+VARIANT_WORDS = ("instruct", "chat", "it", "pt", "base", "hf", "thinking")
+
+
+def _hf_key(repo: str) -> str:
+    """``owner/name`` lower-cased without its variant words: ``meta-llama/Llama-3.1-70B-Instruct`` and
+    ``meta-llama/Llama-3.1-70B`` share ``meta-llama/llama-3.1-70b``."""
+    owner, _, repo_name = repo.lower().partition("/")
+    words = [w for w in repo_name.split("-") if w not in VARIANT_WORDS and not re.fullmatch(r"\d{4}", w)]
+    return f"{owner}/{'-'.join(words)}"
+
+
+@cache
+def _hf_repos() -> dict[str, tuple[str, str]]:
+    """Lower-cased Hugging Face repository of every bundled model (its ``source``, and aliases
+    that are repository ids) -> (the model's id, the repository as written)."""
+    out: dict[str, tuple[str, str]] = {}
+    for k, raw in sorted(_entries("models").items()):
+        m = _HF_SOURCE.search(str(raw.get("source", "")))
+        repos = [m.group(1)] if m else []
+        repos += [str(a) for a in raw.get("aliases") or () if "/" in str(a)]
+        for repo in repos:
+            out.setdefault(repo.lower(), (k, repo))
+    return out
+
+
+def _model_from_hf_repo(repo: str) -> str:
+    """The bundled model of Hugging Face repository ``repo``: its exact ``source``, else the one
+    whose repository differs only by variant words (a note says which it took).
+
+    Raises
+    ------
+    SpecError
+        No bundled model comes from that repository or its base, or several do.
+    """
+    repos = _hf_repos()
+    if repo.lower() in repos:
+        return repos[repo.lower()][0]
+    key = _hf_key(repo)
+    hits = {k: written for r, (k, written) in sorted(repos.items(), reverse=True) if _hf_key(r) == key}
+    if len(hits) == 1:
+        [(model, base)] = hits.items()
+        log.info("model %r read as the bundled %r (from %s): a variant of the same repository shares its "
+                 "base model's shapes", repo, model, base)
+        return model
+    if hits:
+        raise SpecError(f"model {repo!r} matches several bundled models ({', '.join(sorted(hits))}); expected one: "
+                        "give the catalog id")
+    known = _entries("models")
+    close = suggest_names(repo.partition("/")[2], known)
+    listed = f"closest: {', '.join(close)}; {len(known) - len(close)} more" if close else "the bundled models"
+    raise SpecError(f"unknown model {repo!r}: no file or folder of that name here, and no bundled model comes from "
+                    f"that Hugging Face repository or its base; {listed}: {LISTING['models']}; or give the path "
+                    "of the repository's config.json (or of its snapshot folder)")
 
 
 def list_models() -> list[str]:
@@ -124,21 +249,52 @@ def get_engine(name: str) -> EngineSpec:
     if key not in entries:
         family = sorted(k for k, raw in entries.items() if str(raw.get("engine")) == key and raw.get("default"))
         if not family:
-            raise unknown_name("engine", name, list_engines())
+            raise unknown_name("engine", name, list_engines(), listing=LISTING["engines"])
         key = family[0]
     return engine_from_dict(entries[key], name=key)
 
 
+def resolve_model(name: str) -> str:
+    """The catalog id or path that model ``name`` stands for (see the module docstring): a
+    bundled id or alias in any case, an existing file or folder, or a Hugging Face repository id
+    read as the bundled model that comes from it.
+
+    Raises
+    ------
+    SpecError
+        Nothing of that name (the closest names first), or a path that does not exist.
+    """
+    key = name.strip().lower()
+    index = _index("models")
+    if key in index:
+        return index[key]
+    if Path(name).exists():
+        return name
+    if _HF_REPO.match(name.strip()) and not name.strip().endswith((".json", ".yaml", ".yml")):
+        return _model_from_hf_repo(name.strip())
+    if _looks_like_path(name):
+        raise SpecError(f"model file {name!r} does not exist; expected a config.json (or YAML) file, a folder "
+                        "holding a config.json, a catalog id (serveplan models) or a Hugging Face repository id")
+    raise unknown_name("model", name, _entries("models"), listing=LISTING["models"])
+
+
 @lru_cache(maxsize=256)
 def get_model(name: str) -> ModelSpec:
-    """A bundled model by id (``"llama-2-7b"``) or a path to a HF ``config.json``."""
-    if _looks_like_path(name):
-        return load_model_file(name)
+    """A bundled model by id or alias (``"llama-2-7b"``, ``"Llama-2-7B"``), a Hugging Face
+    repository id of a bundled model (``"meta-llama/Llama-3.1-70B-Instruct"``), or a path to a HF
+    ``config.json`` or to a folder holding one (a local snapshot).
+
+    Raises
+    ------
+    SpecError
+        Unknown name (the closest names first) or a malformed file.
+    """
+    key = resolve_model(name)
     entries = _entries("models")
-    if name not in entries:
-        raise unknown_name("model", name, entries)
-    raw = entries[name]
-    return model_from_hf_config(raw, name=name, source=str(raw.get("source", "")))
+    if key not in entries:
+        return load_model_file(key)
+    raw = entries[key]
+    return model_from_hf_config(raw, name=key, source=str(raw.get("source", "")))
 
 
 @lru_cache(maxsize=256)
@@ -151,10 +307,17 @@ def get_hardware(name: str) -> DeviceSpec:
 def get_profile(name: str | None = None, hardware: str | None = None) -> EfficiencyProfile:
     """An efficiency profile by id or YAML path.
 
-    With ``name=None`` the profile bundled for ``hardware`` is used when one says
-    ``hardware: <id>`` (e.g. ``bestserve-910b3`` for ``ascend-910b3``), else ``default-gpu``.
+    With ``name=None`` the profile a bundled device's data file names (``profile: {id, ...}``:
+    the H800 takes the H100 SXM's measured profile, :func:`hardware_profile_note` says why) is
+    used; else the profile bundled for ``hardware`` when one says ``hardware: <id>`` and
+    ``default_for_hardware: true`` (e.g. ``bestserve-910b3`` for ``ascend-910b3``); else
+    ``default-gpu``.
     """
     entries = _entries("profiles")
+    if hardware is not None:
+        hardware = _index("hardware").get(hardware.strip().lower(), hardware)
+    if name is None and hardware is not None and _hardware_profile_entry(hardware):
+        return _borrowed_profile(hardware)
     if name is None:
         for pid, raw in sorted(entries.items()):
             if hardware and raw.get("hardware") == hardware and raw.get("default_for_hardware", False):
@@ -163,6 +326,35 @@ def get_profile(name: str | None = None, hardware: str | None = None) -> Efficie
         else:
             name = DEFAULT_PROFILE
     return _load("profiles", "profile", name, profile_from_dict)
+
+
+def _hardware_profile_entry(hardware: str) -> dict[str, Any]:
+    """The ``profile:`` mapping of a bundled device's data file (empty when it names none)."""
+    raw = _entries("hardware").get(hardware) or {}
+    entry = raw.get("profile")
+    if entry is None:
+        return {}
+    if not isinstance(entry, dict) or "id" not in entry:
+        raise SpecError(f"hardware {hardware!r}: profile={entry!r} must be a mapping with id (a profile id), "
+                        "collectives (true/false) and why (one line)")
+    return entry
+
+
+def _borrowed_profile(hardware: str) -> EfficiencyProfile:
+    """The profile another device's data file names, without its NCCL curves when it says
+    ``collectives: false`` (they were measured over that other device's link)."""
+    entry = _hardware_profile_entry(hardware)
+    pr = get_profile(str(entry["id"]))
+    if entry.get("collectives", True) is False and pr.kernels is not None and pr.kernels.collectives:
+        pr = pr.with_(kernels=dataclasses.replace(pr.kernels, collectives={}),
+                      measured_from=f"{pr.measured_from}; NCCL curves left out on {hardware} (another link)")
+    return pr
+
+
+def hardware_profile_note(hardware: str) -> str:
+    """Why a bundled device uses another device's profile (its data file's ``profile.why``), or ``""``."""
+    key = _index("hardware").get(hardware.strip().lower(), hardware)
+    return str(_hardware_profile_entry(key).get("why", ""))
 
 
 def list_hosts() -> list[str]:

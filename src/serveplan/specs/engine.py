@@ -473,8 +473,13 @@ class EngineSpec:
             cap = min(cap, -(-int(token_budget) // dp))
         return _captured_size(cap)
 
-    def kv_dtype_for(self, weight_dtype: DType) -> DType | None:
-        """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default)."""
+    def kv_dtype_for(self, weight_dtype: DType, declared: DType | None = None) -> DType | None:
+        """KV format the engine picks for weights in ``weight_dtype`` (None: the estimator's default,
+        which is the model's declared format when it has one). A format the checkpoint declares
+        (``declared``: ``ModelSpec.kv_dtype``, from ``hf_quant_config.json`` or ``kv_cache_dtype``)
+        comes first: each engine's ``auto`` KV format follows the checkpoint's."""
+        if declared is not None:
+            return declared
         if weight_dtype is DType.FP8 and self.kv_dtype_with_fp8_weights is not None:
             return self.kv_dtype_with_fp8_weights
         return None

@@ -1,11 +1,28 @@
 """Compare a real serving benchmark with the simulator (``serveplan compare``).
 
-Reads the JSON that vLLM's serving benchmark saves (``benchmarks/benchmark_serving.py
---save-result``; ``vllm bench serve``): per-request ``ttfts`` and inter-token latencies ``itls``
-(seconds), ``input_lens``, ``output_lens``, and the run's ``request_rate``, ``burstiness``,
-``completed``, ``duration`` and ``max_concurrency``. The same workload (those lengths, the same
-arrival process and rate) is simulated, and TTFT and TPOT (mean, P50, P90, P99) are put side by
-side. The load is the benchmark's:
+Reads the JSON that vLLM's serving benchmark saves (``vllm bench serve --save-result``, formerly
+``benchmarks/benchmark_serving.py``; the keys are those of ``vllm/benchmarks/serve.py``, ``benchmark``
+and ``main``), in either of its two forms:
+
+* **detailed** (``--save-result --save-detailed``): per-request ``ttfts`` and inter-token latencies
+  ``itls`` (seconds), ``input_lens`` and ``output_lens``. The same requests are simulated and TTFT
+  and TPOT (mean, P50, P90, P99) are computed from both sides' requests.
+* **summary only** (``--save-result`` alone: ``main`` deletes ``input_lens``, ``output_lens``,
+  ``start_times``, ``ttfts``, ``itls``, ``generated_texts`` and ``errors`` unless
+  ``--save-detailed``): the statistics vLLM wrote, ``mean_<m>_ms``, ``median_<m>_ms`` and
+  ``p<P>_<m>_ms`` (``--metric-percentiles``, default 99) for ``m`` in ``ttft``, ``tpot``, ``itl``
+  and ``e2el`` (those of ``--percentile-metrics``, default ``ttft,tpot,itl``), and the throughputs
+  ``request_throughput`` (req/s) and ``output_throughput`` (tok/s). Lengths are not in the file:
+  ``completed`` requests are simulated at the mean lengths ``total_input_tokens / completed`` and
+  ``total_output_tokens / completed`` (exact for vLLM's ``random`` dataset at a range ratio of 0),
+  and each statistic is compared with the same statistic of the simulated requests. ITL is
+  compared on its mean only: vLLM's mean ITL is the mean of every inter-token gap, which equals the
+  output-token-weighted mean of the requests' TPOT; the simulator keeps no per-gap times, so ITL
+  percentiles are left out (a note says so).
+
+Both forms carry the run's ``request_rate``, ``burstiness``, ``completed``, ``duration`` and
+``max_concurrency``, and the same arrival process and rate are simulated. The load is the
+benchmark's:
 
 * ``request_rate: inf`` without ``max_concurrency``: every request sent at t=0, run to completion
   (no simulated-time cap: a burst of thousands of requests drains for a long time);
@@ -25,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +55,16 @@ from serveplan.sim import SimulationConfig, Workload, simulate
 from serveplan.sim.workload import arrival_times
 
 STATS = ("mean", "p50", "p90", "p99")
+#: vLLM's names of the summary metrics (``vllm/benchmarks/serve.py`` ``process_one_metric``) -> ours.
+SUMMARY_METRICS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
+#: ``mean_ttft_ms``, ``median_tpot_ms``, ``p99_itl_ms``, ``p99.9_e2el_ms``: statistic, metric.
+_SUMMARY_KEY = re.compile(r"^(mean|median|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")
+#: vLLM's throughputs (``request_throughput``: completed / duration; ``output_throughput``: output
+#: tokens / duration) -> (label, unit).
+SUMMARY_RATES = {"request_throughput": ("request throughput", "req/s"),
+                 "output_throughput": ("output throughput", "tok/s")}
+#: The per-request fields of a detailed result; without them the file is a summary.
+DETAILED_FIELDS = ("ttfts", "itls", "input_lens", "output_lens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +81,13 @@ class ServingRun:
     completed: int
     source: str = ""
     max_concurrency: int | None = None   # vllm bench serve --max-concurrency (None: no cap)
+    #: False for a summary-only file (no --save-detailed): ``ttft_s``/``tpot_s`` are empty, the
+    #: lengths are the means, and ``summary`` holds the statistics vLLM wrote
+    detailed: bool = True
+    #: metric (TTFT, TPOT, ITL, E2E) -> statistic (mean, p50, p99, ...) -> seconds
+    summary: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    #: vLLM's throughputs as written: ``request_throughput`` (req/s), ``output_throughput`` (tok/s)
+    rates: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _num_list(raw: Mapping[str, Any], key: str, where: str) -> list[Any]:
@@ -93,6 +128,8 @@ def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingR
     """
     if not isinstance(raw, Mapping):
         raise SpecError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    if not any(k in raw for k in DETAILED_FIELDS):
+        return _parse_summary(raw, where)
     ttfts = _num_list(raw, "ttfts", where)
     inp = _num_list(raw, "input_lens", where)
     out = _num_list(raw, "output_lens", where)
@@ -114,6 +151,18 @@ def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingR
     if np.any(t[ok] < 0) or np.any(i_len < 0) or not np.all(np.isfinite(t[ok])):
         raise SpecError(f"{where}: ttfts and input_lens must be finite and >= 0")
     tpot = _tpot(raw, itls, ok, o_len, where)
+    rate_f, burst, mc = _load(raw, where)
+    sel = ok
+    return ServingRun(
+        ttft_s=t[sel], tpot_s=tpot[sel], input_lens=i_len[sel].astype(int), output_lens=o_len[sel].astype(int),
+        request_rate=rate_f, burstiness=burst, duration_s=float(raw.get("duration", math.nan) or math.nan),
+        completed=int(raw.get("completed", int(sel.sum())) or int(sel.sum())), source=where,
+        max_concurrency=mc, rates=_rates(raw, where),
+    )
+
+
+def _load(raw: Mapping[str, Any], where: str) -> tuple[float, float, int | None]:
+    """The run's ``request_rate``, ``burstiness`` and ``max_concurrency``, checked."""
     rate = raw.get("request_rate", "inf")
     try:
         rate_f = float(rate)
@@ -127,13 +176,55 @@ def parse_vllm_result(raw: Mapping[str, Any], where: str = "result") -> ServingR
     mc = raw.get("max_concurrency")
     if mc is not None and (isinstance(mc, bool) or not isinstance(mc, (int, float)) or mc != int(mc) or mc < 1):
         raise SpecError(f"{where}: max_concurrency={mc!r} must be a positive integer (or null: no cap)")
-    sel = ok
+    return rate_f, burst, None if mc is None else int(mc)
+
+
+def _rates(raw: Mapping[str, Any], where: str) -> dict[str, float]:
+    out = {}
+    for key in SUMMARY_RATES:
+        v = raw.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecError(f"{where}: {key}={v!r} must be a finite number >= 0")
+        out[key] = float(v)
+    return out
+
+
+def _parse_summary(raw: Mapping[str, Any], where: str) -> ServingRun:
+    """A result saved without ``--save-detailed``: vLLM's statistics, and the mean lengths."""
+    summary: dict[str, dict[str, float]] = {}
+    for key, value in raw.items():
+        m = _SUMMARY_KEY.match(str(key))
+        if not m or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise SpecError(f"{where}: {key}={value!r} must be a finite number of milliseconds >= 0")
+        stat = "mean" if m.group(1) == "mean" else "p50" if m.group(1) == "median" else f"p{m.group(2)}"
+        summary.setdefault(SUMMARY_METRICS[m.group(3)], {})[stat] = float(value) / 1e3  # ms -> s
+    if not summary:
+        raise SpecError(
+            f"{where}: neither per-request latencies ({', '.join(DETAILED_FIELDS)}) nor summary statistics "
+            "(mean_ttft_ms, median_tpot_ms, p99_itl_ms, ...); expected a vLLM serving-benchmark result "
+            "(vllm bench serve --save-result; add --save-detailed to compare request by request)")
+    counts = {}
+    for key in ("completed", "total_input_tokens", "total_output_tokens"):
+        v = raw.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecError(f"{where}: {key}={v!r} must be a count >= 0; a summary-only result (saved without "
+                            "--save-detailed) is simulated at its mean lengths, total tokens / completed")
+        counts[key] = float(v)
+    n = int(counts["completed"])
+    if n < 1:
+        raise SpecError(f"{where}: completed=0: no completed request to compare")
+    in_len = max(1, round(counts["total_input_tokens"] / n))
+    out_len = max(1, round(counts["total_output_tokens"] / n))
+    rate_f, burst, mc = _load(raw, where)
     return ServingRun(
-        ttft_s=t[sel], tpot_s=tpot[sel], input_lens=i_len[sel].astype(int), output_lens=o_len[sel].astype(int),
-        request_rate=rate_f, burstiness=burst, duration_s=float(raw.get("duration", math.nan) or math.nan),
-        completed=int(raw.get("completed", int(sel.sum())) or int(sel.sum())), source=where,
-        max_concurrency=None if mc is None else int(mc),
-    )
+        ttft_s=np.zeros(0), tpot_s=np.zeros(0), input_lens=np.full(n, in_len, dtype=int),
+        output_lens=np.full(n, out_len, dtype=int), request_rate=rate_f, burstiness=burst,
+        duration_s=float(raw.get("duration", math.nan) or math.nan), completed=n, source=where,
+        max_concurrency=mc, detailed=False, summary=summary, rates=_rates(raw, where))
 
 
 def read_vllm_result(path: str | Path) -> ServingRun:
@@ -161,8 +252,27 @@ class ComparisonRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RateRow:
+    """A measured throughput against the simulated one, in ``unit`` (req/s or tok/s)."""
+
+    metric: str          # "request throughput", "output throughput"
+    unit: str
+    measured: float
+    simulated: float
+
+    @property
+    def error(self) -> float:
+        return self.simulated / self.measured - 1.0 if self.measured > 0 else math.nan
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
-    """Measured against simulated TTFT and TPOT for one benchmark run."""
+    """Measured against simulated latencies (and throughputs) for one benchmark run.
+
+    ``detailed`` is False for a summary-only result: ``rows`` then pair the statistics vLLM wrote
+    (TTFT, TPOT, ITL mean, E2E) with the same statistics of the simulated requests, and ``notes``
+    say what could not be compared.
+    """
 
     rows: tuple[ComparisonRow, ...]
     num_requests: int
@@ -171,6 +281,9 @@ class Comparison:
     load: str = ""                                   # how the benchmark's load was simulated
     max_concurrency: int | None = None
     config: dict[str, Any] = dataclasses.field(default_factory=dict)   # the simulation's configuration
+    rates: tuple[RateRow, ...] = ()
+    detailed: bool = True
+    notes: tuple[str, ...] = ()
 
     def to_records(self) -> list[dict[str, Any]]:
         return [{"metric": r.metric, "stat": r.stat, "measured_s": r.measured_s, "simulated_s": r.simulated_s,
@@ -178,8 +291,11 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_requests": self.num_requests, "request_rate": self.request_rate,
-                "max_concurrency": self.max_concurrency, "load": self.load,
-                "simulated_completed": self.simulated_completed, "config": self.config, "rows": self.to_records()}
+                "max_concurrency": self.max_concurrency, "load": self.load, "detailed": self.detailed,
+                "simulated_completed": self.simulated_completed, "config": self.config, "rows": self.to_records(),
+                "rates": [{"metric": r.metric, "unit": r.unit, "measured": r.measured, "simulated": r.simulated,
+                           "error": r.error} for r in self.rates],
+                "notes": list(self.notes)}
 
 
 def _stats(v: np.ndarray) -> dict[str, float]:
@@ -233,11 +349,53 @@ def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
             sends = arrival_times(wl, run.request_rate, config.seed)
             res = simulate(cfg, clients=c, not_before=sends)
             load = f"arrivals at {run.request_rate:g} req/s, at most {c} in flight (max_concurrency)"
-    meas = {"TTFT": _stats(run.ttft_s), "TPOT": _stats(run.tpot_s)}
-    sim = {"TTFT": res.ttft_s, "TPOT": res.tpot_s}
-    rows = []
-    for metric in ("TTFT", "TPOT"):
-        for s in STATS:
-            rows.append(ComparisonRow(metric, s, meas[metric][s], float(getattr(sim[metric], s))))
-    return Comparison(tuple(rows), len(run.ttft_s), run.request_rate, int(res.num_completed), load=load,
-                      max_concurrency=c, config=cfg.to_dict())
+    notes: list[str] = []
+    if run.detailed:
+        meas = {"TTFT": _stats(run.ttft_s), "TPOT": _stats(run.tpot_s)}
+        sim = {"TTFT": res.ttft_s, "TPOT": res.tpot_s}
+        rows = [ComparisonRow(metric, s, meas[metric][s], float(getattr(sim[metric], s)))
+                for metric in ("TTFT", "TPOT") for s in STATS]
+    else:
+        rows, notes = _summary_rows(run, res.requests)
+        notes.insert(0, f"summary-only result (saved without --save-detailed): {run.completed} requests simulated "
+                        f"at the mean lengths, {int(run.input_lens[0])} input and {int(run.output_lens[0])} output "
+                        "tokens")
+    sim_rates = {"request_throughput": res.throughput_rps, "output_throughput": res.output_tokens_per_s}
+    rates = tuple(RateRow(SUMMARY_RATES[k][0], SUMMARY_RATES[k][1], v, float(sim_rates[k]))
+                  for k, v in run.rates.items())
+    return Comparison(tuple(rows), len(run.input_lens), run.request_rate, int(res.num_completed), load=load,
+                      max_concurrency=c, config=cfg.to_dict(), rates=rates, detailed=run.detailed,
+                      notes=tuple(notes))
+
+
+def _stat(values: np.ndarray, stat: str) -> float:
+    """``mean`` or ``p<P>`` of the finite ``values`` (NaN when none)."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return math.nan
+    return float(v.mean()) if stat == "mean" else float(np.percentile(v, float(stat[1:])))
+
+
+def _summary_rows(run: ServingRun, rec: Any) -> tuple[list[ComparisonRow], list[str]]:
+    """The summary's statistics against the same statistics of the simulated requests."""
+    done = np.isfinite(rec.finish)
+    per_request = {"TTFT": rec.ttft[done], "TPOT": rec.tpot[done], "E2E": rec.e2e[done]}
+    rows, notes = [], []
+    for metric in ("TTFT", "TPOT", "ITL", "E2E"):
+        stats = run.summary.get(metric, {})
+        for stat in sorted(stats, key=lambda s: (s != "mean", float(s[1:]) if s != "mean" else 0.0)):
+            if metric == "ITL":
+                if stat != "mean":
+                    continue
+                # vLLM's mean ITL is the mean of every gap: the TPOTs weighted by their output_len - 1 gaps
+                tpot, gaps = rec.tpot[done], rec.output_len[done] - 1.0
+                ok = np.isfinite(tpot) & (gaps > 0)
+                sim = float(np.sum(tpot[ok] * gaps[ok]) / np.sum(gaps[ok])) if np.any(ok) else math.nan
+            else:
+                sim = _stat(per_request[metric], stat)
+            rows.append(ComparisonRow(metric, stat, stats[stat], sim))
+        skipped = [s for s in stats if metric == "ITL" and s != "mean"]
+        if skipped:
+            notes.append(f"ITL {', '.join(sorted(skipped))} not compared: the simulator keeps no per-token gaps "
+                         "(the ITL mean is the output-token-weighted TPOT mean)")
+    return rows, notes
