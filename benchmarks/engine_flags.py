@@ -261,8 +261,29 @@ def dynamo_flags() -> dict:
     }
 
 
+#: TensorRT-LLM's ``trtllm-serve`` options, read by hand from ``tensorrt_llm/commands/serve.py`` (``serve``) at
+#: main revision 00209af149e7774406881a37283dce303571eb11, the 1.2/1.3 boundary: the 1.2 wheel is published
+#: on NVIDIA's own package index only, which this script cannot reach
+TRTLLM = {
+    "version": "1.2",
+    "source": "hand-read from NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (serve command) at main revision "
+              "00209af149e7774406881a37283dce303571eb11, the 1.2/1.3 boundary: the 1.2 wheel is on NVIDIA's own "
+              "index only, not PyPI",
+    "flags": sorted(["--backend", "--host", "--port", "--log_level", "--tp_size", "--tensor_parallel_size", "--pp_size",
+                     "--pipeline_parallel_size", "--ep_size", "--moe_expert_parallel_size", "--cluster_size",
+                     "--cp_size", "--gpus_per_node", "--max_beam_width", "--max_batch_size", "--max_num_tokens",
+                     "--max_seq_len", "--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction",
+                     "--num_postprocess_workers", "--trust_remote_code", "--reasoning_parser", "--tool_parser",
+                     "--metadata_server_config_file", "--server_role", "--extra_llm_api_options", "--config",
+                     "--chat_template", "--enable_chunked_prefill", "--otlp_traces_endpoint",
+                     "--disagg_cluster_uri"]),
+    "boolean": ["--enable_chunked_prefill", "--trust_remote_code"],
+    "choices": {"--backend": ["pytorch", "tensorrt", "trt", "_autodeploy"], "--server_role": ["CONTEXT", "GENERATION"]},
+}
+
+
 def main() -> None:
-    data = {"vllm": vllm_flags(), "sglang": sglang_flags(), "dynamo": dynamo_flags()}
+    data = {"vllm": vllm_flags(), "sglang": sglang_flags(), "dynamo": dynamo_flags(), "trtllm": TRTLLM}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {OUT}: " + ", ".join(f"{k} {v['version']} ({len(v['flags'])} flags)" for k, v in data.items()))

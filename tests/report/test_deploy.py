@@ -1,16 +1,20 @@
-"""Deploy output: every flag we emit is an option of the engine release the command names.
+"""Launch files are written from the deployment that was simulated, for its own engine only: every
+value parsed back from the files equals the deployment's, and none passes the engine's own start-up
+limits (``serveplan.report.deploy.LIMITS``, each cited in the engine's source).
 
-``data/engine_flags.json`` holds the engines' argument lists, read from their released source by
-``benchmarks/engine_flags.py``: vLLM 0.33.0 (``vllm/engine/arg_utils.py``,
+``data/engine_flags.json`` holds the engines' argument lists: vLLM 0.33.0 (``vllm/engine/arg_utils.py``,
 ``vllm/entrypoints/common/cli_args.py``), SGLang 0.5.23 (``sglang/srt/arg_groups/fields/*.py``,
-``sglang/srt/server_args.py``) and NVIDIA Dynamo 1.6.1 (``dynamo/vllm/backend_args.py``), all wheels
-from PyPI. The commands are parsed with an argparse parser built from those lists.
+``sglang/srt/server_args.py``) and NVIDIA Dynamo 1.6.1 (``dynamo/vllm/backend_args.py``), read from
+their PyPI wheels by ``benchmarks/engine_flags.py``, and TensorRT-LLM's ``trtllm-serve`` options read by
+hand (its 1.2 wheel is not on PyPI; the file names the revision). Commands are parsed with an
+argparse parser built from those lists, so a flag an engine does not have fails the test.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -18,36 +22,31 @@ from pathlib import Path
 import pytest
 import yaml
 
+from serveplan.errors import SpecError
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.report.deploy import DYNAMO_VERSION, SGLANG_VERSION, VLLM_VERSION, deploy_plan
+from serveplan.report.deploy import (
+    DYNAMO_VERSION,
+    LIMITS,
+    SGLANG_VERSION,
+    TRTLLM_VERSION,
+    VLLM_VERSION,
+    launch_files,
+    launch_plan,
+)
 from serveplan.sim import SLO, Fleet, Workload
+from serveplan.specs.engine import MemoryBasis
 
 FLAGS = json.loads((Path(__file__).parent / "data" / "engine_flags.json").read_text())
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _settings(model: str = "codellama-34b", hardware: str = "ascend-910b3", dtype=None) -> GoodputSettings:
+def _settings(model: str = "llama-3.1-70b", hardware: str = "h100-sxm", dtype=None, engine: str = "vllm",
+              kv_dtype=None) -> GoodputSettings:
     m, hw, pr = resolve_specs(model, hardware, None)
-    return GoodputSettings(model=m, hardware=hw, profile=pr, workload=Workload.fixed(2048, 64, num_requests=10),
-                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), dtype=dtype)
-
-
-CASES = {
-    "collocated-prefill-first": (Fleet.build("2m", tp=4, max_batch=16, prefill_max_batch=4), _settings()),
-    "collocated-chunked": (Fleet.build("1m", tp=8, max_batch=32, scheduler="chunked-prefill", chunk_size=1024),
-                           _settings()),
-    "disaggregated-mixed-tp": (Fleet.build("2p1d", tp=2, decode_tp=4, max_batch=16, prefill_max_batch=4),
-                               _settings()),
-    "moe-fp8-pp-dp-ep": (Fleet.build("1p1d", tp=4, pp=2, dp=2, ep=8, max_batch=64, prefill_max_batch=2),
-                         _settings("deepseek-v3", "h200", dtype="fp8")),
-}
-
-
-def _fields(fleet: Fleet, role: str) -> tuple[int, int, int, int, int, int]:
-    inst = fleet.instance(role)
-    p, b = inst.parallel, inst.batching
-    return p.tp, p.pp, p.dp, p.ep, b.max_batch, b.max_prompts
+    return GoodputSettings(model=m, hardware=hw, profile=pr, workload=Workload.fixed(2048, 256, num_requests=10),
+                           slo=SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), dtype=dtype, engine=engine,
+                           kv_dtype=kv_dtype)
 
 
 def _parser(engine: str, extra: str | None = None) -> argparse.ArgumentParser:
@@ -81,103 +80,194 @@ def _parse(engine: str, argv: list[str], extra: str | None = None) -> argparse.N
     return ns
 
 
+#: (engine, model, dtype, fleet) covering collocated and disaggregated, dense and MoE, DP attention and EP
+CASES = {
+    "vllm-collocated": ("vllm", "llama-3.1-70b", None, Fleet.build("2m", tp=4, max_batch=256,
+                                                                   scheduler="chunked-prefill", chunk_size=8192)),
+    "vllm-disaggregated": ("vllm", "llama-3.1-70b", None, Fleet.build("1p1d", tp=4, decode_tp=2, max_batch=512,
+                                                                      token_budget=8192)),
+    "vllm-moe-dp-ep": ("vllm", "deepseek-v3", "fp8", Fleet.build("1m", tp=1, dp=8, ep=8, max_batch=1024,
+                                                                scheduler="chunked-prefill", chunk_size=8192)),
+    "sglang-collocated": ("sglang", "llama-3.1-70b", None, Fleet.build("2m", tp=4, max_batch=256,
+                                                                       scheduler="prefill-priority", chunk_size=8192)),
+    "sglang-disaggregated": ("sglang", "deepseek-v3", "fp8", Fleet.build("1p1d", tp=1, dp=8, ep=8, max_batch=512,
+                                                                         token_budget=8192)),
+    "trtllm-collocated": ("trtllm", "llama-3.1-70b", "fp8", Fleet.build("1m", tp=4, max_batch=512,
+                                                                        scheduler="inflight-no-evict",
+                                                                        token_budget=8192)),
+    "trtllm-disaggregated": ("trtllm", "llama-3.1-70b", "fp8", Fleet.build("2p1d", tp=2, decode_tp=4, max_batch=256,
+                                                                           token_budget=8192)),
+}
+
+
+def _case(name: str):
+    engine, model, dtype, fleet = CASES[name]
+    hw = "h200" if model == "deepseek-v3" else "h100-sxm"
+    st = _settings(model, hw, dtype=dtype, engine=engine)
+    dep = st.deployment(fleet)
+    return dep, launch_files(dep)
+
+
+def _extra_options(plan, cmd) -> dict:
+    argv = list(cmd.argv)
+    name = argv[argv.index("--extra_llm_api_options") + 1]
+    return yaml.safe_load(plan.files[name])
+
+
 def test_flag_lists_are_the_versions_the_commands_name():
-    assert (FLAGS["vllm"]["version"], FLAGS["sglang"]["version"], FLAGS["dynamo"]["version"]) == (
-        VLLM_VERSION, SGLANG_VERSION, DYNAMO_VERSION)
-    # the lists are the real ones: long-standing options are there, ours among them
+    assert (FLAGS["vllm"]["version"], FLAGS["sglang"]["version"], FLAGS["dynamo"]["version"],
+            FLAGS["trtllm"]["version"]) == (VLLM_VERSION, SGLANG_VERSION, DYNAMO_VERSION, TRTLLM_VERSION)
     assert {"--tensor-parallel-size", "--max-num-seqs", "--gpu-memory-utilization"} <= set(FLAGS["vllm"]["flags"])
     assert {"--tp-size", "--max-running-requests", "--mem-fraction-static"} <= set(FLAGS["sglang"]["flags"])
+    assert {"--tp_size", "--max_batch_size", "--max_num_tokens"} <= set(FLAGS["trtllm"]["flags"])
     assert "--not-a-flag" not in FLAGS["vllm"]["flags"]
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_every_emitted_flag_parses_for_the_targeted_version(case):
-    cand, st = CASES[case]
-    dep = deploy_plan(cand, st)
-    assert {c.engine for c in dep.commands} == {"vllm", "sglang"}
-    for cmd in dep.commands:
-        assert cmd.version == FLAGS[cmd.engine]["version"]
-        assert cmd.flags(), cmd
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_launch_files_carry_exactly_the_deployment_that_was_simulated(name):
+    dep, plan = _case(name)
+    eng = dep.engine
+    assert plan.engine == eng.engine and {c.engine for c in plan.commands} == {eng.engine}  # its own engine only
+    assert [c.role for c in plan.commands] == [s.role.value for s in dep.roles]
+    for cmd, setup in zip(plan.commands, dep.roles, strict=True):
         ns = _parse(cmd.engine, list(cmd.argv))
-        tp, pp, dp, ep, max_batch, _ = _fields(cand, cmd.role)
-        if cmd.engine == "vllm":
-            assert ns.words == ["vllm", "serve", dep.model_ref]
-            assert int(ns.tensor_parallel_size) == tp
-            assert int(ns.pipeline_parallel_size or 1) == pp
-            assert int(ns.data_parallel_size or 1) == dp
-            assert ns.enable_expert_parallel == (ep > 1)
-            assert int(ns.max_num_seqs) == max_batch
-            assert ns.enable_chunked_prefill == (cand.scheduler == "chunked-prefill")
-            assert int(ns.max_num_batched_tokens) >= (1 if ns.enable_chunked_prefill else int(ns.max_model_len))
+        par, b = setup.instance.parallel, setup.instance.batching
+        est = setup.estimator
+        assert cmd.instances == setup.count and cmd.devices_per_instance == par.num_devices
+        kv_written = None
+        if eng.engine == "vllm":
+            assert ns.words == ["vllm", "serve", plan.model_ref]
+            assert int(ns.tensor_parallel_size) == par.tp and int(ns.pipeline_parallel_size or 1) == par.pp
+            assert int(ns.data_parallel_size or 1) == par.dp and ns.enable_expert_parallel == (par.ep > 1)
+            # per data-parallel rank (LIMITS): the busiest rank's share of the instance's limits
+            assert int(ns.max_num_seqs) == math.ceil(b.max_batch / par.dp)
+            assert int(ns.max_num_batched_tokens) == math.ceil(b.token_budget / par.dp)
+            assert float(ns.gpu_memory_utilization) == pytest.approx(eng.memory_fraction)
+            kv_written = ns.kv_cache_dtype
+            # the limits vLLM checks at start-up
+            assert int(ns.max_num_batched_tokens) >= int(ns.max_num_seqs)
+            if not ns.enable_chunked_prefill:
+                assert int(ns.max_num_batched_tokens) >= int(ns.max_model_len)
             assert 0 < float(ns.gpu_memory_utilization) <= 1
-            if cmd.role != "collocated":
+            assert int(ns.max_model_len) <= dep.config.model.max_position_embeddings
+            if setup.role.value != "collocated":
                 assert json.loads(ns.kv_transfer_config)["kv_role"] == {"prefill": "kv_producer",
-                                                                        "decode": "kv_consumer"}[cmd.role]
+                                                                        "decode": "kv_consumer"}[setup.role.value]
+        elif eng.engine == "sglang":
+            assert ns.words == ["python", "-m", "sglang.launch_server"] and ns.model_path == plan.model_ref
+            assert int(ns.tp_size) == par.tp * par.dp and int(ns.attn_dp_size or 1) == par.dp
+            assert int(ns.ep_size or 1) == par.ep and int(ns.pp_size or 1) == par.pp
+            assert int(ns.max_running_requests) == b.max_batch   # global in SGLang (LIMITS)
+            assert int(ns.chunked_prefill_size) in (b.token_budget, -1)
+            frac = eng.memory_fraction if eng.memory_fraction is not None else \
+                eng.static_fraction(dep.config.hardware, tp=par.tp, pp=par.pp)
+            assert float(ns.mem_fraction_static) == pytest.approx(frac, abs=1e-4)
+            kv_written = ns.kv_cache_dtype
+            assert int(ns.tp_size) % int(ns.attn_dp_size or 1) == 0 and 0 < float(ns.mem_fraction_static) < 1
+            assert (ns.disaggregation_mode or "null") == {"collocated": "null"}.get(setup.role.value,
+                                                                                    setup.role.value)
         else:
-            assert ns.words == ["python", "-m", "sglang.launch_server"]
-            assert ns.model_path == dep.model_ref
-            assert int(ns.tp_size) == tp * dp
-            assert int(ns.max_running_requests) == max_batch
-            assert (ns.disaggregation_mode or "null") == {"collocated": "null"}.get(cmd.role, cmd.role)
-        assert cmd.devices_per_instance * cmd.instances <= cand.num_devices
+            assert ns.words == ["trtllm-serve", plan.model_ref] and ns.backend == "pytorch"
+            extra = _extra_options(plan, cmd)
+            assert int(ns.tp_size) == par.tp * par.dp and int(ns.pp_size) == par.pp
+            assert int(ns.ep_size or 1) == par.ep and int(ns.tp_size) % int(ns.ep_size or 1) == 0
+            assert int(ns.max_batch_size) == b.max_batch and int(ns.max_num_tokens) == b.token_budget
+            assert eng.memory_basis is MemoryBasis.FREE
+            assert float(ns.kv_cache_free_gpu_memory_fraction) == pytest.approx(eng.memory_fraction)
+            assert extra["kv_cache_config"]["free_gpu_memory_fraction"] == pytest.approx(eng.memory_fraction)
+            assert 0 <= extra["kv_cache_config"]["free_gpu_memory_fraction"] <= 1
+            kv_written = extra["kv_cache_config"]["dtype"]
+            assert kv_written in ("auto", "fp8")
+            if dep.fleet.is_disaggregated:
+                assert extra["cache_transceiver_config"]["backend"] == "NIXL"
+                assert extra.get("disable_overlap_scheduler", False) == (setup.role.value == "prefill")
+        # the KV format the simulator ran with, in the engine's spelling
+        kv = est.kv_dtype.value
+        assert kv_written == ("auto" if kv in ("bf16", "fp16") and est.dtype.value in (kv, "fp8", "fp8_block")
+                              else {"fp8": "fp8_e4m3" if eng.engine == "sglang" else "fp8"}.get(kv, kv)), (kv_written, kv)
+        assert cmd.planned["kv_dtype"] == kv and cmd.planned["weight_dtype"] == est.dtype.value
 
 
-def test_fp8_weights_and_kv_map_to_each_engines_spelling():
-    cand, st = CASES["moe-fp8-pp-dp-ep"]
-    dep = deploy_plan(cand, st)
-    v = _parse("vllm", list(dep.for_engine("vllm")[0].argv))
-    s = _parse("sglang", list(dep.for_engine("sglang")[0].argv))
-    assert v.quantization == "fp8" and s.quantization == "fp8"
-    assert v.kv_cache_dtype in FLAGS["vllm"]["choices"]["--kv-cache-dtype"]
-    assert s.kv_cache_dtype in FLAGS["sglang"]["choices"]["--kv-cache-dtype"]
-    assert int(s.ep_size) == 8 and int(s.attn_dp_size) == 2 and int(s.pp_size) == 2
+def test_fp8_kv_cache_is_written_in_each_engines_spelling():
+    for engine, want in (("vllm", "fp8"), ("sglang", "fp8_e4m3")):
+        st = _settings(engine=engine, kv_dtype="fp8")
+        plan = launch_plan(Fleet.build("1m", tp=4, max_batch=128, token_budget=8192,
+                                       scheduler="chunked-prefill" if engine == "vllm" else "prefill-priority",
+                                       chunk_size=8192), st)
+        ns = _parse(engine, list(plan.commands[0].argv))
+        assert ns.kv_cache_dtype == want
 
 
-def test_disaggregated_plan_gets_a_dynamo_graph_with_its_pools():
-    cand, st = CASES["disaggregated-mixed-tp"]
-    dep = deploy_plan(cand, st)
-    doc = yaml.safe_load(dep.files["dynamo-disagg.yaml"])
-    assert doc["kind"] == "DynamoGraphDeployment"
-    workers = {k: v for k, v in doc["spec"]["services"].items() if v["componentType"] == "worker"}
-    by_role = {v["subComponentType"]: v for v in workers.values()}
-    assert by_role["prefill"]["replicas"] == cand.strategy.num_prefill
-    assert by_role["decode"]["replicas"] == cand.strategy.num_decode
-    assert sum(int(w["resources"]["limits"]["gpu"]) * w["replicas"] for w in workers.values()) == cand.num_devices
-    for role, w in by_role.items():
-        c = w["extraPodSpec"]["mainContainer"]
-        assert c["command"] == ["python3", "-m", "dynamo.vllm"]
-        ns = _parse("dynamo", c["args"], extra="vllm")  # the worker takes vLLM's engine options too
+def test_a_bestserve_plan_is_refused_not_swapped_for_another_engine():
+    st = _settings("codellama-34b", "ascend-910b3", engine="bestserve")
+    with pytest.raises(SpecError, match=r"engine='bestserve': launch files are written for vllm, sglang and trtllm"):
+        launch_plan(Fleet.build("2m", tp=4, max_batch=16, prefill_max_batch=4), st)
+
+
+def test_vllm_without_chunking_is_refused_when_the_budget_is_below_the_longest_request():
+    st = _settings(engine="vllm")
+    fleet = Fleet.build("1m", tp=4, max_batch=64, scheduler="prefill-first", token_budget=1024)
+    with pytest.raises(SpecError, match=r"without chunked prefill vLLM needs --max-num-batched-tokens >= "
+                                        r"--max-model-len"):
+        launch_plan(fleet, st)
+
+
+def test_disaggregated_vllm_prefill_instances_keep_the_engines_token_budget():
+    # not a million tokens: vLLM allocates buffers of max-num-batched-tokens at start-up
+    dep, plan = _case("vllm-disaggregated")
+    for cmd in plan.commands:
+        assert int(_parse("vllm", list(cmd.argv)).max_num_batched_tokens) == 8192
+
+
+def test_one_launch_file_per_node_and_no_instance_split_unless_larger_than_a_node():
+    dep, plan = _case("trtllm-disaggregated")   # 2 x TP2 prefill + 1 x TP4 decode: one 8-device node
+    assert set(plan.scripts()) == {"launch-node0.sh"}
+    engine, model, dtype, _ = CASES["vllm-collocated"]
+    st = _settings(model, "h100-sxm", engine=engine)
+    big = launch_plan(Fleet.build("3m", tp=4, max_batch=256, scheduler="chunked-prefill", chunk_size=8192), st)
+    scripts = big.scripts()
+    assert set(scripts) == {"launch-node0.sh", "launch-node1.sh"}   # 12 devices on 8-device nodes
+    assert [(p.node, p.first_device) for p in big.placements()] == [(0, 0), (0, 4), (1, 0)]
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in scripts["launch-node0.sh"] and "--port 8001" in scripts["launch-node0.sh"]
+    assert "NODE0_ADDR" in scripts["launch-node1.sh"]
+    # an instance larger than a node starts on each of its nodes with the engine's multi-node flags
+    wide = launch_plan(Fleet.build("1m", tp=16, max_batch=256, scheduler="chunked-prefill", chunk_size=8192),
+                       _settings("llama-3.1-405b", "h100-sxm", dtype="fp8"))
+    nodes = wide.scripts()
+    assert set(nodes) == {"launch-node0.sh", "launch-node1.sh"}
+    assert "--node-rank 1" in nodes["launch-node1.sh"] and "--nnodes 2" in nodes["launch-node0.sh"]
+
+
+def test_disaggregated_plans_get_their_engines_front_door():
+    _, vllm = _case("vllm-disaggregated")
+    doc = yaml.safe_load(vllm.files["dynamo-disagg.yaml"])
+    workers = {v["subComponentType"]: v for v in doc["spec"]["services"].values() if v["componentType"] == "worker"}
+    assert workers["prefill"]["replicas"] == 1 and workers["decode"]["replicas"] == 1
+    for role, w in workers.items():
+        ns = _parse("dynamo", w["extraPodSpec"]["mainContainer"]["args"], extra="vllm")
         assert ns.disaggregation_mode == role
-    assert "dynamo-disagg.yaml" not in deploy_plan(*CASES["collocated-prefill-first"]).files
+    _, sglang = _case("sglang-disaggregated")
+    assert sglang.router is not None and "--pd-disaggregation" in sglang.router
+    _, trt = _case("trtllm-disaggregated")
+    cfg = yaml.safe_load(trt.files["disagg-config.yml"])
+    assert cfg["context_servers"]["num_instances"] == len(cfg["context_servers"]["urls"]) == 2
+    assert cfg["generation_servers"]["num_instances"] == len(cfg["generation_servers"]["urls"]) == 1
 
 
-def test_instances_are_packed_onto_nodes_without_sharing_devices():
-    cand, st = CASES["collocated-prefill-first"]  # 2 x TP4 on 8-device nodes: devices 0-3 and 4-7 of node 0
-    dep = deploy_plan(cand, st)
-    places = [(node, first, port) for _, _, node, first, port in dep.placements("vllm")]
-    assert places == [(0, 0, 8000), (0, 4, 8001)]
-    script = dep.scripts()["launch-vllm.sh"]
-    assert "ASCEND_RT_VISIBLE_DEVICES=4,5,6,7" in script and "--port 8001" in script
-
-
-def test_prefill_and_decode_instances_get_their_own_devices_and_ports():
-    dep = deploy_plan(*CASES["disaggregated-mixed-tp"])  # 2 x TP2 prefill + 1 x TP4 decode on one node
-    places = [(c.role, node, first, port) for c, _, node, first, port in dep.placements("sglang")]
-    assert places == [("prefill", 0, 0, 30000), ("prefill", 0, 2, 30001), ("decode", 0, 4, 30002)]
-
-
-def test_write_puts_scripts_yaml_and_json(tmp_path):
-    dep = deploy_plan(*CASES["disaggregated-mixed-tp"])
-    names = {p.name for p in dep.write(tmp_path)}
-    assert names == {"launch-vllm.sh", "launch-sglang.sh", "dynamo-disagg.yaml", "deploy.json"}
-    assert json.loads((tmp_path / "deploy.json").read_text())["strategy"] == dep.strategy
+def test_write_puts_scripts_files_and_json(tmp_path):
+    _, plan = _case("trtllm-disaggregated")
+    names = {p.name for p in plan.write(tmp_path)}
+    assert names == {"launch-node0.sh", "extra-llm-api-config-prefill.yml", "extra-llm-api-config-decode.yml",
+                     "disagg-config.yml", "deploy.json"}
+    doc = json.loads((tmp_path / "deploy.json").read_text())
+    assert doc["strategy"] == plan.strategy and doc["limits"] == LIMITS["trtllm"]
 
 
 def test_optimize_deploy_prints_and_writes_the_best_plan(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "serveplan", "optimize", "--tp", "4", "--devices", "4", "--no-disaggregated",
-         "--num-requests", "60", "--no-progress", "--jobs", "1", "--deploy", str(tmp_path / "deploy")],
-        capture_output=True, text=True, cwd=REPO, timeout=300)
+        [sys.executable, "-m", "serveplan", "optimize", "--model", "llama-3.1-8b", "--tp", "1", "--devices", "2",
+         "--no-disaggregated", "--num-requests", "60", "--no-progress", "--jobs", "1", "--deploy",
+         str(tmp_path / "deploy")], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert f"# vLLM {VLLM_VERSION}" in out.stdout and "vllm serve codellama/CodeLlama-34b-Instruct-hf" in out.stdout
-    assert (tmp_path / "deploy" / "launch-vllm.sh").exists()
+    assert f"vLLM {VLLM_VERSION}" in out.stdout and "vllm serve meta-llama/Llama-3.1-8B" in out.stdout
+    assert (tmp_path / "deploy" / "launch-node0.sh").exists()

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_deploy import _parse, _settings
 
-from serveplan.report.deploy import deploy_plan
+from serveplan.report.deploy import launch_plan as deploy_plan
 from serveplan.sim import Fleet
 from serveplan.specs.speculative import SpecDecodeConfig
 
@@ -21,8 +21,10 @@ from serveplan.specs.speculative import SpecDecodeConfig
 def test_speculation_reaches_both_engines(spec, vllm_method, sglang_algo):
     model = "deepseek-v3" if spec.method.value == "mtp" else "llama-3.1-8b"
     fleet = Fleet.build("1p1d", tp=8 if model == "deepseek-v3" else 1, max_batch=64, prefill_max_batch=4, spec=spec)
-    dep = deploy_plan(fleet, _settings(model, "h200", dtype="fp8" if model == "deepseek-v3" else None))
-    for cmd in dep.commands:
+    plans = [deploy_plan(fleet, _settings(model, "h200", dtype="fp8" if model == "deepseek-v3" else None,
+                                          engine=engine)) for engine in ("vllm", "sglang")]
+    assert [p.engine for p in plans] == ["vllm", "sglang"]
+    for dep, cmd in ((p, c) for p in plans for c in p.commands):
         ns = _parse(cmd.engine, list(cmd.argv))
         if cmd.role == "prefill":  # prompts only: no drafting
             assert not (getattr(ns, "speculative_config", None) or getattr(ns, "speculative_algorithm", None))
@@ -35,4 +37,4 @@ def test_speculation_reaches_both_engines(spec, vllm_method, sglang_algo):
             assert ns.speculative_algorithm == sglang_algo
             assert int(ns.speculative_num_steps) == spec.k and int(ns.speculative_num_draft_tokens) == spec.k + 1
     if spec.method.value == "eagle":
-        assert any("EAGLE-3 head" in n for n in dep.notes)
+        assert all(any("EAGLE-3 head" in n for n in p.notes) for p in plans)

@@ -211,6 +211,7 @@ def composed_result(comp: Composition, settings: GoodputSettings) -> GoodputResu
         ttft_p=ttft, tpot_p=tpot, e2e_mean_s=parts[-1].e2e_mean_s, throughput_rps=g, output_tokens_per_s=g * mean_out,
         binding=comp.binding, bottleneck=bottleneck, capacity_bound_rps=parts[-1].capacity_bound_rps,
         num_simulations=0, method="composed",
+        nonstationary_rps=tuple(sorted({x for p in parts for x in p.nonstationary_rps})),
     )
 
 

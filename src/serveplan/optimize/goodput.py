@@ -41,6 +41,14 @@ from serveplan.units import DType
 
 #: BestServe Algorithm 8, L4: pessimistic lower bound of the bisection (req/s).
 LOWER_RATE = 0.1
+#: The stationarity check (``_Runner._holds``): a run whose last third's SLO margin is at least this
+#: share of the limit, and above its first third's by more than ``RISE``, is simulated again on a
+#: stream ``LONG_FACTOR`` times longer. Chosen, not fitted: 0.9 and 5% leave a steady tail's sampling
+#: noise (a P90 over a third of 2,000 requests moves a few percent between seeds) outside the
+#: check; 3x is the longer stream the acceptance criterion names.
+CLOSE_MARGIN = 0.9
+RISE = 0.05
+LONG_FACTOR = 3
 
 
 class GoodputStatus(str, Enum):
@@ -126,6 +134,9 @@ class GoodputResult:
     #: (search ended below the rate to beat, ``max_goodput(beat=...)``)
     method: str = ""
     composed_rps: float = math.nan
+    #: rates at which the SLO held over the whole stream but not in its steady state (the stream's
+    #: last third missed it, or a stream three times longer did): rejected as not sustainable
+    nonstationary_rps: tuple[float, ...] = ()
 
     @property
     def name(self) -> str:
@@ -207,6 +218,8 @@ class _Runner:
     beat: float | None = None
     runs: int = 0
     probes: list[_Probe] = field(default_factory=list)
+    #: rates whose SLO held over the whole stream but not in its steady state (:meth:`_holds`)
+    nonstationary: list[float] = field(default_factory=list)
 
     @property
     def relaxed_slo(self) -> SLO:
@@ -242,6 +255,8 @@ class _Runner:
         margin = None
         if not res.stopped_early and not res.overloaded and math.isfinite(ttft) and math.isfinite(tpot):
             margin = max(ttft / t_ttft, tpot / t_tpot) / lim
+        if ok and (s.workload.arrival != "trace") and not (workload is not None and workload.arrival == "trace"):
+            ok = self._holds(res, rate, workload)
         p = _Probe(rate=rate, feasible=ok, ttft=ttft, tpot=tpot, e2e=res.e2e_s.mean, throughput=res.throughput_rps,
                    out_tps=res.output_tokens_per_s, kv_limited=bool(res.num_preemptions) or bool(res.kv_limited),
                    margin=margin)
@@ -249,6 +264,52 @@ class _Runner:
         if self.beat is not None and workload is None and not p.feasible and rate <= self.beat:
             raise _Beaten(p)
         return p
+
+    def _segment_margin(self, res: SimulationResult, lo: float, hi: float) -> float:
+        """The SLO margin (as :attr:`_Probe.margin`) of the requests sent in the ``[lo, hi)`` share
+        of the stream (arrival order); ``inf`` when one of them did not finish."""
+        s = self.settings
+        rec = res.requests
+        n = len(rec)
+        part = slice(int(lo * n), max(int(hi * n), int(lo * n) + 1))
+        lim = 1.0 + s.relaxation
+        t_ttft, t_tpot = self.targets
+        out = 0.0
+        for metric, target in (("ttft", t_ttft), ("tpot", t_tpot)):
+            if not math.isfinite(target):
+                continue
+            v = np.asarray(getattr(rec, metric)[part], dtype=float)
+            if metric == "tpot":
+                v = v[np.asarray(rec.output_len[part]) > 1]
+            if v.size == 0:
+                continue
+            if not np.all(np.isfinite(v)):
+                return math.inf
+            out = max(out, float(np.percentile(v, s.slo.percentile)) / (lim * target))
+        return out
+
+    def _holds(self, res: SimulationResult, rate: float, workload: Workload | None) -> bool:
+        """Whether a run that meets the SLO over its whole stream is in a steady state there: the
+        SLO percentile over the stream's last third meets it too (a queue that grows through the
+        run passes on average while its tail misses); when the last third is within
+        :data:`CLOSE_MARGIN` of the limit and above the first third, the rate is simulated again on
+        a stream :data:`LONG_FACTOR` times longer, which decides (module doc). A rate rejected
+        here is recorded in :attr:`nonstationary`."""
+        first, last = self._segment_margin(res, 0.0, 1 / 3), self._segment_margin(res, 2 / 3, 1.0)
+        if last > 1.0:
+            self.nonstationary.append(rate)
+            return False
+        if workload is not None or last < CLOSE_MARGIN or last <= first * (1 + RISE):
+            return True   # a prefix probe only guides; a steady or clearly met tail holds
+        longer = self.settings.workload.tiled(LONG_FACTOR)
+        long_res = simulate(self.config(rate, longer), clocks=self.clocks)
+        self.runs += 1
+        ok = (not long_res.stopped_early and not long_res.overloaded
+              and self._segment_margin(long_res, 0.0, 1.0) <= 1.0
+              and self._segment_margin(long_res, 2 / 3, 1.0) <= 1.0)
+        if not ok:
+            self.nonstationary.append(rate)
+        return ok
 
 
 class _Beaten(Exception):
@@ -500,6 +561,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
                              reason=reason, capacity_bound_rps=bound)
     rates, runs = [], 0
+    held: list[float] = []   # rates rejected as not sustainable (_Runner._holds)
     found: list[tuple[float, _Probe | None, _Probe | None]] = []
     if beat is not None and settings.seeds > 1:
         beat = None  # one seed missing the SLO says nothing of the mean over seeds
@@ -517,6 +579,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
                 ttft_p=p.ttft, tpot_p=p.tpot, capacity_bound_rps=bound, miss_rps=p.rate,
                 num_simulations=runner.runs, method="cut")
         runs += runner.runs
+        held += runner.nonstationary
         rates.append(got[0])
         found.append(got)
     goodput = float(np.mean(rates))
@@ -539,7 +602,8 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
         if kv_note:
             why += f"; {kv_note}"
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0, status=GoodputStatus.REJECTED,
-                             reason=why, capacity_bound_rps=bound, num_simulations=runs, goodput_samples=tuple(rates))
+                             reason=why, capacity_bound_rps=bound, num_simulations=runs, goodput_samples=tuple(rates),
+                             nonstationary_rps=tuple(sorted(set(held))))
     binding, bottleneck = _diagnose(cand, settings, above, clocks)
     note = ""
     if above is None and bound > 0 and goodput > bound:
@@ -557,7 +621,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
         ttft_p=at.ttft, tpot_p=at.tpot, e2e_mean_s=at.e2e, throughput_rps=at.throughput,
         output_tokens_per_s=at.out_tps, binding=binding, bottleneck=bottleneck, capacity_bound_rps=bound,
         miss_rps=above.rate if above is not None else math.nan, num_simulations=runs, goodput_ci=ci,
-        goodput_samples=tuple(rates),
+        goodput_samples=tuple(rates), nonstationary_rps=tuple(sorted(set(held))),
     )
 
 

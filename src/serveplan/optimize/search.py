@@ -736,6 +736,10 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
     if target_rate is not None:
         summary["target_rate"] = target_rate
     summary |= _assumptions(space, settings, ok[0].candidate if ok else None)
+    held = [f"{r.name} at {', '.join(f'{x:.3g}' for x in r.nonstationary_rps)} req/s"
+            for r in results.values() if r.nonstationary_rps]
+    if held:
+        summary["nonstationary_rejections"] = "; ".join(held[:4]) + (" ..." if len(held) > 4 else "")
     result = SearchResult(
         strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(pruned), pareto=pareto_front(ok),
         num_simulations=n_sims, num_evaluated=plan.evaluated,

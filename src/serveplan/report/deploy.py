@@ -67,33 +67,44 @@ ROUTER_PORT = 8080      # the front door of a disaggregated pair (SGLang's route
 #: Dynamo's vLLM worker image, tagged by Dynamo release (nvcr.io/nvidia/ai-dynamo/vllm-runtime)
 DYNAMO_IMAGE = f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_VERSION}"
 
-#: Start-up limits each engine checks on the values written, and where each is read.
+#: Start-up limits each engine checks on the values written, and where each is read (vLLM 0.33.0 and
+#: SGLang 0.5.23 from their PyPI wheels; TensorRT-LLM from main revisions at the 1.2/1.3 boundary, the
+#: 1.2 wheel being on NVIDIA's own index only)
 LIMITS: dict[str, dict[str, str]] = {
     "vllm": {
-        "max_num_batched_tokens >= max_num_seqs": "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len / "
-        "_verify_args: 'max_num_batched_tokens ... must be greater than or equal to max_num_seqs' (v0.33.0)",
+        "max_num_batched_tokens >= max_num_seqs": "vllm/config/scheduler.py SchedulerConfig.verify_max_model_len "
+        "(ValueError)",
         "without chunked prefill: max_num_batched_tokens >= max_model_len": "vllm/config/scheduler.py "
-        "SchedulerConfig.verify_max_model_len (v0.33.0)",
-        "0 < gpu_memory_utilization <= 1": "vllm/config/cache.py CacheConfig.gpu_memory_utilization: Field(gt=0, "
-        "le=1) (v0.33.0)",
-        "max_model_len <= the model's max_position_embeddings": "vllm/config/model.py _get_and_verify_max_len "
-        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN overrides) (v0.33.0)",
+        "SchedulerConfig.verify_max_model_len (ValueError)",
+        "0 < gpu_memory_utilization <= 1": "vllm/config/cache.py CacheConfig.gpu_memory_utilization Field(gt=0, le=1)",
+        "max_model_len <= the model's context": "vllm/config/model.py _get_and_verify_max_len "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides)",
+        "max_num_seqs and max_num_batched_tokens per data-parallel rank": "vllm/config/scheduler.py "
+        "SchedulerConfig (each DP engine core schedules its own steps)",
+        "kv_cache_dtype in CacheDType": "vllm/config/cache.py CacheDType, CacheConfig._validate_cache_dtype",
     },
     "sglang": {
-        "0 < mem_fraction_static < 1": "sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings / "
-        "check_server_args (0.5.23)",
-        "tp_size % attn_dp_size == 0": "sglang/srt/server_args.py ServerArgs._handle_data_parallelism "
-        "(dp attention splits the TP group) (0.5.23)",
-        "context_length <= the model's max_position_embeddings": "sglang/srt/configs/model_config.py "
-        "ModelConfig (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN overrides) (0.5.23)",
+        "tp_size % attn_dp_size == 0": "sglang/srt/server_args parallel_hook.handle_data_parallelism (assert)",
+        "(tp_size * pp_size) % nnodes == 0": "sglang/srt validation_hook.check_server_args (assert)",
+        "chunked_prefill_size % page_size == 0": "sglang/srt validation_hook.check_server_args (assert)",
+        "0 < mem_fraction_static < 1": "sglang/srt memory_hook.handle_gpu_memory_settings (no range validator; "
+        "outside it the KV pool is empty: kv_cache_configurator._profile_available_bytes raises)",
+        "kv_cache_dtype in auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16":
+            "sglang/srt/arg_groups/fields/model.py kv_cache_dtype (argparse choices)",
+        "max_running_requests and chunked_prefill_size are global (divided by attn_dp_size)":
+            "sglang/srt mem_cache/kv_cache_configurator.resolve_max_num_reqs; parallel_hook.handle_data_parallelism",
     },
     "trtllm": {
-        "max_num_tokens >= max_batch_size": "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs validators "
-        "(release/1.2): the token budget holds one token per sequence",
-        "0 < free_gpu_memory_fraction <= 1": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
-        "(release/1.2)",
-        "tp_size * pp_size <= world size": "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs.validate_parallel_config "
-        "(release/1.2)",
+        "tp_size * pp_size == world size": "tensorrt_llm/mapping.py Mapping.__init__ (ValueError)",
+        "ep_size divides tp_size": "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs.validate_parallel_config; "
+        "mapping.py Mapping.__init__ (moe_tp * moe_ep == moe world size)",
+        "0 <= free_gpu_memory_fraction <= 1": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
+        "Field(ge=0, le=1)",
+        "kv_cache_config.dtype in auto, fp8": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.dtype, "
+        "TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype",
+        "disaggregated: len(urls) == num_instances": "tensorrt_llm/llmapi/disagg_utils.py extract_ctx_gen_cfgs "
+        "(ValueError)",
+        "unknown extra-options keys fail": "tensorrt_llm/llmapi/llm_args.py StrictBaseModel (extra='forbid')",
     },
 }
 
@@ -440,7 +451,7 @@ def _kv_value(engine: str, kv: DType, weight: DType) -> str:
     act = weight if weight in (DType.BF16, DType.FP16) else DType.BF16
     names = {"vllm": {DType.FP8: "fp8", DType.NVFP4: "nvfp4", DType.BF16: "bfloat16", DType.FP16: "float16"},
              "sglang": {DType.FP8: "fp8_e4m3", DType.NVFP4: "nvfp4", DType.BF16: "bf16"},
-             "trtllm": {DType.FP8: "fp8", DType.NVFP4: "nvfp4"}}[engine]
+             "trtllm": {DType.FP8: "fp8"}}[engine]
     if kv is act:
         return "auto"
     if kv in names:
@@ -472,9 +483,15 @@ def _vllm(ref: str, shapes: list[_Shape], notes: list[str],
             if s.ep != s.tp * s.dp:
                 notes.append(f"vLLM spreads experts over all tp*dp={s.tp * s.dp} devices when expert parallelism "
                              f"is on; the plan assumed ep={s.ep}")
-        argv = ["vllm", "serve", ref, "--port", str(VLLM_PORT), *par, "--max-num-seqs", str(s.seqs)]
+        # vLLM schedules each data-parallel rank on its own (LIMITS): the instance's limits, the busiest
+        # rank's share (as the simulator bounds its captured graphs, EngineSpec.graph_tokens)
+        argv = ["vllm", "serve", ref, "--port", str(VLLM_PORT), *par, "--max-num-seqs", str(-(-s.seqs // s.dp))]
         if s.budget is not None:
-            argv += ["--max-num-batched-tokens", str(s.budget)]
+            argv += ["--max-num-batched-tokens", str(-(-s.budget // s.dp))]
+        if s.dp > 1:
+            notes.append(f"vLLM's --max-num-seqs and --max-num-batched-tokens are per data-parallel rank: the plan's "
+                         f"{s.seqs} sequences and {s.budget} tokens per step of a {s.role} instance are its "
+                         f"{s.dp} ranks' together")
         argv += ["--max-model-len", str(s.max_model_len),
                  "--enable-chunked-prefill" if s.chunked else "--no-enable-chunked-prefill",
                  "--gpu-memory-utilization", f"{s.memory_fraction:g}", *_dtype_args("vllm", s.weight),
@@ -561,8 +578,12 @@ def _trtllm(ref: str, shapes: list[_Shape], notes: list[str],
         }
         if s.dp > 1:
             extra["enable_attention_dp"] = True
-        if disagg:   # the KV cache leaves a context (prefill) instance through its cache transceiver
-            extra["cache_transceiver_config"] = {"backend": "DEFAULT"}
+        if disagg:   # the KV cache leaves a context (prefill) instance through its cache transceiver; the
+            # backend is set explicitly (DEFAULT resolves differently across releases), its buffer holds the
+            # longest prompt; context servers run without the overlap scheduler (disagg-serving.md)
+            extra["cache_transceiver_config"] = {"backend": "NIXL", "max_tokens_in_buffer": s.max_model_len}
+            if s.role == "prefill":
+                extra["disable_overlap_scheduler"] = True
         name = f"extra-llm-api-config-{s.role}.yml"
         files[name] = (f"# {s.role} instances of {dep.fleet.name}: TensorRT-LLM {TRTLLM_VERSION} LLM API options "
                        "(trtllm-serve --extra_llm_api_options), written by serveplan\n"

@@ -85,7 +85,7 @@ def engine_estimator(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec,
     apply (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`)."""
     profile = engine.profile_for(profile)
     w_dtype = DType.parse(dtype) if dtype is not None else model.dtype
-    kv = DType.parse(kv_dtype) if kv_dtype is not None else engine.kv_dtype_for(w_dtype)
+    kv = DType.parse(kv_dtype) if kv_dtype is not None else engine.kv_dtype_for(w_dtype, model.kv_dtype)
     probe = Estimator(model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv, memory_utilization=1.0)
     util = engine.memory_utilization(hardware, weights_bytes=probe.memory.weights_bytes,
                                      activation_bytes=probe.memory.activation_bytes, tp=parallel.tp, pp=parallel.pp)

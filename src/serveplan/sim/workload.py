@@ -291,6 +291,18 @@ class Workload:
         return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
                         name=name)
 
+    def tiled(self, k: int) -> Workload:
+        """This stream's lengths ``k`` times over (``k`` times as many requests, same mix; the
+        arrivals are drawn afresh for the longer stream): a longer run of the same traffic."""
+        check_int("k", k, low=1)
+        if k == 1:
+            return self
+        if self.arrival == "trace" or self.session is not None or self.hash_ids is not None:
+            raise SpecError("a trace, sessions or block hashes cannot be repeated request by request")
+        return dataclasses.replace(self, input_lengths=np.tile(self.input_lengths, k),
+                                   output_lengths=np.tile(self.output_lengths, k), num_requests=len(self.input_lengths) * k,
+                                   name=f"{self.name} x{k}")
+
     def within_context(self, max_tokens: int) -> Workload:
         """This stream with every request cut to ``max_tokens`` (prompt plus output), as chat
         clients cut what they send to the model's context: the output is kept (up to
