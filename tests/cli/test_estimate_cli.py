@@ -18,10 +18,14 @@ def run(*args: str):
     return runner.invoke(app, list(args))
 
 
-def test_default_is_bestserve_table3_and_prints_a_table():
+def test_default_is_todays_engine_and_prints_a_table():
     r = run("estimate")
     assert r.exit_code == 0, r.output
-    assert "codellama-34b" in r.output and "attention" in r.output and "TOTAL" in r.output
+    # Llama-3.1-70B on H100 priced as vLLM runs it, on the smallest TP that fits (as simulate picks it)
+    assert "llama-3.1-70b on h100-sxm (2 devices: tp2" in r.output and "as vllm 0.33.0 runs it" in r.output
+    assert "attention" in r.output and "TOTAL" in r.output
+    bs = run("estimate", "--engine", "bestserve", "-m", "codellama-34b", "-H", "ascend-910b3", "--tp", "4")
+    assert bs.exit_code == 0 and "codellama-34b" in bs.output
 
 
 def test_json_has_the_documented_keys():
@@ -112,7 +116,7 @@ def test_console_script_runs_without_traceback():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["estimate", "--tp", "abc"], "Invalid value for '--tp'"),
+    (["estimate", "--tp", "abc"], "tp='abc' must be an integer"),
     (["simulate", "--bogus"], "No such option: --bogus"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, needle):
@@ -130,7 +134,7 @@ def test_unwritable_output_is_one_line_exit_2():
 
 def test_estimate_engine_prices_its_operator_list_and_refuses_an_unknown_engine():
     base = ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "1", "--json"]
-    plain = json.loads(runner.invoke(app, base).stdout)
+    plain = json.loads(runner.invoke(app, [*base, "--engine", "bestserve"]).stdout)   # BestServe's eager list
     r = runner.invoke(app, [*base, "--engine", "sglang"])
     assert r.exit_code == 0, r.output
     fused = json.loads(r.stdout)

@@ -104,9 +104,10 @@ def test_estimate_flags_a_batch_whose_kv_cache_does_not_fit():
 
 
 def test_estimate_refuses_a_context_beyond_the_model_unless_allowed():
-    r = runner.invoke(app, ["estimate", "-s", "20000"])  # codellama-34b: max_position_embeddings 16384
+    cl = ["estimate", "-m", "codellama-34b", "-H", "ascend-910b3", "--engine", "bestserve", "--tp", "4"]
+    r = runner.invoke(app, [*cl, "-s", "20000"])  # codellama-34b: max_position_embeddings 16384
     assert r.exit_code == 2 and "max_position_embeddings=16,384" in r.output, r.output
-    r = runner.invoke(app, ["estimate", "-s", "20000", "--allow-long-context", "--json"])
+    r = runner.invoke(app, [*cl, "-s", "20000", "--allow-long-context", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["beyond_max_position"] is True
 
 

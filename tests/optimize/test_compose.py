@@ -163,8 +163,10 @@ def test_cli_target_rate_names_the_fewest_devices():
 
     from serveplan.cli import app
 
-    out = CliRunner().invoke(app, ["optimize", "--devices", "8", "--tp", "2,4,8", "--scenario", "op3", "--num-requests",
-                                   "400", "--jobs", "1", "--no-progress", "--target-rate", "3"])
+    bestserve = ["--engine", "bestserve", "--model", "codellama-34b", "--hardware", "ascend-910b3", "--slo-ttft", "1.5",
+                 "--slo-tpot", "0.07"]
+    out = CliRunner().invoke(app, ["optimize", *bestserve, "--devices", "8", "--tp", "2,4,8", "--scenario", "op3",
+                                   "--num-requests", "400", "--jobs", "1", "--no-progress", "--target-rate", "3"])
     assert out.exit_code == 0, out.output
     assert "fewest devices reaching 3 req/s: 6 " in out.output  # 4.0 req/s on 6 devices, 1.84 on 4
     bad = CliRunner().invoke(app, ["optimize", "--devices", "4", "--tp", "4", "--num-requests", "200", "--jobs", "1",

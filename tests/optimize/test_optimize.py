@@ -18,6 +18,10 @@ from serveplan.sim import SLO, Fleet, SimulationConfig, Workload, simulate
 runner = CliRunner()
 
 
+#: BestServe's testbed through the CLI (its Figure 11 setting): the paper's reproduction, one flag away
+BESTSERVE = ["--engine", "bestserve", "--model", "codellama-34b", "--hardware", "ascend-910b3", "--scenario", "op2",
+             "--slo-ttft", "1.5", "--slo-tpot", "0.07"]
+
 def settings(scenario="op3", n=300, ttft=1.5, tpot=0.07, **kw) -> GoodputSettings:
     return GoodputSettings(
         model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"), profile=get_profile("bestserve-910b3"),
@@ -58,7 +62,10 @@ def test_goodput_meets_slo_at_goodput_and_misses_just_above():
     meets = runs[r.goodput_rps]
     assert meets.ttft_s.p90 <= 1.1 * 1.5 and meets.tpot_s.p90 <= 1.1 * 0.07 and not meets.overloaded
     misses = runs[r.miss_rps]
-    assert misses.overloaded or misses.ttft_s.p90 > 1.1 * 1.5 or misses.tpot_s.p90 > 1.1 * 0.07
+    # missed over the whole stream, or met there but not in the steady state (its last third missed, or
+    # a stream three times longer did): a rejection the result names
+    assert (misses.overloaded or misses.ttft_s.p90 > 1.1 * 1.5 or misses.tpot_s.p90 > 1.1 * 0.07
+            or r.miss_rps in r.nonstationary_rps)
 
 
 def test_impossible_slo_rejects_with_reason():
@@ -143,14 +150,14 @@ def test_cli_json_and_out(tmp_path):
         (["--tp", ""], 2, "tp=''"),
         (["--tp", "3"], 2, "no admissible layout"),
         (["--devices", "1", "--tp", "2,4"], 2, "fewer than the smallest instance"),
-        (["--slo-ttft", "0"], 2, "SLO targets must be positive"),
+        (["--slo-ttft", "0"], 2, "slo-ttft=0.0 must be a positive number"),
         (["--backend", "ray", "--ray-address", "127.0.0.1:1"], 2, "unreachable"),
         (["--slo-ttft", "0.001", "--devices", "4", "--tp", "4"], 3, "no strategy meets the SLO"),
         (["--model", "llama-3.1-405b", "--devices", "2", "--tp", "1,2"], 3, "no strategy fits"),
     ],
 )
 def test_cli_bad_input(args, code, needle):
-    res = runner.invoke(app, ["optimize", "--num-requests", "200", "--jobs", "1", "--no-progress", *args])
+    res = runner.invoke(app, ["optimize", *BESTSERVE, "--num-requests", "200", "--jobs", "1", "--no-progress", *args])
     assert res.exit_code == code, res.output
     out = (res.stderr or res.output).strip().splitlines()
     assert len(out) == 1 and needle in out[0], out
@@ -222,13 +229,13 @@ def test_goodput_of_a_stream_too_short_to_load_the_fleet_is_capped_at_the_capaci
 
 
 def test_the_slo_tolerance_is_shown_beside_every_goodput_and_zero_is_strict(tmp_path):
-    base = ["optimize", "--devices", "4", "--tp", "4", "--scenario", "op3", "--num-requests", "200", "--jobs", "1",
-            "--no-progress", "--slo-ttft", "1.0"]
+    base = ["optimize", *BESTSERVE, "--devices", "4", "--tp", "4", "--scenario", "op3", "--num-requests", "200",
+            "--jobs", "1", "--no-progress", "--slo-ttft", "1.0"]
     table = runner.invoke(app, base, terminal_width=250)
     assert table.exit_code == 0, table.output
     text = " ".join(table.output.split())
-    assert "tolerance 10%: met when P90 TTFT <= 1.1 s and TPOT <= 77 ms" in text
-    assert "goodput (req/s, SLO +10%)" in text and "SLO met within +10% (tolerance 0.1)" in text
+    assert "SLO P90 TTFT 1 s / TPOT 70 ms (+10% tolerance)" in text
+    assert "goodput req/s (SLO +10%)" in text and "SLO met within +10% (tolerance 0.1)" in text
     assert "Pareto-optimal: no other strategy has both a higher goodput per device and a lower mean" in text
     loose = json.loads(runner.invoke(app, [*base, "--json", "--out", str(tmp_path)]).output)
     assert loose["settings"]["slo_tolerance"] == 0.1
@@ -240,4 +247,4 @@ def test_the_slo_tolerance_is_shown_beside_every_goodput_and_zero_is_strict(tmp_
         assert r["slo_tolerance"] == 0.0 and r["ttft_p_s"] <= 1.0 and r["tpot_p_s"] <= 0.07
     assert strict["strategies"][0]["goodput_rps"] <= loose["strategies"][0]["goodput_rps"]
     table0 = runner.invoke(app, [*base, "--slo-tolerance", "0"], terminal_width=250)
-    assert "tolerance 0 (strict)" in " ".join(table0.output.split())
+    assert "TPOT 70 ms (strict)" in " ".join(table0.output.split())

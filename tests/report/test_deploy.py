@@ -183,8 +183,9 @@ def test_launch_files_carry_exactly_the_deployment_that_was_simulated(name):
                 assert extra.get("disable_overlap_scheduler", False) == (setup.role.value == "prefill")
         # the KV format the simulator ran with, in the engine's spelling
         kv = est.kv_dtype.value
+        fp8 = "fp8_e4m3" if eng.engine == "sglang" else "fp8"
         assert kv_written == ("auto" if kv in ("bf16", "fp16") and est.dtype.value in (kv, "fp8", "fp8_block")
-                              else {"fp8": "fp8_e4m3" if eng.engine == "sglang" else "fp8"}.get(kv, kv)), (kv_written, kv)
+                              else {"fp8": fp8}.get(kv, kv)), (kv_written, kv)
         assert cmd.planned["kv_dtype"] == kv and cmd.planned["weight_dtype"] == est.dtype.value
 
 

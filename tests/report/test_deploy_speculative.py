@@ -24,7 +24,7 @@ def test_speculation_reaches_both_engines(spec, vllm_method, sglang_algo):
     plans = [deploy_plan(fleet, _settings(model, "h200", dtype="fp8" if model == "deepseek-v3" else None,
                                           engine=engine)) for engine in ("vllm", "sglang")]
     assert [p.engine for p in plans] == ["vllm", "sglang"]
-    for dep, cmd in ((p, c) for p in plans for c in p.commands):
+    for cmd in (c for p in plans for c in p.commands):
         ns = _parse(cmd.engine, list(cmd.argv))
         if cmd.role == "prefill":  # prompts only: no drafting
             assert not (getattr(ns, "speculative_config", None) or getattr(ns, "speculative_algorithm", None))

@@ -137,10 +137,10 @@ def test_json_names_slo_meeting_throughput_not_goodput():
     table = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve"],
                           terminal_width=250)
     text = " ".join(table.output.split())
-    assert "SLO target (at P90, strict)" in text and "not the goodput" in text
+    assert "SLO (P90)" in text and "not the goodput" in text
     sweep = runner.invoke(app, ["simulate", "--num-requests", "200", "--rate", "1", "--engine", "bestserve",
                                 "--rate-sweep", "0.5,1"], terminal_width=250)
-    assert "rate sweep (SLO P90 TTFT <= 1500 ms and TPOT <= 70 ms, strict" in " ".join(sweep.output.split())
+    assert "rate sweep (SLO P90 TTFT <= 1000 ms and TPOT <= 50 ms, strict" in " ".join(sweep.output.split())
 
 
 def test_progress_is_reported_per_chunk_and_drawn_on_stderr_only_when_asked(monkeypatch, capsys):
@@ -160,8 +160,11 @@ def test_progress_is_reported_per_chunk_and_drawn_on_stderr_only_when_asked(monk
     assert seen and seen[-1] == 300
     monkeypatch.setattr(cli_sim, "PROGRESS_DELAY_S", 0.0)
     capsys.readouterr()
-    cli_sim._simulate_with_progress(cfg, True)
+    with cli_sim.progress_bar(cfg.workload.num_requests, True) as update:
+        simulate(cfg, progress=update)
     err = capsys.readouterr().err
     assert "simulate" in err and "req" in err
-    cli_sim._simulate_with_progress(cfg, False)
+    with cli_sim.progress_bar(cfg.workload.num_requests, False) as update:
+        assert update is None
+        simulate(cfg, progress=update)
     assert capsys.readouterr().err == ""

@@ -11,9 +11,20 @@ Calibration sits below the simulator (it needs the estimator only); checking pre
 against served runs and bands of simulations are in :mod:`serveplan.validate`.
 """
 
+from typing import Any
+
 from serveplan.calibrate.bands import Band, band, sample_profiles
-from serveplan.calibrate.fit import Calibration, calibrate
 from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
 
 __all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "read_measurements",
            "sample_profiles"]
+
+
+def __getattr__(name: str) -> Any:
+    """The fitting names load scipy: imported when first used, so importing the package (the bands
+    every command offers) stays light."""
+    if name in ("Calibration", "calibrate"):
+        from serveplan.calibrate import fit
+
+        return getattr(fit, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

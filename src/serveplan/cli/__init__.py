@@ -136,7 +136,8 @@ def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str,
         extra_names = {e[0] for e in extra}
 
         def command(**kwargs: Any) -> Any:
-            opts = options.parse({k: v for k, v in kwargs.items() if k not in extra_names})
+            opts = options.parse({k: v for k, v in kwargs.items() if k not in extra_names and v is not None},
+                                 blank_is_default=False)
             return render(opts, **{k: v for k, v in kwargs.items() if k in extra_names})
 
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import typer
 from rich.table import Table
@@ -31,18 +33,9 @@ def simulate_cmd(opts: command.SimulateOptions, *, json_out: bool = False, progr
     ``--engine bestserve`` is BestServe's Table 4 testbed (1p1d, TP 4, prefill batch 4, decode batch 16)."""
     prep = command.prepare(opts)
     enabled = sys.stderr.isatty() if progress is None else progress
-    if enabled and prep.config.fidelity.value == "iteration" and len(prep.levels) <= 1:
-        from tqdm import tqdm
-
-        with tqdm(total=prep.config.workload.num_requests, unit="req", desc="simulate", file=sys.stderr,
-                  delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True) as bar:
-            def update(done: int) -> None:
-                if done > bar.n:
-                    bar.update(done - bar.n)
-
-            result = command.run(prep, progress=update)
-    else:
-        result = command.run(prep)
+    show = enabled and prep.config.fidelity.value == "iteration" and len(prep.levels) <= 1
+    with progress_bar(len(prep.config.workload.input_lengths), show) as update:
+        result = command.run(prep, progress=update)
     if json_out:
         emit_json(result.document())
         return
@@ -55,6 +48,25 @@ def simulate_cmd(opts: command.SimulateOptions, *, json_out: bool = False, progr
             _print_band(result.bands)
     if result.files:
         console().print(f"wrote {', '.join(str(p) for p in result.files)}")
+
+
+@contextmanager
+def progress_bar(total: int, enabled: bool) -> Iterator[Callable[[int], None] | None]:
+    """A tqdm bar on stderr counting the ``total`` requests of a run, shown once the run has taken
+    :data:`PROGRESS_DELAY_S` (shorter runs show none); yields its update callback (requests finished
+    so far; the simulator calls it per chunk or drained instance, never per step), or None."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="req", desc="simulate", file=sys.stderr, delay=PROGRESS_DELAY_S, leave=False,
+              dynamic_ncols=True) as bar:
+        def update(done: int) -> None:
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+        yield update
 
 
 def title(cfg: SimulationConfig, load: str | None = None) -> str:

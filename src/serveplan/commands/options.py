@@ -86,13 +86,16 @@ class CommandOptions:
         raise SpecError(f"unknown option {name!r}; expected one of: {', '.join(f.opt.name for f in cls.fields())}")
 
     @classmethod
-    def parse(cls: type[T], values: Mapping[str, Any]) -> T:
+    def parse(cls: type[T], values: Mapping[str, Any], *, blank_is_default: bool = True) -> T:
         """An options value from ``values`` (option or field name -> text or typed value; text as a
-        user types it, empty for the default). Unknown names and text that does not convert raise
+        user types it). Empty text is the option's default on a form (``blank_is_default``); on a
+        command line an empty value is refused. Unknown names and text that does not convert raise
         :class:`SpecError` naming the option, the value and what was expected."""
         kw: dict[str, Any] = {}
         for key, raw in values.items():
             f = cls.field(key)
+            if not blank_is_default and isinstance(raw, str) and not raw.strip():
+                raise SpecError(f"{f.opt.name}={raw!r} is empty; give a value or leave the option out")
             kw[f.name] = convert(f, raw)
         return cls(**kw)
 

@@ -32,7 +32,7 @@ from serveplan.estimator.static import decode_times
 from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResult, Workload, simulate
 from serveplan.sim.clock import Clocks
 from serveplan.sim.deployment import Deployment, resolve
-from serveplan.sim.engine import lone_request
+from serveplan.sim.engine import LoneRequest, lone_request
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
@@ -379,6 +379,15 @@ def zero_load_lengths(workload: Workload, percentile: float) -> tuple[int, int]:
             int(np.percentile(workload.output_lengths, percentile, method="higher")))
 
 
+def zero_load(cand: Fleet, settings: GoodputSettings, clocks: Clocks | None = None) -> LoneRequest:
+    """What a lone request of the SLO-percentile lengths (:func:`zero_load_lengths`) sees on the
+    candidate's deployment: the simulator's own lone request
+    (:func:`~serveplan.sim.engine.lone_request`), so the optimizer's zero-load TTFT and TPOT are the
+    simulator's by construction."""
+    s_in, s_out = zero_load_lengths(settings.workload, settings.slo.percentile)
+    return lone_request(settings.deployment(cand, clocks), s_in, s_out)
+
+
 def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both",
                clocks: Clocks | None = None) -> tuple[str, float]:
     """Reject without simulating a load when even a lone request misses the SLO; else return its
@@ -386,8 +395,7 @@ def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both",
     simulator's own (:func:`~serveplan.sim.engine.lone_request`) on the candidate's deployment, of
     the SLO-percentile lengths (:func:`zero_load_lengths`). ``check`` as :class:`_Runner`."""
     s = settings
-    s_in, s_out = zero_load_lengths(s.workload, s.slo.percentile)
-    lone = lone_request(settings.deployment(cand, clocks), s_in, s_out)
+    lone = zero_load(cand, settings, clocks)
     lim = 1.0 + s.relaxation
     ttft0, tpot0 = lone.ttft_s, lone.tpot_s
     if ttft0 > lim * s.slo.ttft_s and check != "tpot":

@@ -453,6 +453,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     ``on_progress(done, total)``, if given, is called after every finished evaluation."""
     opts = _Options.of(kwargs)
     jobs, backend, max_new, out_dir = opts.jobs, opts.backend, opts.max_new, opts.out_dir
+    if backend == "ray" and kwargs.get("ray_address"):   # fail fast: before any work, whatever runs on Ray
+        _check_ray_address(kwargs["ray_address"])
     exhaustive, confirm, target_rate = opts.method in ("exhaustive", "bounded"), opts.confirm, opts.target_rate
     t0 = time.perf_counter()
     ckpt = None

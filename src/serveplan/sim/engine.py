@@ -346,8 +346,8 @@ class ClosedLoopStats:
     :func:`~serveplan.sim.serving.steady_window`); latencies are over the ``num_measured``
     requests sent and finished inside it; rates count the completions inside it per second.
     ``tokens_per_s_per_user`` is ``1 / mean TPOT``; ``output_tokens_per_s_per_device`` divides the
-    output rate by the fleet's devices. ``littles_law`` is ``throughput x mean E2E``, which must
-    equal the concurrency in a closed loop (zero think time).
+    output rate by the fleet's devices. ``littles_law`` is ``throughput x mean E2E`` of the requests
+    completing in the window, which must equal the concurrency in a closed loop (zero think time).
     """
 
     concurrency: int
@@ -375,8 +375,7 @@ def closed_loop_stats(rec: RequestRecords, concurrency: int, num_devices: int) -
     w = steady_window(rec.arrival, rec.finish, concurrency)
     m = w.measured
     span = w.end_s - w.start_s
-    with np.errstate(invalid="ignore"):
-        in_window = (rec.finish > w.start_s) & (rec.finish <= w.end_s)
+    in_window = w.completed
     if span > 0 and w.completions:
         rps = w.completions / span
         out_rate = float(rec.output_len[in_window].sum()) / span
@@ -392,7 +391,8 @@ def closed_loop_stats(rec: RequestRecords, concurrency: int, num_devices: int) -
         ttft_s=LatencyStats.of(rec.ttft[m]), tpot_s=tpot, e2e_s=e2e, throughput_rps=rps,
         output_tokens_per_s=out_rate, output_tokens_per_s_per_device=out_rate / max(num_devices, 1),
         tokens_per_s_per_user=1.0 / tpot.mean if tpot.mean and tpot.mean > 0 else math.nan,
-        littles_law=rps * e2e.mean if math.isfinite(e2e.mean) else math.nan,
+        # Little's law over the window: its completions per second times their mean time in the system
+        littles_law=rps * float(np.mean(rec.e2e[in_window])) if in_window.any() else math.nan,
     )
 
 

@@ -201,34 +201,41 @@ class SteadyWindow:
     """The part of a closed-loop run measured at full concurrency.
 
     ``start_s``: when the first client sends its second request (the end of the warm-up in which
-    all ``C`` first requests arrive together); ``end_s``: when the last request is sent (after it
-    fewer than ``C`` requests are ever in flight: the cool-down). ``measured`` marks requests
-    sent in ``[start_s, end_s]`` that also finished by ``end_s``: they ran entirely at
-    concurrency ``C``.
+    all ``C`` first requests arrive together); ``end_s``: when the first client's last request
+    finishes (after it fewer than ``C`` requests are ever in flight: the cool-down; a client still
+    sending holds one request in flight until then, so exactly ``C`` are in the system throughout
+    the window, with zero think time). ``measured`` marks requests sent in ``[start_s, end_s]``
+    that also finished by ``end_s``: they ran entirely at concurrency ``C``. ``completed`` marks
+    the requests finishing in ``(start_s, end_s]``: their count over the span is the throughput.
     """
 
     start_s: float
     end_s: float
     measured: np.ndarray
     completions: int  # requests of any kind finishing in (start_s, end_s]
+    completed: np.ndarray
 
 
 def steady_window(arrival: np.ndarray, finish: np.ndarray, concurrency: int) -> SteadyWindow:
-    """:class:`SteadyWindow` of a closed-loop run whose request ``i`` was sent at ``arrival[i]``."""
+    """:class:`SteadyWindow` of a closed-loop run whose request ``i`` was sent at ``arrival[i]``
+    (client ``c`` sends ``c, c + C, ...``, so the clients' last requests are the final ``C``)."""
     n = len(arrival)
     c = concurrency
     if n <= c:
+        done = np.isfinite(finish)
         return SteadyWindow(start_s=0.0, end_s=float(np.nanmax(finish)) if n else 0.0,
-                            measured=np.isfinite(finish), completions=int(np.isfinite(finish).sum()))
+                            measured=done, completions=int(done.sum()), completed=done)
     start = float(arrival[c])
-    end = float(arrival[n - 1])
     with np.errstate(invalid="ignore"):
+        last = finish[n - c:]
+        end = float(np.min(last)) if np.all(np.isfinite(last)) else float(np.nanmax(finish))
         idx = np.arange(n)
-        measured = (idx >= c) & (finish <= end) & np.isfinite(finish)
-        completions = int(np.count_nonzero((finish > start) & (finish <= end)))
+        measured = (idx >= c) & (arrival >= start) & (finish <= end) & np.isfinite(finish)
+        completed = (finish > start) & (finish <= end)
     if not measured.any():  # a run too short for a steady part: keep every completed request
         measured = np.isfinite(finish)
-    return SteadyWindow(start_s=start, end_s=end, measured=measured, completions=completions)
+    return SteadyWindow(start_s=start, end_s=end, measured=measured, completions=int(np.count_nonzero(completed)),
+                        completed=completed)
 
 
 def check_loads(*, offline: bool, concurrency: Sequence[int] | int | None, rate: float | None) -> None:

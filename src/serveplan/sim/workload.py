@@ -300,8 +300,8 @@ class Workload:
         if self.arrival == "trace" or self.session is not None or self.hash_ids is not None:
             raise SpecError("a trace, sessions or block hashes cannot be repeated request by request")
         return dataclasses.replace(self, input_lengths=np.tile(self.input_lengths, k),
-                                   output_lengths=np.tile(self.output_lengths, k), num_requests=len(self.input_lengths) * k,
-                                   name=f"{self.name} x{k}")
+                                   output_lengths=np.tile(self.output_lengths, k),
+                                   num_requests=len(self.input_lengths) * k, name=f"{self.name} x{k}")
 
     def within_context(self, max_tokens: int) -> Workload:
         """This stream with every request cut to ``max_tokens`` (prompt plus output), as chat
