@@ -75,17 +75,20 @@ def test_the_optimizers_zero_load_and_kv_capacity_are_the_simulators(engine, mod
 
 
 def test_an_unfit_layout_is_pruned_with_its_reason_not_the_whole_search():
-    # SGLang's static memory fraction leaves too little room for Llama-3.1-70B at TP 2 on H100
+    # under SGLang's memory rule: Llama-3.1-70B's bf16 weights do not fit one H100, and at TP 2 the
+    # static fraction leaves a KV cache too small for one request of the Azure mix's tail (12,515
+    # tokens); the search goes on with TP 4 and 8 (before, TP 2 stopped the whole search)
     st = GoodputSettings(model=get_model("llama-3.1-70b"), hardware=get_hardware("h100-sxm"),
                          profile=get_profile(None, "h100-sxm"), engine="sglang",
                          workload=Workload.fixed(1024, 128, num_requests=50), slo=SLO(ttft_s=1.0, tpot_s=0.05))
     mb, _, sched, cs, budget = search_defaults("sglang", st.hardware)
-    space = SearchSpace(devices=16, tp_sizes=(2, 4, 8), max_batches=(int(mb),), prefill_max_batch=None,
+    space = SearchSpace(devices=16, tp_sizes=(1, 2, 4, 8), max_batches=(int(mb),), prefill_max_batch=None,
                         schedulers=(sched,), chunk_sizes=(int(cs),), token_budget=budget)
-    listing = enumerate_space(space, st, request_tokens=1152)
+    listing = enumerate_space(space, st, request_tokens=12515)
     pruned = {p.name: p for p in listing.pruned}
-    assert "tp2" in pruned and "weights do not fit" in pruned["tp2"].reason and pruned["tp2"].kind == "memory"
-    assert listing.candidates and all(c.first.parallel.tp in (4, 8) for c in listing.candidates)
+    assert "weights do not fit" in pruned["tp1"].reason and pruned["tp1"].kind == "memory"
+    assert "KV cache holds" in pruned["tp2"].reason and "one request needs 12515" in pruned["tp2"].reason
+    assert listing.candidates and {c.first.parallel.tp for c in listing.candidates} == {4, 8}
 
 
 #: six fleets: collocated and disaggregated, dense and MoE, one run near overload (a small KV cache)

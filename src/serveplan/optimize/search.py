@@ -126,6 +126,8 @@ def _fingerprint(settings: GoodputSettings) -> str:
     ]
     if s.engine is not None or s.kv_dtype is not None:  # absent before engines: old checkpoints stay valid
         parts += [str(s.engine), str(s.kv_dtype)]
+    if s.checks_steady_state:
+        parts.append("steady-state")
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 

@@ -13,8 +13,9 @@ from serveplan.report.plots import pyplot, save
 
 COLUMNS = [
     "rank", "name", "strategy", "num_devices", "tp", "decode_tp", "pp", "dp", "ep", "max_batch", "scheduler",
-    "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
-    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "slo_tolerance", "status", "reason",
+    "token_budget", "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
+    "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "slo_tolerance", "status", "method", "reason",
+    "engine", "engine_version", "weight_dtype", "kv_dtype",
 ]
 
 #: What "Pareto-optimal" is measured against (``serveplan.optimize.search.pareto_front``).
@@ -32,19 +33,30 @@ def tolerance_note(result: Any) -> str:
 
 
 def ranking_rows(result: Any) -> list[dict[str, Any]]:
+    """Every strategy of a search: the ranked ones, those missing the SLO at any rate, and those
+    pruned (a pruned one's goodput is its bound, ``status`` says so); each row names the engine
+    and the formats the search assumed."""
+    summ = getattr(result, "settings_summary", {}) or {}
+    eng = summ.get("engine") or {}
+    common = {"slo_tolerance": getattr(result, "slo_tolerance", None), "engine": eng.get("name"),
+              "engine_version": eng.get("version"), "weight_dtype": summ.get("weight_dtype"),
+              "kv_dtype": summ.get("kv_dtype")}
     rows = []
     for i, r in enumerate(result.strategies, 1):
-        d = r.to_dict()
+        d = r.to_dict() | common
         d["rank"] = i
         d["pareto"] = r.name in result.pareto
-        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
     for r in result.rejected:
-        d = r.to_dict()
+        d = r.to_dict() | common
         d["rank"] = ""
         d["pareto"] = False
-        d["slo_tolerance"] = getattr(result, "slo_tolerance", None)
         rows.append(d)
+    for p in getattr(result, "pruned", ()):
+        rows.append({"rank": "", "name": p.name, "num_devices": p.num_devices, "pareto": False,
+                     "goodput_rps": p.bound_rps, "goodput_per_device": p.bound_per_device,
+                     "status": f"pruned ({p.kind}{': goodput is a bound' if p.bound_rps is not None else ''})",
+                     "reason": p.reason} | common)
     return rows
 
 
