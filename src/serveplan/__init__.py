@@ -1,9 +1,11 @@
 """serveplan: predict TTFT, TPOT, throughput and goodput of LLM serving strategies, and rank them.
 
 The public API is re-exported here; see the subpackages for the layers
-(specs -> ops -> estimator -> calibrate -> sim -> optimize/offload -> validate -> report -> cli).
+(specs -> ops -> estimator -> calibrate -> sim -> optimize/offload -> validate -> report -> commands ->
+ui/cli).
 """
 
+from serveplan.commands.plan import plan_serving
 from serveplan.errors import InfeasibleError, PlannerError, SolverError, SpecError
 from serveplan.estimator.api import EstimateResult, estimate
 from serveplan.estimator.batch import StepBatch
@@ -23,7 +25,7 @@ from serveplan.offload import (
     parse_policy,
     plan_offload,
 )
-from serveplan.optimize import GoodputResult, GoodputSettings, SearchResult, SearchSpace, plan_serving
+from serveplan.optimize import GoodputResult, GoodputSettings, SearchResult, SearchSpace
 from serveplan.sim import SLO, Fleet, LatencyStats, SimulationConfig, SimulationResult, Strategy, Workload, simulate
 from serveplan.specs.catalog import (
     get_engine,

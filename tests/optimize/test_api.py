@@ -36,14 +36,16 @@ def test_readme_search_example_runs_and_ranks(capsys):
 def test_plan_serving_matches_the_search_it_wraps():
     space = SearchSpace(devices=4, tp_sizes=(4,))
     wl = Workload.scenario("op3", num_requests=300)
-    res = plan_serving("codellama-34b", "ascend-910b3", space=space, workload=wl)
+    res = plan_serving("codellama-34b", "ascend-910b3", engine="bestserve", space=space, workload=wl,
+                       slo_ttft=1.5, slo_tpot=0.07, method="exhaustive")
     from serveplan.optimize.goodput import GoodputSettings
     from serveplan.optimize.search import search
 
     ref = search(space, GoodputSettings(model=serveplan.get_model("codellama-34b"),
                                         hardware=serveplan.get_hardware("ascend-910b3"),
                                         profile=serveplan.get_profile(None, "ascend-910b3"), workload=wl,
-                                        slo=serveplan.SLO(ttft_s=1.5, tpot_s=0.07, percentile=90), engine="bestserve"),
+                                        slo=serveplan.SLO(ttft_s=1.5, tpot_s=0.07, percentile=90),
+                                        engine=serveplan.get_engine("bestserve")),
                  jobs=1, progress=False)
     assert [r.name for r in res.strategies] == [r.name for r in ref.strategies]
     assert [r.goodput_rps for r in res.strategies] == [r.goodput_rps for r in ref.strategies]

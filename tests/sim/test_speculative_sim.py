@@ -192,7 +192,7 @@ def test_plan_serving_ranks_draft_lengths():
     space = SearchSpace(devices=1, tp_sizes=(1,), max_batches=(32,), prefill_max_batch=None, disaggregated=False,
                         schedulers=("sarathi",), chunk_sizes=(1024,), specs=spec_choices("eagle", [0, 2]))
     res = plan_serving(M, HW, profile=PR, space=space, workload=Workload.fixed(256, 128, 200),
-                       slo=SLO(ttft_s=1.0, tpot_s=0.012, percentile=90))
+                       slo=SLO(ttft_s=1.0, tpot_s=0.012, percentile=90), engine="bestserve", method="exhaustive")
     names = sorted(r.name for r in res.strategies)
     assert len(names) == 2 and any(n.endswith("-eagle2") for n in names)
 

@@ -44,6 +44,9 @@ from serveplan.sim.engine import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
+from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.model import ModelSpec
+from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType
 from serveplan.validate.bands import GoodputBand, goodput_bands
 
@@ -320,3 +323,68 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
         p.write_text(json.dumps(res.to_dict(), indent=2, allow_nan=False))
         written.append(p)
     return written
+
+
+def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | DeviceSpec = "h100-sxm", *,
+                 engine: str = "vllm", space: SearchSpace | None = None, workload: Workload | None = None,
+                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None, method: str = METHOD_DEFAULT,
+                 jobs: int | None = 1, progress: bool = False, out_dir: str | Path | None = None,
+                 **options: Any) -> SearchResult:
+    """Rank every fleet by goodput per device under the SLO: the plan ``serveplan optimize`` and
+    the web page give for the same question (the same options, defaults and method).
+
+    Parameters
+    ----------
+    model, hardware, profile:
+        Catalog ids, Hugging Face ids or paths, or specs; ``profile`` defaults to the hardware's.
+    engine:
+        The serving engine (default: today's vLLM; ``"bestserve"``: BestServe's testbed).
+    space, workload, slo:
+        Given objects replace what the options would build (the search space from the engine's
+        limits, the Azure conversation mix, P90 TTFT 1 s / TPOT 50 ms).
+    method:
+        ``"auto"`` (the CLI's: pools composed, the best of each architecture simulated whole, the
+        branch and bound where a composition disagrees), ``"fast"``, ``"bounded"`` or
+        ``"exhaustive"``.
+    options:
+        Any other option of ``serveplan optimize`` by field name (``devices=16``, ``tp="2,4"``,
+        ``num_requests=1000``, ``slo_ttft=0.5``, ``dtype="fp8"``, ``target_rate=20``, ...).
+
+    Raises
+    ------
+    SpecError
+        Unknown names or options, or settings out of range.
+    InfeasibleError
+        Nothing fits the devices, or no fleet meets the SLO at any rate.
+
+    Examples
+    --------
+    >>> from serveplan import plan_serving
+    >>> res = plan_serving("llama-3.1-8b", devices=2, tp="1", num_requests=200)
+    >>> res.best.name
+    '1m-tp1-b1024-chunked8192'
+    """
+    names = {"model": model if isinstance(model, str) else "llama-3.1-70b",
+             "hardware": hardware if isinstance(hardware, str) else "h100-sxm",
+             "profile": profile if isinstance(profile, str) else None}
+    opts = PlanOptions.parse({**names, "engine": engine, "jobs": jobs, "out": out_dir, **options})
+    prep = prepare(opts)
+    st = prep.settings
+    swap: dict[str, Any] = {}
+    if not isinstance(model, str):
+        swap["model"] = model
+    if not isinstance(hardware, str):
+        swap["hardware"] = hardware
+    if profile is not None and not isinstance(profile, str):
+        swap["profile"] = profile
+    if workload is not None:
+        swap["workload"] = workload
+    if slo is not None:
+        swap["slo"] = slo
+    if swap:
+        st = tuple(dataclasses.replace(s, **swap) for s in st[:1])
+    results = search_many(space if space is not None else prep.space, list(st), jobs=opts.jobs, backend=opts.backend,
+                          ray_address=opts.ray_address, out_dir=opts.out, progress=progress, method=method,
+                          confirm=opts.confirm, target_rate=opts.target_rate, frontier=opts.frontier,
+                          keep=max(1, opts.keep), top=opts.top)
+    return results[0]

@@ -3,15 +3,14 @@
 Public API (the search over a space is :func:`serveplan.optimize.search.search`; it is not
 re-exported here so that the ``search`` module stays reachable by its dotted name)::
 
-    from serveplan.optimize import plan_serving, SearchSpace, GoodputSettings, max_goodput, search_many
+    from serveplan.optimize import SearchSpace, GoodputSettings, max_goodput, search_many
 """
 
-from serveplan.optimize.api import plan_serving
 from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, capacity_bound, max_goodput
 from serveplan.optimize.search import SearchResult, pareto_front, search_many
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 
 __all__ = [
     "GoodputResult", "GoodputSettings", "GoodputStatus", "Pruned", "SearchResult", "SearchSpace", "SpaceListing",
-    "capacity_bound", "enumerate_space", "max_goodput", "pareto_front", "plan_serving", "search_many",
+    "capacity_bound", "enumerate_space", "max_goodput", "pareto_front", "search_many",
 ]

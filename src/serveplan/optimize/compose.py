@@ -59,6 +59,9 @@ MIN_UNIT_REQUESTS = 1000
 CONFIRM = 3
 #: ... and at most this many, while an unconfirmed composition still beats the best confirmed one
 MAX_CONFIRM = 8
+#: fleets simulated whole at a time once the first are (in parallel when there are workers): a fixed
+#: number, so the fleets confirmed, and the ranking, do not depend on how many workers ran them
+CONFIRM_BATCH = 2
 
 
 def decomposable(settings: GoodputSettings) -> bool:
@@ -394,7 +397,7 @@ class _FastSearch:
                 if len(confirmed) >= confirm and top is not None and \
                         queue[0].candidate.num_devices >= top.candidate.num_devices:
                     break
-                batch = queue[:confirm if not confirmed else max(1, self.jobs)]
+                batch = queue[:confirm if not confirmed else CONFIRM_BATCH]
                 queue = queue[len(batch):]
                 self._confirm_batch(batch, confirmed)
             self.results.update(confirmed)
@@ -406,7 +409,7 @@ class _FastSearch:
                                if r.candidate.is_disaggregated == arch and r.status == GoodputStatus.OK), default=None)
                 if best_pd is not None and mine[0].goodput_per_device <= best_pd:
                     break
-                batch = mine[:max(1, min(self.jobs, confirm))]
+                batch = mine[:CONFIRM_BATCH]
                 mine = mine[len(batch):]
                 self._confirm_batch(batch, confirmed)
         queue = [r for r in ok if r.name not in confirmed]

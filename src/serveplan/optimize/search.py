@@ -174,26 +174,27 @@ Task = tuple[int, Fleet, GoodputSettings]
 Gate = Callable[[Task], "float | None"]
 
 
-def _run_gated(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None], gate: Gate) -> None:
-    """Run tasks in the given order (best bound first), at most ``jobs`` at a time, each asking the
-    gate when it starts for the rate it must beat given the results finished so far."""
-    if jobs <= 1 or len(todo) <= 1:
-        clocks = Clocks()   # in process: this run's own step clocks
-        for t in todo:
-            on_done(*_evaluate_beat(*t, gate(t), clocks))
-        return
-    from concurrent.futures import FIRST_COMPLETED, wait
+#: tasks of the branch and bound started together, each told the rate to beat as it stood when the
+#: wave began: a fixed number, so which fleets are cut (and the ranking) does not depend on how many
+#: workers ran them
+WAVE = 2
 
-    queue = list(todo)
-    with worker_pool(min(jobs, len(todo))) as pool:
-        pending: set[Any] = set()
-        while queue or pending:
-            while queue and len(pending) < jobs:
-                t = queue.pop(0)
-                pending.add(pool.submit(_evaluate_beat, *t, gate(t)))
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                on_done(*f.result())
+
+def _run_gated(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None], gate: Gate) -> None:
+    """Run tasks in the given order (best bound first) in waves of :data:`WAVE`, each task told the
+    rate it must beat given the results of the waves before it; a wave's tasks run at most ``jobs``
+    at a time, their results recorded in the given order."""
+    clocks = Clocks()   # in process: this run's own step clocks
+    pool_cm = worker_pool(min(jobs, WAVE)) if jobs > 1 and len(todo) > 1 else contextlib.nullcontext()
+    with pool_cm as pool:
+        for i in range(0, len(todo), WAVE):
+            wave = [(t, gate(t)) for t in todo[i:i + WAVE]]
+            if pool is None:
+                outs = [_evaluate_beat(*t, beat, clocks) for t, beat in wave]
+            else:
+                outs = [f.result() for f in [pool.submit(_evaluate_beat, *t, beat) for t, beat in wave]]
+            for out in outs:
+                on_done(*out)
 
 
 def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResult], None],
