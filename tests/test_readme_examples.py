@@ -55,3 +55,18 @@ def test_every_readme_example_runs(command, tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=TIMEOUT_S)
     assert out.returncode == 0, f"{command}\n{out.stderr[-2000:]}"
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_main_command_compares_collocated_with_disaggregated(tmp_path):
+    """The README's first command (``serveplan optimize``, the built-in default scenario) shows the
+    best collocated and the best disaggregated strategy simulated whole, and which wins."""
+    assert "&& .venv/bin/serveplan optimize\n" in README.read_text()
+    env = dict(os.environ, PYTHONPATH=str(SRC), COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "serveplan", "optimize", "--no-progress"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=TIMEOUT_S)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "llama-3.1-70b (bf16 weights, bf16 KV) on up to 8 x h100-sxm" in text and "engine vllm 0.33.0" in text
+    assert re.search(r"best collocated \S+: [\d.]+/device; best disaggregated \S+: [\d.]+/device \(both simulated "
+                     r"whole\) -> (collocated|disaggregated) wins here", text), text[-1500:]

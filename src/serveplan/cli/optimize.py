@@ -91,8 +91,8 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
                  f"P{pct:g} TTFT s": "", f"P{pct:g} TPOT ms": "", "binds": "", "bottleneck": "pruned by its bound"}
         t.add_row(*(cells[c] for c in cols), style="dim")
     con.print(t)
-    con.print("(w) simulated whole, (c) composed from pool measurements, (b) an analytic bound (pruned: it cannot "
-              f"beat the best of its architecture); {PARETO_NOTE}.")
+    con.print("(w) simulated whole, (c) composed from pool measurements, (b) an analytic bound (pruned: below the "
+              f"best composition of its architecture when it was settled); {PARETO_NOTE}.")
     _print_frontier(res)
     _print_verdict(res, tolerance_note(res))
     _print_notes(res)
