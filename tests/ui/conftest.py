@@ -43,6 +43,15 @@ class Server:
         except ValueError:
             return status, raw.decode(errors="replace")
 
+    def raw(self, method: str, path: str) -> tuple[int, str]:
+        """The response body as text (no JSON parsing: the tests check what clients would parse)."""
+        req = urllib.request.Request(self.url + path, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
     def run(self, kind: str, fields: dict[str, str], timeout: float = 240) -> tuple[dict, dict]:
         """Start a job, wait for it; (status, document-or-error)."""
         code, st = self.request("POST", f"/api/run/{kind}", fields)

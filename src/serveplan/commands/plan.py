@@ -47,7 +47,7 @@ from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.profile import EfficiencyProfile
-from serveplan.units import DType
+from serveplan.units import DType, json_safe
 from serveplan.validate.bands import GoodputBand, goodput_bands
 
 #: the length mix used when no request source is given: the Azure LLM inference trace's
@@ -320,7 +320,7 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
                     write_frontier_csv(res, out / f"frontier{tag}.csv"),
                     plot_throughput_frontier(res, out / f"frontier{tag}.png", f"{title}: frontier at goodput")]
         p = out / f"result{tag}.json"
-        p.write_text(json.dumps(res.to_dict(), indent=2, allow_nan=False))
+        p.write_text(json.dumps(json_safe(res.to_dict()), indent=2, allow_nan=False))
         written.append(p)
     return written
 

@@ -174,14 +174,14 @@ def read_checkpoint(path: Path) -> list[dict[str, Any]]:
         records.append(rec)
     if not clean:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
         os.replace(tmp, path)
     return records
 
 
 def append_checkpoint(path: Path, record: dict[str, Any]) -> None:
     """Append one record as one line with a single write (see the module docstring)."""
-    data = (json.dumps(record) + "\n").encode()
+    data = (json.dumps(record, allow_nan=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         written = os.write(fd, data)
