@@ -151,9 +151,15 @@ def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str,
 
 
 def console() -> Any:
-    """A rich console; wide when output is not a terminal, so tables stay readable in files."""
+    """A rich console: the terminal's width, or ``COLUMNS`` when set; 160 columns when output is not
+    a terminal, so tables stay readable in files."""
+    import os
+
     from rich.console import Console
 
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return Console(width=int(cols))
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 

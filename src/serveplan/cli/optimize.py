@@ -168,12 +168,13 @@ def _print_frontier(res: SearchResult) -> None:
     if not front:
         return
     con = console()
-    cols = fit_columns(con.width, [("architecture", 13, False), ("strategy", 0, True), ("devices", 7, True),
-                                   ("tok/s/user", 10, True), ("tok/s/device", 12, True), ("goodput req/s", 13, True)])
+    cols = fit_columns(con.width, [("architecture", 13, False), ("strategy", 0, True), ("devices", 7, False),
+                                   ("tok/s/user", 10, True), ("tok/s/device", 12, True), ("goodput req/s", 13, False)])
     t = Table(title="frontier: output tokens/s per device vs tokens/s per user (1 / P TPOT), at each goodput",
               title_justify="left")
     for col in cols:
-        t.add_column(col, justify="left" if col in ("architecture", "strategy") else "right", no_wrap=True)
+        t.add_column(col, justify="left" if col in ("architecture", "strategy") else "right",
+                     no_wrap=col == "strategy")
     for p in front:
         cells: dict[str, Any] = {"architecture": p.architecture, "strategy": p.name, "devices": str(p.num_devices),
                                  "tok/s/user": f"{p.tokens_per_s_per_user:.1f}",

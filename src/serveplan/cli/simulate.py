@@ -15,6 +15,7 @@ from serveplan.cli import console, emit_json, options_command
 from serveplan.commands import simulate as command
 from serveplan.report.tables import concurrency_records, fit_columns, latency_rows, summary_lines
 from serveplan.sim import SimulationConfig, SimulationResult
+from serveplan.sim.deployment import resolve
 
 #: seconds a run goes before its progress bar appears (shorter runs show none)
 PROGRESS_DELAY_S = 3.0
@@ -84,8 +85,8 @@ def title(cfg: SimulationConfig, load: str | None = None) -> str:
     if cfg.offline or cfg.concurrency:
         wl = wl.rsplit(",", 1)[0]  # the arrival process does not apply
     eng = f"{cfg.engine.label}, " if cfg.engine is not None else ""
-    dtype = cfg.dtype.value if cfg.dtype is not None else cfg.model.dtype.value
-    kv = cfg.effective_kv_dtype.value if cfg.effective_kv_dtype is not None else "weights' 16-bit"
+    dep = resolve(cfg)
+    dtype, kv = dep.weight_dtype.value, dep.kv_dtype.value
     return (f"{cfg.model.name} ({dtype} weights, {kv} KV) on {cfg.num_devices} x {cfg.hardware.name}, {eng}"
             f"{fleet.strategy} ({layout}, max batch {fleet.max_batch}, prefill batch {fleet.max_prompts}, {sched}"
             f"{f', budget {budget}' if budget else ''}, {cfg.fidelity.value}), {wl}, {load}")
@@ -121,7 +122,8 @@ def _print_levels(cfg: SimulationConfig, results: list[SimulationResult]) -> Non
     con = console()
     recs = concurrency_records(results)
     levels = ",".join(str(d["concurrency"]) for d in recs)
-    t = Table(title=f"closed loop: {title(cfg, 'concurrency ' + levels)}", title_justify="left")
+    con.print(f"closed loop: {title(cfg, 'concurrency ' + levels)}")
+    t = Table()
     cols = fit_columns(con.width, [("clients", 7, True), ("TTFT mean ms", 12, True), ("TTFT P90 ms", 11, False),
                                    ("TPOT mean ms", 12, True), ("tok/s/user", 10, True), ("tok/s/GPU", 9, True),
                                    ("req/s", 7, False), ("preemptions", 11, False)])
@@ -158,7 +160,8 @@ def _print(res: SimulationResult, sweep: list[SimulationResult]) -> None:
     con = console()
     cfg = res.config
     online = not (cfg.offline or cfg.concurrency)
-    t = Table(title=title(cfg), title_justify="left")
+    con.print(title(cfg))
+    t = Table()
     heads = ["latency (ms)", "mean", "P50", "P90", "P99"]
     if online:
         heads.append(f"SLO (P{cfg.slo.percentile:g})")

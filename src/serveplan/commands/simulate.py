@@ -81,6 +81,9 @@ class SimulateOptions(CommandOptions):
         "inflight-no-evict."))
     chunk_size: int | None = opt(None, "--chunk-size", help="Largest prefill chunk, tokens (default: the engine's).")
     token_budget: int | None = opt(None, "--token-budget", help="New tokens per step (default: the engine's).")
+    nvlink_domain: int | None = opt(None, "--nvlink-domain", help=(
+        "Devices that share one NVLink domain across nodes (GH200 NVL32: 32, GB200 NVL72: 72); collectives and "
+        "KV transfers inside it use NVLink."), page=False)
     router: str = opt("round_robin", "--router", help="round_robin or least_outstanding.")
     fidelity: str = opt("iteration", "--fidelity", help="iteration (every step) or bestserve (Algorithms 2-7).",
                         page=False)
@@ -245,6 +248,9 @@ def _tiers(o: SimulateOptions) -> KVTiers | None:
 def prepare(o: SimulateOptions) -> PreparedSimulation:
     """Check ``o`` and build its simulation config (module doc)."""
     m, hw, pr = resolve_specs(o.model, o.hardware, o.profile)
+    if o.nvlink_domain is not None:
+        check_int("nvlink-domain", o.nvlink_domain, low=1)
+        hw = hw.with_(scale_up_domain=o.nvlink_domain)
     if o.band:
         require_uncertainty(pr)
     other = next((f for f, v in (("--scenario", o.scenario), ("--input-len", o.input_len), ("--trace", o.trace),
