@@ -42,7 +42,7 @@ from serveplan.estimator import columns
 from serveplan.estimator.batch import StepBatch, step_sums
 from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
 from serveplan.sim.fleet import Batching, Role
-from serveplan.sim.kv import KVCache
+from serveplan.sim.kv import KVCache, PrefixCache
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 
@@ -199,6 +199,14 @@ class Instance:
     #: Free KV blocks (what a policy reads; ``KVCache.free``, read through a C-level getter: policies
     #: read it at every step boundary)
     free_blocks = property(operator.attrgetter("kv.free"))
+
+    def use_prefix_cache(self, cache: PrefixCache) -> None:
+        """Serve with ``cache`` as the KV cache's prefix cache: what a preempted request computed
+        is then found there (as far as not evicted) rather than kept aside, and the loads of
+        lower-tier hits are paid by the first prefill step of the requests admitted."""
+        self.kv.prefix = cache
+        self.keep_prefix_on_preempt = False
+        self.kv_loads = cache.loads
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:

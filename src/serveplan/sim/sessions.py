@@ -405,11 +405,9 @@ def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains
         return t
 
     for inst in instances:
-        inst.kv.prefix = PrefixCache(inst.kv, chains, stats, cpu_blocks=cpu_blocks, disk_blocks=disk_blocks,
-                                     cpu_block_s=cpu_s, disk_block_s=disk_s, recompute=recompute, layers=layers,
-                                     chunk_blocks=chunk_blocks, store_block_s=store_s)
-        inst.keep_prefix_on_preempt = False  # the cache itself keeps what a preempted request computed
-        inst.kv_loads = inst.kv.prefix.loads
+        inst.use_prefix_cache(PrefixCache(inst.kv, chains, stats, cpu_blocks=cpu_blocks, disk_blocks=disk_blocks,
+                                          cpu_block_s=cpu_s, disk_block_s=disk_s, recompute=recompute,
+                                          layers=layers, chunk_blocks=chunk_blocks, store_block_s=store_s))
 
 
 @dataclass(slots=True)
