@@ -40,7 +40,8 @@ def sessions_config() -> SimulationConfig:
 def reference_config() -> SimulationConfig:
     specs = dict(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
                  profile=get_profile("bestserve-910b3"))
-    common = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="prefill-first", fidelity="iteration", strategy="2m")
+    common = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="prefill-first", fidelity="iteration",
+                  strategy="2m")
     cap = simulate(SimulationConfig(**specs, **common, rate=1000.0, max_time_s=1e12,  # type: ignore[arg-type]
                                     workload=Workload.scenario("op2", num_requests=2000))).throughput_rps
     return SimulationConfig(**specs, **common, rate=0.9 * cap,  # type: ignore[arg-type]

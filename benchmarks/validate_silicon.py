@@ -300,28 +300,29 @@ def row_engine(case: SiliconCase, *, as_deployed: bool = False, held_slot: bool 
     if trt is not None:   # the launch script of these rows is known: it replaces every other choice
         dp = case.parallel.dp   # the script's limits are per attention-DP rank
         (iters, ratio), adp = trt.batch_wait, trt.adp_balance
-        spec = dataclasses.replace(spec, batch_wait_iters=iters, batch_wait_tokens_ratio=ratio,
-                                   adp_timeout_iters=None if adp is None else adp[0],
-                                   adp_batching_wait_iters=0 if adp is None else adp[1],
-                                   **({} if trt.memory_fraction is None else {"memory_fraction": trt.memory_fraction}))
+        balance = ({"enable_balance": False} if adp is None else
+                   {"enable_balance": True, "timeout_iters": adp[0], "batching_wait_iters": adp[1]})
+        spec = spec.with_scheduler_options(batch_wait_timeout_iters=iters, batch_wait_max_tokens_ratio=ratio,
+                                           attention_dp_config=balance)
+        if trt.memory_fraction is not None:
+            spec = dataclasses.replace(spec, memory_fraction=trt.memory_fraction)
         settings = {"token_budget": trt.max_num_tokens * dp, **held}
         if trt.max_batch is not None:
             settings.setdefault("max_batch", trt.max_batch * dp)
         return spec, settings
     sgl = inferencemax_sglang(case) if as_launched else None
     if sgl is not None:
-        spec = dataclasses.replace(spec, scheduler_recv_interval=sgl.recv_interval,
-                                   max_prefill_tokens=sgl.max_prefill_tokens)
+        spec = spec.with_scheduler_options(scheduler_recv_interval=sgl.recv_interval,
+                                           max_prefill_tokens=sgl.max_prefill_tokens)
         return spec, {"max_batch": sgl.max_running, "chunk_size": sgl.chunk_size, "token_budget": sgl.chunk_size,
                       **held}
     if not as_deployed:
         return spec, held
     dep = deployment(case)
     changes: dict[str, Any] = {}
-    if dep.max_prefill_tokens is not None:
-        changes["max_prefill_tokens"] = dep.max_prefill_tokens
-    if dep.mixed is not None:
-        changes["mixed"] = dep.mixed
+    if spec.scheduler == "prefill-priority":   # SGLang's options (the other policies have none of these)
+        opts = {"max_prefill_tokens": dep.max_prefill_tokens, "enable_mixed_chunk": dep.mixed}
+        spec = spec.with_scheduler_options(**{k: v for k, v in opts.items() if v is not None})
     if dep.memory_fraction is not None:
         changes["memory_fraction"] = dep.memory_fraction
     if changes:

@@ -7,6 +7,7 @@ import pytest
 from bench_modules import load
 
 from serveplan import DType
+from serveplan.sim.schedulers import policy_options
 
 sd = load("silicon_data")
 
@@ -236,7 +237,8 @@ def test_inferencemax_trtllm_llama_rows_run_with_their_launch_script():
     case = sd.map_row(row)
     assert sd.inferencemax_trtllm_llama(case) == (16384, (20, 0.9))
     spec, settings = vs.row_engine(case)
-    assert (spec.batch_wait_iters, spec.batch_wait_tokens_ratio, settings) == (20, 0.9, {"token_budget": 16384})
+    o = policy_options(spec)
+    assert (o.batch_wait_timeout_iters, o.batch_wait_max_tokens_ratio, settings) == (20, 0.9, {"token_budget": 16384})
     assert vs.launch_script_known(case)
     assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "tp_size": "8"})) == (16384, (0, 0.0))
     assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "osl": "8192"})) == (16384, (0, 0.0))
@@ -244,7 +246,7 @@ def test_inferencemax_trtllm_llama_rows_run_with_their_launch_script():
     assert sd.inferencemax_trtllm_llama(sd.map_row({**row, "backend": "vllm"})) is None
     gap = sd.map_row({**row, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/data/a.csv"})
     assert sd.inferencemax_trtllm_llama(gap) is None and not vs.launch_script_known(gap)
-    assert vs.row_engine(gap)[0].batch_wait_iters == 0
+    assert policy_options(vs.row_engine(gap)[0]).batch_wait_timeout_iters == 0
 
 
 DSR1_B200 = {**ROW, "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "precision": "fp8",
@@ -274,11 +276,13 @@ def test_inferencemax_trtllm_moe_rows_read_their_launch_script():
     assert (script.max_num_tokens, script.adp_balance) == (1216, (60, 0))
     # as launched (an experiment): the limits are per attention-DP rank
     spec, settings = vs.row_engine(adp, as_launched=True)
-    assert (spec.adp_timeout_iters, spec.adp_batching_wait_iters, settings["token_budget"]) == (60, 0, 8 * 1216)
+    adp_config = policy_options(spec).attention_dp_config
+    assert (adp_config.enable_balance, adp_config.timeout_iters, adp_config.batching_wait_iters,
+            settings["token_budget"]) == (True, 60, 0, 8 * 1216)
     assert vs.launch_script_known(adp) and not vs.launch_script_known(adp, as_launched=False)
     # the reported configuration since 2026-11-27; --as-configured (an experiment) keeps the engine's defaults
-    assert vs.row_engine(adp)[0].adp_timeout_iters == 60
-    assert vs.row_engine(adp, as_launched=False)[0].adp_timeout_iters is None
+    assert policy_options(vs.row_engine(adp)[0]).attention_dp_config.timeout_iters == 60
+    assert not policy_options(vs.row_engine(adp, as_launched=False)[0]).attention_dp_config.enable_balance
     # gpt-oss on B200: --max_num_tokens 20000 --max_batch_size 512, free memory 0.85, default balance
     oss = sd.map_row(_imax({**ROW, "model_path": "openai/gpt-oss-120b", "system": "b200_sxm", "precision": "fp4",
                             "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "tp_size": "1",
@@ -300,10 +304,11 @@ def test_inferencemax_sglang_rows_read_their_launch_script():
     assert sd.inferencemax_sglang(few) == sd.SGLangScript(10, 32768, 32768, 128)
     assert sd.inferencemax_sglang(many).recv_interval == 30
     spec, settings = vs.row_engine(many, as_launched=True)
-    assert (spec.scheduler_recv_interval, spec.max_prefill_tokens) == (30, 32768)
+    o = policy_options(spec)
+    assert (o.scheduler_recv_interval, o.max_prefill_tokens) == (30, 32768)
     assert settings == {"max_batch": 128, "chunk_size": 32768, "token_budget": 32768}
-    assert vs.row_engine(many)[0].scheduler_recv_interval == 30   # the default since 2026-11-27
-    assert vs.row_engine(many, as_launched=False)[0].scheduler_recv_interval == 1   # --as-configured
+    assert policy_options(vs.row_engine(many)[0]).scheduler_recv_interval == 30   # the default since 2026-11-27
+    assert policy_options(vs.row_engine(many, as_launched=False)[0]).scheduler_recv_interval == 1   # --as-configured
     # FP4 (dsr1_fp4_b200.sh): --chunked-prefill-size 16384 --max-running-requests 256
     fp4 = sd.map_row(_imax({**row, "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
                            4, "2026-03-25"))

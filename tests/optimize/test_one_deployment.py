@@ -112,7 +112,7 @@ def test_a_reported_goodput_holds_on_a_stream_three_times_longer(model, hw, engi
     spec = get_engine(engine)
     lim = spec.limits(h)
     fleet = Fleet.build(strategy, max_batch=kw.get("max_batch", lim.max_num_seqs or 256),
-                        scheduler=spec.mechanism.scheduler, chunk_size=lim.token_budget or 8192,
+                        scheduler=spec.scheduler, chunk_size=lim.token_budget or 8192,
                         token_budget=lim.token_budget or 8192, tp=kw["tp"])
     res = max_goodput(fleet, st)
     assert res.goodput_rps > 0, res.reason

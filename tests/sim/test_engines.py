@@ -190,7 +190,7 @@ def _run_recorded(engine: str, seed: int, n: int, rate: float, **kw):
 
     def recording(name):
         cls = real(name)
-        return lambda **opts: _Recorder(cls(**opts))
+        return lambda *args, **opts: _Recorder(cls(*args, **opts))
 
     _Recorder.log = []
     rng = np.random.default_rng(seed)
@@ -234,8 +234,8 @@ def test_mixed_sglang_puts_decodes_in_prefill_steps():
 
     real_init = PrefillPriorityScheduler.__init__
 
-    def mixed_init(self, **opts):
-        real_init(self, **{**opts, "mixed": True})
+    def mixed_init(self, options=None, **changes):
+        real_init(self, options, **{**changes, "enable_mixed_chunk": True})
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(PrefillPriorityScheduler, "__init__", mixed_init)
@@ -416,10 +416,9 @@ def test_each_replica_has_its_own_frontend(h100):
 
 # ---------------------------------------------------------------------- TensorRT-LLM batch waiting
 def _trtllm_waiting(h100, iters: int, ratio: float, arrivals: list[float], out: int = 64):
-    import dataclasses
-
     m, h, p = h100
-    spec = dataclasses.replace(get_engine("trtllm"), batch_wait_iters=iters, batch_wait_tokens_ratio=ratio)
+    spec = get_engine("trtllm").with_scheduler_options(batch_wait_timeout_iters=iters,
+                                                       batch_wait_max_tokens_ratio=ratio)
     n = len(arrivals)
     wl = Workload(input_lengths=np.full(n, 512), output_lengths=np.full(n, out), arrival="trace",
                   trace_times=np.array(arrivals))
@@ -478,38 +477,70 @@ def test_trtllm_batch_waiting_stops_once_the_step_would_hold_enough_tokens(h100)
     assert r.arrival[1] + r.ttft[1] == r.arrival[2] + r.ttft[2]
 
 
-@pytest.mark.parametrize("raw, needle", [
-    ({"timeout_iters": -1}, "timeout_iters=-1"),
-    ({"timeout_iters": 20, "max_tokens_ratio": 1.5}, "max_tokens_ratio=1.5"),
-    ({"timeout_iters": "20"}, "timeout_iters='20' must be an integer"),
-])
-def test_bad_batch_wait_settings_name_the_field(raw, needle):
+def _engine_file(name: str) -> dict:
     from importlib import resources
 
     import yaml
 
+    return yaml.safe_load((resources.files("serveplan.specs.data.engines") / f"{name}.yaml").read_text())
+
+
+def _options_of(data: dict, name: str):
+    """The engine file ``data``'s scheduler options, validated by its policy."""
+    from serveplan.sim.schedulers import policy_options
     from serveplan.specs.engine import engine_from_dict
 
-    path = resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml"
-    data = yaml.safe_load(path.read_text())
-    data["batch_wait"] = raw
+    return policy_options(engine_from_dict(data, name=name))
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({"batch_wait_timeout_iters": -1}, "batch_wait_timeout_iters=-1 must be an integer >= 0"),
+    ({"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 1.5}, "batch_wait_max_tokens_ratio=1.5"),
+    ({"batch_wait_timeout_iters": "20"}, "batch_wait_timeout_iters='20' must be an integer"),
+    ({"batch_wait": {"timeout_iters": 20}}, "unknown option 'batch_wait'; expected one of: batch_wait_timeout_iters"),
+])
+def test_bad_batch_wait_settings_name_the_field(raw, needle):
+    data = _engine_file("trtllm-1.2")
+    data["scheduler"]["options"].update(raw)
     with pytest.raises(SpecError, match=needle):
-        engine_from_dict(data, name="trtllm-test")
-    vllm = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "vllm-0.11.yaml").read_text())
-    vllm["batch_wait"] = {"timeout_iters": 20}
-    with pytest.raises(SpecError, match="batch_wait is TensorRT-LLM's"):
-        engine_from_dict(vllm, name="vllm-test")
+        _options_of(data, "trtllm-test")
+    vllm = _engine_file("vllm-0.33")
+    vllm["scheduler"]["options"] = {"batch_wait_timeout_iters": 20}   # TensorRT-LLM's, not vLLM's policy's
+    with pytest.raises(SpecError, match="unknown option 'batch_wait_timeout_iters'; expected one of: none"):
+        _options_of(vllm, "vllm-test")
+
+
+def test_engine_files_of_the_earlier_layout_still_load_with_the_same_options():
+    # before scheduler options moved under scheduler.options: top-level mechanism, batch_wait,
+    # attention_dp_balance and SGLang's admission constants
+    trt = _engine_file("trtllm-1.2")
+    del trt["scheduler"]
+    old = {**trt, "mechanism": "inflight-no-evict", "batch_wait": {"timeout_iters": 20, "max_tokens_ratio": 0.9},
+           "attention_dp_balance": {"timeout_iters": 60}}
+    o = _options_of(old, "trtllm-old")
+    assert (o.batch_wait_timeout_iters, o.batch_wait_max_tokens_ratio) == (20, 0.9)
+    assert (o.attention_dp_config.enable_balance, o.attention_dp_config.timeout_iters,
+            o.attention_dp_config.batching_wait_iters) == (True, 60, 10)
+    sgl = _engine_file("sglang-0.5.23")
+    new = _options_of(sgl, "sglang-new")
+    del sgl["scheduler"]
+    old = {**sgl, "mechanism": "prefill-priority", "mixed": False, "max_prefill_tokens": 16384,
+           "admission": {"kind": "reserve-ratio", "new_token_ratio": 0.7, "min_ratio_factor": 0.14,
+                         "decay_steps": 600, "clip_tokens": 4096}, "scheduler_recv_interval": 1}
+    assert _options_of(old, "sglang-old") == new
+    with pytest.raises(SpecError, match="belong under scheduler.options"):
+        _options_of({**_engine_file("sglang-0.5.23"), "mixed": True}, "sglang-both")
 
 
 # ---------------------------------------------------------------- TensorRT-LLM attention-DP balance
 def _trtllm_adp(h100, balance: tuple[int, int] | None, arrivals: list[float], outs: list[int], dp: int = 2,
                 batch_wait: tuple[int, float] = (0, 0.0)):
-    import dataclasses
-
     m, h, p = h100
-    spec = dataclasses.replace(get_engine("trtllm"), adp_timeout_iters=None if balance is None else balance[0],
-                               adp_batching_wait_iters=0 if balance is None else balance[1],
-                               batch_wait_iters=batch_wait[0], batch_wait_tokens_ratio=batch_wait[1])
+    adp = ({"enable_balance": False} if balance is None else
+           {"enable_balance": True, "timeout_iters": balance[0], "batching_wait_iters": balance[1]})
+    spec = get_engine("trtllm").with_scheduler_options(attention_dp_config=adp,
+                                                       batch_wait_timeout_iters=batch_wait[0],
+                                                       batch_wait_max_tokens_ratio=batch_wait[1])
     wl = Workload(input_lengths=np.full(len(arrivals), 512), output_lengths=np.array(outs), arrival="trace",
                   trace_times=np.array(arrivals))
     cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, dp=dp, strategy="1m",
@@ -567,28 +598,23 @@ def test_trtllm_batch_waiting_is_off_under_attention_dp(h100):
 
 
 @pytest.mark.parametrize("raw, needle", [
-    ({"timeout_iters": -1}, "timeout_iters=-1"),
+    ({"timeout_iters": -1}, "attention_dp_config.timeout_iters=-1 must be an integer >= 0"),
     ({"timeout_iters": 60, "batching_wait_iters": "0"}, "batching_wait_iters='0' must be an integer"),
-    ([60, 0], "attention_dp_balance must map"),
+    ([60, 0], "attention_dp_config must be a mapping"),
+    ({"enable_balance": "yes"}, "enable_balance='yes' must be true or false"),
 ])
 def test_bad_attention_dp_balance_settings_name_the_field(raw, needle):
-    from importlib import resources
-
-    import yaml
-
-    from serveplan.specs.engine import engine_from_dict
-
-    data = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml").read_text())
-    data["attention_dp_balance"] = raw
+    data = _engine_file("trtllm-1.2")
+    data["scheduler"]["options"]["attention_dp_config"] = raw
     with pytest.raises(SpecError, match=needle):
-        engine_from_dict(data, name="trtllm-test")
-    data["attention_dp_balance"] = {}
-    spec = engine_from_dict(data, name="trtllm-test")   # on, with TensorRT-LLM's defaults
-    assert (spec.adp_timeout_iters, spec.adp_batching_wait_iters) == (50, 10)
-    sglang = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "sglang-0.5.yaml").read_text())
-    sglang["attention_dp_balance"] = {"timeout_iters": 60}
-    with pytest.raises(SpecError, match="attention_dp_balance is TensorRT-LLM's"):
-        engine_from_dict(sglang, name="sglang-test")
+        _options_of(data, "trtllm-test")
+    data["scheduler"]["options"]["attention_dp_config"] = {"enable_balance": True}
+    adp = _options_of(data, "trtllm-test").attention_dp_config   # on, with TensorRT-LLM's defaults
+    assert (adp.timeout_iters, adp.batching_wait_iters) == (50, 10)
+    sglang = _engine_file("sglang-0.5.23")
+    sglang["scheduler"]["options"]["attention_dp_config"] = {"enable_balance": True}
+    with pytest.raises(SpecError, match="unknown option 'attention_dp_config'; expected one of: enable_mixed_chunk"):
+        _options_of(sglang, "sglang-test")
 
 
 # ---------------------------------------------------------------- SGLang --scheduler-recv-interval
@@ -598,7 +624,8 @@ def _sglang_recv(h100, interval: int, arrivals: list[float], outs: list[int]):
     m, h, p = h100
     # the recv skipper alone: with the overlap schedule a request arriving during a step is first
     # planned into the step after next (tested apart, test_overlap_scheduling_*)
-    spec = dataclasses.replace(get_engine("sglang"), scheduler_recv_interval=interval, overlap_scheduling=False)
+    spec = dataclasses.replace(get_engine("sglang").with_scheduler_options(scheduler_recv_interval=interval),
+                               overlap_scheduling=False)
     wl = Workload(input_lengths=np.full(len(arrivals), 512), output_lengths=np.array(outs), arrival="trace",
                   trace_times=np.array(arrivals))
     cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, strategy="1m",
@@ -641,33 +668,26 @@ def test_sglang_recv_interval_takes_arrivals_in_after_a_prefill_step_and_togethe
 @pytest.mark.parametrize("value, needle", [(0, "scheduler_recv_interval=0 must be >= 1"),
                                            ("10", "scheduler_recv_interval='10' must be an integer")])
 def test_bad_scheduler_recv_interval_names_the_field(value, needle):
-    from importlib import resources
-
-    import yaml
-
-    from serveplan.specs.engine import engine_from_dict
-
-    data = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "sglang-0.5.yaml").read_text())
-    data["scheduler_recv_interval"] = value
+    data = _engine_file("sglang-0.5.23")
+    data["scheduler"]["options"]["scheduler_recv_interval"] = value
     with pytest.raises(SpecError, match=needle):
-        engine_from_dict(data, name="sglang-test")
-    trt = yaml.safe_load((resources.files("serveplan.specs.data.engines") / "trtllm-1.2.yaml").read_text())
-    trt["scheduler_recv_interval"] = 10
-    with pytest.raises(SpecError, match="scheduler_recv_interval is SGLang's"):
-        engine_from_dict(trt, name="trtllm-test")
+        _options_of(data, "sglang-test")
+    trt = _engine_file("trtllm-1.2")
+    trt["scheduler"]["options"]["scheduler_recv_interval"] = 10
+    with pytest.raises(SpecError, match="unknown option 'scheduler_recv_interval'"):
+        _options_of(trt, "trtllm-test")
 
 
 def test_sglang_recv_interval_with_pipeline_stages_completes_every_request(h100):
     # with pipeline stages a step may find no micro-batch ready while arrivals are held: the
     # scheduler's loop spins and takes them in, so a closed loop never stalls or runs time backwards
-    import dataclasses
 
     m, h, p = h100
     rng = np.random.default_rng(0)
     wl = Workload(input_lengths=rng.integers(400, 600, 40), output_lengths=rng.integers(20, 80, 40))
     done = {}
     for interval in (1, 10):
-        spec = dataclasses.replace(get_engine("sglang"), scheduler_recv_interval=interval)
+        spec = get_engine("sglang").with_scheduler_options(scheduler_recv_interval=interval)
         cfg = SimulationConfig(model=m, hardware=h, profile=p, engine=spec, dtype="fp8", tp=1, pp=2, strategy="1m",
                                workload=wl, concurrency=8, rate=None)
         res = simulate(cfg)

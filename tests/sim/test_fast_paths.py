@@ -71,9 +71,11 @@ def test_early_stop_checks_match_the_whole_stream_count(testbed, monkeypatch, st
 
 
 @pytest.mark.parametrize("engine, changes, dp, load", [
-    ("sglang", {"scheduler_recv_interval": 10}, 1, {}),
-    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 0}, 2, {}),
-    ("trtllm", {"adp_timeout_iters": 12, "adp_batching_wait_iters": 3}, 2, {}),
+    ("sglang", {"scheduler_options": {"scheduler_recv_interval": 10}}, 1, {}),
+    ("trtllm", {"scheduler_options": {"attention_dp_config": {"enable_balance": True, "timeout_iters": 12,
+                                                              "batching_wait_iters": 0}}}, 2, {}),
+    ("trtllm", {"scheduler_options": {"attention_dp_config": {"enable_balance": True, "timeout_iters": 12,
+                                                              "batching_wait_iters": 3}}}, 2, {}),
     ("vllm", {"overlap_scheduling": True}, 1, {"input_high": 3000}),
     ("vllm", {"overlap_scheduling": True}, 1, {"input_high": 3000, "rate": 6.0}),
     ("sglang", {"overlap_scheduling": True}, 1, {"input_high": 3000}),

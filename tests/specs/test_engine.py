@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from serveplan.errors import SpecError
+from serveplan.sim.schedulers import get_scheduler, policy_options
 from serveplan.specs.catalog import get_engine, get_hardware, list_engines
-from serveplan.specs.engine import Admission, Mechanism, MemoryBasis
+from serveplan.specs.engine import MemoryBasis
 
 
 @pytest.mark.parametrize("name", list_engines())
@@ -45,7 +46,7 @@ def test_vllm_v1_limits_depend_on_device_memory_and_a100() -> None:
     a100 = e.limits(get_hardware("a100-80g"))  # 80 GB but an A100: the small defaults
     assert (a100.max_num_seqs, a100.token_budget) == (256, 2048)
     assert e.limits(get_hardware("a100-80g"), offline=True).token_budget == 8192
-    assert e.mechanism is Mechanism.CHUNKED_PREFILL and e.kv_block_size == 16
+    assert e.scheduler == "chunked-prefill" and e.kv_block_size == 16
     assert e.memory_basis is MemoryBasis.TOTAL and e.memory_fraction == 0.92  # CacheConfig, v0.33.0
 
 
@@ -63,7 +64,9 @@ def test_sglang_chunk_by_memory_and_static_fraction() -> None:
     assert e.limits(get_hardware("h200")).chunk_size == 8192
     assert e.limits(get_hardware("b200")).chunk_size == 16384
     assert e.limits(get_hardware("l40s")).chunk_size == 4096  # 48 GB: the < 60 GiB row
-    assert not e.mixed and e.max_prefill_tokens == 16384 and e.admission is Admission.RESERVE_RATIO
+    opts = policy_options(e)
+    assert not opts.enable_mixed_chunk and opts.max_prefill_tokens == 16384
+    assert get_scheduler(e.scheduler).admission == "reserve-ratio"
     # SGLang reads the GPU's memory from the driver (get_device_memory_capacity: 81,559 MiB on an H100
     # 80GB, nvidia-smi), not the datasheet's 80e9 B. TP 1: reserved = 512 + 8192 x 1.5 + 256 x 2 +
     # 1/8 x 1024 = 13,440 MiB, above the 10 GiB floor -> (81,559 - 13,440) / 81,559 = 0.835 (rounded
@@ -77,7 +80,7 @@ def test_trtllm_reserves_whole_sequences_and_never_chunks() -> None:
     e = get_engine("trtllm")
     lim = e.limits(get_hardware("h100-sxm"))
     assert (lim.max_num_seqs, lim.token_budget) == (2048, 8192)
-    assert e.admission is Admission.FULL and not e.chunked_prefill and e.kv_block_size == 32
+    assert get_scheduler(e.scheduler).admission == "full" and not e.chunked_prefill and e.kv_block_size == 32
     # free_gpu_memory_fraction 0.9 of what weights (40 GB) and activations (2 GB) leave of the
     # 81,559 MiB = 85.52 GB the driver reports: KV = 0.9 x 43.52 GB = 39.17 GB -> share of the
     # catalog's 80 GB (42 + 39.17) / 80 = 1.0146
@@ -89,7 +92,7 @@ def test_bestserve_engine_keeps_the_paper_testbed() -> None:
     e = get_engine("bestserve")
     lim = e.limits(get_hardware("ascend-910b3"))
     assert (lim.max_num_seqs, lim.prefill_max_batch, e.default_tp) == (16, 4, 4)
-    assert e.mechanism is Mechanism.PREFILL_FIRST and lim.token_budget is None
+    assert e.scheduler == "prefill-first" and lim.token_budget is None
 
 
 def test_sglang_0_5_23_running_requests_follow_capacity_over_context():

@@ -100,7 +100,7 @@ def _print_engine(cfg: SimulationConfig) -> None:
     par = cfg.fleet.first.parallel
     rule = setup.engine.memory_rule(cfg.hardware, tp=par.tp, pp=par.pp)
     block = f"{setup.block_size} token{'s' if setup.block_size != 1 else ''}"
-    console().print(f"engine {setup.engine.label} ({setup.engine.mechanism.value}): "
+    console().print(f"engine {setup.engine.label} ({setup.engine.scheduler}): "
                     + "; ".join(setup.notes) + f"; KV block {block}, KV cache "
                     f"{(kv.value if kv is not None else 'weights format')}, memory share "
                     f"{setup.memory_utilization:.3f} of the datasheet's {cfg.hardware.memory_bytes / 1e9:.0f} GB "

@@ -77,7 +77,7 @@ class SimulateOptions(CommandOptions):
     prefill_max_batch: int | None = opt(None, "--prefill-max-batch", help=(
         "Prompts per step (default: the engine's; 0: = max batch)."))
     scheduler: str | None = opt(None, "--scheduler", help=(
-        "Override the engine's mechanism: prefill-first, chunked-prefill (alias sarathi), prefill-priority, "
+        "Override the engine's scheduler: prefill-first, chunked-prefill (alias sarathi), prefill-priority, "
         "inflight-no-evict."))
     chunk_size: int | None = opt(None, "--chunk-size", help="Largest prefill chunk, tokens (default: the engine's).")
     token_budget: int | None = opt(None, "--token-budget", help="New tokens per step (default: the engine's).")

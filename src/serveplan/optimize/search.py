@@ -645,13 +645,13 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
 
 
 def _assumptions(space: SearchSpace, settings: GoodputSettings, best: Fleet | None) -> dict[str, Any]:
-    """What a search assumed, for every output: the engine (name, version, mechanism), the weight
+    """What a search assumed, for every output: the engine (name, version, scheduler), the weight
     and KV formats its best plan runs with, the architectures asked for and the search lists."""
     eng = settings.engine
     spec = get_engine(eng) if isinstance(eng, str) else eng
     out: dict[str, Any] = {
         "engine": None if spec is None else {"name": spec.name, "engine": spec.engine, "version": spec.version,
-                                             "mechanism": spec.mechanism.value},
+                                             "scheduler": spec.scheduler},
         "architectures": [a for a, on in (("collocated", space.collocated), ("disaggregated", space.disaggregated))
                           if on],
         "space": {"tp": list(space.tp_sizes), "pp": list(space.pp_sizes), "dp": list(space.dp_sizes),

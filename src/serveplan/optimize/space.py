@@ -287,7 +287,7 @@ def search_defaults(engine: str | EngineSpec | None, hardware: DeviceSpec, *, ma
         seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
         budget = lim.token_budget or lim.chunk_size or 512
         token_budget = lim.token_budget
-        default_sched = spec.mechanism.scheduler
+        default_sched = spec.scheduler
         mb, pmb, sch, cs = (max_batch or str(seqs),
                             (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
                             schedulers or default_sched, chunk_sizes or str(budget))

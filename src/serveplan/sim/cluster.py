@@ -541,7 +541,7 @@ def _run_closed(stages: Sequence[Stage], req: RequestState, source: ClosedLoop,
     for st in stages:
         for inst in st.instances:
             if inst.handoff is None:
-                inst.on_finish = source.on_finish
+                inst.set_hooks(on_finish=source.on_finish)
     if len(stages) > 1:
         assert handed is not None
         decode = stages[1]
@@ -561,7 +561,7 @@ def _run_closed(stages: Sequence[Stage], req: RequestState, source: ClosedLoop,
                 land(q, t_land)
                 return t_land
 
-            inst.handoff = handoff
+            inst.set_hooks(handoff=handoff)
     for ev in source.start(stages[0], loop):
         loop.schedule(*ev)
     loop.run(stages[0].cap)

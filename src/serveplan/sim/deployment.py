@@ -12,8 +12,10 @@ role (:class:`RoleSetup`):
 * the share of device memory the engine lets weights, activations and KV cache fill, from this
   role's own layout (SGLang's static fraction and TensorRT-LLM's free fraction depend on the TP),
   and the KV-cache format;
-* the scheduler and its options; the step clock (the estimator and its memoised step times), taken
-  from the caller's :class:`~serveplan.sim.clock.Clocks`.
+* the scheduler and its options (the policy's ``Options``, validated and fitted to the role's
+  layout), how the instances take requests in (:class:`~serveplan.sim.instance.Intake`) and
+  whether a preempted request keeps its computed prefix; the step clock (the estimator and its
+  memoised step times), taken from the caller's :class:`~serveplan.sim.clock.Clocks`.
 
 The simulator (:func:`~serveplan.sim.engine.simulate`), the optimizer's screens, bounds and
 compositions (:mod:`serveplan.optimize`), the launch files (:mod:`serveplan.report.deploy`) and the
@@ -23,13 +25,14 @@ the same question gets the same step times whichever door it came in by.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from serveplan.estimator.step import Estimator
 from serveplan.sim.clock import Clocks, StepClock
 from serveplan.sim.fleet import InstanceConfig, Role
+from serveplan.sim.instance import PLAIN_INTAKE, Intake
+from serveplan.sim.schedulers.base import Options, get_scheduler, policy_options
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType
@@ -49,7 +52,9 @@ class RoleSetup:
     ``memory_utilization`` is the share of the datasheet's memory the estimator may fill (``None``:
     the estimator's default, without an engine); ``kv_dtype`` the KV format (``None``: the
     estimator's default); ``graph_tokens`` the largest step (tokens per rank) replayed as a captured
-    graph (0: no bound).
+    graph (0: no bound); ``options`` the scheduler's options for this role's layout, ``intake`` how
+    its instances take requests in, ``keep_prefix`` whether a preempted request's computed tokens
+    stay cached (the engine's prefix caching).
     """
 
     role: Role
@@ -59,7 +64,9 @@ class RoleSetup:
     memory_utilization: float | None
     kv_dtype: DType | None
     graph_tokens: int
-    scheduler_options: Mapping[str, Any] = field(default_factory=dict)
+    options: Options
+    intake: Intake = PLAIN_INTAKE
+    keep_prefix: bool = False
     clock: StepClock
 
     @property
@@ -82,8 +89,8 @@ class RoleSetup:
         return {"role": self.role.value, "count": self.count, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
                 "num_devices": par.num_devices, "scheduler": b.scheduler, "max_batch": b.max_batch,
                 "max_prompts": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
-                "scheduler_options": {k: (None if isinstance(v, float) and v == float("inf") else v)
-                                      for k, v in self.scheduler_options.items()},
+                "scheduler_options": self.options.to_dict(),
+                "intake": {"recv_interval": self.intake.recv_interval, "overlap": self.intake.overlap},
                 "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,
                 "memory_utilization": est.memory_utilization, "kv_capacity_tokens": self.kv_capacity_tokens,
                 "graph_tokens": self.graph_tokens,
@@ -150,7 +157,7 @@ class Deployment:
         """What was assumed: engine and version, formats, per role its layout, scheduler and knobs."""
         eng = self.engine
         return {"engine": None if eng is None else {"name": eng.name, "engine": eng.engine, "version": eng.version,
-                                                    "mechanism": eng.mechanism.value},
+                                                    "scheduler": eng.scheduler},
                 "weight_dtype": self.weight_dtype.value, "kv_dtype": self.kv_dtype.value,
                 "kv_block_size": self.block_size, "roles": [s.to_dict() for s in self.roles],
                 "notes": list(self.notes)}
@@ -196,9 +203,22 @@ def resolve(config: SimulationConfig, clocks: Clocks | None = None) -> Deploymen
                                           pp=inst.parallel.pp)
         clock = clocks.clock(cfg.model, cfg.hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
                              memory_utilization=util, spec=inst.spec)
-        opts = (dict(setup.scheduler_options) if setup is not None and inst.batching.scheduler == setup.scheduler
-                else {})
         roles.append(RoleSetup(role=role, count=fleet.strategy.count(role), instance=inst, profile=profile,
-                               memory_utilization=util, kv_dtype=kv, graph_tokens=graphs, scheduler_options=opts,
-                               clock=clock))
+                               memory_utilization=util, kv_dtype=kv, graph_tokens=graphs, clock=clock,
+                               **_scheduling(eng, inst)))
     return Deployment(config=cfg, roles=tuple(roles), notes=setup.notes if setup is not None else (), clocks=clocks)
+
+
+def _scheduling(engine: EngineSpec | None, inst: InstanceConfig) -> dict[str, Any]:
+    """The scheduler options, intake and prefix keeping of an instance of ``engine`` (without one:
+    the policy's defaults, every arrival taken in before each step, nothing kept)."""
+    policy = inst.batching.scheduler
+    if engine is None:
+        return {"options": get_scheduler(policy).Options()}
+    options = policy_options(engine, policy).for_layout(inst.parallel)
+    # the engine's loop takes requests in, whichever policy plans a role's steps (a disaggregated
+    # SGLang server skips receives as a collocated one does); overlap scheduling is modelled with
+    # one pipeline stage (vLLM turns it off under PP)
+    recv = policy_options(engine).recv_interval
+    intake = Intake(recv_interval=recv, overlap=engine.overlap_scheduling and inst.parallel.pp == 1)
+    return {"options": options, "intake": intake, "keep_prefix": engine.prefix_caching}

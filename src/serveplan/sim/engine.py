@@ -803,25 +803,12 @@ def _stages(dep: Deployment, req: RequestState, cap: float, handed: list[tuple[f
     first_index = 0
     for role in fleet.roles:
         cfg_r = fleet.instance(role)
-        opts = dep.role(role).scheduler_options
-        insts = [Instance(first_index + i, role, clocks[role], get_scheduler(cfg_r.batching.scheduler)(**opts), req,
-                          batching=cfg_r.batching, block_size=cfg.block_size,
-                          handoff=handoff if role is Role.PREFILL else None)
+        rs = dep.role(role)
+        policy = get_scheduler(cfg_r.batching.scheduler)
+        insts = [Instance(first_index + i, role, clocks[role], policy(rs.options), req, batching=cfg_r.batching,
+                          block_size=cfg.block_size, handoff=handoff if role is Role.PREFILL else None,
+                          intake=rs.intake, keep_prefix=rs.keep_prefix, spec=cfg_r.spec)
                  for i in range(strat.count(role))]
-        if cfg_r.spec is not None:  # each decode takes K + 1 tokens of the step's budget
-            for inst in insts:
-                inst.decode_tokens = cfg_r.spec.verify_tokens
-                inst.spec_expected_tokens = cfg_r.spec.expected_tokens
-                inst._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
-        if cfg.engine is not None and cfg.engine.prefix_caching:
-            for inst in insts:
-                inst.keep_prefix_on_preempt = True
-        if cfg.engine is not None and cfg.engine.scheduler_recv_interval > 1:
-            for inst in insts:
-                inst.recv_interval = cfg.engine.scheduler_recv_interval
-        if cfg.engine is not None and cfg.engine.overlap_scheduling:
-            for inst in insts:   # modelled with one pipeline stage (vLLM turns it off under PP)
-                inst.overlap_lag = inst.pp == 1
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
                                  cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)

@@ -35,6 +35,7 @@ import math
 import operator
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache, PrefixCache
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
+from serveplan.specs.speculative import SpecDecodeConfig
 
 INF = math.inf
 INF_INT = 1 << 62  # larger than any token count
@@ -95,6 +97,43 @@ def _steps_before(times: np.ndarray, now: float, wake: float) -> tuple[int, floa
         m *= 4
 
 
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """How an instance takes the requests delivered to it in, before each step.
+
+    Attributes
+    ----------
+    recv_interval:
+        SGLang's ``--scheduler-recv-interval`` (the policy's options,
+        :attr:`~serveplan.sim.schedulers.base.Options.recv_interval`; 1: arrivals taken in before
+        every step). Above 1, while requests run, arrivals are taken in only when a counter
+        reaches it: each decode step adds 1, any step with prompt tokens
+        :data:`RECV_WEIGHT_EXTEND` (SGLang ``SchedulerRecvSkipper``); an idle instance takes
+        them at once (its loop spins, adding 1 per empty pass).
+    overlap:
+        Overlap scheduling (:attr:`~serveplan.specs.engine.EngineSpec.overlap_scheduling`:
+        vLLM's asynchronous scheduling, SGLang's and TensorRT-LLM's overlap schedulers; modelled
+        with one pipeline stage): step ``k + 1`` is planned when step ``k`` starts, from the queue
+        as it stood then, so while the engine is busy a step takes in only the arrivals that
+        came before the previous step began; an engine that was idle (no step ended now) takes
+        them at once.
+    """
+
+    recv_interval: int = 1
+    overlap: bool = False
+
+    @property
+    def is_plain(self) -> bool:
+        """Every delivered request is taken in before the next step."""
+        return self.recv_interval <= 1 and not self.overlap
+
+
+#: arrivals taken in before every step
+PLAIN_INTAKE = Intake()
+#: what held delivered requests back at the last intake (:meth:`Instance._take_in`)
+_HELD_NONE, _HELD_RECV, _HELD_OVERLAP = 0, 1, 2
+
+
 class Instance:
     """One instance (``tp * pp * dp`` devices) running its scheduler over its requests.
 
@@ -117,6 +156,13 @@ class Instance:
     on_finish:
         Called as ``on_finish(request, time)`` when a request's last token is out (the event
         loop's completion hook: closed-loop clients, backpressure).
+    intake:
+        How delivered requests are taken in before each step (:class:`Intake`).
+    keep_prefix:
+        Tokens a preempted request computed stay in the prefix cache and are not recomputed on
+        its return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache).
+    spec:
+        Speculative decoding of this instance's decodes (``None``: plain decoding).
     """
 
     #: Take the declared shortcuts and stretches (False: one planned step at a time, for cross-checks).
@@ -133,7 +179,8 @@ class Instance:
 
     def __init__(self, index: int, role: Role, clock: StepClock, scheduler: Scheduler, req: RequestState, *,
                  batching: Batching, block_size: int = 16, handoff: Callable[[int, float], float] | None = None,
-                 on_finish: Callable[[int, float], None] | None = None) -> None:
+                 on_finish: Callable[[int, float], None] | None = None, intake: Intake = PLAIN_INTAKE,
+                 keep_prefix: bool = False, spec: SpecDecodeConfig | None = None) -> None:
         self.index = index
         self.role = role
         self.clock = clock
@@ -152,30 +199,20 @@ class Instance:
         self.handoff = handoff
         self._hands_off = role is Role.PREFILL  # prompts leave after their prefill
         self.on_finish = on_finish
-        #: tokens a preempted request computed stay in the prefix cache and are not recomputed on its
-        #: return (engines with prefix caching on by default: vLLM V1, SGLang's radix cache)
-        self.keep_prefix_on_preempt = False
+        #: tokens a preempted request computed stay in the prefix cache (``keep_prefix``)
+        self.keep_prefix_on_preempt = keep_prefix
         #: seconds of KV load of admitted requests' lower-tier hits, taken by their first prefill step
         #: (the prefix cache's ``loads``; None: no prefix cache)
         self.kv_loads: dict[int, float] | None = None
         #: set by a completion with an ``on_finish`` hook: ``run_until`` returns at that boundary
         #: so the loop can handle what the completion caused before this instance goes on
         self.interrupted = False
-        #: SGLang's ``--scheduler-recv-interval`` (:attr:`EngineSpec.scheduler_recv_interval`; 1:
-        #: arrivals taken in before every step). Above 1, while requests run, arrivals are taken in
-        #: only when ``_recv_count`` reaches it: each decode step adds 1, any step with prompt tokens
-        #: :data:`RECV_WEIGHT_EXTEND` (SGLang ``SchedulerRecvSkipper``); an idle instance takes them
-        #: at once (its loop spins, adding 1 per empty pass). Every step adds to the counter; it is
-        #: read only when the interval is above 1.
-        self.recv_interval = 1
+        self.intake = intake
+        #: :attr:`Intake.recv_interval`; every step adds to ``_recv_count``, read only above 1
+        self.recv_interval = intake.recv_interval
         self._recv_count = 0
-        #: Overlap scheduling (:attr:`EngineSpec.overlap_scheduling`: vLLM's asynchronous
-        #: scheduling, SGLang's and TensorRT-LLM's overlap schedulers): step ``k + 1`` is planned
-        #: when step ``k`` starts, from the queue as it stood then, so while the engine is busy a
-        #: step takes in only the arrivals that came before the previous step began
-        #: (``_step_start``); an engine that was idle (no step ended now) takes them at once. Set
-        #: for one pipeline stage only.
-        self.overlap_lag = False
+        #: :attr:`Intake.overlap`, with one pipeline stage only
+        self.overlap_lag = intake.overlap and self.pp == 1
         self._step_start = 0.0
         self._step_end = -1.0
         self.waiting: deque[int] = deque()
@@ -195,6 +232,10 @@ class Instance:
         self._all_decode = fp is not None and fp.all_decode
         self._repeat_chunk = fp is not None and fp.repeat_chunk
         self._prefill_t = clock.prefill_times
+        if spec is not None:  # each decode takes K + 1 tokens of the step's budget
+            self.decode_tokens = spec.verify_tokens
+            self.spec_expected_tokens = spec.expected_tokens
+            self._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
 
     #: Free KV blocks (what a policy reads; ``KVCache.free``, read through a C-level getter: policies
     #: read it at every step boundary)
@@ -207,6 +248,24 @@ class Instance:
         self.kv.prefix = cache
         self.keep_prefix_on_preempt = False
         self.kv_loads = cache.loads
+
+    def set_hooks(self, *, on_finish: Callable[[int, float], None] | None = None,
+                  handoff: Callable[[int, float], float] | None = None) -> None:
+        """Replace the completion hook and/or the hand-off (the event loop's, for closed loops)."""
+        if on_finish is not None:
+            self.on_finish = on_finish
+        if handoff is not None:
+            self.handoff = handoff
+
+    def renumber(self, new: dict[int, int]) -> None:
+        """Requests renumbered ``old -> new`` (a windowed run compacting its finished requests);
+        the delivered requests already taken in are dropped from the inbox."""
+        p = self.ptr
+        self.inbox_t = self.inbox_t[p:]
+        self.inbox_r = [new[q] for q in self.inbox_r[p:]]
+        self.ptr = 0
+        self.waiting = deque(new[q] for q in self.waiting)
+        self.running[:] = [new[q] for q in self.running]
 
     # ---------------------------------------------------------------- intake
     def deliver(self, t: float, q: int) -> None:
@@ -230,100 +289,150 @@ class Instance:
         return self.inbox_t[self.ptr] if self.ptr < len(self.inbox_t) else INF
 
     # ---------------------------------------------------------------- main loop
-    def run_until(self, until: float) -> None:  # noqa: C901 - the hot loop: shortcuts inlined for speed
+    def run_until(self, until: float) -> None:  # noqa: C901 - the hot loop: the plain intake and shortcuts inline
         """Execute the steps that start before ``until``."""
         sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
         rel = kv.releases
-        cached = kv.prefix is not None  # the prefix cache looks up each prompt as it joins the queue
+        plain = self.intake.is_plain and kv.prefix is None  # arrivals go straight to the queue
         fast = self.fast_decode
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
-        self.interrupted = False
-        hooked = self.on_finish is not None   # only a completion hook interrupts
+        stretch = fast and self.pp == 1
+        self.interrupted = False   # set by a completion only when a completion hook is set
+        held = _HELD_NONE
         while self.now < until:
-            if hooked and self.interrupted:
+            if self.interrupted:
                 self.interrupted = False
                 return
             now = self.now
-            p = self.ptr
-            n_in = len(it)
-            if self.recv_interval > 1 and self.running:
-                # SGLang's recv skipper: requests are taken in every recv_interval decode steps
-                if self._recv_count < self.recv_interval:
-                    n_in = p    # nothing taken in before this step
-                else:
-                    self._recv_count = 0
-            # overlap scheduling: a busy engine planned this step when the previous one started
-            cut = self._step_start if self.overlap_lag and self._step_end == now and self.running else now
-            if not cached:
-                while p < n_in and it[p] <= cut:
-                    self.waiting.append(ir[p])
-                    p += 1
+            if plain:
+                p = self.ptr
+                if p < len(it) and it[p] <= now:
+                    waiting = self.waiting
+                    n_in = len(it)
+                    while p < n_in and it[p] <= now:
+                        waiting.append(ir[p])
+                        p += 1
+                    self.ptr = p
             else:
-                while p < n_in and it[p] <= cut:
-                    self._queue_cached(ir[p])
-                    p += 1
-            self.ptr = p
+                held = self._take_in(now)
             if rel and rel[0][0] <= now:
                 kv.release_due(now)
-            if lone and not self.running and not self.waiting:
-                plan = None  # nothing to plan: the policies return no plan
+            if lone and not self.running:
+                if not self.waiting:
+                    plan = None  # nothing to plan: the policies return no plan
+                elif len(self.waiting) == 1 and self._lone(until):
+                    continue
+                else:
+                    plan = sched.plan_batch(self)
+            elif all_decode and self.running and not self.waiting and self._all_ready(now):
+                self._decode_stretch(list(self.running), until)
+                continue
             else:
-                if lone and not self.running:
-                    if len(self.waiting) == 1 and self._lone(until):
-                        continue
-                elif all_decode and self.running and not self.waiting and len(self.running) <= self.max_batch:
-                    # the policy's plan for a view with nothing waiting: every running request
-                    # decodes when each is ready and their new blocks fit (no preemption)
-                    R = self.req
-                    pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
-                    bs = self.block_size
-                    need = 0
-                    for q in self.running:
-                        if pf[q] < pl[q] or ra[q] > now:
-                            need = -1
-                            break
-                        if kvl[q] % bs == 0:
-                            need += 1
-                    if 0 <= need <= kv.free:
-                        self._decode_stretch(list(self.running), until)
-                        continue
                 plan = sched.plan_batch(self)
             if plan is None or not (plan.prefill or plan.decode):
                 if plan is not None and (plan.admit or plan.preempt):
                     self._apply_admission(plan)
                     continue  # admitted without compute (transferred caches): plan again
-                if n_in < len(it) and p < len(it) and it[p] <= now:
-                    # arrivals held by the recv skipper while no step can run: SGLang's loop spins
-                    # (an idle pass adds 1) until it takes them in
-                    self._recv_count = self.recv_interval
-                    continue
-                if cut < now and p < len(it) and it[p] <= now:
-                    # arrivals held by the overlap lag while no step can run: the engine is idle
-                    # and takes them in at once
-                    self._step_end = -1.0
-                    continue
-                nxt = min(it[p] if p < len(it) else INF, rel[0][0] if rel else INF)
-                if self.pp > 1:
-                    nxt = min(nxt, self._next_ready())
-                if nxt >= until:
-                    if until < INF:
-                        self.now = until
+                if self._idle(until, held):
                     return
-                self.now = nxt
                 continue
             if plan.admit or plan.preempt:
                 self._apply_admission(plan)
-            if fast and self.pp == 1 and len(plan.decode) + len(plan.prefill) == len(self.running):
-                if not plan.prefill:
-                    self._decode_stretch(plan.decode, until, plan.hold_steps)
-                    continue
-                if (self._repeat_chunk and len(plan.prefill) == 1 and not plan.admit
-                        and self._chunk_stretch(plan, until)):
-                    continue
-            self._step(plan)
+            if not (stretch and self._stretched(plan, until)):
+                self._step(plan)
+
+    def _stretched(self, plan: BatchPlan, until: float) -> bool:
+        """Run ``plan`` as the first of a stretch of steps that repeat it (``pp == 1``), when it
+        takes every running request: all decodes (:meth:`_decode_stretch`) or the decodes beside
+        one prompt's chunk (:meth:`_chunk_stretch`). False: nothing done, the plan is one step."""
+        if len(plan.decode) + len(plan.prefill) != len(self.running):
+            return False
+        if not plan.prefill:
+            self._decode_stretch(plan.decode, until, plan.hold_steps)
+            return True
+        return (self._repeat_chunk and len(plan.prefill) == 1 and not plan.admit
+                and self._chunk_stretch(plan, until))
+
+    def _take_in(self, now: float) -> int:
+        """Move the requests delivered by ``now`` to the queue as the :class:`Intake` allows (and
+        each past the prefix cache, when there is one); what held some back: ``_HELD_RECV`` (the
+        receive interval), ``_HELD_OVERLAP`` (this step was planned when the previous one began),
+        or ``_HELD_NONE``."""
+        it, ir = self.inbox_t, self.inbox_r
+        p = self.ptr
+        n_in = len(it)
+        held = _HELD_NONE
+        if self.recv_interval > 1 and self.running:
+            # SGLang's recv skipper: requests are taken in every recv_interval decode steps
+            if self._recv_count < self.recv_interval:
+                n_in = p    # nothing taken in before this step
+                held = _HELD_RECV
+            else:
+                self._recv_count = 0
+        # overlap scheduling: a busy engine planned this step when the previous one started
+        cut = now
+        if self.overlap_lag and self._step_end == now and self.running:
+            cut = self._step_start
+            if held == _HELD_NONE and cut < now:
+                held = _HELD_OVERLAP
+        if self.kv.prefix is None:
+            while p < n_in and it[p] <= cut:
+                self.waiting.append(ir[p])
+                p += 1
+        else:
+            while p < n_in and it[p] <= cut:
+                self._queue_cached(ir[p])
+                p += 1
+        self.ptr = p
+        return held
+
+    def _all_ready(self, now: float) -> bool:
+        """The policy's plan for a view with nothing waiting (``FastPaths.all_decode``): every
+        running request decodes, when there are at most ``max_batch``, each is past its prompt
+        and ready, and the blocks they append fit (no preemption)."""
+        if len(self.running) > self.max_batch:
+            return False
+        R = self.req
+        pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
+        bs = self.block_size
+        need = 0
+        for q in self.running:
+            if pf[q] < pl[q] or ra[q] > now:
+                return False
+            if kvl[q] % bs == 0:
+                need += 1
+        return need <= self.kv.free
+
+    def _idle(self, until: float, held: int) -> bool:
+        """No step to run now: let in the arrivals the intake held back (the engine is idle, so
+        it takes them at once), or move the clock to the next arrival, KV release or ready
+        request. True when that is at or past ``until`` (``run_until`` returns)."""
+        it = self.inbox_t
+        p = self.ptr
+        now = self.now
+        if held != _HELD_NONE and p < len(it) and it[p] <= now:
+            if held == _HELD_RECV:
+                # arrivals held by the recv skipper while no step can run: SGLang's loop spins
+                # (an idle pass adds 1) until it takes them in
+                self._recv_count = self.recv_interval
+            else:
+                # arrivals held by the overlap lag while no step can run: the engine is idle
+                # and takes them in at once
+                self._step_end = -1.0
+            return False
+        rel = self.kv.releases
+        nxt = min(it[p] if p < len(it) else INF, rel[0][0] if rel else INF)
+        if self.pp > 1:
+            nxt = min(nxt, self._next_ready())
+        if nxt >= until:
+            if until < INF:
+                self.now = until
+            return True
+        self.now = nxt
+        return False
 
     # ---------------------------------------------------------------- a request alone (pp == 1)
     def _lone(self, until: float) -> bool:

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.estimator.step import Estimator
-from serveplan.specs.engine import EngineSpec, Mechanism
+from serveplan.sim.schedulers.base import Options, policy_options
+from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
@@ -55,7 +56,7 @@ class EngineSetup:
     chunk_size: int
     prefill_max_batch: int
     scheduler: str
-    scheduler_options: dict[str, Any] = field(default_factory=dict)
+    options: Options
     block_size: int
     memory_utilization: float
     kv_dtype: DType | None
@@ -68,7 +69,7 @@ class EngineSetup:
             "max_batch": self.max_batch,
             "token_budget": None if math.isinf(self.token_budget) else int(self.token_budget),
             "chunk_size": self.chunk_size, "prefill_max_batch": self.prefill_max_batch, "scheduler": self.scheduler,
-            "scheduler_options": dict(self.scheduler_options), "kv_block_size": self.block_size,
+            "scheduler_options": self.options.to_dict(), "kv_block_size": self.block_size,
             "memory_utilization": self.memory_utilization,
             "kv_dtype": None if self.kv_dtype is None else self.kv_dtype.value,
             "kv_capacity_tokens": self.kv_capacity_tokens, "notes": list(self.notes),
@@ -127,8 +128,7 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
                    parallel: ParallelConfig | None, longest_request: int, offline: bool = False,
                    dtype: DType | str | None = None, kv_dtype: DType | str | None = None,
                    max_batch: int | None = None, token_budget: int | None = None, chunk_size: int | None = None,
-                   prefill_max_batch: int | None = None, scheduler: str | None = None,
-                   mixed: bool | None = None) -> EngineSetup:
+                   prefill_max_batch: int | None = None, scheduler: str | None = None) -> EngineSetup:
     """The engine's defaults for this deployment; every argument given overrides its default.
 
     ``parallel=None`` lets the engine pick the TP (:func:`default_tp`)."""
@@ -155,43 +155,19 @@ def resolve_engine(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, p
         chunk_size = lim.chunk_size or (int(budget) if math.isfinite(budget) else 512)
     if prefill_max_batch is None:
         prefill_max_batch = lim.prefill_max_batch or max_batch
-    sched = scheduler or engine.mechanism.scheduler
-    opts: dict[str, Any] = {}
-    if sched == Mechanism.PREFILL_PRIORITY.scheduler:
-        opts = {"mixed": engine.mixed if mixed is None else mixed,
-                "max_prefill_tokens": float(lim.max_prefill_tokens or math.inf),
-                "init_ratio": engine.new_token_ratio or 0.7, "min_ratio_factor": engine.min_ratio_factor,
-                "decay_steps": engine.ratio_decay_steps, "clip_tokens": engine.clip_tokens}
-        if engine.scheduler_recv_interval > 1:
-            notes.append(f"new requests taken in every {engine.scheduler_recv_interval} decode steps "
-                         "(--scheduler-recv-interval)")
-    elif sched == Mechanism.INFLIGHT_NO_EVICT.scheduler and parallel.dp > 1 and engine.adp_timeout_iters is not None:
-        opts = {"adp_ranks": parallel.dp, "adp_timeout_iters": engine.adp_timeout_iters,
-                "adp_batching_wait_iters": engine.adp_batching_wait_iters}
-        notes.append(f"attention-DP balance: prompts held until each of the {parallel.dp} ranks has one, up to "
-                     f"{engine.adp_timeout_iters} steps (then {engine.adp_batching_wait_iters} more for batching)")
-    elif sched == Mechanism.INFLIGHT_NO_EVICT.scheduler and (engine.batch_wait_iters or engine.batch_wait_tokens_ratio):
-        if parallel.dp > 1:   # TensorRT-LLM PyExecutor._schedule: batch waiting only without attention DP
-            notes.append("batch waiting off: TensorRT-LLM applies it only without attention DP")
-        else:
-            opts = {"batch_wait_iters": engine.batch_wait_iters,
-                    "batch_wait_tokens_ratio": engine.batch_wait_tokens_ratio}
-            notes.append(f"batch waiting: prompts held up to {engine.batch_wait_iters} steps or until a step's "
-                         f"tokens reach {engine.batch_wait_tokens_ratio:g} x the budget")
+    sched = scheduler or engine.scheduler
+    options = policy_options(engine, sched).for_layout(parallel)
+    notes.extend(options.notes())
     if engine.overlap_scheduling:
         off = " (off with pipeline parallelism)" if parallel.pp > 1 else ""
         notes.append("steps planned while the previous one runs (overlap scheduling): a request reaching a busy "
                      f"engine joins the step after next{off}")
-    if mixed is not None and mixed != engine.mixed and sched != Mechanism.PREFILL_PRIORITY.scheduler:
-        raise SpecError(f"mixed={mixed}: only the prefill-priority policy (sglang) switches mixing; "
-                        f"the {engine.name} engine's {engine.mechanism.value} policy is "
-                        f"{'always' if engine.mixed else 'never'} mixed")
     if kv is not None and kv_dtype is None:
         w = DType.parse(dtype).value if dtype else model.dtype.value
         notes.append(f"KV cache {kv.value} ({src} for {w} weights)")
     return EngineSetup(engine=engine, parallel=parallel, max_batch=int(max_batch), token_budget=budget,
                        chunk_size=int(chunk_size), prefill_max_batch=int(prefill_max_batch), scheduler=sched,
-                       scheduler_options=opts, block_size=engine.kv_block_size, memory_utilization=util,
+                       options=options, block_size=engine.kv_block_size, memory_utilization=util,
                        kv_dtype=kv, kv_capacity_tokens=cap, notes=tuple(notes))
 
 

@@ -30,7 +30,6 @@ early-stop runs (optimizer probes, a few thousand requests). A simulation holds 
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -119,12 +118,7 @@ def _compact(req: RequestState, rids: list[int], stage: Stage, store: RecordStor
     req.keep(keep)
     rids[:] = [rids[q] for q in keep]
     for inst in stage.instances:
-        p = inst.ptr
-        inst.inbox_t = inst.inbox_t[p:]
-        inst.inbox_r = [new[q] for q in inst.inbox_r[p:]]
-        inst.ptr = 0
-        inst.waiting = deque(new[q] for q in inst.waiting)
-        inst.running[:] = [new[q] for q in inst.running]
+        inst.renumber(new)
 
 
 def run_windowed(stage: Stage, req: RequestState, arrival: np.ndarray, input_len: np.ndarray,

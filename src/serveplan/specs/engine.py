@@ -8,12 +8,15 @@ among those of ``engine: vllm``.
 
 What an engine fixes (:class:`EngineSpec`):
 
-* ``mechanism``: the scheduler (:class:`Mechanism`; the policies live in
-  :mod:`serveplan.sim.schedulers`).
+* ``scheduler``: the batching policy (by what it does: ``chunked-prefill``, ``prefill-priority``,
+  ``inflight-no-evict``, ``prefill-first``) and its options in the engine's own words
+  (``scheduler: {policy, options}`` in the file). The policies live in
+  :mod:`serveplan.sim.schedulers`, each with its ``Options`` type, which validates the options
+  when a deployment is resolved; this module keeps them as the file gives them.
 * Device-dependent limits (:class:`DeviceTier`, first matching row wins): sequences per step,
   new tokens per step (online server and offline batch values), the prefill chunk.
-* KV memory: block size, how the memory fraction is applied (:class:`MemoryBasis`), how admission
-  reserves room for the tokens still to come (:class:`Admission`), preemption by recompute.
+* KV memory: block size, how the memory fraction is applied (:class:`MemoryBasis`), preemption by
+  recompute.
 
 :meth:`EngineSpec.limits` resolves the limits of one device and layout into
 :class:`EngineLimits`; :meth:`EngineSpec.memory_utilization` turns the engine's memory rule into
@@ -22,6 +25,7 @@ the share of device memory the estimator may fill with weights, activations and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -32,36 +36,6 @@ from serveplan.specs.comm import CommOptions, comm_options_from_dict
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.profile import EfficiencyProfile, Module
 from serveplan.units import DType, GiB, MiB
-
-
-class Mechanism(str, Enum):
-    """Batching policies, named by what they do (the engines that use them in brackets)."""
-
-    #: one token budget per step: running requests first (decodes, then the prompt in progress),
-    #: then waiting prompts FCFS in chunks of what the budget leaves (vLLM V1).
-    CHUNKED_PREFILL = "chunked-prefill"
-    #: a step prefills waiting prompts when any can be admitted, else decodes; prompts are chunked
-    #: and decodes join prefill steps only when mixing is enabled (SGLang).
-    PREFILL_PRIORITY = "prefill-priority"
-    #: every step decodes all running requests and adds whole prompts FCFS while the token budget
-    #: allows; admission reserves each request's full length, so nothing is ever preempted
-    #: (TensorRT-LLM in-flight batching, GUARANTEED_NO_EVICT).
-    INFLIGHT_NO_EVICT = "inflight-no-evict"
-    #: prefill steps of whole prompts first, never mixed with decodes (vLLM v0, BestServe).
-    PREFILL_FIRST = "prefill-first"
-
-    @property
-    def scheduler(self) -> str:
-        """Name of the policy in the scheduler registry."""
-        return _SCHEDULER_OF[self]
-
-
-_SCHEDULER_OF = {
-    Mechanism.CHUNKED_PREFILL: "chunked-prefill",
-    Mechanism.PREFILL_PRIORITY: "prefill-priority",
-    Mechanism.INFLIGHT_NO_EVICT: "inflight-no-evict",
-    Mechanism.PREFILL_FIRST: "prefill-first",
-}
 
 
 class MemoryBasis(str, Enum):
@@ -76,18 +50,6 @@ class MemoryBasis(str, Enum):
     #: ``fraction x`` the memory left after weights and activations holds the KV cache
     #: (TensorRT-LLM ``free_gpu_memory_fraction``).
     FREE = "free"
-
-
-class Admission(str, Enum):
-    """What a waiting request must find free in the KV cache to be admitted."""
-
-    #: its prompt (vLLM: blocks are allocated as tokens come, later shortage preempts).
-    PROMPT = "prompt"
-    #: its prompt plus ``new_token_ratio x`` the remaining output of every running request and
-    #: its own (SGLang ``PrefillAdder``; the ratio decays while no request is retracted).
-    RESERVE_RATIO = "reserve-ratio"
-    #: its whole length, prompt plus output (TensorRT-LLM GUARANTEED_NO_EVICT).
-    FULL = "full"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +83,6 @@ class EngineLimits:
     max_num_seqs: int | None
     token_budget: int | None
     chunk_size: int | None
-    max_prefill_tokens: int | None
     prefill_max_batch: int | None
 
 
@@ -133,16 +94,15 @@ class EngineSpec:
     ----------
     name, engine, version, source:
         Id (the data file's stem), engine family, version and the source it was read from.
-    mechanism:
-        The batching policy.
-    mixed:
-        Whether decodes and prefills share a step.
+    scheduler, scheduler_options:
+        The batching policy's registered name and its options in the engine's own words, as the
+        file gives them (``scheduler: {policy: prefill-priority, options: {scheduler_recv_interval:
+        1}}``); the policy's ``Options`` type validates them
+        (:func:`serveplan.sim.schedulers.policy_options`).
     chunked_prefill:
         Whether prompts are split across steps.
     tiers:
         Device-dependent limits, first match wins.
-    max_prefill_tokens:
-        New prompt tokens of one prefill step (SGLang ``max_prefill_tokens``).
     prefill_max_batch:
         New prompts per step (BestServe's testbed).
     max_num_seqs_le_budget:
@@ -162,9 +122,6 @@ class EngineSpec:
         SGLang's reserved-memory rule, MiB: ``base``, ``per_chunk_token`` (times
         ``max(chunk, min_chunk)``), ``per_graph_batch``, ``per_device_of_8`` (times ``tp*pp/8``)
         and ``floor_above_60gib``.
-    admission:
-        :class:`Admission`; ``new_token_ratio``, ``min_ratio_factor``, ``ratio_decay_steps`` and
-        ``clip_tokens`` parametrise ``reserve-ratio``.
     kv_dtype_with_fp8_weights:
         KV format the engine picks for FP8 checkpoints when none is asked for (``None``: the
         estimator's default, the activations' 16-bit format).
@@ -189,24 +146,6 @@ class EngineSpec:
         default is none of them (plain NCCL collectives).
     comm_flags:
         Name -> the engine's command-line flags that switch the setup on.
-    batch_wait_iters, batch_wait_tokens_ratio:
-        TensorRT-LLM's batch waiting (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``;
-        both 0, off, by default): prompts are held back while requests decode until the step's
-        tokens reach ``ratio x`` the token budget or they have waited that many steps
-        (:class:`~serveplan.sim.schedulers.inflight.InflightNoEvictScheduler`).
-    adp_timeout_iters, adp_batching_wait_iters:
-        TensorRT-LLM's attention-DP balance (``attention_dp_config``: ``enable_balance`` off by
-        default, ``timeout_iters`` 50 and ``batching_wait_iters`` 10 when on, ``llm_args.py``
-        ``AttentionDpConfig``); ``adp_timeout_iters`` None: off. With attention data parallelism
-        prompts are held back until every rank has one, for up to the timeout
-        (:class:`~serveplan.sim.schedulers.inflight.InflightNoEvictScheduler`).
-    scheduler_recv_interval:
-        SGLang's ``--scheduler-recv-interval`` (``ServerArgs.scheduler_recv_interval``, default 1:
-        every loop). Above 1 the scheduler takes new requests in only when a counter reaches it;
-        each decode step adds 1 and any step with prompt tokens adds 1000
-        (``managers/scheduler_recv_skipper.py`` ``SchedulerRecvSkipper``: ``ForwardMode.DECODE: 1``,
-        any other mode ``_DEFAULT_WEIGHT = 1000``), so while requests decode a new one waits
-        for the next multiple of that many decode steps (:class:`~serveplan.sim.instance.Instance`).
     frontend_s:
         Serial work of the engine's API server per request, seconds (``frontend.per_request_us``;
         0: none): requests sent together reach the scheduler this far apart
@@ -251,11 +190,10 @@ class EngineSpec:
     source: str
     description: str = ""
     is_default: bool = False
-    mechanism: Mechanism
-    mixed: bool
+    scheduler: str
+    scheduler_options: dict[str, Any] = field(default_factory=dict)
     chunked_prefill: bool
     tiers: tuple[DeviceTier, ...]
-    max_prefill_tokens: int | None = None
     prefill_max_batch: int | None = None
     max_num_seqs_le_budget: bool = False
     max_num_seqs_kv_fraction: float | None = None
@@ -266,11 +204,6 @@ class EngineSpec:
     memory_basis: MemoryBasis
     memory_fraction: float | None = None
     reserve_mib: dict[str, float] = field(default_factory=dict)
-    admission: Admission = Admission.PROMPT
-    new_token_ratio: float = 0.0
-    min_ratio_factor: float = 1.0
-    ratio_decay_steps: int = 1
-    clip_tokens: int = 0
     preemption: str = "recompute"
     prefix_caching: bool = False
     fused_input_quantization: bool = False
@@ -279,11 +212,6 @@ class EngineSpec:
     default_tp: int | None = None
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    batch_wait_iters: int = 0
-    batch_wait_tokens_ratio: float = 0.0
-    adp_timeout_iters: int | None = None
-    adp_batching_wait_iters: int = 0
-    scheduler_recv_interval: int = 1
     overlap_scheduling: bool = False
     frontend_s: float = 0.0
     moe_backends: dict[str, str] = field(default_factory=dict)
@@ -301,28 +229,14 @@ class EngineSpec:
         if self.memory_basis is MemoryBasis.STATIC and self.memory_fraction is None and not self.reserve_mib:
             raise SpecError(f"engine {self.name!r}: memory basis 'static' needs memory_fraction or reserve_mib")
         check_number(f"engine {self.name!r}: frontend_s", self.frontend_s, low=0, unit="seconds")
-        if self.batch_wait_iters < 0 or not 0 <= self.batch_wait_tokens_ratio <= 1:
-            raise SpecError(f"engine {self.name!r}: batch_wait timeout_iters={self.batch_wait_iters} must be >= 0 "
-                            f"and max_tokens_ratio={self.batch_wait_tokens_ratio} in [0, 1]")
-        waits = self.batch_wait_iters or self.batch_wait_tokens_ratio
-        if waits and self.mechanism is not Mechanism.INFLIGHT_NO_EVICT:
-            raise SpecError(f"engine {self.name!r}: batch_wait is TensorRT-LLM's (mechanism inflight-no-evict); "
-                            f"got mechanism {self.mechanism.value}")
-        if self.adp_timeout_iters is not None:
-            if self.adp_timeout_iters < 0 or self.adp_batching_wait_iters < 0:
-                raise SpecError(f"engine {self.name!r}: attention_dp_balance timeout_iters={self.adp_timeout_iters} "
-                                f"and batching_wait_iters={self.adp_batching_wait_iters} must be >= 0")
-            if self.mechanism is not Mechanism.INFLIGHT_NO_EVICT:
-                raise SpecError(f"engine {self.name!r}: attention_dp_balance is TensorRT-LLM's (mechanism "
-                                f"inflight-no-evict); got mechanism {self.mechanism.value}")
-        if self.scheduler_recv_interval < 1:
-            raise SpecError(f"engine {self.name!r}: scheduler_recv_interval={self.scheduler_recv_interval} must be "
-                            ">= 1 (1: requests taken in before every step)")
-        if self.scheduler_recv_interval > 1 and self.mechanism is not Mechanism.PREFILL_PRIORITY:
-            raise SpecError(f"engine {self.name!r}: scheduler_recv_interval is SGLang's (mechanism "
-                            f"prefill-priority); got mechanism {self.mechanism.value}")
-        if self.admission is Admission.RESERVE_RATIO and not 0 < self.new_token_ratio <= 1:
-            raise SpecError(f"engine {self.name!r}: new_token_ratio={self.new_token_ratio} must be in (0, 1]")
+        if not isinstance(self.scheduler_options, dict):
+            raise SpecError(f"engine {self.name!r}: scheduler options must be a mapping; got "
+                            f"{self.scheduler_options!r}")
+
+    def with_scheduler_options(self, **changes: Any) -> EngineSpec:
+        """This engine with some scheduler options changed (in the policy's own words:
+        ``spec.with_scheduler_options(scheduler_recv_interval=30)``)."""
+        return dataclasses.replace(self, scheduler_options={**self.scheduler_options, **changes})
 
     @property
     def label(self) -> str:
@@ -343,7 +257,7 @@ class EngineSpec:
         if seqs is not None and budget is not None and self.max_num_seqs_le_budget:
             seqs = min(seqs, budget)
         return EngineLimits(max_num_seqs=seqs, token_budget=budget, chunk_size=t.chunk_size,
-                            max_prefill_tokens=self.max_prefill_tokens, prefill_max_batch=self.prefill_max_batch)
+                            prefill_max_batch=self.prefill_max_batch)
 
     def max_num_seqs_for(self, limits: EngineLimits, kv_capacity_tokens: int, context_len: int | None = None) -> int:
         """Sequences per step, resolving a KV-derived default (SGLang ``max_running_requests``);
@@ -485,18 +399,11 @@ class EngineSpec:
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "engine": self.engine, "version": self.version, "mechanism": self.mechanism.value,
-                "mixed": self.mixed, "chunked_prefill": self.chunked_prefill, "kv_block_size": self.kv_block_size,
+        return {"name": self.name, "engine": self.engine, "version": self.version,
+                "scheduler": {"policy": self.scheduler, "options": dict(self.scheduler_options)},
+                "chunked_prefill": self.chunked_prefill, "kv_block_size": self.kv_block_size,
                 "memory_basis": self.memory_basis.value, "memory_fraction": self.memory_fraction,
-                "admission": self.admission.value, "preemption": self.preemption, "source": self.source,
-                **({"batch_wait": {"timeout_iters": self.batch_wait_iters,
-                                   "max_tokens_ratio": self.batch_wait_tokens_ratio}}
-                   if self.batch_wait_iters or self.batch_wait_tokens_ratio else {}),
-                **({"attention_dp_balance": {"timeout_iters": self.adp_timeout_iters,
-                                             "batching_wait_iters": self.adp_batching_wait_iters}}
-                   if self.adp_timeout_iters is not None else {}),
-                **({"scheduler_recv_interval": self.scheduler_recv_interval}
-                   if self.scheduler_recv_interval > 1 else {}),
+                "preemption": self.preemption, "source": self.source,
                 **({"overlap_scheduling": True} if self.overlap_scheduling else {}),
                 **({"moe_backends": dict(self.moe_backends)} if self.moe_backends else {}),
                 **({"prefill_host_us": {k: v * 1e6 for k, v in self.prefill_host_s.items()}}
@@ -514,14 +421,6 @@ def _flag(raw: dict[str, Any], key: str, where: str) -> bool:
     if not isinstance(v, bool):
         raise SpecError(f"{where}: {key}={v!r} must be true or false")
     return v
-
-
-def _number(raw: dict[str, Any], key: str, where: str, kind: type[int] | type[float]) -> Any:
-    """``raw[key]`` as ``kind`` (0 when absent); a :class:`SpecError` naming it when not a number."""
-    v = raw.get(key, 0)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not float(v).is_integer()):
-        raise SpecError(f"{where}: {key}={v!r} must be {'an integer' if kind is int else 'a number'}")
-    return kind(v)
 
 
 def _opt_int(raw: dict[str, Any], key: str, where: str) -> int | None:
@@ -589,17 +488,70 @@ def _frontend_s(raw: Any, where: str) -> float:
     return check_number(f"{where}: frontend.per_request_us", v, low=0, unit="microseconds") * 1e-6
 
 
-def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
-    """Build an :class:`EngineSpec` from a data file's mapping (see ``specs/data/engines``)."""
-    where = f"engine {name!r}"
-    try:
-        mech = Mechanism(raw["mechanism"])
-    except KeyError:
-        raise SpecError(f"{where}: missing field 'mechanism'; expected one of: "
-                        f"{', '.join(m.value for m in Mechanism)}") from None
-    except ValueError:
-        raise SpecError(f"{where}: mechanism={raw['mechanism']!r}; expected one of: "
-                        f"{', '.join(m.value for m in Mechanism)}") from None
+#: keys of engine files written before the scheduler's options moved under ``scheduler:``, and where
+#: each now lives (``_legacy_scheduler``); such files still load
+_LEGACY_KEYS = ("mechanism", "mixed", "max_prefill_tokens", "admission", "batch_wait", "attention_dp_balance",
+                "scheduler_recv_interval")
+
+
+#: the earlier ``admission`` keys and SGLang's names for them (``environ.py``)
+_LEGACY_ADMISSION = {"new_token_ratio": "init_new_token_ratio", "min_ratio_factor": "min_new_token_ratio_factor",
+                     "decay_steps": "new_token_ratio_decay_steps", "clip_tokens": "clip_max_new_tokens"}
+
+
+def _renamed(raw: Any, names: dict[str, str]) -> dict[str, Any]:
+    """The entries of ``raw`` named in ``names``, under their new names."""
+    return {new: raw[old] for old, new in names.items() if isinstance(raw, dict) and old in raw}
+
+
+def _legacy_scheduler(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """``scheduler: {policy, options}`` of a file in the earlier layout (top-level ``mechanism``,
+    ``mixed``, ``max_prefill_tokens``, ``admission``, ``batch_wait``, ``attention_dp_balance`` and
+    ``scheduler_recv_interval``), in the policies' own option names."""
+    if "mechanism" not in raw:
+        raise SpecError(f"{where}: missing field 'scheduler' ({{policy: <name>, options: {{...}}}}); policies: "
+                        "chunked-prefill, prefill-priority, inflight-no-evict, prefill-first")
+    policy = str(raw["mechanism"])
+    opts: dict[str, Any] = {}
+    if policy == "prefill-priority":
+        opts["enable_mixed_chunk"] = _flag(raw, "mixed", where)
+        opts.update(_renamed(raw.get("admission") or {}, _LEGACY_ADMISSION))
+    opts.update(_renamed(raw, {"max_prefill_tokens": "max_prefill_tokens",
+                               "scheduler_recv_interval": "scheduler_recv_interval"}))
+    bw = raw.get("batch_wait")
+    if isinstance(bw, dict):
+        opts.update(_renamed(bw, {"timeout_iters": "batch_wait_timeout_iters",
+                                  "max_tokens_ratio": "batch_wait_max_tokens_ratio"}))
+    elif bw is not None:
+        opts["batch_wait"] = bw   # refused by the policy, naming it
+    adp = raw.get("attention_dp_balance")
+    if adp is not None:
+        opts["attention_dp_config"] = {"enable_balance": True, **adp} if isinstance(adp, dict) else adp
+    return {"policy": policy, "options": opts}
+
+
+def _scheduler(raw: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """``scheduler: {policy: <name>, options: {...}}`` -> (policy, raw options)."""
+    if "scheduler" not in raw or any(k in raw for k in _LEGACY_KEYS):
+        if "scheduler" in raw:
+            old = ", ".join(k for k in _LEGACY_KEYS if k in raw)
+            raise SpecError(f"{where}: {old} belong under scheduler.options (in the policy's own words) "
+                            "when the file has a 'scheduler' mapping")
+        block = _legacy_scheduler(raw, where)
+    else:
+        block = raw["scheduler"]
+    if isinstance(block, str):
+        block = {"policy": block}
+    if not isinstance(block, dict) or not isinstance(block.get("policy"), str) or set(block) - {"policy", "options"}:
+        raise SpecError(f"{where}: scheduler must be {{policy: <name>, options: {{...}}}}; got {block!r}")
+    opts = block.get("options") or {}
+    if not isinstance(opts, dict):
+        raise SpecError(f"{where}: scheduler.options must map option names to values; got {opts!r}")
+    return block["policy"], {str(k): v for k, v in opts.items()}
+
+
+def _tiers(raw: dict[str, Any], where: str) -> tuple[DeviceTier, ...]:
+    """The device tiers of an engine file (first match wins)."""
     tiers = []
     for i, t in enumerate(raw.get("tiers") or []):
         w = f"{where} tier {i}"
@@ -622,21 +574,11 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
             chunk_size=_opt_int(t, "chunk_size", w),
             graph_max_batch=(int(g[0]), int(g[1])) if isinstance(g, (list, tuple)) else (int(g), int(g)),
         ))
-    mem = raw.get("memory") or {}
-    adm = raw.get("admission") or {}
-    try:
-        basis = MemoryBasis(mem.get("basis", "total"))
-        admission = Admission(adm.get("kind", "prompt"))
-    except ValueError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    kv8 = raw.get("kv_dtype_with_fp8_weights")
-    bw = raw.get("batch_wait") or {}
-    if not isinstance(bw, dict):
-        raise SpecError(f"{where}: batch_wait must map timeout_iters and max_tokens_ratio; got {bw!r}")
-    adp = raw.get("attention_dp_balance")
-    if adp is not None and not isinstance(adp, dict):
-        raise SpecError(f"{where}: attention_dp_balance must map timeout_iters and batching_wait_iters "
-                        f"(TensorRT-LLM attention_dp_config); got {adp!r}")
+    return tuple(tiers)
+
+
+def _comm(raw: dict[str, Any], where: str) -> tuple[dict[str, CommOptions], dict[str, tuple[str, ...]]]:
+    """``comm: {<name>: {<CommOptions fields>, flags: [...]}}`` -> options and flags by name."""
     comm_raw = raw.get("comm") or {}
     if not isinstance(comm_raw, dict):
         raise SpecError(f"{where}: comm must map option names to their settings; got {comm_raw!r}")
@@ -650,41 +592,50 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         assert opts is not None  # a mapping always gives options
         comm_options[str(key)] = opts
         comm_flags[str(key)] = tuple(str(f) for f in val.get("flags") or ())
+    return comm_options, comm_flags
+
+
+def _memory(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ``memory`` mapping as :class:`EngineSpec` keywords."""
+    mem = raw.get("memory") or {}
+    try:
+        basis = MemoryBasis(mem.get("basis", "total"))
+    except ValueError as exc:
+        raise SpecError(f"{where}: memory.basis: {exc}; expected one of: "
+                        f"{', '.join(b.value for b in MemoryBasis)}") from None
+    return {"memory_basis": basis, "memory_fraction": mem.get("fraction"),
+            "reserve_mib": {k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()}}
+
+
+def _max_num_seqs_rule(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The keywords of the KV-derived ``max_num_seqs`` default (SGLang's)."""
+    per_context = raw.get("max_num_seqs_per_context")
+    return {"max_num_seqs_le_budget": bool(raw.get("max_num_seqs_le_budget", False)),
+            "max_num_seqs_kv_fraction": raw.get("max_num_seqs_kv_fraction"),
+            "max_num_seqs_cap": _opt_int(raw, "max_num_seqs_cap", where),
+            "max_num_seqs_per_context": float(per_context) if per_context is not None else None,
+            "max_num_seqs_floor": _opt_int(raw, "max_num_seqs_floor", where)}
+
+
+def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
+    """Build an :class:`EngineSpec` from a data file's mapping (see ``specs/data/engines``)."""
+    where = f"engine {name!r}"
+    policy, options = _scheduler(raw, where)
+    kv8 = raw.get("kv_dtype_with_fp8_weights")
+    comm_options, comm_flags = _comm(raw, where)
     return EngineSpec(
         name=name, engine=str(raw.get("engine", name)), version=str(raw.get("version", "")),
         source=str(raw.get("source", "")), description=str(raw.get("description", "")),
-        is_default=bool(raw.get("default", False)), mechanism=mech, mixed=bool(raw.get("mixed", False)),
-        chunked_prefill=bool(raw.get("chunked_prefill", False)), tiers=tuple(tiers),
-        max_prefill_tokens=_opt_int(raw, "max_prefill_tokens", where),
-        prefill_max_batch=_opt_int(raw, "prefill_max_batch", where),
-        max_num_seqs_le_budget=bool(raw.get("max_num_seqs_le_budget", False)),
-        max_num_seqs_kv_fraction=raw.get("max_num_seqs_kv_fraction"),
-        max_num_seqs_cap=_opt_int(raw, "max_num_seqs_cap", where),
-        max_num_seqs_per_context=(float(raw["max_num_seqs_per_context"])
-                                  if raw.get("max_num_seqs_per_context") is not None else None),
-        max_num_seqs_floor=_opt_int(raw, "max_num_seqs_floor", where),
-        kv_block_size=int(raw.get("kv_block_size", 16)), memory_basis=basis,
-        memory_fraction=mem.get("fraction"),
-        reserve_mib={k: float(v) for k, v in (mem.get("reserve_mib") or {}).items()},
-        admission=admission, new_token_ratio=float(adm.get("new_token_ratio", 0.0)),
-        min_ratio_factor=float(adm.get("min_ratio_factor", 1.0)),
-        ratio_decay_steps=int(adm.get("decay_steps", 1)), clip_tokens=int(adm.get("clip_tokens", 0)),
+        is_default=bool(raw.get("default", False)), scheduler=policy, scheduler_options=options,
+        chunked_prefill=bool(raw.get("chunked_prefill", False)), tiers=_tiers(raw, where),
+        prefill_max_batch=_opt_int(raw, "prefill_max_batch", where), **_max_num_seqs_rule(raw, where),
+        kv_block_size=int(raw.get("kv_block_size", 16)), **_memory(raw, where),
         preemption=str(raw.get("preemption", "recompute")), prefix_caching=bool(raw.get("prefix_caching", False)),
         fused_input_quantization=bool(raw.get("fused_input_quantization", False)),
         fused_operators=bool(raw.get("fused_operators", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
         comm_options=comm_options, comm_flags=comm_flags,
-        batch_wait_iters=_number(bw, "timeout_iters", f"{where}: batch_wait", int),
-        batch_wait_tokens_ratio=_number(bw, "max_tokens_ratio", f"{where}: batch_wait", float),
-        # TensorRT-LLM AttentionDpConfig defaults when enable_balance is on: timeout 50, batching wait 10
-        adp_timeout_iters=(None if adp is None else _number({"timeout_iters": 50, **adp}, "timeout_iters",
-                                                            f"{where}: attention_dp_balance", int)),
-        adp_batching_wait_iters=(0 if adp is None else _number({"batching_wait_iters": 10, **adp},
-                                                               "batching_wait_iters",
-                                                               f"{where}: attention_dp_balance", int)),
-        scheduler_recv_interval=(_number(raw, "scheduler_recv_interval", where, int)
-                                 if "scheduler_recv_interval" in raw else 1),
         overlap_scheduling=_flag(raw, "overlap_scheduling", where),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         moe_backends=_moe_backends(raw.get("moe_backends"), where),

@@ -1,9 +1,10 @@
 """Instance schedulers (batching policies), registered by mechanism.
 
-``prefill-first`` (:class:`PrefillFirstScheduler`, alias ``vllm``), ``chunked-prefill``
+``prefill-first`` (:class:`PrefillFirstScheduler`), ``chunked-prefill``
 (:class:`ChunkedPrefillScheduler`, alias ``sarathi``), ``prefill-only`` and ``decode-only``
 (disaggregated roles), ``prefill-priority`` (:class:`PrefillPriorityScheduler`, SGLang) and
-``inflight-no-evict`` (:class:`InflightNoEvictScheduler`, TensorRT-LLM).
+``inflight-no-evict`` (:class:`InflightNoEvictScheduler`, TensorRT-LLM). Each policy has its
+``Options`` (in its engine's own words); :func:`policy_options` reads an engine's, validated.
 """
 
 from serveplan.sim.schedulers.base import (
@@ -12,12 +13,14 @@ from serveplan.sim.schedulers.base import (
     BatchPlan,
     FastPaths,
     InstanceView,
+    Options,
     RequestView,
     Scheduler,
     blocks_for,
     canonical_scheduler,
     collocated_schedulers,
     get_scheduler,
+    policy_options,
     register_scheduler,
     scheduler_names,
 )
@@ -29,7 +32,7 @@ from serveplan.sim.schedulers.prefill_priority import PrefillPriorityScheduler
 
 __all__ = [
     "ALIASES", "SCHEDULERS", "BatchPlan", "ChunkedPrefillScheduler", "DecodeOnlyScheduler", "FastPaths",
-    "InflightNoEvictScheduler", "PrefillPriorityScheduler",
-    "InstanceView", "PrefillFirstScheduler", "PrefillOnlyScheduler", "RequestView", "Scheduler", "blocks_for",
-    "canonical_scheduler", "collocated_schedulers", "get_scheduler", "register_scheduler", "scheduler_names",
+    "InflightNoEvictScheduler", "PrefillPriorityScheduler", "InstanceView", "Options", "PrefillFirstScheduler",
+    "PrefillOnlyScheduler", "RequestView", "Scheduler", "blocks_for", "canonical_scheduler", "collocated_schedulers",
+    "get_scheduler", "policy_options", "register_scheduler", "scheduler_names",
 ]

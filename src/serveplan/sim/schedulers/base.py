@@ -12,6 +12,14 @@ Hooks
     The shortcuts whose decisions the policy guarantees, so the instance may take them without
     calling ``plan_batch`` (see :class:`FastPaths`). Subclasses inherit them; a subclass whose
     decisions differ in those views must set its own (``FastPaths()`` turns them all off).
+``Options`` (class attribute, a frozen dataclass subclassing :class:`Options`)
+    The policy's knobs in its engine's own words (SGLang's ``scheduler_recv_interval``,
+    TensorRT-LLM's ``batch_wait_timeout_iters``), read from the ``scheduler: {policy, options}``
+    mapping of an engine file (:meth:`Options.from_dict` validates them, naming the field, the
+    value and the choices), fitted to an instance's layout (:meth:`Options.for_layout`) and
+    described in plain words (:meth:`Options.notes`). A policy is built from its options:
+    ``policy(options)``; keywords build them too (``PrefillPriorityScheduler(enable_mixed_chunk=True)``).
+    The options also say how the instance takes new requests in (:attr:`Options.recv_interval`).
 ``tag``, ``chunked``, ``collocated`` (class attributes)
     Short tag in fleet names; whether the policy splits prompts into ``chunk_size`` pieces (its
     token budget then defaults to the chunk size, and the chunk size is part of the fleet's
@@ -38,12 +46,17 @@ presets (a mechanism plus its defaults) are aliases or thin subclasses on top.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from serveplan.errors import SpecError
+from serveplan.specs.engine import EngineSpec
+from serveplan.specs.parallel import ParallelConfig
 from serveplan.units import ceil_div
 
 #: Registered schedulers by mechanism name.
@@ -81,6 +94,19 @@ def canonical_scheduler(name: str) -> str:
     if name not in SCHEDULERS:
         raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(scheduler_names())}")
     return name
+
+
+def policy_options(engine: EngineSpec, policy: str | None = None) -> Options:
+    """The validated options of ``policy`` (default: the engine's own) under ``engine``: the
+    engine file's ``scheduler.options`` when the engine runs that policy, the policy's defaults
+    otherwise. :class:`SpecError` naming the engine and the option when one is unknown or out of
+    range."""
+    own = canonical_scheduler(engine.scheduler)
+    name = own if policy is None else canonical_scheduler(policy)
+    cls = SCHEDULERS[name].Options
+    if name != own:
+        return cls()
+    return cls.from_dict(engine.scheduler_options, f"engine {engine.name!r}: scheduler.options")
 
 
 def scheduler_names() -> list[str]:
@@ -192,8 +218,111 @@ class BatchPlan:
 blocks_for = ceil_div
 
 
+_O = TypeVar("_O", bound="Options")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """A policy's options, in its engine's own words (the base policy has none).
+
+    Subclasses declare fields with defaults (the engine's own, cited); a field typed as another
+    ``Options`` dataclass is a nested mapping in the file (TensorRT-LLM's ``attention_dp_config``).
+    Fields named in :attr:`from_layout` are set from the instance's layout, not read from a file.
+    """
+
+    #: fields set by :meth:`for_layout` from the instance's layout (refused in a file)
+    from_layout: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_dict(cls: type[_O], raw: Mapping[str, Any] | None, where: str = "scheduler options") -> _O:
+        """Validated options from a file's mapping: an unknown key, or a value of the wrong kind or
+        range, raises :class:`SpecError` naming the field, the value and what was expected."""
+        raw = {} if raw is None else raw
+        if not isinstance(raw, Mapping):
+            raise SpecError(f"{where} must be a mapping of option names to values; got {raw!r}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in cls.from_layout]
+        values: dict[str, Any] = {}
+        for key, v in raw.items():
+            if key not in names:
+                choices = ", ".join(names) or "none (this policy has no options)"
+                raise SpecError(f"{where}: unknown option {key!r}; expected one of: {choices}")
+            values[key] = _option_value(f"{where}.{key}", v, hints[key])
+        out = cls(**values)
+        out.check(where)
+        return out
+
+    def check(self, where: str) -> None:
+        """Range checks across fields (:class:`SpecError`); none by default."""
+
+    def for_layout(self: _O, parallel: ParallelConfig) -> _O:
+        """These options for an instance of layout ``parallel`` (the fields in :attr:`from_layout`)."""
+        return self
+
+    def notes(self) -> list[str]:
+        """What the options change, in plain words, for the run's notes (only what departs from
+        a plain policy)."""
+        return []
+
+    @property
+    def recv_interval(self) -> int:
+        """Steps between the instance's looks at new requests (1: before every step; SGLang's
+        ``--scheduler-recv-interval``)."""
+        return 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as a file would hold them (infinite numbers as ``None``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Options):
+                v = v.to_dict()
+            elif isinstance(v, float) and v == float("inf"):
+                v = None
+            out[f.name] = v
+        return out
+
+
+def _option_value(where: str, v: Any, kind: Any) -> Any:
+    """``v`` checked against the annotation ``kind`` (bool, int, float, an ``Options`` dataclass,
+    or one of them ``| None``)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+        if v is None:
+            return None
+        kind = next(a for a in args if a is not type(None))
+    if isinstance(kind, type) and issubclass(kind, Options):
+        return kind.from_dict(v, where)
+    if kind is bool:
+        if not isinstance(v, bool):
+            raise SpecError(f"{where}={v!r} must be true or false")
+        return v
+    if kind is int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise SpecError(f"{where}={v!r} must be an integer >= 0")
+        return v
+    if kind is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise SpecError(f"{where}={v!r} must be a number >= 0")
+        return float(v)
+    raise TypeError(f"{where}: option type {kind!r} is not supported")  # pragma: no cover - a policy's bug
+
+
+#: the base of every policy's options (a name that a :class:`Scheduler` body can use for the type)
+PolicyOptions = Options
+
+
 class Scheduler:
-    """Base policy: helpers shared by the concrete schedulers."""
+    """Base policy: helpers shared by the concrete schedulers.
+
+    Built from its :attr:`Options` (``policy(options)``, or keywords that build them)."""
+
+    #: the options this policy takes (module docstring)
+    Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+    #: what a waiting request must find free in the KV cache to be admitted: its ``prompt``
+    #: (later shortage preempts), its prompt plus a ``reserve-ratio`` of the outputs still to come,
+    #: or its ``full`` length
+    admission: ClassVar[str] = "prompt"
 
     name: ClassVar[str] = "base"
     #: short tag in fleet names (``2m-tp4-b16-<tag>``)
@@ -204,6 +333,13 @@ class Scheduler:
     chunked: ClassVar[bool] = False
     #: whether the policy can run a collocated instance
     collocated: ClassVar[bool] = True
+
+    def __init__(self, options: PolicyOptions | None = None, **changes: Any) -> None:
+        opts = type(self).Options() if options is None else options
+        if not isinstance(opts, type(self).Options):
+            raise TypeError(f"{type(self).__name__} takes {type(self).Options.__qualname__}, "
+                            f"not {type(opts).__qualname__}")
+        self.options = dataclasses.replace(opts, **changes) if changes else opts
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -34,14 +34,94 @@ GUARANTEED_NO_EVICT``, ``enable_chunked_prefill = False``), as this policy repro
 
 from __future__ import annotations
 
-from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, blocks_for, register_scheduler
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from serveplan.errors import SpecError
+from serveplan.sim.schedulers.base import (
+    BatchPlan,
+    FastPaths,
+    InstanceView,
+    Options,
+    Scheduler,
+    blocks_for,
+    register_scheduler,
+)
+from serveplan.specs.parallel import ParallelConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionDPConfig(Options):
+    """TensorRT-LLM's ``attention_dp_config`` (``llm_args.py`` ``AttentionDpConfig``: balance off,
+    ``timeout_iters`` 50, ``batching_wait_iters`` 10)."""
+
+    enable_balance: bool = False
+    timeout_iters: int = 50
+    batching_wait_iters: int = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InflightNoEvictOptions(Options):
+    """TensorRT-LLM's scheduler knobs, by the LLM API's names (``llm_args.py``; module docstring).
+
+    Attributes
+    ----------
+    batch_wait_timeout_iters, batch_wait_max_tokens_ratio:
+        Batch waiting (both 0, off, by default).
+    attention_dp_config:
+        Attention-DP balance (:class:`AttentionDPConfig`).
+    attention_dp_ranks:
+        Ranks of attention data parallelism: the layout's ``dp`` (:meth:`for_layout`), not a file's.
+    """
+
+    from_layout = ("attention_dp_ranks",)
+
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
+    attention_dp_config: AttentionDPConfig = AttentionDPConfig()
+    attention_dp_ranks: int = 1
+
+    def check(self, where: str) -> None:
+        if not 0 <= self.batch_wait_max_tokens_ratio <= 1:
+            raise SpecError(f"{where}.batch_wait_max_tokens_ratio={self.batch_wait_max_tokens_ratio} must be "
+                            "in [0, 1]")
+
+    def for_layout(self, parallel: ParallelConfig) -> InflightNoEvictOptions:
+        return dataclasses.replace(self, attention_dp_ranks=parallel.dp)
+
+    @property
+    def balances(self) -> bool:
+        """Attention-DP balance holds prompts (on, and more than one rank)."""
+        return self.attention_dp_ranks > 1 and self.attention_dp_config.enable_balance
+
+    @property
+    def batch_waits(self) -> bool:
+        """Batch waiting holds prompts (on, and no attention DP: ``PyExecutor._schedule``)."""
+        return self.attention_dp_ranks == 1 and bool(self.batch_wait_timeout_iters or
+                                                     self.batch_wait_max_tokens_ratio)
+
+    def notes(self) -> list[str]:
+        adp = self.attention_dp_config
+        if self.balances:
+            return [f"attention-DP balance: prompts held until each of the {self.attention_dp_ranks} ranks has one, "
+                    f"up to {adp.timeout_iters} steps (then {adp.batching_wait_iters} more for batching)"]
+        if self.batch_waits:
+            return [f"batch waiting: prompts held up to {self.batch_wait_timeout_iters} steps or until a step's "
+                    f"tokens reach {self.batch_wait_max_tokens_ratio:g} x the budget"]
+        if self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio:
+            # TensorRT-LLM PyExecutor._schedule: batch waiting only without attention DP
+            return ["batch waiting off: TensorRT-LLM applies it only without attention DP"]
+        return []
 
 
 @register_scheduler("inflight-no-evict")
 class InflightNoEvictScheduler(Scheduler):
     """Decodes plus whole prompts each step; admission reserves the full sequence."""
 
+    Options = InflightNoEvictOptions
     tag = "inflight"
+    admission = "full"
     # nothing waiting and every running request decoding: all decode, and the reservation
     # guarantees their blocks fit (the instance's shortcut checks it again)
     fast_paths = FastPaths(all_decode=True)
@@ -54,16 +134,18 @@ class InflightNoEvictScheduler(Scheduler):
         # a request's last step leaves input + output - 1 tokens in its cache (sim.request)
         return sum(max(blocks_for(r.inp[q] + r.out[q] - 1, bs) - r.blocks[q], 0) for q in view.running)
 
-    def __init__(self, *, batch_wait_iters: int = 0, batch_wait_tokens_ratio: float = 0.0, adp_ranks: int = 1,
-                 adp_timeout_iters: int | None = None, adp_batching_wait_iters: int = 0) -> None:
-        self.batch_wait_iters = int(batch_wait_iters)
-        self.batch_wait_tokens_ratio = float(batch_wait_tokens_ratio)
+    def __init__(self, options: InflightNoEvictOptions | None = None, **changes: Any) -> None:
+        super().__init__(options, **changes)
+        o = self.options
+        assert isinstance(o, InflightNoEvictOptions)
+        self.batch_wait_iters = o.batch_wait_timeout_iters if o.batch_waits else 0
+        self.batch_wait_tokens_ratio = o.batch_wait_max_tokens_ratio if o.batch_waits else 0.0
         #: the instance's step count when the prompts now held back began to wait (None: none wait)
         self._wait_from: int | None = None
         #: attention-DP balance: ranks, and the counters' settings (None: balance off)
-        self.adp_ranks = int(adp_ranks)
-        self.adp_timeout_iters = None if adp_timeout_iters is None else int(adp_timeout_iters)
-        self.adp_batching_wait_iters = int(adp_batching_wait_iters)
+        self.adp_ranks = o.attention_dp_ranks
+        self.adp_timeout_iters = o.attention_dp_config.timeout_iters if o.balances else None
+        self.adp_batching_wait_iters = o.attention_dp_config.batching_wait_iters if o.balances else 0
         #: step count when the balance's waiting counter last started from 0
         self._adp_reset = 0
         #: steps the prompts have waited for batching with every rank ready

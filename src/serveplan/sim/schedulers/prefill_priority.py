@@ -22,28 +22,99 @@ SGLang 0.5 (``managers/scheduler.py`` ``get_next_batch_to_run``, ``managers/sche
 
 from __future__ import annotations
 
-from serveplan.sim.schedulers.base import BatchPlan, FastPaths, InstanceView, Scheduler, blocks_for, register_scheduler
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from serveplan.errors import SpecError
+from serveplan.sim.schedulers.base import (
+    BatchPlan,
+    FastPaths,
+    InstanceView,
+    Options,
+    Scheduler,
+    blocks_for,
+    register_scheduler,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillPriorityOptions(Options):
+    """SGLang's scheduler knobs, by its own names (defaults: SGLang 0.5, ``server_args.py``
+    ``ServerArgs`` and ``environ.py``; the engine files give the values of each version).
+
+    Attributes
+    ----------
+    enable_mixed_chunk:
+        Decodes join prefill steps (``--enable-mixed-chunk``, off by default).
+    max_prefill_tokens:
+        New prompt tokens of one prefill step (``--max-prefill-tokens``; ``None``: no limit
+        besides the token budget).
+    init_new_token_ratio, min_new_token_ratio_factor, new_token_ratio_decay_steps:
+        The reserve for the outputs still to come (``SGLANG_INIT_NEW_TOKEN_RATIO`` 0.7,
+        ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR`` 0.14, ``SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS`` 600).
+    clip_max_new_tokens:
+        Each request's remaining output counted at most this many tokens
+        (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` 4096; 0: unclipped).
+    scheduler_recv_interval:
+        ``--scheduler-recv-interval`` (1: requests taken in before every step;
+        ``managers/scheduler_recv_skipper.py``): above 1, while requests run, the scheduler
+        looks for new requests only when a counter reaches it, each decode step adding 1 and any
+        step with prompt tokens 1000 (:class:`~serveplan.sim.instance.Instance`).
+    """
+
+    enable_mixed_chunk: bool = False
+    max_prefill_tokens: int | None = None
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio_factor: float = 0.14
+    new_token_ratio_decay_steps: int = 600
+    clip_max_new_tokens: int = 4096
+    scheduler_recv_interval: int = 1
+
+    def check(self, where: str) -> None:
+        if not 0 < self.init_new_token_ratio <= 1:
+            raise SpecError(f"{where}.init_new_token_ratio={self.init_new_token_ratio} must be in (0, 1]")
+        if self.scheduler_recv_interval < 1:
+            raise SpecError(f"{where}.scheduler_recv_interval={self.scheduler_recv_interval} must be >= 1 "
+                            "(1: requests taken in before every step)")
+        if self.max_prefill_tokens is not None and self.max_prefill_tokens < 1:
+            raise SpecError(f"{where}.max_prefill_tokens={self.max_prefill_tokens} must be >= 1 (or null: no limit)")
+
+    @property
+    def recv_interval(self) -> int:
+        return self.scheduler_recv_interval
+
+    def notes(self) -> list[str]:
+        if self.scheduler_recv_interval > 1:
+            return [f"new requests taken in every {self.scheduler_recv_interval} decode steps "
+                    "(--scheduler-recv-interval)"]
+        return []
 
 
 @register_scheduler("prefill-priority")
 class PrefillPriorityScheduler(Scheduler):
-    """SGLang-style: prefill steps first, chunked prompts, decodes alone unless ``mixed``."""
+    """SGLang-style: prefill steps first, chunked prompts, decodes alone unless mixing is on."""
 
+    Options = PrefillPriorityOptions
     tag = "priority"
     chunked = True
+    admission = "reserve-ratio"
     # every decode step updates the new-token ratio, so each step is planned; with nothing
     # waiting the plan is "all decode" and the instance runs it as a stretch
     fast_paths = FastPaths()
 
-    def __init__(self, *, mixed: bool = False, max_prefill_tokens: float = float("inf"), init_ratio: float = 0.7,
-                 min_ratio_factor: float = 0.14, decay_steps: int = 600, clip_tokens: int = 4096) -> None:
-        self.mixed = mixed
-        self.max_prefill_tokens = max_prefill_tokens
-        self.init_ratio = init_ratio
-        self.min_ratio = init_ratio * min_ratio_factor
-        self.decay = (init_ratio - self.min_ratio) / max(decay_steps, 1)
-        self.clip = clip_tokens if clip_tokens > 0 else 1 << 62
-        self.ratio = init_ratio
+    def __init__(self, options: PrefillPriorityOptions | None = None, **changes: Any) -> None:
+        super().__init__(options, **changes)
+        o = self.options
+        assert isinstance(o, PrefillPriorityOptions)
+        self.mixed = o.enable_mixed_chunk
+        self.max_prefill_tokens = math.inf if o.max_prefill_tokens is None else float(o.max_prefill_tokens)
+        init = o.init_new_token_ratio
+        self.init_ratio = init
+        self.min_ratio = init * o.min_new_token_ratio_factor
+        self.decay = (init - self.min_ratio) / max(o.new_token_ratio_decay_steps, 1)
+        self.clip = o.clip_max_new_tokens if o.clip_max_new_tokens > 0 else 1 << 62
+        self.ratio = init
 
     def reserved_tokens(self, view: InstanceView) -> float:
         """Tokens kept for the remaining output of the running requests (``ratio x`` each)."""

@@ -195,7 +195,7 @@ function renderPlan(main) {
   docs.forEach((doc, i) => {
     const st = doc.settings, slo = st.slo, pct = slo.percentile;
     const best = doc.strategies[0];
-    const eng = st.engine ? `${st.engine.engine} ${st.engine.version} (${st.engine.mechanism})` : "no engine";
+    const eng = st.engine ? `${st.engine.engine} ${st.engine.version} (${st.engine.scheduler})` : "no engine";
     const byName = Object.fromEntries(doc.strategies.map((r, k) => [r.name, [r, k + 1]]));
     const shown = (doc.ranking || doc.strategies.map((r) => r.name)).map((n) => byName[n]);
     const whole = [doc.best_collocated, doc.best_disaggregated].filter((n) => n);
