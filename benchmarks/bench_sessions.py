@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
 from serveplan.sim import SimulationConfig, Workload, simulate  # noqa: E402
-from serveplan.sim.sessions import KVTiers, session_workload  # noqa: E402
+from serveplan.sim.prefix_cache import KVTiers  # noqa: E402
+from serveplan.sim.sessions import session_workload  # noqa: E402
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile  # noqa: E402
 
 #: bench_sim.py's 2m op2 10k run, median CPU seconds pinned to one core (benchmarks/results/sim-20261125.txt)
@@ -40,7 +41,8 @@ def sessions_config() -> SimulationConfig:
 def reference_config() -> SimulationConfig:
     specs = dict(model=get_model("codellama-34b"), hardware=get_hardware("ascend-910b3"),
                  profile=get_profile("bestserve-910b3"))
-    common = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="prefill-first", fidelity="iteration", strategy="2m")
+    common = dict(tp=4, max_batch=16, prefill_max_batch=4, scheduler="prefill-first", fidelity="iteration",
+                  strategy="2m")
     cap = simulate(SimulationConfig(**specs, **common, rate=1000.0, max_time_s=1e12,  # type: ignore[arg-type]
                                     workload=Workload.scenario("op2", num_requests=2000))).throughput_rps
     return SimulationConfig(**specs, **common, rate=0.9 * cap,  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from serveplan.sim import SimulationConfig, simulate
-from serveplan.sim.sessions import KVTiers, session_workload, with_system_prompt
+from serveplan.sim.prefix_cache import KVTiers
+from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import Workload
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile
 
