@@ -19,7 +19,9 @@ LMCache's local-disk backend stages through CPU buffers). By default the lower t
 eviction (write-back, SGLang HiCache ``write_back``): spilling runs in the background and costs no
 step time. ``connector="lmcache"`` models vLLM's LMCache connector instead: write-through of every
 prefilled prompt in 256-token chunks, a synchronous GPU-to-CPU copy after each forward pass
-(:meth:`PrefixCache._store`).
+(:meth:`PrefixCache._store`). Whether a hit loads before its step or layer by layer under it is
+the engine's (its data file's ``prefix_cache: {tier_load}``, :func:`default_load`) unless
+:attr:`KVTiers.load` says.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from serveplan.errors import SpecError
 from serveplan.estimator.batch import StepBatch
 from serveplan.sim.metrics import LatencyStats
 from serveplan.sim.workload import Workload
+from serveplan.specs.catalog import get_engine
+from serveplan.specs.engine import TIER_LOADS, EngineSpec
 from serveplan.specs.host import HostSpec
 
 if TYPE_CHECKING:
@@ -46,7 +50,6 @@ if TYPE_CHECKING:
     from serveplan.sim.request import RequestRecords
 
 TIERS = ("cpu", "disk")
-LOADS = ("serial", "layerwise")
 #: how the lower tiers fill: ``None`` by eviction (write-back, the module docstring); ``lmcache``
 #: write-through of every prefilled prompt in 256-token chunks (LMCache ``chunk_size`` default 256,
 #: ``lmcache/v1/config.py``; :meth:`PrefixCache._store`)
@@ -607,8 +610,8 @@ class KVTiers:
             raise SpecError(f"kv_tiers='cpu': host {self.host.name!r} has no CPU memory; give --kv-cpu-gb")
         if "disk" in t and self.capacity_bytes("disk") <= 0:
             raise SpecError(f"kv_tiers='disk': host {self.host.name!r} has no disk (disk_bytes=0); give --kv-disk-gb")
-        if self.load is not None and self.load not in LOADS:
-            raise SpecError(f"kv_load={self.load!r}; expected one of: {', '.join(LOADS)}")
+        if self.load is not None and self.load not in TIER_LOADS:
+            raise SpecError(f"kv_load={self.load!r}; expected one of: {', '.join(TIER_LOADS)}")
         if self.connector is not None and self.connector not in CONNECTORS:
             raise SpecError(f"kv_connector={self.connector!r}; expected one of: {', '.join(CONNECTORS)}")
 
@@ -625,17 +628,26 @@ class KVTiers:
                 "disk_bytes": self.capacity_bytes("disk"), "load": self.load, "connector": self.connector}
 
 
-def default_load(engine: str | None) -> str:
-    """How an engine loads lower-tier KV: SGLang HiCache layer by layer (``hicache_design.md``:
-    loads overlap the forward pass per layer), vLLM with LMCache in one bulk copy before the step
-    (LMCache ``use_layerwise`` defaults to false), others serially."""
-    return "layerwise" if engine == "sglang" else "serial"
+def default_load(engine: EngineSpec | str | None) -> str:
+    """How ``engine`` loads lower-tier KV: its data file's ``prefix_cache: {tier_load: ...}``
+    (:attr:`EngineSpec.prefix_cache_tier_load <serveplan.specs.engine.EngineSpec.prefix_cache_tier_load>`,
+    each value cited there: SGLang HiCache layer by layer, vLLM with LMCache and TensorRT-LLM in
+    one copy before the step); ``serial`` without an engine. An engine family's name (what
+    ``sim/engine.py`` passes) stands for the family's default version; a family that is not
+    bundled loads serially."""
+    if isinstance(engine, str):
+        try:
+            engine = get_engine(engine)
+        except SpecError:
+            return "serial"
+    return "serial" if engine is None else engine.prefix_cache_tier_load
 
 
 # ---------------------------------------------------------------------- wiring
 def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains: BlockChains, stats: PrefixStats,
-                         tiers: KVTiers | None, engine: str | None) -> None:
-    """Give every instance of ``instances`` (all prefilling, one estimator) its prefix cache."""
+                         tiers: KVTiers | None, engine: EngineSpec | str | None) -> None:
+    """Give every instance of ``instances`` (all prefilling, one estimator) its prefix cache;
+    ``engine`` (:func:`default_load`) says how lower-tier hits load unless ``tiers.load`` does."""
     est = clock.est
     bs = chains.block_size
     block_bytes = bs * est.memory.kv_bytes_per_token  # per device: each GPU holds its shard
