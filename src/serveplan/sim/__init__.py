@@ -21,9 +21,10 @@ from serveplan.sim.engine import (
 )
 from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
 from serveplan.sim.metrics import SLO, LatencyStats
+from serveplan.sim.prefix_cache import KVTiers, PrefixCacheReport
 from serveplan.sim.request import RequestRecords
 from serveplan.sim.serving import EngineSetup, resolve_engine
-from serveplan.sim.sessions import KVTiers, PrefixCacheReport, session_workload, with_system_prompt
+from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
 
 __all__ = [

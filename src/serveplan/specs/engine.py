@@ -180,6 +180,11 @@ class EngineSpec:
         engine's default path (``moe_backends: {mxfp4: marlin}``: vLLM with
         ``VLLM_MXFP4_USE_MARLIN=1``); priced by that backend's own curve
         (:meth:`~serveplan.specs.profile.EfficiencyProfile.with_moe_backends`). Empty: the defaults.
+    prefix_cache_tier_load:
+        How prefix-cache hits found in CPU memory or on disk reach the GPU (``prefix_cache:
+        {tier_load: ...}``; one of :data:`TIER_LOADS`): ``serial``, one copy before the step that
+        needs them, or ``layerwise``, layer ``i``'s copy under layer ``i - 1``'s compute
+        (:meth:`~serveplan.sim.prefix_cache.PrefixCache.step_with_loads`). Absent: ``serial``.
     cites:
         Field -> where in the engine's source the value was read.
     """
@@ -217,6 +222,7 @@ class EngineSpec:
     moe_backends: dict[str, str] = field(default_factory=dict)
     prefill_host_s: dict[str, float] = field(default_factory=dict)
     prefill_graphs: tuple[int, int] | None = None
+    prefix_cache_tier_load: str = "serial"
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -464,6 +470,22 @@ def _prefill_graphs(raw: Any, where: str) -> tuple[int, int] | None:
             check_int(f"{where}: prefill_graphs.per_sequence", raw.get("per_sequence", 2), low=1))
 
 
+#: how lower-tier prefix-cache hits are loaded (:attr:`EngineSpec.prefix_cache_tier_load`)
+TIER_LOADS = ("serial", "layerwise")
+
+
+def _prefix_cache_tier_load(raw: Any, where: str) -> str:
+    """``prefix_cache: {tier_load: serial|layerwise}`` -> the tier load (absent: ``serial``)."""
+    if raw is None:
+        return "serial"
+    if not isinstance(raw, dict) or set(raw) - {"tier_load"}:
+        raise SpecError(f"{where}: prefix_cache must be {{tier_load: {'|'.join(TIER_LOADS)}}}; got {raw!r}")
+    v = raw.get("tier_load", "serial")
+    if v not in TIER_LOADS:
+        raise SpecError(f"{where}: prefix_cache.tier_load={v!r}; expected one of: {', '.join(TIER_LOADS)}")
+    return str(v)
+
+
 def _prefill_host_s(raw: Any, where: str) -> dict[str, float]:
     """``prefill_host_us: {<module>: microseconds}`` -> seconds by module name (absent: none)."""
     if raw is None:
@@ -641,5 +663,6 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         moe_backends=_moe_backends(raw.get("moe_backends"), where),
         prefill_host_s=_prefill_host_s(raw.get("prefill_host_us"), where),
         prefill_graphs=_prefill_graphs(raw.get("prefill_graphs"), where),
+        prefix_cache_tier_load=_prefix_cache_tier_load(raw.get("prefix_cache"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )
