@@ -33,6 +33,7 @@ from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResu
 from serveplan.sim.clock import Clocks
 from serveplan.sim.deployment import Deployment, resolve
 from serveplan.sim.engine import LoneRequest, lone_request
+from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
@@ -89,8 +90,9 @@ class GoodputSettings:
     def checks_steady_state(self) -> bool:
         if self.steady_state is not None:
             return self.steady_state
-        name = self.engine if isinstance(self.engine, str) else (self.engine.engine if self.engine else None)
-        return name != "bestserve"
+        if self.engine is None:
+            return True
+        return (get_engine(self.engine) if isinstance(self.engine, str) else self.engine).steady_state_check
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fidelity", Fidelity.parse(self.fidelity))

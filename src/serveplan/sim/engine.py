@@ -31,24 +31,23 @@ from serveplan.estimator.batch import StepBatch
 from serveplan.estimator.static import decode_times, fom_flops
 from serveplan.sim import bestserve as bs
 from serveplan.sim.clock import Clocks
-from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet
+from serveplan.sim.cluster import ClosedLoop, EarlyStop, OpenLoop, Stage, kv_transfer_time, run_fleet, session_loop
 from serveplan.sim.deployment import BLOCK_SIZE, Deployment, graph_tokens_of, resolve
 from serveplan.sim.fleet import Fleet, Role, Strategy
 from serveplan.sim.instance import Instance
-from serveplan.sim.kv import PrefixStats
 from serveplan.sim.metrics import SLO, LatencyStats, QueueGrowth
+from serveplan.sim.prefix_cache import (
+    KVTiers,
+    PrefixCacheReport,
+    PrefixStats,
+    attach_prefix_caches,
+    block_chains,
+    prefix_report,
+)
 from serveplan.sim.request import RequestRecords, RequestState
 from serveplan.sim.router import check_router, get_router
 from serveplan.sim.schedulers import get_scheduler
 from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine, steady_window
-from serveplan.sim.sessions import (
-    KVTiers,
-    PrefixCacheReport,
-    attach_prefix_caches,
-    block_chains,
-    prefix_report,
-    session_loop,
-)
 from serveplan.sim.stream import check_size, run_windowed, windowed
 from serveplan.sim.workload import MAX_REQUESTS, Workload, arrival_times
 from serveplan.specs.catalog import get_engine
@@ -139,7 +138,7 @@ class SimulationConfig:
     engine_setup:
         The resolved engine (set by the constructor; pass only when copying a config).
     kv_tiers:
-        CPU memory and disk tiers of the prefix cache (:class:`~serveplan.sim.sessions.KVTiers`);
+        CPU memory and disk tiers of the prefix cache (:class:`~serveplan.sim.prefix_cache.KVTiers`);
         the cache runs when the workload shares prompt blocks (sessions, trace hashes, a system
         prompt: ``Workload.prefix_cached``).
     """
@@ -504,7 +503,7 @@ def simulation_config(*, engine: str | EngineSpec | None, strategy: str | None =
     if not opts.get("prefill_max_batch"):
         opts.pop("prefill_max_batch", None)
     given = {k: v for k, v in opts.items() if v is not None}
-    return SimulationConfig(engine=spec, strategy=strategy or ("1p1d" if spec.engine == "bestserve" else "1m"),
+    return SimulationConfig(engine=spec, strategy=strategy or spec.default_strategy or "1m",
                             **given, **config)
 
 
@@ -645,6 +644,7 @@ def _session_starts(cfg: SimulationConfig) -> ClosedLoop:
     """Sessions starting open-loop (``rate``: sessions/s, the workload's arrival process) or all
     at once offline; each later turn follows its previous answer."""
     wl = cfg.workload
+    assert wl.session is not None  # a session workload (the caller's test)
     n_s = int(np.max(wl.session)) + 1
     starts = (np.zeros(n_s) if cfg.offline else
               arrival_times(Workload(input_lengths=1, output_lengths=1, num_requests=n_s, arrival=wl.arrival,
@@ -811,7 +811,7 @@ def _stages(dep: Deployment, req: RequestState, cap: float, handed: list[tuple[f
                  for i in range(strat.count(role))]
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
-                                 cfg.kv_tiers, None if cfg.engine is None else cfg.engine.engine)
+                                 cfg.kv_tiers, cfg.engine)
         # the API server of each replica takes the requests the clients send (not the decode
         # stage's hand-offs); an offline run has none (everything is queued before the first step)
         fs = cfg.engine.frontend_s if cfg.engine is not None and not stages and not cfg.offline else 0.0

@@ -43,7 +43,8 @@ from serveplan.estimator import columns
 from serveplan.estimator.batch import StepBatch, step_sums
 from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
 from serveplan.sim.fleet import Batching, Role
-from serveplan.sim.kv import KVCache, PrefixCache
+from serveplan.sim.kv import KVCache
+from serveplan.sim.prefix_cache import PrefixCache
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 from serveplan.specs.speculative import SpecDecodeConfig

@@ -26,14 +26,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-# PrefixCache and PrefixStats live in sim/prefix_cache.py; named here too for the modules that still
-# import them from sim/kv.py (sim/instance.py, sim/engine.py)
-from serveplan.sim.prefix_cache import PrefixCache, PrefixStats
 from serveplan.units import ceil_div
 
-__all__ = ["KVCache", "PrefixCache", "PrefixStats"]
+if TYPE_CHECKING:
+    from serveplan.sim.prefix_cache import PrefixCache
 
 
 class _Lengths(Protocol):

@@ -27,21 +27,10 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError
-
-# Where sim/engine.py still imports them from (they live in sim/cluster.py and sim/prefix_cache.py)
-from serveplan.sim.cluster import session_loop
-from serveplan.sim.prefix_cache import (
-    KVTiers,
-    PrefixCacheReport,
-    attach_prefix_caches,
-    block_chains,
-    prefix_report,
-)
 from serveplan.sim.workload import LENGTH_STREAM, Workload
 from serveplan.specs.catalog import get_session_dataset
 
-__all__ = ["DEFAULT_SESSION_DATASET", "KVTiers", "PrefixCacheReport", "attach_prefix_caches", "block_chains",
-           "prefix_report", "session_loop", "session_workload", "with_system_prompt"]
+__all__ = ["DEFAULT_SESSION_DATASET", "session_workload", "with_system_prompt"]
 
 #: the bundled session dataset used when none is named
 DEFAULT_SESSION_DATASET = "mooncake-conversation"

@@ -198,8 +198,7 @@ class Workload:
     _digest: str = field(default="", repr=False)
     #: multi-turn sessions (:func:`serveplan.sim.sessions.session_workload`): each request's
     #: session id and turn (0 first); its next turn is sent ``think_s`` after its answer ends
-    #: (``session`` stays untyped until ``sim/engine.py``'s ``_session_starts`` checks it for None)
-    session: Any = None
+    session: np.ndarray | None = None
     turn: np.ndarray | None = None
     think_s: float = 0.0
     #: per request, the trace's prompt block hashes (Mooncake format, :func:`mooncake_workload`),

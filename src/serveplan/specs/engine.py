@@ -140,6 +140,12 @@ class EngineSpec:
         in between is not modelled).
     default_tp:
         TP used when none is given (``None``: the smallest that fits, :func:`default_tp`).
+    default_strategy:
+        Fleet strategy of a run that gives none (``None``: one collocated instance, ``1m``).
+    steady_state_check:
+        The goodput search rejects a rate whose SLO holds over the stream but not in its steady
+        state (:attr:`serveplan.optimize.goodput.GoodputSettings.steady_state`); off for BestServe's
+        testbed, whose reproduction keeps the paper's Algorithm 9 check over the whole stream.
     comm_options:
         Opt-in expert-parallel communication setups the engine offers (name -> :class:`CommOptions`,
         e.g. SGLang's ``deepep``), none applied unless asked for (:meth:`comm`); the engines'
@@ -215,6 +221,8 @@ class EngineSpec:
     fused_operators: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
+    default_strategy: str | None = None
+    steady_state_check: bool = True
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     overlap_scheduling: bool = False
@@ -657,6 +665,8 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         fused_operators=bool(raw.get("fused_operators", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
+        default_strategy=str(raw["default_strategy"]) if raw.get("default_strategy") else None,
+        steady_state_check=_flag({"steady_state_check": True, **raw}, "steady_state_check", where),
         comm_options=comm_options, comm_flags=comm_flags,
         overlap_scheduling=_flag(raw, "overlap_scheduling", where),
         frontend_s=_frontend_s(raw.get("frontend"), where),
