@@ -28,7 +28,7 @@ from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
 from serveplan.errors import SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import SearchResult, search_many
+from serveplan.optimize.search import SearchMethod, SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
 from serveplan.report.documents import optimize_document
@@ -54,7 +54,7 @@ from serveplan.validate.bands import GoodputBand, goodput_bands
 #: conversation service (2023), a real chat mix (``specs/data/datasets/azure-conv.yaml``)
 DEFAULT_DATASET = "azure-conv"
 #: search methods of the front ends: the default composes pool measurements (``auto``)
-METHOD_DEFAULT = "auto"
+METHOD_DEFAULT = SearchMethod.AUTO
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,12 +179,12 @@ class PlanOptions(CommandOptions):
             check_number("target-rate", self.target_rate, low=0, low_open=True, unit="requests per second")
 
     @property
-    def method(self) -> str:
+    def method(self) -> SearchMethod:
         """The search method these options ask for (bands compare the top strategies, which pruning
         by bound would drop: they imply the exhaustive search)."""
         if self.exhaustive or self.band:
-            return "exhaustive"
-        return "bounded" if self.keep > 0 else METHOD_DEFAULT
+            return SearchMethod.EXHAUSTIVE
+        return SearchMethod.BOUNDED if self.keep > 0 else METHOD_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,9 +327,9 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
 
 def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | DeviceSpec = "h100-sxm", *,
                  engine: str = "vllm", space: SearchSpace | None = None, workload: Workload | None = None,
-                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None, method: str = METHOD_DEFAULT,
-                 jobs: int | None = 1, progress: bool = False, out_dir: str | Path | None = None,
-                 **options: Any) -> SearchResult:
+                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None,
+                 method: str | SearchMethod = METHOD_DEFAULT, jobs: int | None = 1, progress: bool = False,
+                 out_dir: str | Path | None = None, **options: Any) -> SearchResult:
     """Rank every fleet by goodput per device under the SLO: the plan ``serveplan optimize`` and
     the web page give for the same question (the same options, defaults and method).
 
