@@ -65,3 +65,24 @@ def test_table_4_and_5_settings_run_and_stay_in_the_papers_regime(testbed, strat
         assert res.ttft_s.p90 > 1.5 and res.tpot_s.p90 < 0.07
     else:
         assert res.ttft_s.p90 < 1.5 and res.tpot_s.p90 > 1.0
+
+
+@pytest.mark.parametrize("disaggregated", [True, False])
+def test_run_bestserve_takes_the_knob_names_and_still_the_papers(testbed, disaggregated):
+    """``run_bestserve`` names the knobs as serveplan does (``prefill_max_batch``, ``max_batch``:
+    BestServe's prefill batch and ``b_max``); the former keywords ``prefill_b_max`` and
+    ``decode_b_max`` give the same run; both names of one knob, or neither, are refused."""
+    from serveplan.sim.bestserve import Oracle, run_bestserve
+
+    est = Estimator(**testbed, parallel=ParallelConfig(tp=4))
+    A, inp, out = np.array([0.0, 0.0, 0.5, 1.0]), np.array([512, 1024, 256, 2048]), np.array([16, 1, 64, 8])
+    common = dict(disaggregated=disaggregated, n_prefill=1, n_decode=1, n_collocated=1,
+                  oracle_p=Oracle(est), oracle_d=Oracle(est))
+    new = run_bestserve(A, inp, out, prefill_max_batch=2, max_batch=3, **common)
+    old = run_bestserve(A, inp, out, prefill_b_max=2, decode_b_max=3, **common)
+    for key in new:
+        np.testing.assert_array_equal(new[key], old[key])
+    with pytest.raises(TypeError, match="prefill_max_batch= .or its former name prefill_b_max=."):
+        run_bestserve(A, inp, out, prefill_max_batch=2, prefill_b_max=2, max_batch=3, **common)
+    with pytest.raises(TypeError, match="max_batch= .or its former name decode_b_max=."):
+        run_bestserve(A, inp, out, prefill_max_batch=2, **common)
