@@ -54,3 +54,25 @@ def test_unknown_values_are_refused_naming_the_choices():
         max_goodput(Fleet.build("1m"), None, check="e2e")  # type: ignore[arg-type]  # refused before use
     with pytest.raises(ValueError):
         _result("guessed")
+
+
+def test_checkpoint_records_with_former_knob_names_still_load(tmp_path):
+    """A checkpoint line whose knobs carry a former name (``max_num_seqs``, ``max_prompts``,
+    ``step_token_budget``) resumes as the same fleet as one written with today's names."""
+    from serveplan.optimize.search import _append_checkpoint, _load_checkpoint
+
+    r = GoodputResult(candidate=Fleet.build("2m", tp=2, max_batch=32, prefill_max_batch=4, token_budget=2048,
+                                            scheduler="prefill-first"),
+                      goodput_rps=3.0, goodput_per_device=0.75, status=GoodputStatus.OK, method="confirmed")
+    path = tmp_path / "checkpoint.jsonl"
+    _append_checkpoint(path, "fp", r)
+    rec = json.loads(path.read_text())
+    res = rec["result"]
+    res["max_num_seqs"], res["max_prompts"], res["step_token_budget"] = (res.pop("max_batch"),
+                                                                          res.pop("prefill_max_batch"),
+                                                                          res.pop("token_budget"))
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(rec) + "\n")
+    back = _load_checkpoint(old, "fp")[r.name]
+    assert back.candidate == r.candidate and back.method is GoodputMethod.CONFIRMED
+    assert back.to_dict() == _load_checkpoint(path, "fp")[r.name].to_dict()

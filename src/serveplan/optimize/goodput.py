@@ -206,7 +206,9 @@ class GoodputResult:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> GoodputResult:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; a knob under a former name (:data:`_FORMER_KEYS`) is read as
+        its current one, so records written before a rename still load."""
+        d = {**{new: d[old] for old, new in _FORMER_KEYS.items() if old in d and new not in d}, **d}
         kw: dict[str, Any] = {"candidate": Fleet.from_dict(d)}
         for f in fields(GoodputResult):
             key = _KEYS.get(f.name, f.name)
@@ -229,6 +231,9 @@ class GoodputResult:
 
 #: keys of the record whose names differ from the fields (units, or a clearer name)
 _KEYS = {"ttft_p": "ttft_p_s", "tpot_p": "tpot_p_s", "binding": "binding_slo"}
+#: former names of knobs in records (checkpoints, results files) -> their names now (docs/glossary.md)
+_FORMER_KEYS = {"max_num_seqs": "max_batch", "max_prompts": "prefill_max_batch", "prefill_b_max": "prefill_max_batch",
+                "decode_b_max": "max_batch", "step_token_budget": "token_budget"}
 
 
 def _num(x: float) -> float | None:

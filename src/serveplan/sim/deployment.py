@@ -81,7 +81,7 @@ class RoleSetup:
         b, par = self.instance.batching, self.instance.parallel
         return {"role": self.role.value, "count": self.count, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
                 "num_devices": par.num_devices, "scheduler": b.scheduler, "max_batch": b.max_batch,
-                "max_prompts": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
+                "prefill_max_batch": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
                 "scheduler_options": {k: (None if isinstance(v, float) and v == float("inf") else v)
                                       for k, v in self.scheduler_options.items()},
                 "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,

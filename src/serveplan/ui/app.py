@@ -53,10 +53,10 @@ def _error(exc: BaseException, status: int | None = None) -> JSONResponse:
     return JSONResponse({"error": text, "exit_code": code}, status_code=status or (422 if code == 3 else 400))
 
 
-def create_app(*, host: str = "127.0.0.1", max_running: int = 2, time_limit_s: float = 600.0) -> FastAPI:
+def create_app(*, host: str = "127.0.0.1", max_jobs: int = 2, time_limit_s: float = 600.0) -> FastAPI:
     """The application; ``host`` is the address it is served on (requests naming another host
     are refused, which keeps other sites' pages from reaching it through DNS rebinding)."""
-    jobs = JobManager(max_running=max_running, time_limit_s=time_limit_s)
+    jobs = JobManager(max_jobs=max_jobs, time_limit_s=time_limit_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
