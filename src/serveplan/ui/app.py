@@ -30,6 +30,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from serveplan import __version__
 from serveplan.errors import PlannerError
 from serveplan.ui import service
 from serveplan.ui.jobs import BusyError, JobManager
@@ -85,8 +86,6 @@ def create_app(*, host: str = "127.0.0.1", max_jobs: int = 2, time_limit_s: floa
 
     @app.get("/api/schema")
     def schema() -> dict[str, Any]:
-        from serveplan import __version__
-
         return service.schema() | {"version": __version__}
 
     @app.get("/api/check/{panel}")
