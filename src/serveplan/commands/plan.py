@@ -215,13 +215,13 @@ def prepare(o: PlanOptions) -> PreparedPlan:
     if o.nvlink_domain is not None:
         hw = hw.with_(scale_up_domain=o.nvlink_domain)
     eng = engine_spec(o.engine, o.memory_fraction)
-    max_batch, prompts, schedulers, chunk_sizes, token_budget = search_defaults(
+    max_batch, prefill_max_batch, schedulers, chunk_sizes, token_budget = search_defaults(
         eng, hw, max_batch=o.max_batch, prefill_max_batch=o.prefill_max_batch, schedulers=o.schedulers,
         chunk_sizes=o.chunk_sizes, knobs=o.search_knobs)
     space = SearchSpace(
         devices=o.devices, tp_sizes=tuple(parse_int_list(o.tp, "tp")), pp_sizes=tuple(parse_int_list(o.pp, "pp")),
         dp_sizes=tuple(parse_int_list(o.dp, "dp")), ep_sizes=tuple(parse_int_list(o.ep, "ep")),
-        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prompts or None,
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
         collocated=not o.no_collocated, disaggregated=not o.no_disaggregated, mixed_tp=not o.same_tp,
