@@ -28,7 +28,7 @@ from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
 from serveplan.errors import SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import SearchResult, search_many
+from serveplan.optimize.search import SearchMethod, SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
 from serveplan.report.documents import optimize_document
@@ -54,7 +54,7 @@ from serveplan.validate.bands import GoodputBand, goodput_bands
 #: conversation service (2023), a real chat mix (``specs/data/datasets/azure-conv.yaml``)
 DEFAULT_DATASET = "azure-conv"
 #: search methods of the front ends: the default composes pool measurements (``auto``)
-METHOD_DEFAULT = "auto"
+METHOD_DEFAULT = SearchMethod.AUTO
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,12 +179,12 @@ class PlanOptions(CommandOptions):
             check_number("target-rate", self.target_rate, low=0, low_open=True, unit="requests per second")
 
     @property
-    def method(self) -> str:
+    def method(self) -> SearchMethod:
         """The search method these options ask for (bands compare the top strategies, which pruning
         by bound would drop: they imply the exhaustive search)."""
         if self.exhaustive or self.band:
-            return "exhaustive"
-        return "bounded" if self.keep > 0 else METHOD_DEFAULT
+            return SearchMethod.EXHAUSTIVE
+        return SearchMethod.BOUNDED if self.keep > 0 else METHOD_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,13 +215,13 @@ def prepare(o: PlanOptions) -> PreparedPlan:
     if o.nvlink_domain is not None:
         hw = hw.with_(scale_up_domain=o.nvlink_domain)
     eng = engine_spec(o.engine, o.memory_fraction)
-    max_batch, prompts, schedulers, chunk_sizes, token_budget = search_defaults(
+    max_batch, prefill_max_batch, schedulers, chunk_sizes, token_budget = search_defaults(
         eng, hw, max_batch=o.max_batch, prefill_max_batch=o.prefill_max_batch, schedulers=o.schedulers,
         chunk_sizes=o.chunk_sizes, knobs=o.search_knobs)
     space = SearchSpace(
         devices=o.devices, tp_sizes=tuple(parse_int_list(o.tp, "tp")), pp_sizes=tuple(parse_int_list(o.pp, "pp")),
         dp_sizes=tuple(parse_int_list(o.dp, "dp")), ep_sizes=tuple(parse_int_list(o.ep, "ep")),
-        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prompts or None,
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
         collocated=not o.no_collocated, disaggregated=not o.no_disaggregated, mixed_tp=not o.same_tp,
@@ -327,9 +327,9 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
 
 def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | DeviceSpec = "h100-sxm", *,
                  engine: str = "vllm", space: SearchSpace | None = None, workload: Workload | None = None,
-                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None, method: str = METHOD_DEFAULT,
-                 jobs: int | None = 1, progress: bool = False, out_dir: str | Path | None = None,
-                 **options: Any) -> SearchResult:
+                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None,
+                 method: str | SearchMethod = METHOD_DEFAULT, jobs: int | None = 1, progress: bool = False,
+                 out_dir: str | Path | None = None, **options: Any) -> SearchResult:
     """Rank every fleet by goodput per device under the SLO: the plan ``serveplan optimize`` and
     the web page give for the same question (the same options, defaults and method).
 

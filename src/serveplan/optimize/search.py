@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,14 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput, worker_clocks
+from serveplan.optimize.goodput import (
+    GoodputMethod,
+    GoodputResult,
+    GoodputSettings,
+    GoodputStatus,
+    max_goodput,
+    worker_clocks,
+)
 from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_pool
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
@@ -32,12 +40,36 @@ from serveplan.sim.fleet import Fleet
 from serveplan.specs.catalog import get_engine
 
 CHECKPOINT = "checkpoint.jsonl"
-#: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
-#: can still reach the best ``keep`` simulated whole, best analytic bound first (branch and bound);
-#: the fast one where its confirmations agree with its compositions, else the branch and bound
-METHODS = ("exhaustive", "fast", "bounded", "auto")
+
+
+class SearchMethod(str, Enum):
+    """How :func:`search` ranks a space; a ``str`` enum, so ``method == "fast"`` holds and
+    documents keep the plain string."""
+
+    EXHAUSTIVE = "exhaustive"   # every fleet simulated
+    FAST = "fast"               # pools composed and the best confirmed
+    #: every fleet that can still reach the best ``keep`` simulated whole, best analytic bound
+    #: first (branch and bound)
+    BOUNDED = "bounded"
+    AUTO = "auto"               # the fast one where its confirmations agree with its compositions, else bounded
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | SearchMethod) -> SearchMethod:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError(f"method={value!r}; expected one of: {', '.join(METHODS)}") from None
+
+
+#: the search methods' names
+METHODS = tuple(m.value for m in SearchMethod)
 #: method "bounded": how many of the best strategies are ranked exactly as the exhaustive search
 KEEP = 1
+#: results of fleets simulated whole (the others were composed, bounded or cut)
+_WHOLE = (GoodputMethod.WHOLE, GoodputMethod.CONFIRMED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +94,7 @@ class SearchResult:
 
     def _best_whole(self, disaggregated: bool) -> GoodputResult | None:
         return next((r for r in self.strategies if r.candidate.is_disaggregated == disaggregated
-                     and r.method in ("", "confirmed")), None)
+                     and r.method in _WHOLE), None)
 
     @property
     def best_collocated(self) -> GoodputResult | None:
@@ -326,8 +358,9 @@ def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
 
 def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
-           max_new_evaluations: int | None = None, method: str = "exhaustive", confirm: int = 3,
-           target_rate: float | None = None, frontier: bool = False, keep: int = KEEP) -> SearchResult:
+           max_new_evaluations: int | None = None, method: str | SearchMethod = SearchMethod.EXHAUSTIVE,
+           confirm: int = 3, target_rate: float | None = None, frontier: bool = False,
+           keep: int = KEEP) -> SearchResult:
     """Rank the candidates of ``space`` by goodput per device.
 
     ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
@@ -420,7 +453,7 @@ class _Brancher:
 
     def done(self, res: GoodputResult) -> bool:
         """Record a finished search; False when it was cut (then pruned with the reason)."""
-        if res.method == "cut":
+        if res.method is GoodputMethod.CUT:
             self.cut_sims += res.num_simulations
             why = self._beat.get(res.name, (0.0, "the best simulated"))[1]
             self.pruned.append(Pruned(name=res.name, num_devices=res.candidate.num_devices, kind="bound",
@@ -458,7 +491,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     jobs, backend, max_new, out_dir = opts.jobs, opts.backend, opts.max_new, opts.out_dir
     if backend == "ray" and kwargs.get("ray_address"):   # fail fast: before any work, whatever runs on Ray
         _check_ray_address(kwargs["ray_address"])
-    exhaustive, confirm, target_rate = opts.method in ("exhaustive", "bounded"), opts.confirm, opts.target_rate
+    exhaustive = opts.method in (SearchMethod.EXHAUSTIVE, SearchMethod.BOUNDED)
+    confirm, target_rate = opts.confirm, opts.target_rate
     t0 = time.perf_counter()
     ckpt = None
     if out_dir is not None:
@@ -474,11 +508,11 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if not exhaustive and decomposable(settings):
             plans.append(_Plan(settings, fp, listing, {}, 0, done=done))
             continue
-        results = {n: r for n, r in done.items() if n in names and r.method in ("", "confirmed")}
+        results = {n: r for n, r in done.items() if n in names and r.method in _WHOLE}
         plan = _Plan(settings, fp, listing, results, len(results))
         plans.append(plan)
         cands = [c for c in listing.candidates if c.name not in results]
-        if opts.method == "bounded":
+        if opts.method is SearchMethod.BOUNDED:
             if target_rate is not None:
                 raise SpecError(f"target-rate={target_rate:g} ranks by fewest devices; the branch and bound "
                                 "(method 'bounded', --keep) ranks by goodput per device: use one of them")
@@ -493,7 +527,7 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     tracker = _Tracker(plans, ckpt, kwargs.get("on_progress"), opts.progress)
     on_done, settle, record = tracker.on_done, tracker.settle, tracker.record
     bar = tracker.bar
-    auto = opts.method == "auto" and target_rate is None and not opts.frontier
+    auto = opts.method is SearchMethod.AUTO and target_rate is None and not opts.frontier
 
     try:
         for key, plan in enumerate(plans):
@@ -590,7 +624,7 @@ class _Options:
     out_dir: str | Path | None
     progress: bool
     max_new: int | None
-    method: str
+    method: SearchMethod
     confirm: int
     target_rate: float | None
     frontier: bool = False
@@ -601,11 +635,9 @@ class _Options:
     def of(kwargs: dict[str, Any]) -> _Options:
         jobs = kwargs.get("jobs")
         backend = kwargs.get("backend", "local")
-        method = kwargs.get("method", "exhaustive")
+        method = SearchMethod.parse(kwargs.get("method", SearchMethod.EXHAUSTIVE))
         confirm = int(kwargs.get("confirm", 3))
         target_rate = kwargs.get("target_rate")
-        if method not in METHODS:
-            raise SpecError(f"method={method!r}; expected one of: {', '.join(METHODS)}")
         if target_rate is not None and not (isinstance(target_rate, (int, float)) and target_rate > 0):
             raise SpecError(f"target-rate={target_rate!r} must be a positive number of requests per second")
         if confirm < 1:
@@ -681,7 +713,7 @@ def _auto_fallback(key: int, plan: _Plan, keep: int) -> list[Task]:
     plan.probe_sims = fast.num_simulations
     plan.fast = None
     names = {c.name for c in plan.listing.candidates}
-    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method == ""}
+    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method is GoodputMethod.WHOLE}
     plan.resumed = len(plan.results)
     plan.branch = _Brancher(plan.settings, plan.listing.candidates, keep)
     for r in plan.results.values():
@@ -705,7 +737,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
     if plan.fast is not None:
         # the fleets simulated whole come first: the best is a confirmed one
         def trusted(r: GoodputResult) -> bool:
-            return r.method == "confirmed" and (target_rate is None or r.goodput_rps >= target_rate)
+            return r.method is GoodputMethod.CONFIRMED and (target_rate is None or r.goodput_rps >= target_rate)
 
         head = [r for r in ok if trusted(r)][:1]
         ok = head + [r for r in ok if r not in head]
@@ -718,7 +750,8 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
-        "method": "fast" if plan.fast is not None else "bounded" if plan.branch is not None else "exhaustive",
+        "method": (SearchMethod.FAST if plan.fast is not None else SearchMethod.BOUNDED if plan.branch is not None
+                   else SearchMethod.EXHAUSTIVE).value,
     }
     pruned = list(listing.pruned)
     n_sims = sum(r.num_simulations for r in results.values())
@@ -728,7 +761,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         pruned += plan.fast.pruned
         n_sims = plan.fast.num_simulations
         summary |= {"pool_measurements": plan.fast.num_units, "pruned_by_bound": len(plan.fast.pruned),
-                    "confirmed": [r.name for r in ok if r.method == "confirmed"],
+                    "confirmed": [r.name for r in ok if r.method is GoodputMethod.CONFIRMED],
                     "disagreements": list(plan.fast.disagreements)}
     if plan.branch is not None:
         pruned += plan.branch.pruned

@@ -88,7 +88,7 @@ class RoleSetup:
         b, par = self.instance.batching, self.instance.parallel
         return {"role": self.role.value, "count": self.count, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
                 "num_devices": par.num_devices, "scheduler": b.scheduler, "max_batch": b.max_batch,
-                "max_prompts": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
+                "prefill_max_batch": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
                 "scheduler_options": self.options.to_dict(),
                 "intake": {"recv_interval": self.intake.recv_interval, "overlap": self.intake.overlap},
                 "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,

@@ -848,7 +848,7 @@ def _run_bestserve(dep: Deployment, req: RequestState) -> bool:
     res = bs.run_bestserve(
         A, inp, out, disaggregated=strat.is_disaggregated, n_prefill=strat.num_prefill,
         n_decode=strat.num_decode, n_collocated=strat.num_collocated,
-        prefill_b_max=fleet.max_prompts, decode_b_max=fleet.max_batch,
+        prefill_max_batch=fleet.max_prompts, max_batch=fleet.max_batch,
         oracle_p=oracle_p, oracle_d=oracle_d, tau=cfg.tau)
     req.first_token = res["first_token"].tolist()
     req.finish = res["finish"].tolist()
