@@ -31,7 +31,7 @@ from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerat
 from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet
 from serveplan.specs.catalog import get_engine
-from serveplan.specs.prices import PriceTable
+from serveplan.specs.prices import PriceTable, bundled_prices
 
 CHECKPOINT = "checkpoint.jsonl"
 #: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
@@ -761,15 +761,9 @@ def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
 def _economics(settings: GoodputSettings, ok: list[GoodputResult], target_rate: float | None,
                prices: PriceTable | None, tier: str) -> dict[str, Economics]:
     """Cost and energy of every ranked strategy (:func:`~serveplan.optimize.economics.economics`)."""
-    price = (prices or _bundled_prices()).find(settings.hardware.name, tier)
+    price = (prices or bundled_prices()).find(settings.hardware.name, tier)
     clocks = Clocks()
     return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks) for r in ok}
-
-
-def _bundled_prices() -> PriceTable:
-    from serveplan.specs.prices import bundled_prices
-
-    return bundled_prices()
 
 
 def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None, *,
@@ -837,7 +831,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
     summary["objective"] = objective
     summary["planned_rate"] = ("the target rate (--target-rate), served by ceil(target / goodput) copies of each fleet"
                                if target_rate is not None else "each strategy's goodput")
-    price = (prices or _bundled_prices()).find(settings.hardware.name, price_tier)
+    price = (prices or bundled_prices()).find(settings.hardware.name, price_tier)
     summary["price"] = None if price is None else price.to_dict()
     summary["price_tier"] = price_tier
     result = SearchResult(
