@@ -89,9 +89,10 @@ def run(input_lens: list[int]) -> tuple[list[dict[str, Any]], dict[int, float]]:
 def report(out: list[dict[str, Any]], med: dict[int, float], command: str) -> str:
     lines = ["# Energy model vs MLPerf Inference v4.1 power runs", "",
              f"Command: `{command}`", "",
-             "Rows: `src/serveplan/validate/data/mlperf-inference-v4.1-power.yaml` (NVIDIA H200-SXM-141GBx8 MaxQ, the "
-             "only LLM power submissions with readable logs in rounds v4.0-v5.0; average wall power of the whole "
-             "system over loadgen's power window). Prediction: `serveplan.optimize.economics` at the run's measured "
+             "Rows: `src/serveplan/validate/data/mlperf-inference-v4.1-power.yaml` (NVIDIA H200-SXM-141GBx8 MaxQ: "
+             "the LLM power runs of v4.1, read from a full snapshot of the results repository; average wall power "
+             "of the whole system over loadgen's power window; v4.0's DGX-H100 MaxQ GPT-J run and any v5.0 power runs "
+             "were not read, their repositories too large to bring here whole). Prediction: `serveplan.optimize.economics` at the run's measured "
              "request rate with the stated layout, FP8, max batch and GPU power limit; nothing fitted to these rows.",
              "", "| row | input | output | measured W | predicted W | error | decode batch | busy prefill / decode "
              "| GPU W |", "|---|---|---|---|---|---|---|---|---|"]
