@@ -64,7 +64,8 @@ def predict(row: dict[str, Any], input_len: int, output_len: int) -> dict[str, A
     assert e.fleet_power_w is not None
     roles = e.roles[0]
     return {"power_w": e.fleet_power_w, "busy_prefill": roles.busy_prefill, "busy_decode": roles.busy_decode,
-            "activity_decode": roles.activity_decode, "decode_batch": roles.decode_batch,
+            "activity_decode": roles.activity_decode,
+            "decode_batch": roles.decode_batch,
             "accelerator_w": roles.accelerator_w}
 
 
@@ -92,8 +93,9 @@ def report(out: list[dict[str, Any]], med: dict[int, float], command: str) -> st
              "Rows: `src/serveplan/validate/data/mlperf-inference-v4.1-power.yaml` (NVIDIA H200-SXM-141GBx8 MaxQ: "
              "the LLM power runs of v4.1, read from a full snapshot of the results repository; average wall power "
              "of the whole system over loadgen's power window; v4.0's DGX-H100 MaxQ GPT-J run and any v5.0 power runs "
-             "were not read, their repositories too large to bring here whole). Prediction: `serveplan.optimize.economics` at the run's measured "
-             "request rate with the stated layout, FP8, max batch and GPU power limit; nothing fitted to these rows.",
+             "were not read, their repositories too large to bring here whole). Prediction: "
+             "`serveplan.optimize.economics` at the run's measured request rate with the stated layout, FP8, max "
+             "batch and GPU power limit; nothing fitted to these rows.",
              "", "| row | input | output | measured W | predicted W | error | decode batch | busy prefill / decode "
              "| GPU W |", "|---|---|---|---|---|---|---|---|---|"]
     for r in out:

@@ -41,8 +41,9 @@ def test_cost_of_two_plans_by_hand():
 
 
 def _settings(hw: str = "h200", s_in: int = 512, s_out: int = 100) -> GoodputSettings:
-    return GoodputSettings(model=get_model("llama-3.1-8b"), hardware=get_hardware(hw), profile=get_profile(hardware="h200"),
-                           workload=Workload.fixed(s_in, s_out, 200), slo=SLO(ttft_s=1.0, tpot_s=0.05))
+    return GoodputSettings(model=get_model("llama-3.1-8b"), hardware=get_hardware(hw),
+                           profile=get_profile(hardware="h200"), workload=Workload.fixed(s_in, s_out, 200),
+                           slo=SLO(ttft_s=1.0, tpot_s=0.05))
 
 
 def test_joules_per_token_of_a_nearly_idle_fleet_by_hand():

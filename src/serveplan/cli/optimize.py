@@ -116,16 +116,19 @@ def _print_cost_energy(res: SearchResult) -> None:
     price = summ.get("price")
     if ce["usd_per_hour"] is not None and price:
         who = price.get("provider") or price.get("read_from") or "given"
+        when = f", {price['date']}" if price.get("date") else ""
         con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at ${price['usd_per_gpu_hour']:g}"
-                  f"/GPU-h ({price['tier'].replace('_', '-')}, {who}{', ' + price['date'] if price.get('date') else ''});"
-                  f" ${ce['usd_per_mtok_output']:.3f} per million output tokens, ${ce['usd_per_mtok_total']:.3f} "
+                  f"/GPU-h ({price['tier'].replace('_', '-')}, {who}{when});"
+                  f" ${ce['usd_per_mtok_output']:.3f} per million output tokens, "
+                  f"${ce['usd_per_mtok_total']:.3f} "
                   f"per million input+output tokens at its goodput; ${ce['usd_per_month']:,.0f}/month at "
                   f"{ce['planned_rps']:.3g} req/s ({summ.get('planned_rate', 'the goodput')}).")
     else:
         con.print(f"cost: no {summ.get('price_tier', 'on_demand').replace('_', '-')} price for "
                   f"{summ.get('hardware')} (give one with --price DEVICE=USD or --prices FILE.yaml).")
     if ce["power_w_per_device"] is not None:
-        con.print(f"energy of {best.name} at {ce['planned_rps']:.3g} req/s: {ce['power_w_per_device']:.0f} W per device "
+        con.print(f"energy of {best.name} at {ce['planned_rps']:.3g} req/s: {ce['power_w_per_device']:.0f} W per "
+                  "device "
                   f"(accelerator and its share of the server), {ce['j_per_output_token']:.3f} J per output token, "
                   f"{ce['j_per_token']:.3f} J per input+output token, {ce['kwh_per_month']:,.0f} kWh/month "
                   "(power model: docs/cost-energy.md).")
