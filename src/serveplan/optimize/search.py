@@ -24,6 +24,7 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
+from serveplan.optimize.economics import OBJECTIVES, Economics, economics
 from serveplan.optimize.goodput import (
     GoodputMethod,
     GoodputResult,
@@ -38,6 +39,7 @@ from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerat
 from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet
 from serveplan.specs.catalog import get_engine
+from serveplan.specs.prices import PriceTable, bundled_prices
 
 CHECKPOINT = "checkpoint.jsonl"
 
@@ -87,6 +89,10 @@ class SearchResult:
     settings_summary: dict[str, Any] = field(default_factory=dict)
     #: strategies shown after the best of each architecture (:meth:`ranking`)
     top: int = 10
+    #: cost and energy of each ranked strategy, by name (:mod:`serveplan.optimize.economics`)
+    economics: dict[str, Economics] = field(default_factory=dict)
+    #: what ``strategies`` is ordered by: goodput per device, cost ($/Mtok) or energy (J/token)
+    objective: str = "goodput-per-device"
 
     @property
     def best(self) -> GoodputResult:
@@ -125,12 +131,24 @@ class SearchResult:
     @property
     def frontier(self) -> tuple[FrontierPoint, ...]:
         """Output tokens/s per device against tokens/s per user (:func:`throughput_frontier`)."""
-        return throughput_frontier(self.strategies)
+        return throughput_frontier(self.strategies, self.economics)
+
+    def cost_energy(self, name: str) -> dict[str, Any]:
+        """The flat cost and energy figures of strategy ``name`` (:data:`ECONOMICS_KEYS`; None
+        where not computed), for tables, CSV rows and JSON."""
+        e = self.economics.get(name)
+        if e is None:
+            return dict.fromkeys(ECONOMICS_KEYS)
+        return {k: _finite(getattr(e, k)) for k in ECONOMICS_KEYS}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings_summary,
+            "objective": self.objective,
             "strategies": [r.to_dict() | {"pareto": r.name in self.pareto, "slo_tolerance": self.slo_tolerance}
+                           | self.cost_energy(r.name)
+                           | {"economics": None if r.name not in self.economics
+                              else _safe(self.economics[r.name].to_dict())}
                            for r in self.strategies],
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
@@ -319,14 +337,38 @@ class FrontierPoint:
     ttft_p_s: float
     tpot_p_s: float
     pareto: bool
+    #: cost and energy at the goodput / planned rate (None: not computed; :class:`Economics`)
+    usd_per_mtok_output: float | None = None
+    j_per_output_token: float | None = None
+    power_w_per_device: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__slots__}
 
 
-def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint, ...]:
+#: the flat cost and energy figures every ranking row, frontier point and JSON strategy carries
+ECONOMICS_KEYS = ("planned_rps", "replicas", "usd_per_hour", "usd_per_mtok_output", "usd_per_mtok_total",
+                  "usd_per_month", "power_w_per_device", "j_per_output_token", "j_per_token", "kwh_per_month")
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not np.isfinite(v) else v
+
+
+def _safe(d: Any) -> Any:
+    """``d`` with non-finite floats as None (strict JSON)."""
+    if isinstance(d, dict):
+        return {k: _safe(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_safe(v) for v in d]
+    return _finite(d)
+
+
+def throughput_frontier(results: Iterable[GoodputResult],
+                        econ: dict[str, Economics] | None = None) -> tuple[FrontierPoint, ...]:
     """Every ranked strategy as a :class:`FrontierPoint`, each architecture's Pareto frontier
-    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user."""
+    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user;
+    ``econ`` (by name) adds each point's $/Mtok, J/token and W per device."""
     pts = []
     for r in results:
         if r.status != GoodputStatus.OK or not (r.tpot_p > 0) or not np.isfinite(r.tpot_p):
@@ -337,9 +379,13 @@ def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint
     for arch, user, dev, r in pts:
         dominated = any(a2 == arch and u2 >= user and d2 >= dev and (u2 > user or d2 > dev)
                         for a2, u2, d2, _ in pts)
+        e = (econ or {}).get(r.name)
         out.append(FrontierPoint(name=r.name, architecture=arch, num_devices=r.candidate.num_devices,
                                  goodput_rps=r.goodput_rps, tokens_per_s_per_user=user, tokens_per_s_per_device=dev,
-                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated))
+                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated,
+                                 usd_per_mtok_output=None if e is None else _finite(e.usd_per_mtok_output),
+                                 j_per_output_token=None if e is None else _finite(e.j_per_output_token),
+                                 power_w_per_device=None if e is None else _finite(e.power_w_per_device)))
     out.sort(key=lambda p: (p.architecture, p.tokens_per_s_per_user, p.name))
     return tuple(out)
 
@@ -360,8 +406,9 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
            max_new_evaluations: int | None = None, method: str | SearchMethod = SearchMethod.EXHAUSTIVE,
            confirm: int = 3, target_rate: float | None = None, frontier: bool = False,
-           keep: int = KEEP) -> SearchResult:
-    """Rank the candidates of ``space`` by goodput per device.
+           keep: int = KEEP, objective: str = "goodput-per-device", prices: PriceTable | None = None,
+           price_tier: str = "on_demand") -> SearchResult:
+    """Rank the candidates of ``space`` by goodput per device (or ``objective``).
 
     ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
     per fleet); ``method="fast"`` (what ``serveplan optimize`` runs unless ``--exhaustive``) is
@@ -392,6 +439,12 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
         Where ``checkpoint.jsonl`` lives; a rerun with the same directory resumes.
     max_new_evaluations:
         Stop after this many new evaluations (a deliberately interrupted search, for tests).
+    objective:
+        ``"goodput-per-device"`` (default), ``"cost"`` (lowest $ per million output tokens at the
+        goodput first) or ``"energy"`` (lowest J per output token at the planned rate first);
+        every ranked strategy gets its cost and energy either way (:attr:`SearchResult.economics`).
+    prices, price_tier:
+        The price table (default: the bundled one, :mod:`serveplan.specs.prices`) and its tier.
 
     Raises
     ------
@@ -400,7 +453,8 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     """
     return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
                        progress=progress, max_new_evaluations=max_new_evaluations, method=method,
-                       confirm=confirm, target_rate=target_rate, frontier=frontier, keep=keep)[0]
+                       confirm=confirm, target_rate=target_rate, frontier=frontier, keep=keep,
+                       objective=objective, prices=prices, price_tier=price_tier)[0]
 
 
 class _Brancher:
@@ -549,7 +603,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
-    return [dataclasses.replace(_finish(space, p, elapsed, target_rate), top=opts.top) for p in plans]
+    return [dataclasses.replace(_finish(space, p, elapsed, target_rate, objective=opts.objective, prices=opts.prices,
+                                        price_tier=opts.price_tier), top=opts.top) for p in plans]
 
 
 class _Tracker:
@@ -630,6 +685,9 @@ class _Options:
     frontier: bool = False
     keep: int = KEEP
     top: int = 10
+    objective: str = "goodput-per-device"
+    prices: PriceTable | None = None
+    price_tier: str = "on_demand"
 
     @staticmethod
     def of(kwargs: dict[str, Any]) -> _Options:
@@ -649,10 +707,15 @@ class _Options:
             raise SpecError(f"backend={backend!r}; expected one of: local, ray")
         if jobs is not None and jobs < 1:
             raise SpecError(f"jobs={jobs} must be a positive integer")
+        objective = kwargs.get("objective") or "goodput-per-device"
+        if objective not in OBJECTIVES:
+            raise SpecError(f"objective={objective!r}; expected one of: {', '.join(OBJECTIVES)}")
         return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
                         progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
                         method=method, confirm=confirm, target_rate=target_rate,
-                        frontier=bool(kwargs.get("frontier", False)), keep=keep, top=int(kwargs.get("top", 10)))
+                        frontier=bool(kwargs.get("frontier", False)), keep=keep, top=int(kwargs.get("top", 10)),
+                        objective=objective, prices=kwargs.get("prices"),
+                        price_tier=kwargs.get("price_tier") or "on_demand")
 
 
 def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
@@ -726,14 +789,33 @@ def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
     return not exhaustive and decomposable(plan.settings)
 
 
-def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None) -> SearchResult:
+def _economics(settings: GoodputSettings, ok: list[GoodputResult], target_rate: float | None,
+               prices: PriceTable | None, tier: str) -> dict[str, Economics]:
+    """Cost and energy of every ranked strategy (:func:`~serveplan.optimize.economics.economics`)."""
+    price = (prices or bundled_prices()).find(settings.hardware.name, tier)
+    clocks = Clocks()
+    return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks) for r in ok}
+
+
+def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None, *,
+            objective: str = "goodput-per-device", prices: PriceTable | None = None,
+            price_tier: str = "on_demand") -> SearchResult:
     settings, results, listing = plan.settings, plan.results, plan.listing
     wl = settings.workload
     ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
     rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
     ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
+    econ = _economics(settings, ok, target_rate, prices, price_tier)
+    if objective != "goodput-per-device":
+        # lowest $/Mtok (cost) or J/token (energy) first; ties by goodput per device (the order above)
+        rank = {r.name: i for i, r in enumerate(ok)}
+        ok.sort(key=lambda r: (econ[r.name].objective_value(objective), rank[r.name]))
     if target_rate is not None:
-        ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
+        by = {r.name: i for i, r in enumerate(ok)}
+        if objective == "goodput-per-device":
+            ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
+        else:   # the fleets reaching the target first, each group in the objective's order
+            ok.sort(key=lambda r: (r.goodput_rps < target_rate, by[r.name]))
     if plan.fast is not None:
         # the fleets simulated whole come first: the best is a confirmed one
         def trusted(r: GoodputResult) -> bool:
@@ -778,10 +860,16 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
             for r in results.values() if r.nonstationary_rps]
     if held:
         summary["nonstationary_rejections"] = "; ".join(held[:4]) + (" ..." if len(held) > 4 else "")
+    summary["objective"] = objective
+    summary["planned_rate"] = ("the target rate (--target-rate), served by ceil(target / goodput) copies of each fleet"
+                               if target_rate is not None else "each strategy's goodput")
+    price = (prices or bundled_prices()).find(settings.hardware.name, price_tier)
+    summary["price"] = None if price is None else price.to_dict()
+    summary["price_tier"] = price_tier
     result = SearchResult(
         strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(pruned), pareto=pareto_front(ok),
         num_simulations=n_sims, num_evaluated=plan.evaluated,
-        num_resumed=resumed, elapsed_s=elapsed, settings_summary=summary,
+        num_resumed=resumed, elapsed_s=elapsed, settings_summary=summary, economics=econ, objective=objective,
     )
     if target_rate is not None and not any(r.goodput_rps >= target_rate for r in ok):
         top = max(ok, key=lambda r: r.goodput_rps, default=None)
