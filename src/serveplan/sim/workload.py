@@ -33,6 +33,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,18 @@ SCENARIOS: dict[str, tuple[int, int]] = {
     "op4": (256, 2048),
 }
 
-ARRIVALS = ("poisson", "gamma", "trace")
+class Arrival(str, Enum):
+    """How requests arrive: a ``str`` enum (``arrival == "poisson"`` holds, records keep the string)."""
+
+    POISSON = "poisson"   # exponential gaps at the rate
+    GAMMA = "gamma"       # gamma gaps of coefficient of variation ``cv`` (1: Poisson)
+    TRACE = "trace"       # the trace's own times
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ARRIVALS = tuple(a.value for a in Arrival)
 #: Most requests one workload may hold: arrival times and lengths are drawn up front (24 bytes a
 #: request) and the simulator keeps a record per request, so a larger stream is refused rather
 #: than exhausting memory (10^8 requests grew past 18 GB). 10^7 is the stream the memory
@@ -190,7 +202,7 @@ class Workload:
 
     input_lengths: Any
     output_lengths: Any
-    arrival: str = "poisson"
+    arrival: Arrival | str = Arrival.POISSON
     cv: float = 1.0
     trace_times: Any = None
     num_requests: int | None = None
@@ -224,8 +236,10 @@ class Workload:
         inp = _as_lengths(self.input_lengths, n, "input_lengths")
         n = inp.size
         out = _as_lengths(self.output_lengths, n, "output_lengths")
-        if self.arrival not in ARRIVALS:
-            raise SpecError(f"arrival={self.arrival!r}; expected one of: {', '.join(ARRIVALS)}")
+        try:
+            object.__setattr__(self, "arrival", Arrival(self.arrival))
+        except ValueError:
+            raise SpecError(f"arrival={self.arrival!r}; expected one of: {', '.join(ARRIVALS)}") from None
         check_number("cv", self.cv, low=0, high=MAX_CV, low_open=True,
                      why="coefficient of variation of gamma gaps, 1 = Poisson; above 100 nearly every gap is 0")
         tt = None
