@@ -41,7 +41,7 @@ from serveplan.report.ranking import (
     write_frontier_csv,
 )
 from serveplan.sim import SLO, Fidelity, Workload
-from serveplan.sim.engine import check_context
+from serveplan.sim.config import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec

@@ -11,14 +11,8 @@ Mooncake traces run the prefix cache (``SimulationResult.prefix_cache``); ``KVTi
 disk tiers.
 """
 
-from serveplan.sim.engine import (
-    ClosedLoopStats,
-    Fidelity,
-    SimulationConfig,
-    SimulationResult,
-    simulate,
-    simulation_config,
-)
+from serveplan.sim.config import Fidelity, SimulationConfig, simulation_config
+from serveplan.sim.engine import ClosedLoopStats, SimulationResult, simulate
 from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
 from serveplan.sim.metrics import SLO, LatencyStats
 from serveplan.sim.prefix_cache import KVTiers, PrefixCacheReport

@@ -16,7 +16,8 @@ follows the windows (vLLM V1's hybrid allocator frees sliding-window blocks that
 Per-request block counts live in one list indexed by request id (a request holds blocks on one
 instance at a time), shared with the schedulers, which read it to price preemptions.
 
-With a prefix cache (:class:`~serveplan.sim.prefix_cache.PrefixCache`, :attr:`KVCache.prefix`)
+With a prefix cache (:class:`~serveplan.sim.prefix_cache.PrefixCache`, :attr:`KVCache.prefix`, seen
+through the :class:`Prefix` protocol)
 finished requests' full blocks stay cached in the free pool and admissions, growth and frees go
 through it.
 """
@@ -26,12 +27,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from serveplan.units import ceil_div
-
-if TYPE_CHECKING:
-    from serveplan.sim.prefix_cache import PrefixCache
 
 
 class _Lengths(Protocol):
@@ -44,6 +42,27 @@ class _Shared(Protocol):
     """Blocks each request shares with the prefix cache, indexed by request id."""
 
     def __getitem__(self, q: int, /) -> int: ...
+
+
+class Prefix(Protocol):
+    """What the KV cache and its instance ask of a prefix cache over it
+    (:class:`~serveplan.sim.prefix_cache.PrefixCache`, which implements it; the KV cache stays
+    the owner of the blocks and calls these hooks)."""
+
+    #: cached GPU blocks no running request pins (counted in :attr:`KVCache.free`)
+    evictable: int
+    #: blocks of each running request that are cached hits
+    shared: list[int]
+    #: seconds of lower-tier loads each admitted request's first prefill step pays
+    loads: dict[int, float]
+
+    def peek(self, q: int, prompt_len: int) -> int: ...
+    def admit(self, q: int, prompt_len: int) -> int: ...
+    def release(self, q: int, kv_tokens: int) -> None: ...
+    def release_at(self, q: int, own: int, kv_tokens: int, t: float, now: float) -> None: ...
+    def release_due(self, now: float) -> None: ...
+    def make_room(self) -> None: ...
+    def step_with_loads(self, t: float, prefill: Sequence[tuple[int, int]]) -> float: ...
 
 
 class _Unbounded:
@@ -94,7 +113,7 @@ class KVCache:
         #: (time, blocks) of caches still being sent, earliest first (a heap)
         self.releases: list[tuple[float, int]] = []
         #: the prefix cache over these blocks (None: off, every request owns all its blocks)
-        self.prefix: PrefixCache | None = None
+        self.prefix: Prefix | None = None
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks holding the cache of a ``tokens``-token sequence.

@@ -31,7 +31,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -45,7 +45,6 @@ from serveplan.specs.host import HostSpec
 
 if TYPE_CHECKING:
     from serveplan.sim.clock import StepClock
-    from serveplan.sim.instance import Instance
     from serveplan.sim.kv import KVCache
     from serveplan.sim.request import RequestRecords
 
@@ -644,7 +643,15 @@ def default_load(engine: EngineSpec | str | None) -> str:
 
 
 # ---------------------------------------------------------------------- wiring
-def attach_prefix_caches(instances: Sequence[Instance], clock: StepClock, chains: BlockChains, stats: PrefixStats,
+class _Prefilling(Protocol):
+    """An instance that takes a prefix cache (:class:`~serveplan.sim.instance.Instance`)."""
+
+    kv: KVCache
+
+    def use_prefix_cache(self, cache: PrefixCache) -> None: ...
+
+
+def attach_prefix_caches(instances: Sequence[_Prefilling], clock: StepClock, chains: BlockChains, stats: PrefixStats,
                          tiers: KVTiers | None, engine: EngineSpec | str | None) -> None:
     """Give every instance of ``instances`` (all prefilling, one estimator) its prefix cache;
     ``engine`` (:func:`default_load`) says how lower-tier hits load unless ``tiers.load`` does."""
