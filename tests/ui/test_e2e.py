@@ -118,10 +118,10 @@ def test_a_bad_value_shows_the_error_and_no_traceback(page):
 
 
 def test_a_long_search_shows_progress_and_can_be_cancelled(page):
-    fill(page, {"num-requests": "20000", "max-batch": "8,16,32", "seed": "5"})
+    fill(page, {"num-requests": "6000", "max-batch": "8,16,32", "seed": "5"})
     page.click("#run")
     started = "/[1-9]\\d* \\/ \\d+ strategies/.test(document.querySelector('#progress .text').textContent)"
-    page.wait_for_function(started, timeout=120_000)
+    page.wait_for_function(started, timeout=240_000)   # a busy 2-core machine: the first strategy settles late
     page.click("#cancel")
     page.wait_for_function("document.querySelector('#progress .text').textContent === 'cancelled'")
     assert page.is_enabled("#run")

@@ -96,10 +96,10 @@ def test_results_are_cached_by_inputs(server):
 
 
 def test_a_long_search_reports_progress_and_cancels(server):
-    code, st = server.request("POST", "/api/run/plan", {"num-requests": "20000", "max-batch": "8,16,32",
+    code, st = server.request("POST", "/api/run/plan", {"num-requests": "6000", "max-batch": "8,16,32",
                                                         "seed": "11"})
     assert code == 200
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240   # a busy 2-core machine: the first strategy settles late
     while st["done"] == 0 and st["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
         _, st = server.request("GET", f"/api/jobs/{st['job']}")
