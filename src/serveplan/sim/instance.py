@@ -300,22 +300,21 @@ class Instance:
         lone = (self._lone_prompt or self._lone_transfer) and fast
         all_decode = self._all_decode and fast
         stretch = fast and self.pp == 1
-        self.interrupted = False   # set by a completion only when a completion hook is set
+        self.interrupted = False
+        hooked = self.on_finish is not None   # only a completion hook interrupts
         held = _HELD_NONE
         while self.now < until:
-            if self.interrupted:
+            if hooked and self.interrupted:
                 self.interrupted = False
                 return
             now = self.now
             if plain:
                 p = self.ptr
-                if p < len(it) and it[p] <= now:
-                    waiting = self.waiting
-                    n_in = len(it)
-                    while p < n_in and it[p] <= now:
-                        waiting.append(ir[p])
-                        p += 1
-                    self.ptr = p
+                n_in = len(it)
+                while p < n_in and it[p] <= now:
+                    self.waiting.append(ir[p])
+                    p += 1
+                self.ptr = p
             else:
                 held = self._take_in(now)
             if rel and rel[0][0] <= now:
