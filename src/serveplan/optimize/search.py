@@ -797,15 +797,13 @@ def _economics(settings: GoodputSettings, ok: list[GoodputResult], target_rate: 
     return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks) for r in ok}
 
 
-def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None, *,
-            objective: str = "goodput-per-device", prices: PriceTable | None = None,
-            price_tier: str = "on_demand") -> SearchResult:
-    settings, results, listing = plan.settings, plan.results, plan.listing
-    wl = settings.workload
-    ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
-    rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
-    ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
-    econ = _economics(settings, ok, target_rate, prices, price_tier)
+def _ranked(ok: list[GoodputResult], econ: dict[str, Economics], plan: _Plan, objective: str,
+            target_rate: float | None) -> list[GoodputResult]:
+    """The strategies that met the SLO in ranking order: goodput per device (or the objective's
+    $/Mtok or J/token, ties by goodput per device); with a target rate the fleets reaching it first
+    (fewest devices first under goodput per device); after a fast search the best fleet simulated
+    whole leads."""
+    ok = sorted(ok, key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
     if objective != "goodput-per-device":
         # lowest $/Mtok (cost) or J/token (energy) first; ties by goodput per device (the order above)
         rank = {r.name: i for i, r in enumerate(ok)}
@@ -823,6 +821,18 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
 
         head = [r for r in ok if trusted(r)][:1]
         ok = head + [r for r in ok if r not in head]
+    return ok
+
+
+def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None, *,
+            objective: str = "goodput-per-device", prices: PriceTable | None = None,
+            price_tier: str = "on_demand") -> SearchResult:
+    settings, results, listing = plan.settings, plan.results, plan.listing
+    wl = settings.workload
+    ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
+    rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
+    econ = _economics(settings, ok, target_rate, prices, price_tier)
+    ok = _ranked(ok, econ, plan, objective, target_rate)
     rejected.sort(key=lambda r: r.name)
     summary = {
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
