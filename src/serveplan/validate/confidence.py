@@ -193,8 +193,9 @@ def _describe(q: Query, fields: Sequence[str]) -> str:
 def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str | None = None) -> Band:
     """The band of a prediction from the comparable residuals (module doc); ``exclude_source``
     leaves out every row of that source (leave-one-source-out)."""
-    pool = [r for r in residuals if r.source != exclude_source and r.kind == query.kind
-            and r.family == query.family and r.model_class == query.model_class]
+    table = [r for r in residuals if r.source != exclude_source]
+    pool = [r for r in table if r.kind == query.kind and r.family == query.family
+            and r.model_class == query.model_class]
     too_short = 0.0
     for fields in LADDER:
         rows = [r for r in pool if all(getattr(r, f) == getattr(query, f) for f in fields)]
@@ -209,12 +210,16 @@ def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str
         basis = (f"{len(rows)} validated rows from {k} source{'s' if k > 1 else ''} ({_describe(query, fields)}"
                  f"{'; own source left out' if exclude_source else ''})")
         return Band(math.exp(lo), math.exp(hi), len(rows), k, basis)
-    return Band(None, None, 0, 0, f"{EXTRAPOLATED} ({_why(query, pool, too_short)})")
+    return Band(None, None, 0, 0, f"{EXTRAPOLATED} ({_why(query, table, pool, too_short)})")
 
 
-def _why(q: Query, pool: Sequence[Residual], too_short: float) -> str:
+def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_short: float) -> str:
     if q.family == "unknown":
-        return "an accelerator outside the validated families"
+        return "an accelerator outside the known families"
+    if not any(r.family == q.family for r in table):
+        return f"a new accelerator family: nothing validated on {q.family}"
+    if not any(r.family == q.family and r.model_class == q.model_class for r in table):
+        return f"an unseen model class: no {q.model_class} model validated on {q.family}"
     if too_short:
         return f"context {q.context_tokens:,.0f} tokens beyond the validated {too_short:,.0f}"
     if not pool:
