@@ -228,7 +228,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": {"rows": len(self.outcomes), "mapped": len(self.mapped), "unmapped": len(self.unmapped),
-                            **self.overall().to_dict(), "seconds": self.seconds, "jobs": self.jobs},
+                            "accuracy": self.overall().to_dict(), "seconds": self.seconds, "jobs": self.jobs},
                 "filters": self.filters, "held_out": HELD_OUT,
                 "tables": {key: [{"group": k, **s.to_dict()} for k, s in self.table(key)] for key, _ in GROUPS},
                 "band_coverage": [c.to_dict() for c in self.coverage()],
