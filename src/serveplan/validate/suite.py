@@ -7,7 +7,8 @@ constant was set from them; the pages of ``docs/validation/`` say which constant
 which other data), so the predictions need no split. The one thing chosen on these rows is the
 confidence band (:mod:`~serveplan.validate.confidence`): its residuals are these rows'. Its
 calibration is therefore measured leave-one-source-out: each row's band is drawn from the rows of
-every other source, and the share of measured values inside their band is reported per kind.
+every other source, and the share of measured values inside their band is reported per kind. A
+subset (``--source``, ``--engine``, ``--kind``) draws its bands from its own rows only.
 """
 
 from __future__ import annotations
