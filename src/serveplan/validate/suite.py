@@ -18,10 +18,10 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from serveplan.optimize.lifecycle import worker_pool
 from serveplan.validate.confidence import BANDED_KINDS, Band, Query, Residual, band_for
 from serveplan.validate.mapping import Unmappable, predict
 from serveplan.validate.rows import MeasuredRow, load_rows
@@ -121,7 +121,7 @@ def predict_rows(rows: Sequence[MeasuredRow], *, jobs: int | None = None,
             if on_progress:
                 on_progress(i + 1, len(rows))
         return out
-    with ProcessPoolExecutor(max_workers=jobs) as ex:
+    with worker_pool(jobs) as ex:   # its workers end with this process, SIGKILL included
         for i, o in enumerate(ex.map(_run_one, rows, chunksize=2)):
             out.append(o)
             if on_progress:
