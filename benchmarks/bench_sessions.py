@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
 from serveplan.sim import SimulationConfig, Workload, simulate  # noqa: E402
-from serveplan.sim.sessions import KVTiers, session_workload  # noqa: E402
+from serveplan.sim.prefix_cache import KVTiers  # noqa: E402
+from serveplan.sim.sessions import session_workload  # noqa: E402
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile  # noqa: E402
 
 #: bench_sim.py's 2m op2 10k run, median CPU seconds pinned to one core (benchmarks/results/sim-20261125.txt)

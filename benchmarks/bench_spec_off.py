@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench_si
 from bench_sim_pair import cpu_times  # noqa: E402
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import Workload
-from serveplan.sim.engine import simulation_config
+from serveplan.sim.config import simulation_config
 
 RUNS = (("vllm", 30.0), ("trtllm", 25.0))
 cfgs = [simulation_config(engine=e, fleet_options={"tp": 1}, model=get_model("llama-3.1-8b"),

@@ -197,7 +197,7 @@ def predict(rows: list[dict[str, Any]], config: dict[str, Any], hardware: str, c
     from serveplan import ParallelConfig, get_hardware, get_profile
     from serveplan.estimator.batch import StepBatch
     from serveplan.estimator.step import Estimator
-    from serveplan.specs.model import load_model_file
+    from serveplan.specs.hf_config import load_model_file
 
     model = load_model_file(str(cfg_path))
     hw = get_hardware(hardware)

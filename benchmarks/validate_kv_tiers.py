@@ -37,8 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
 from serveplan.sim import SimulationConfig, simulate  # noqa: E402
-from serveplan.sim.kv import KVCache, PrefixCache, PrefixStats  # noqa: E402
-from serveplan.sim.sessions import KVTiers, block_chains  # noqa: E402
+from serveplan.sim.kv import KVCache  # noqa: E402
+from serveplan.sim.prefix_cache import KVTiers, PrefixCache, PrefixStats, block_chains  # noqa: E402
 from serveplan.sim.workload import Workload  # noqa: E402
 from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile  # noqa: E402
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from machine_info import describe, report  # noqa: E402
 from serveplan import get_hardware, get_model, get_profile  # noqa: E402
 from serveplan.sim import Workload, simulate  # noqa: E402
-from serveplan.sim.engine import simulation_config  # noqa: E402
+from serveplan.sim.config import simulation_config  # noqa: E402
 from serveplan.specs.speculative import SpecDecodeConfig  # noqa: E402
 
 

@@ -11,7 +11,16 @@ Read: ``README.md`` and every ``docs/**/*.md``. Checked:
   ``docs/...md``, and under ``src/serveplan/`` ``specs/data/...yaml``, ``sim/...py`` and the other
   packages; globs and ``<placeholders>`` must match a file) exists;
 * every relative Markdown link points to a file that exists and, with ``#anchor``, to a heading
-  of that page (GitHub's anchors).
+  of that page (GitHub's anchors);
+* every option written after a benchmark script (``python benchmarks/validate_silicon.py --no-docs``,
+  ``benchmarks/silicon_variants.py --frontend-us``) is one of that script's options (the option
+  strings in its source), or one of its :data:`REMOVED_FLAGS` that an experiment record names;
+* every option a code span starts with (```--max-batch```, ```--num-clients 10 --max-active-...```)
+  exists: an option of a ``serveplan`` command (or of ``serveplan`` itself), of a benchmark
+  script, an engine's option named in the knob table (``docs/glossary.md``) or an engine file, or
+  an option of another program the docs quote (:data:`EXTERNAL_FLAGS`);
+* ``docs/simulator.md`` and ``docs/glossary.md`` name every registered scheduler, and every
+  "``mechanism`` (alias ``x``)" in the docs is an alias the scheduler registry has.
 """
 
 from __future__ import annotations
@@ -27,6 +36,24 @@ import typer.main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/**/*.md")])
+
+#: options of other programs that the docs quote on their own (an engine's option for a knob is in
+#: the knob table of docs/glossary.md or in an engine file's ``flags`` instead), by program
+EXTERNAL_FLAGS = {
+    "serving benchmark clients (vllm bench serve, aiconfigurator's bench_serving_runner.py)": {
+        "--num-prompts", "--max-concurrency", "--random-range-ratio", "--warmup-requests", "--save-result",
+        "--save-detailed"},
+    "genai-perf (aiconfigurator's genai_perf_runner.py)": {"--request-count", "--warmup-request-count"},
+    "vLLM's benchmarks/multi_turn (benchmark_serving_multi_turn.py)": {
+        "--num-clients", "--max-active-conversations", "--no-early-stop"},
+    "SGLang's server (python -m sglang.launch_server)": {"--schedule-policy", "--deepep-mode",
+                                                         "--moe-runner-backend"},
+}
+#: options a benchmark script no longer has, which the records of experiments run with them name
+REMOVED_FLAGS = {
+    # docs/validation/overlap-scheduling.md: "those flags are gone (both are the defaults)"
+    "validate_silicon.py": {"--benchmark-lengths", "--as-launched"},
+}
 
 #: paths of other projects' repositories that the docs quote; they look like ours
 EXTERNAL_PATHS = {
@@ -46,6 +73,9 @@ LAYERS = ("specs", "ops", "estimator", "calibrate", "sim", "optimize", "offload"
 _PATH = re.compile(r"(?<![\w./-])((?:src|benchmarks|tests)/[\w./*<>-]*\.py|docs/[\w./*<>-]*\.md"
                    rf"|(?:{'|'.join(LAYERS)})/[\w./*<>-]*\.(?:py|yaml))(?![\w/])")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_SCRIPT = re.compile(r"(?:^|(?<=[\s(]))(?:python3? )?benchmarks/([\w/]+\.py)")
+_SCRIPT_OPTION = re.compile(r"[\"'](--?[A-Za-z][\w-]*)[\"']")
+_ALIAS = re.compile(r"`([a-z][a-z-]*)`,? \(?alias `([^`]+)`")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
@@ -65,6 +95,40 @@ def cli_options() -> dict[str, frozenset[str]]:
     group = typer.main.get_command(app)
     return {name: frozenset(o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-"))
             | {"--help"} for name, cmd in group.commands.items()}
+
+
+@functools.cache
+def program_options() -> frozenset[str]:
+    """The options of ``serveplan`` itself (``--version``, ``--show-completion``)."""
+    from serveplan.cli import app
+
+    return frozenset(o for p in typer.main.get_command(app).params for o in (*p.opts, *p.secondary_opts)
+                     if o.startswith("-"))
+
+
+@functools.cache
+def script_options() -> dict[str, frozenset[str]]:
+    """Benchmark script (path under ``benchmarks/``) -> the option strings in its source (its
+    ``argparse`` options)."""
+    base = ROOT / "benchmarks"
+    return {str(p.relative_to(base)): frozenset(_SCRIPT_OPTION.findall(p.read_text())) | {"--help", "-h"}
+            for p in base.rglob("*.py")}
+
+
+@functools.cache
+def known_flags() -> frozenset[str]:
+    """Every option a code span may start with (module doc)."""
+    import yaml
+
+    from test_glossary_knobs import knobs  # the knob table's parser
+
+    engine = {n for k in knobs() for n in k.engine_names if n.startswith("-")}
+    for f in (ROOT / "src" / "serveplan" / "specs" / "data" / "engines").glob("*.yaml"):
+        for setup in (yaml.safe_load(f.read_text()).get("comm") or {}).values():
+            engine |= {w for w in setup.get("flags", ()) if w.startswith("-")}
+    return (frozenset().union(*cli_options().values(), *script_options().values(), *EXTERNAL_FLAGS.values(),
+                              *REMOVED_FLAGS.values())
+            | program_options() | engine)
 
 
 def code_pieces(text: str) -> list[Code]:
@@ -127,6 +191,34 @@ def command_problems(code: Code, where: str) -> list[str]:
     return bad
 
 
+def script_problems(code: Code, where: str) -> list[str]:
+    """Options written after a benchmark script that the script does not have."""
+    scripts = script_options()
+    bad = []
+    for m in _SCRIPT.finditer(code.text):
+        name, line = m.group(1), code.line + code.text.count("\n", 0, m.start())
+        if name not in scripts:
+            continue  # a missing script is path_problems'
+        rest = code.text[m.end():]
+        end = _COMMAND_END.search(rest)
+        for opt in _OPTION.findall(rest[: end.start() if end else len(rest)]):
+            if opt not in scripts[name] | REMOVED_FLAGS.get(name, set()):
+                bad.append(f"{where}:{line}: benchmarks/{name} has no option {opt}")
+    return bad
+
+
+def flag_problems(code: Code, where: str) -> list[str]:
+    """Options in a code span that starts with one (```--max-batch```) that nothing has."""
+    text = code.text.strip()
+    if not text.startswith("--"):
+        return []
+    end = _COMMAND_END.search(text)
+    known = known_flags()
+    return [f"{where}:{code.line}: `{opt}` is no option of serveplan, of a benchmark script, of an engine in the "
+            "knob table or an engine file, or of a program in EXTERNAL_FLAGS"
+            for opt in _OPTION.findall(text[: end.start() if end else len(text)]) if opt not in known]
+
+
 def path_problems(text: str, where: str) -> list[str]:
     """Repository paths in a page (prose and code) that name no file."""
     bad = []
@@ -180,8 +272,22 @@ def link_problems(text: str, page: Path) -> list[str]:
 def page_problems(page: Path) -> list[str]:
     text = page.read_text()
     where = str(page.relative_to(ROOT))
-    bad = [p for code in code_pieces(text) for p in command_problems(code, where)]
-    return bad + path_problems(text, where) + link_problems(text, page)
+    bad = [p for code in code_pieces(text) for check in (command_problems, script_problems, flag_problems)
+           for p in check(code, where)]
+    return bad + path_problems(text, where) + link_problems(text, page) + alias_problems(text, where)
+
+
+def alias_problems(text: str, where: str) -> list[str]:
+    """"``mechanism`` (alias ``x``)" where the scheduler registry has no such alias."""
+    from serveplan.sim.schedulers import ALIASES, SCHEDULERS
+
+    bad = []
+    for n, line in enumerate(text.split("\n"), 1):
+        for name, alias in _ALIAS.findall(line):
+            if name in SCHEDULERS and ALIASES.get(alias) != name:
+                bad.append(f"{where}:{n}: `{alias}` is no alias of the scheduler `{name}`; its aliases: "
+                           f"{', '.join(sorted(a for a, m in ALIASES.items() if m == name)) or 'none'}")
+    return bad
 
 
 def test_docs_are_found():
@@ -237,3 +343,26 @@ def test_checker_rejects_a_missing_page_or_heading(tmp_path):
     bad = link_problems(page.read_text(), page)
     assert bad == [f"{page}:2: link to c.md: no file c.md",
                    f"{page}:2: link to b.md#uncaptured-vllm-steps: b.md has no heading #uncaptured-vllm-steps"]
+
+
+@pytest.mark.parametrize("page", ["docs/simulator.md", "docs/glossary.md"])
+def test_the_scheduler_pages_name_every_scheduler(page):
+    from serveplan.sim.schedulers import SCHEDULERS
+
+    named = {m.group(2) for m in _SPAN.finditer((ROOT / page).read_text())}
+    assert set(SCHEDULERS) <= named, sorted(set(SCHEDULERS) - named)
+
+
+def test_checker_rejects_a_flag_no_program_has_and_a_wrong_alias():
+    text = ("Set `--max-batch` (vLLM's `--max-num-seqs`, the client's `--num-prompts 10`), not `--max-prompts`;\n"
+            "`python benchmarks/validate_silicon.py --no-docs --made-up` and `benchmarks/silicon_variants.py "
+            "--frontend-us 0`.\n\n`chunked-prefill` (alias `sarathi`) and `prefill-first` (alias `vllm`).\n")
+    page = "x.md"
+    bad = [p for code in code_pieces(text) for check in (command_problems, script_problems, flag_problems)
+           for p in check(code, page)] + alias_problems(text, page)
+    assert bad == [
+        "x.md:1: `--max-prompts` is no option of serveplan, of a benchmark script, of an engine in the knob table "
+        "or an engine file, or of a program in EXTERNAL_FLAGS",
+        "x.md:2: benchmarks/validate_silicon.py has no option --made-up",
+        "x.md:4: `vllm` is no alias of the scheduler `prefill-first`; its aliases: none",
+    ], bad

@@ -21,12 +21,25 @@ SRC = pathlib.Path(serveplan.__file__).parent
 
 def _layer(module: str) -> str | None:
     parts = module.split(".")
-    if parts[0] != "serveplan" or len(parts) < 2:
+    if parts[0] != "serveplan":
         return None
+    if len(parts) < 2:   # the package root re-exports the public API: importing it imports its top layer
+        return _root_layer()
     head = parts[1]
     if head == "metrics":
         return "sim"
     return head if head in RANK else None
+
+
+def _imported_layers(tree: ast.AST) -> list[str]:
+    names = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    return [layer for name in names if name != "serveplan" and (layer := _layer(name)) is not None]
+
+
+def _root_layer() -> str:
+    """The highest layer ``serveplan/__init__.py`` imports (``from serveplan import X`` depends on it)."""
+    return max(_imported_layers(ast.parse((SRC / "__init__.py").read_text())), key=RANK.__getitem__)
 
 
 def test_lower_layers_never_import_higher_ones():
@@ -51,10 +64,18 @@ def test_lower_layers_never_import_higher_ones():
     assert not bad, bad
 
 
-def test_every_package_has_a_layer():
-    """A new package must be placed in ORDER, or the tests above would not see it."""
+def test_every_package_and_top_level_module_has_a_layer():
+    """A new package or top-level module must be placed in ORDER, or the tests above would not see it."""
     packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert packages <= set(ORDER), sorted(packages - set(ORDER))
+    modules = {p.stem for p in SRC.glob("*.py")} - {"__init__", "__main__"}
+    assert packages | modules <= set(ORDER), sorted((packages | modules) - set(ORDER))
+
+
+def test_importing_the_package_root_counts_as_importing_its_top_layer():
+    """``from serveplan import X`` pulls in every layer the root re-exports (up to ``commands``): a
+    lower layer doing it would hide an upward import from the check above."""
+    assert _root_layer() == "commands"
+    assert _layer("serveplan") == "commands" and _layer("serveplan.sim.fleet") == "sim"
 
 
 def test_the_page_never_imports_the_cli():

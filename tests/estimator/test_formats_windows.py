@@ -9,7 +9,7 @@ from serveplan import DType, Estimator, ParallelConfig, SpecError, get_hardware,
 from serveplan.estimator.batch import StepBatch
 from serveplan.ops.window import causal_keys
 from serveplan.sim.kv import KVCache
-from serveplan.specs.model import model_from_hf_config, quantization_from_config
+from serveplan.specs.hf_config import model_from_hf_config, quantization_from_config
 
 
 def _est(model, hw="h100-sxm", **kw):

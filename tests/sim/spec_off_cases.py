@@ -18,7 +18,7 @@ import numpy as np
 
 from serveplan import get_hardware, get_model, get_profile
 from serveplan.sim import Workload, simulate
-from serveplan.sim.engine import simulation_config
+from serveplan.sim.config import simulation_config
 from serveplan.specs.catalog import get_engine
 
 #: (name, engine, model, hardware, fleet options, load, workload)

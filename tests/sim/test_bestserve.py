@@ -65,3 +65,5 @@ def test_table_4_and_5_settings_run_and_stay_in_the_papers_regime(testbed, strat
         assert res.ttft_s.p90 > 1.5 and res.tpot_s.p90 < 0.07
     else:
         assert res.ttft_s.p90 < 1.5 and res.tpot_s.p90 > 1.0
+
+

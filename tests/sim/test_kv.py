@@ -91,7 +91,7 @@ def _check_invariants(kv, pc, running):
 def test_prefix_cache_accounting_holds_through_random_admissions_decodes_and_releases(cpu, disk):
     import random
 
-    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+    from serveplan.sim.prefix_cache import BlockChains, PrefixCache, PrefixStats
 
     rnd = random.Random(7)
     n, bs = 400, 4
@@ -137,7 +137,7 @@ def test_lower_tier_hits_are_recomputed_when_loading_is_slower():
     full blocks; session 1's 12-block prompt evicts them to CPU; session 0's next turn (44 tokens,
     at most (44 - 1) // 4 = 10 blocks reusable) loads them when a block loads in 1 ms against 2 ms
     to recompute (10 ms < 20 ms), and recomputes them when it loads in 3 ms (30 ms > 20 ms)."""
-    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+    from serveplan.sim.prefix_cache import BlockChains, PrefixCache, PrefixStats
 
     for load_s, hit in ((1e-3, 40), (3e-3, 0)):
         blocks = [0] * 3
@@ -167,7 +167,7 @@ def test_write_through_stores_whole_prompt_chunks_and_hits_only_them():
     chunk boundary. Its load starts at the chunk boundary below the GPU hit (block 0), so it copies
     8 blocks (2 of them again) at 0.01 s: 0.08 s; it stores 56 // 16 = 3 chunks = 12 blocks less
     the 8 stored: 4 s."""
-    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+    from serveplan.sim.prefix_cache import BlockChains, PrefixCache, PrefixStats
 
     blocks = [0] * 3
     kv = KVCache(18 * 4, 4, blocks)
@@ -194,7 +194,7 @@ def test_write_through_stores_whole_prompt_chunks_and_hits_only_them():
 
 def test_write_through_hit_is_cut_to_a_chunk_boundary():
     """Without the connector the same CPU hit would reach block 10 (the cached answer blocks)."""
-    from serveplan.sim.kv import BlockChains, PrefixCache, PrefixStats
+    from serveplan.sim.prefix_cache import BlockChains, PrefixCache, PrefixStats
 
     blocks = [0] * 3
     kv = KVCache(18 * 4, 4, blocks)

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+import serveplan.specs
 from serveplan.sim import SimulationConfig, simulate
-from serveplan.sim.sessions import KVTiers, session_workload, with_system_prompt
+from serveplan.sim.prefix_cache import KVTiers, default_load
+from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import Workload
-from serveplan.specs.catalog import get_hardware, get_host, get_model, get_profile
+from serveplan.specs.catalog import get_engine, get_hardware, get_host, get_model, get_profile
+from serveplan.specs.engine import engine_from_dict
 
 BS = 16  # vLLM's block size (engine vllm)
+ENGINES = Path(serveplan.specs.__file__).parent / "data" / "engines"
 
 
 def _cfg(wl: Workload, *, memory: float = 80e9, tiers: KVTiers | None = None, model: str = "llama-3.1-8b",
@@ -125,6 +131,29 @@ def test_bad_tiers_are_spec_errors(bad):
 
     with pytest.raises(SpecError):
         KVTiers(host=get_host("dgx-h100"), **bad)
+
+
+@pytest.mark.parametrize("engine, load", [("sglang", "layerwise"), ("sglang-0.5", "layerwise"), ("vllm", "serial"),
+                                          ("vllm-0.11", "serial"), ("trtllm", "serial"), ("bestserve", "serial")])
+def test_how_lower_tier_hits_load_is_read_from_the_engine_file(engine, load):
+    spec = get_engine(engine)
+    assert spec.prefix_cache_tier_load == load
+    assert default_load(spec) == load
+    assert default_load(spec.engine) == load   # a family name stands for its default version
+
+
+def test_an_engine_file_names_its_tier_load_and_nothing_else():
+    from serveplan.errors import SpecError
+
+    base = yaml.safe_load((ENGINES / "vllm-0.33.yaml").read_text())
+    assert engine_from_dict({**base, "prefix_cache": {"tier_load": "layerwise"}}, name="x").prefix_cache_tier_load \
+        == "layerwise"
+    assert engine_from_dict({k: v for k, v in base.items() if k != "prefix_cache"}, name="x") \
+        .prefix_cache_tier_load == "serial"
+    for bad in ({"tier_load": "bulk"}, {"load": "serial"}, "layerwise"):
+        with pytest.raises(SpecError, match="prefix_cache"):
+            engine_from_dict({**base, "prefix_cache": bad}, name="x")
+    assert default_load(None) == "serial" and default_load("no-such-engine") == "serial"
 
 
 @pytest.mark.parametrize("kw", [{"turns": 0}, {"num_sessions": 0}, {"think_s": -1.0}])

@@ -18,7 +18,7 @@ from serveplan import get_hardware, get_model, get_profile
 from serveplan.cli import app
 from serveplan.optimize.space import SearchSpace, enumerate_space, spec_choices
 from serveplan.sim import Fleet, Workload, simulate
-from serveplan.sim.engine import SimulationConfig, simulation_config
+from serveplan.sim.config import SimulationConfig, simulation_config
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers import get_scheduler
 from serveplan.specs.speculative import SpecDecodeConfig

@@ -102,10 +102,11 @@ def test_a_family_is_not_an_override_for_a_known_type():
     assert model_family("granite", "llama") == "llama"
 
 
-def test_reader_names_stay_importable_from_the_model_module():
-    for name in model._READER_NAMES:
-        assert getattr(model, name) is getattr(hf_config, name)
-    with pytest.raises(AttributeError):
-        model.no_such_name  # noqa: B018
+def test_the_reader_depends_on_the_model_spec_and_not_the_other_way():
+    # the config.json reader (hf_config.py) builds ModelSpecs; model.py defines the spec alone and
+    # neither imports nor re-exports the reader (one direction, no circle)
     source = Path(model.__file__).read_text()
     assert not re.search(r"^def (model_from_hf_config|load_model_file)", source, re.M)
+    assert "hf_config import" not in source and "import hf_config" not in source
+    assert not hasattr(model, "model_from_hf_config")
+    assert "from serveplan.specs.model import" in Path(hf_config.__file__).read_text()

@@ -144,7 +144,7 @@ def test_layer_structure_read_from_the_configs():
 
 def test_unsupported_type_names_the_supported_ones(tmp_path):
     from serveplan import SpecError
-    from serveplan.specs.model import model_from_hf_config
+    from serveplan.specs.hf_config import model_from_hf_config
 
     with pytest.raises(SpecError, match="model_type='mamba' is not supported; expected one of: llama"):
         model_from_hf_config({"model_type": "mamba", "hidden_size": 8})

@@ -69,7 +69,7 @@ def test_rows_not_mapped_are_counted_and_listed_with_their_reason():
 
 @pytest.mark.parametrize("flag, value, choices", [
     ("--engine", "vlm", "vllm, sglang, trtllm, other"),
-    ("--kind", "ttft,latency", "TTFT, TPOT, E2E, throughput, goodput, speedup"),
+    ("--kind", "ttft,latency", "TTFT, TPOT, E2E, throughput, goodput, speedup, power"),
     ("--source", "mlperf-inference-v9", "trtllm-docs-perf-overview-v0.14"),
 ])
 def test_bad_filter_values_are_refused_in_one_line(flag, value, choices):

@@ -262,19 +262,19 @@ def engines_cmd(
             continue  # a family name: the versioned file is listed
         on, off = e.limits(hw), e.limits(hw, offline=True)
         rows.append({**e.describe(), "admission": get_scheduler(e.scheduler).admission,
-                     "max_num_seqs": on.max_num_seqs, "token_budget_online": on.token_budget,
+                     "max_batch": on.max_num_seqs, "token_budget_online": on.token_budget,
                      "token_budget_offline": off.token_budget, "chunk_size": on.chunk_size,
                      "default_for": e.engine if e.is_default else None})
     if json_out:
         emit_json(rows)
         return
     t = Table(title=f"serving engines, limits on {hw.name} (--engine NAME; data files in specs/data/engines)")
-    for col in ("engine", "version", "scheduler", "max seqs", "tokens/step online / offline", "chunk", "KV block",
+    for col in ("engine", "version", "scheduler", "max batch", "tokens/step online / offline", "chunk", "KV block",
                 "memory", "admission", "opt-in comm"):
         t.add_column(col)
     for r in rows:
         mem = f"{r['memory_basis']} {r['memory_fraction']}" if r["memory_fraction"] else r["memory_basis"]
-        t.add_row(r["name"], r["version"], r["scheduler"]["policy"], str(r["max_num_seqs"] or "from KV"),
+        t.add_row(r["name"], r["version"], r["scheduler"]["policy"], str(r["max_batch"] or "from KV"),
                   f"{r['token_budget_online'] or '-'} / {r['token_budget_offline'] or '-'}",
                   str(r["chunk_size"] or "-"),
                   str(r["kv_block_size"]), mem, r["admission"], ", ".join(r.get("comm_options", {})) or "-")

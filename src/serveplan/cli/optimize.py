@@ -68,12 +68,17 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
     pct = opts.percentile
     con.print(plan_header(summ, devices=opts.devices, workload=workload))
     gp = f"goodput req/s (SLO +{tol:.0%})" if tol else "goodput req/s (strict)"
+    # cost and energy: essential when they rank, else dropped first on a narrow terminal
+    cost, energy = "$/Mtok out", "J/tok out"
     cols = fit_columns(con.width, [
         ("rank", 4, True), ("strategy", 0, True), ("devices", 7, True), (gp, 12, True), ("per device", 10, True),
+        (cost, 8, opts.objective == "cost"), (energy, 8, opts.objective == "energy"),
         (f"P{pct:g} TTFT s", 10, False), (f"P{pct:g} TPOT ms", 10, False), ("binds", 5, False),
         ("bottleneck", 24, False)])
     name_width = max([len(r.name) + 4 for r in res.ranking()] + [len(p.name) + 4 for p in res.pruned[:5]] + [12])
-    t = Table(title=f"strategies ranked by goodput per device ({res.num_evaluated} of "
+    by = {"cost": "$ per million output tokens", "energy": "joules per output token"}.get(
+        res.objective, "goodput per device")
+    t = Table(title=f"strategies ranked by {by} ({res.num_evaluated} of "
                     f"{summ.get('num_candidates', '?')} settled)", title_justify="left")
     for col in cols:
         t.add_column(col, justify="left" if col in ("strategy", "binds", "bottleneck") else "right",
@@ -89,13 +94,16 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
                  "devices": str(r.candidate.num_devices), gp: g, "per device": f"{r.goodput_per_device:.3f}",
                  f"P{pct:g} TTFT s": f"{r.ttft_p:.3f}", f"P{pct:g} TPOT ms": f"{r.tpot_p * 1e3:.1f}",
                  "binds": r.binding, "bottleneck": r.bottleneck}
+        ce = res.cost_energy(r.name)
+        cells[cost] = "-" if ce["usd_per_mtok_output"] is None else f"{ce['usd_per_mtok_output']:.3f}"
+        cells[energy] = "-" if ce["j_per_output_token"] is None else f"{ce['j_per_output_token']:.3f}"
         t.add_row(*(cells[c] for c in cols), style="bold" if r.name in whole else None)
     bounded = sorted((p for p in res.pruned if p.kind == "bound" and p.bound_rps is not None),
                      key=lambda p: -(p.bound_per_device or 0.0))
     shown_bounds = bounded[: max(0, opts.top - len(res.ranking()) + 2)] or bounded[:3]
     for p in shown_bounds:
         cells = {"rank": "-", "strategy": p.name + " (b)", "devices": str(p.num_devices),
-                 gp: f"<= {p.bound_rps:.2f}", "per device": f"<= {p.bound_per_device:.3f}",
+                 gp: f"<= {p.bound_rps:.2f}", "per device": f"<= {p.bound_per_device:.3f}", cost: "", energy: "",
                  f"P{pct:g} TTFT s": "", f"P{pct:g} TPOT ms": "", "binds": "", "bottleneck": "pruned by its bound"}
         t.add_row(*(cells[c] for c in cols), style="dim")
     con.print(t)
@@ -103,14 +111,49 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
               f"best composition of its architecture when it was settled); {PARETO_NOTE}.")
     _print_frontier(res)
     _print_verdict(res, tolerance_note(res))
+    _print_cost_energy(res)
     _print_notes(res)
+
+
+def _print_cost_energy(res: SearchResult) -> None:
+    """The best strategy's cost and energy, and what they assumed (docs/cost-energy.md)."""
+    con = console()
+    best = res.best
+    ce = res.cost_energy(best.name)
+    summ = res.settings_summary
+    price = summ.get("price")
+    if ce["usd_per_hour"] is not None and price:
+        who = price.get("provider") or price.get("read_from") or "given"
+        when = f", {price['date']}" if price.get("date") else ""
+        con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at ${price['usd_per_gpu_hour']:g}"
+                  f"/GPU-h ({price['tier'].replace('_', '-')}, {who}{when});"
+                  f" ${ce['usd_per_mtok_output']:.3f} per million output tokens, "
+                  f"${ce['usd_per_mtok_total']:.3f} "
+                  f"per million input+output tokens at its goodput; ${ce['usd_per_month']:,.0f}/month at "
+                  f"{ce['planned_rps']:.3g} req/s ({summ.get('planned_rate', 'the goodput')}).")
+    else:
+        con.print(f"cost: no {summ.get('price_tier', 'on_demand').replace('_', '-')} price for "
+                  f"{summ.get('hardware')} (give one with --price DEVICE=USD or --prices FILE.yaml).")
+    if ce["power_w_per_device"] is not None:
+        con.print(f"energy of {best.name} at {ce['planned_rps']:.3g} req/s: {ce['power_w_per_device']:.0f} W per "
+                  "device "
+                  f"(accelerator and its share of the server), {ce['j_per_output_token']:.3f} J per output token, "
+                  f"{ce['j_per_token']:.3f} J per input+output token, {ce['kwh_per_month']:,.0f} kWh/month "
+                  "(power model: docs/cost-energy.md).")
 
 
 def _print_verdict(res: SearchResult, tol: str) -> None:
     con = console()
     best = res.best
     target = res.settings_summary.get("target_rate")
-    if target is not None:
+    if res.objective in ("cost", "energy"):
+        ce = res.cost_energy(best.name)
+        what = (f"${ce['usd_per_mtok_output']:.3f} per million output tokens" if res.objective == "cost"
+                else f"{ce['j_per_output_token']:.3f} J per output token")
+        reach = f" among the fleets reaching {target:g} req/s" if target is not None else ""
+        con.print(f"lowest {res.objective}{reach}: {best.name} at {what} ({best.goodput_per_device:.3f} req/s per "
+                  f"device, {best.goodput_rps:.2f} req/s on {best.candidate.num_devices} devices; {tol}).")
+    elif target is not None:
         con.print(f"fewest devices reaching {target:g} req/s: {best.candidate.num_devices} ({best.name}, goodput "
                   f"{best.goodput_rps:.2f} req/s, {best.goodput_per_device:.3f} per device; {tol}).")
     else:
@@ -177,7 +220,8 @@ def _print_frontier(res: SearchResult) -> None:
         return
     con = console()
     cols = fit_columns(con.width, [("architecture", 13, False), ("strategy", 0, True), ("devices", 7, False),
-                                   ("tok/s/user", 10, True), ("tok/s/device", 12, True), ("goodput req/s", 13, False)])
+                                   ("tok/s/user", 10, True), ("tok/s/device", 12, True), ("goodput req/s", 13, False),
+                                   ("$/Mtok out", 10, False), ("J/tok out", 9, False)])
     t = Table(title="frontier: output tokens/s per device vs tokens/s per user (1 / P TPOT), at each goodput",
               title_justify="left")
     for col in cols:
@@ -187,6 +231,8 @@ def _print_frontier(res: SearchResult) -> None:
         cells: dict[str, Any] = {"architecture": p.architecture, "strategy": p.name, "devices": str(p.num_devices),
                                  "tok/s/user": f"{p.tokens_per_s_per_user:.1f}",
                                  "tok/s/device": f"{p.tokens_per_s_per_device:.1f}",
-                                 "goodput req/s": f"{p.goodput_rps:.2f}"}
+                                 "goodput req/s": f"{p.goodput_rps:.2f}",
+                                 "$/Mtok out": "-" if p.usd_per_mtok_output is None else f"{p.usd_per_mtok_output:.3f}",
+                                 "J/tok out": "-" if p.j_per_output_token is None else f"{p.j_per_output_token:.3f}"}
         t.add_row(*(cells[c] for c in cols))
     con.print(t)

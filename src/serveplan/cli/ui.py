@@ -38,4 +38,4 @@ def ui_cmd(
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"serveplan ui: http://{shown}:{port}/ (Ctrl-C to stop)", err=True)
-    uvicorn.run(create_app(host=host, max_running=max_jobs), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(host=host, max_jobs=max_jobs), host=host, port=port, log_level="warning")

@@ -27,8 +27,9 @@ from serveplan.commands.options import CommandOptions, opt
 from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
 from serveplan.errors import SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
+from serveplan.optimize.economics import OBJECTIVES
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import SearchResult, search_many
+from serveplan.optimize.search import SearchMethod, SearchResult, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
 from serveplan.report.documents import optimize_document
@@ -40,12 +41,13 @@ from serveplan.report.ranking import (
     write_frontier_csv,
 )
 from serveplan.sim import SLO, Fidelity, Workload
-from serveplan.sim.engine import check_context
+from serveplan.sim.config import check_context
 from serveplan.sim.workload import build_workloads
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
+from serveplan.specs.prices import TIERS, PriceTable, price_table
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType, json_safe
 from serveplan.validate.bands import GoodputBand, goodput_bands
@@ -54,7 +56,7 @@ from serveplan.validate.bands import GoodputBand, goodput_bands
 #: conversation service (2023), a real chat mix (``specs/data/datasets/azure-conv.yaml``)
 DEFAULT_DATASET = "azure-conv"
 #: search methods of the front ends: the default composes pool measurements (``auto``)
-METHOD_DEFAULT = "auto"
+METHOD_DEFAULT = SearchMethod.AUTO
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +158,17 @@ class PlanOptions(CommandOptions):
     target_rate: float | None = opt(None, "--target-rate", help=(
         "Requests/s to reach: answer with the fewest devices whose goodput reaches it."))
     top: int = opt(10, "--top", help="Strategies shown after the best collocated and disaggregated ones.")
+    objective: str = opt("goodput-per-device", "--objective", help=(
+        "What ranks the strategies: goodput-per-device (default), cost (lowest $ per million output tokens at "
+        "the goodput) or energy (lowest joules per output token at the planned rate)."))
+    price: str | None = opt(None, "--price", help=(
+        "US dollars per GPU-hour replacing the bundled list price, DEVICE=USD (several comma-separated), "
+        "e.g. h100-sxm=2.49."))
+    prices: Path | None = opt(None, "--prices", help=(
+        "A price table YAML (the schema of the bundled specs/data/prices/list-prices.yaml) over the bundled one."),
+        page=False)
+    price_tier: str = opt("on_demand", "--price-tier", help=(
+        "Price tier: on_demand or committed (the provider's reserved or committed-use rate)."))
     allow_long_context: bool = opt(False, "--allow-long-context", help=(
         "Plan for requests longer than the model's max_position_embeddings."), page=False)
 
@@ -177,14 +190,18 @@ class PlanOptions(CommandOptions):
                 check_int(name, n, low=1)
         if self.target_rate is not None:
             check_number("target-rate", self.target_rate, low=0, low_open=True, unit="requests per second")
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"objective={self.objective!r}; expected one of: {', '.join(OBJECTIVES)}")
+        if self.price_tier not in TIERS:
+            raise SpecError(f"price-tier={self.price_tier!r}; expected one of: {', '.join(TIERS)}")
 
     @property
-    def method(self) -> str:
+    def method(self) -> SearchMethod:
         """The search method these options ask for (bands compare the top strategies, which pruning
         by bound would drop: they imply the exhaustive search)."""
         if self.exhaustive or self.band:
-            return "exhaustive"
-        return "bounded" if self.keep > 0 else METHOD_DEFAULT
+            return SearchMethod.EXHAUSTIVE
+        return SearchMethod.BOUNDED if self.keep > 0 else METHOD_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +212,8 @@ class PreparedPlan:
     space: SearchSpace
     settings: tuple[GoodputSettings, ...]
     workloads: tuple[Workload, ...]
+    #: the run's price table: the bundled one, ``--prices`` over it, then ``--price``
+    prices: PriceTable
 
 
 def engine_spec(name: str, memory_fraction: float | None = None) -> EngineSpec:
@@ -215,13 +234,13 @@ def prepare(o: PlanOptions) -> PreparedPlan:
     if o.nvlink_domain is not None:
         hw = hw.with_(scale_up_domain=o.nvlink_domain)
     eng = engine_spec(o.engine, o.memory_fraction)
-    max_batch, prompts, schedulers, chunk_sizes, token_budget = search_defaults(
+    max_batch, prefill_max_batch, schedulers, chunk_sizes, token_budget = search_defaults(
         eng, hw, max_batch=o.max_batch, prefill_max_batch=o.prefill_max_batch, schedulers=o.schedulers,
         chunk_sizes=o.chunk_sizes, knobs=o.search_knobs)
     space = SearchSpace(
         devices=o.devices, tp_sizes=tuple(parse_int_list(o.tp, "tp")), pp_sizes=tuple(parse_int_list(o.pp, "pp")),
         dp_sizes=tuple(parse_int_list(o.dp, "dp")), ep_sizes=tuple(parse_int_list(o.ep, "ep")),
-        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prompts or None,
+        max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
         chunk_sizes=tuple(parse_int_list(chunk_sizes, "chunk-sizes")), token_budget=token_budget,
         collocated=not o.no_collocated, disaggregated=not o.no_disaggregated, mixed_tp=not o.same_tp,
@@ -241,6 +260,12 @@ def prepare(o: PlanOptions) -> PreparedPlan:
         workloads = [wl.within_context(m.max_position_embeddings) for wl in workloads]
     for wl in workloads:
         check_context(m, wl, o.allow_long_context)
+    prices = price_table(prices_file=o.prices, overrides=o.price, tier=o.price_tier)
+    if o.objective == "cost":
+        prices.get(hw.name, o.price_tier)   # no price, no cost ranking: say so before any simulation
+    elif o.objective == "energy" and not hw.board_power_w:
+        raise SpecError(f"objective=energy needs the board power of hardware {hw.name!r} (board_power_w in its "
+                        "YAML); it has none")
     slo = SLO(ttft_s=o.slo_ttft, tpot_s=o.slo_tpot, percentile=o.percentile)
     settings = tuple(GoodputSettings(model=m, hardware=hw, profile=pr, workload=wl, slo=slo,
                                      dtype=DType.parse(o.dtype) if o.dtype else None, relaxation=o.relaxation,
@@ -248,7 +273,7 @@ def prepare(o: PlanOptions) -> PreparedPlan:
                                      rel_tol=o.tolerance, engine=eng,
                                      kv_dtype=DType.parse(o.kv_dtype) if o.kv_dtype else None)
                      for wl in workloads)
-    return PreparedPlan(options=o, space=space, settings=settings, workloads=tuple(workloads))
+    return PreparedPlan(options=o, space=space, settings=settings, workloads=tuple(workloads), prices=prices)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,7 +313,8 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
     results = search_many(prep.space, list(prep.settings), jobs=opts.jobs, backend=opts.backend,
                           ray_address=opts.ray_address, out_dir=opts.out, progress=progress, on_progress=on_progress,
                           method=opts.method, confirm=opts.confirm, target_rate=opts.target_rate,
-                          frontier=opts.frontier, keep=max(1, opts.keep), top=opts.top)
+                          frontier=opts.frontier, keep=max(1, opts.keep), top=opts.top, objective=opts.objective,
+                          prices=prep.prices, price_tier=opts.price_tier)
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     if opts.band:
         bands = tuple(tuple(goodput_bands(list(res.strategies[:opts.band_top]), st, opts.band, seed=opts.seed))
@@ -328,9 +354,9 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
 
 def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | DeviceSpec = "h100-sxm", *,
                  engine: str = "vllm", space: SearchSpace | None = None, workload: Workload | None = None,
-                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None, method: str = METHOD_DEFAULT,
-                 jobs: int | None = 1, progress: bool = False, out_dir: str | Path | None = None,
-                 **options: Any) -> SearchResult:
+                 slo: SLO | None = None, profile: str | EfficiencyProfile | None = None,
+                 method: str | SearchMethod = METHOD_DEFAULT, jobs: int | None = 1, progress: bool = False,
+                 out_dir: str | Path | None = None, **options: Any) -> SearchResult:
     """Rank every fleet by goodput per device under the SLO: the plan ``serveplan optimize`` and
     the web page give for the same question (the same options, defaults and method).
 
@@ -387,5 +413,6 @@ def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | Devic
     results = search_many(space if space is not None else prep.space, list(st), jobs=opts.jobs, backend=opts.backend,
                           ray_address=opts.ray_address, out_dir=opts.out, progress=progress, method=method,
                           confirm=opts.confirm, target_rate=opts.target_rate, frontier=opts.frontier,
-                          keep=max(1, opts.keep), top=opts.top)
+                          keep=max(1, opts.keep), top=opts.top, objective=opts.objective, prices=prep.prices,
+                          price_tier=opts.price_tier)
     return results[0]

@@ -32,7 +32,8 @@ from serveplan.report.documents import simulate_document, strict
 from serveplan.report.plots import concurrency_plot, latency_histograms, rate_sweep_plot
 from serveplan.report.tables import concurrency_records, sweep_records
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
-from serveplan.sim.sessions import KVTiers, session_workload, with_system_prompt
+from serveplan.sim.prefix_cache import KVTiers
+from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import Workload, build_workload
 from serveplan.specs.catalog import get_host, list_hosts
 from serveplan.specs.speculative import SpecDecodeConfig

@@ -38,7 +38,8 @@ class ValidateOptions(CommandOptions):
     engine: str | None = opt(None, "--engine", "-e", help=(
         "Only rows of these engines: vllm, sglang, trtllm, other (comma-separated; default: all)."))
     kind: str | None = opt(None, "--kind", help=(
-        "Only these kinds of figure: TTFT, TPOT, E2E, throughput, goodput, speedup (comma-separated; default: all)."))
+        "Only these kinds of figure: TTFT, TPOT, E2E, throughput, goodput, speedup, power (comma-separated; default: "
+        "all)."))
     jobs: int | None = opt(None, "--jobs", "-j", help="Parallel workers (default: all cores).")
     write_docs: Path | None = opt(None, "--write-docs", help=(
         "Write the summary page (docs/validation.md) generated from this run to this path; needs every row."),

@@ -701,13 +701,13 @@ class Estimator:
         reserve = min(max_sequences * state / self.memory.kv_bytes_per_token, cap / 2)
         return max(int(cap - reserve), 0)
 
-    def activation_bytes(self, max_tokens: int = 2048) -> float:
-        """Peak transient activations of a step of ``max_tokens`` new tokens (per device):
+    def activation_bytes(self, token_budget: int = 2048) -> float:
+        """Peak transient activations of a step of ``token_budget`` new tokens (per device):
         the widest live tensors of one layer (input, gate and up outputs, attention output)."""
         m, t = self.model, self.parallel.tp
         ff = (m.moe_intermediate_size * (m.num_experts_per_tok + m.num_shared_experts)
               if m.is_moe else m.intermediate_size)
-        n = max_tokens / self.parallel.dp
+        n = token_budget / self.parallel.dp
         width = 2 * m.hidden_size + 2 * ff / t + m.q_dim / t + m.vocab_size / t * (4 / self._ab) / max(n, 1)
         return n * width * self._ab
 

@@ -39,9 +39,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from serveplan.optimize.goodput import (
+    GoodputMethod,
     GoodputResult,
     GoodputSettings,
     GoodputStatus,
+    SloCheck,
     _zero_load,
     max_goodput,
     worker_clocks,
@@ -123,7 +125,7 @@ class Measurer:
             got = self._streams[n] = replace(self.settings, workload=instance_stream(self.settings.workload, n))
         return got
 
-    def _measure(self, key: str, fleet: Fleet, settings: GoodputSettings, check: str,
+    def _measure(self, key: str, fleet: Fleet, settings: GoodputSettings, check: SloCheck,
                  guess: float | None = None) -> GoodputResult:
         got = self.done.get(key)
         if got is not None and key in self._preloaded:
@@ -143,7 +145,7 @@ class Measurer:
         the decode side then does no work, so any decode configuration stands for it)."""
         dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"))
         fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
-        return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, "ttft")
+        return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, SloCheck.TTFT)
 
     def decode_instance(self, prefill: InstanceConfig, decode: InstanceConfig, d: int, feeders: int,
                         guess: float | None = None) -> GoodputResult:
@@ -155,12 +157,12 @@ class Measurer:
         percent above the measured one)."""
         fleet = Fleet(strategy=Strategy(num_prefill=feeders, num_decode=1), prefill=prefill, decode=decode)
         st = self._stream(d)
-        return self._measure(f"unit/decode/{d}/{fleet.name}", fleet, st, "tpot", guess)
+        return self._measure(f"unit/decode/{d}/{fleet.name}", fleet, st, SloCheck.TPOT, guess)
 
     def collocated_instance(self, inst: InstanceConfig, n: int) -> GoodputResult:
         """Goodput of one of ``n`` round-robin collocated instances."""
         fleet = Fleet(strategy=Strategy(num_collocated=1), collocated=inst)
-        return self._measure(f"unit/collocated/{n}/{fleet.name}", fleet, self._stream(n), "both")
+        return self._measure(f"unit/collocated/{n}/{fleet.name}", fleet, self._stream(n), SloCheck.BOTH)
 
     def feeders(self, prefill: InstanceConfig, decode: InstanceConfig, screen: Screen) -> int:
         """Prefill instances feeding a decode measurement: enough that their TTFT goodput (one
@@ -204,7 +206,8 @@ def composed_result(comp: Composition, settings: GoodputSettings) -> GoodputResu
     if g <= 0:
         reason = "; ".join(p.reason for p in parts if p.reason) or "SLO missed even at 0.1 req/s"
         return GoodputResult(candidate=cand, goodput_rps=0.0, goodput_per_device=0.0,
-                             status=GoodputStatus.REJECTED, reason=reason, num_simulations=0, method="composed")
+                             status=GoodputStatus.REJECTED, reason=reason, num_simulations=0,
+                             method=GoodputMethod.COMPOSED)
     if cand.is_disaggregated:
         bottleneck = "prefill instances" if comp.binding == "ttft" else "decode instances"
     else:
@@ -213,7 +216,7 @@ def composed_result(comp: Composition, settings: GoodputSettings) -> GoodputResu
         candidate=cand, goodput_rps=g, goodput_per_device=g / cand.num_devices, status=GoodputStatus.OK,
         ttft_p=ttft, tpot_p=tpot, e2e_mean_s=parts[-1].e2e_mean_s, throughput_rps=g, output_tokens_per_s=g * mean_out,
         binding=comp.binding, bottleneck=bottleneck, capacity_bound_rps=parts[-1].capacity_bound_rps,
-        num_simulations=0, method="composed",
+        num_simulations=0, method=GoodputMethod.COMPOSED,
         nonstationary_rps=tuple(sorted({x for p in parts for x in p.nonstationary_rps})),
     )
 
@@ -298,7 +301,8 @@ class _FastSearch:
             reason, _ = _zero_load(c, self.settings, clocks=self.clocks)
             if reason:
                 self.results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
-                                                     status=GoodputStatus.REJECTED, reason=reason, method="bound")
+                                                     status=GoodputStatus.REJECTED, reason=reason,
+                                                     method=GoodputMethod.BOUND)
                 self.on_candidate(c.name)
                 continue
             b = self.bounds[c.name] = self.screen.fleet(c)
@@ -427,7 +431,7 @@ class _FastSearch:
             comp = self.composed[r.name]
             self.n_sims += r.num_simulations
             tol = 1.1 * max(s.abs_tol, s.rel_tol * comp.goodput_rps)
-            r = replace(r, method="confirmed", composed_rps=comp.goodput_rps)
+            r = replace(r, method=GoodputMethod.CONFIRMED, composed_rps=comp.goodput_rps)
             if abs(r.goodput_rps - comp.goodput_rps) > tol:
                 self.disagreements.append(f"{r.name}: composed {comp.goodput_rps:.3g} req/s, whole fleet "
                                           f"{r.goodput_rps:.3g} req/s")
@@ -444,7 +448,7 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
     todo = []
     for r in batch:
         prev = done.get(r.name)
-        if prev is not None and prev.method == "confirmed":
+        if prev is not None and prev.method is GoodputMethod.CONFIRMED:
             out.append((replace(prev, num_simulations=0), True))
         else:
             todo.append(r)

@@ -33,6 +33,7 @@ from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResu
 from serveplan.sim.clock import Clocks
 from serveplan.sim.deployment import Deployment, resolve
 from serveplan.sim.engine import LoneRequest, lone_request
+from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
@@ -58,6 +59,39 @@ class GoodputStatus(str, Enum):
 
     OK = "ok"                # a positive rate meets the SLO
     REJECTED = "rejected"    # even a lone request, or the 0.1 req/s floor, misses it
+
+
+class GoodputMethod(str, Enum):
+    """How a :class:`GoodputResult`'s goodput was found (its ``method``; a ``str`` enum, so
+    ``r.method == "composed"`` holds and records keep the plain string)."""
+
+    WHOLE = ""                # this fleet simulated whole (Algorithm 8)
+    COMPOSED = "composed"     # from pool measurements (:mod:`serveplan.optimize.compose`)
+    CONFIRMED = "confirmed"   # composed, then simulated whole (``composed_rps`` keeps the composition)
+    BOUND = "bound"           # rejected analytically
+    CUT = "cut"               # search ended below the rate to beat (``max_goodput(beat=...)``)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class SloCheck(str, Enum):
+    """Which targets a goodput search checks: both, or only TTFT (a prefill pool measured alone)
+    or only TPOT (a decode pool measured alone, :mod:`serveplan.optimize.compose`)."""
+
+    BOTH = "both"
+    TTFT = "ttft"
+    TPOT = "tpot"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | SloCheck) -> SloCheck:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError(f"check={value!r}; expected one of: {', '.join(c.value for c in cls)}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,8 +123,9 @@ class GoodputSettings:
     def checks_steady_state(self) -> bool:
         if self.steady_state is not None:
             return self.steady_state
-        name = self.engine if isinstance(self.engine, str) else (self.engine.engine if self.engine else None)
-        return name != "bestserve"
+        if self.engine is None:
+            return True
+        return (get_engine(self.engine) if isinstance(self.engine, str) else self.engine).steady_state_check
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fidelity", Fidelity.parse(self.fidelity))
@@ -140,15 +175,16 @@ class GoodputResult:
     num_simulations: int = 0
     goodput_ci: tuple[float, float] | None = None
     goodput_samples: tuple[float, ...] = ()
-    #: how the goodput was found: "" (this fleet simulated whole), "composed" (from pool
-    #: measurements, :mod:`serveplan.optimize.compose`), "confirmed" (composed, then simulated
-    #: whole; ``composed_rps`` keeps the composition), "bound" (rejected analytically), "cut"
-    #: (search ended below the rate to beat, ``max_goodput(beat=...)``)
-    method: str = ""
+    #: how the goodput was found (:class:`GoodputMethod`; a plain string is converted)
+    method: GoodputMethod = GoodputMethod.WHOLE
     composed_rps: float = math.nan
     #: rates at which the SLO held over the whole stream but not in its steady state (the stream's
     #: last third missed it, or a stream three times longer did): rejected as not sustainable
     nonstationary_rps: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, GoodputMethod):
+            object.__setattr__(self, "method", GoodputMethod(self.method))
 
     @property
     def name(self) -> str:
@@ -172,7 +208,9 @@ class GoodputResult:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> GoodputResult:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; a knob under a former name (:data:`_FORMER_KEYS`) is read as
+        its current one, so records written before a rename still load."""
+        d = {**{new: d[old] for old, new in _FORMER_KEYS.items() if old in d and new not in d}, **d}
         kw: dict[str, Any] = {"candidate": Fleet.from_dict(d)}
         for f in fields(GoodputResult):
             key = _KEYS.get(f.name, f.name)
@@ -181,6 +219,8 @@ class GoodputResult:
             v = d[key]
             if f.name == "status":
                 v = GoodputStatus(v)
+            elif f.name == "method":
+                v = GoodputMethod(v or "")
             elif f.name == "goodput_ci":
                 v = tuple(v) if v else None
             elif f.name == "goodput_samples":
@@ -193,6 +233,9 @@ class GoodputResult:
 
 #: keys of the record whose names differ from the fields (units, or a clearer name)
 _KEYS = {"ttft_p": "ttft_p_s", "tpot_p": "tpot_p_s", "binding": "binding_slo"}
+#: former names of knobs in records (checkpoints, results files) -> their names now (docs/glossary.md)
+_FORMER_KEYS = {"max_num_seqs": "max_batch", "max_prompts": "prefill_max_batch", "prefill_b_max": "prefill_max_batch",
+                "decode_b_max": "max_batch", "step_token_budget": "token_budget"}
 
 
 def _num(x: float) -> float | None:
@@ -222,9 +265,8 @@ class _Runner:
     settings: GoodputSettings
     seed: int
     clocks: Clocks
-    #: which targets the check applies: "both", or only "ttft" (a prefill pool measured alone) or
-    #: "tpot" (a decode pool measured alone, :mod:`serveplan.optimize.compose`)
-    check: str = "both"
+    #: which targets the check applies (:class:`SloCheck`)
+    check: SloCheck = SloCheck.BOTH
     #: branch and bound (``search(method="bounded")``): a full-stream probe missing the SLO at or
     #: below this rate ends the search (:class:`_Beaten`): the goodput is below it
     beat: float | None = None
@@ -246,7 +288,8 @@ class _Runner:
     def targets(self) -> tuple[float, float]:
         """The (TTFT, TPOT) targets this check applies (``inf``: not checked)."""
         s = self.settings.slo
-        return (s.ttft_s if self.check != "tpot" else math.inf, s.tpot_s if self.check != "ttft" else math.inf)
+        return (s.ttft_s if self.check is not SloCheck.TPOT else math.inf,
+                s.tpot_s if self.check is not SloCheck.TTFT else math.inf)
 
     def config(self, rate: float, workload: Workload | None = None) -> SimulationConfig:
         return self.settings.simulation_config(self.cand, rate=rate, workload=workload, slo=self.relaxed_slo,
@@ -260,7 +303,7 @@ class _Runner:
         ttft, tpot = _percentile(res, "ttft", pct), _percentile(res, "tpot", pct)
         lim = 1.0 + s.relaxation
         t_ttft, t_tpot = self.targets
-        if self.check == "ttft":
+        if self.check is SloCheck.TTFT:
             tpot = 0.0  # the decode side is not part of this measurement
         ok = (not res.stopped_early and not res.overloaded
               and ttft <= lim * t_ttft and tpot <= lim * t_tpot)
@@ -405,7 +448,7 @@ def zero_load(cand: Fleet, settings: GoodputSettings, clocks: Clocks | None = No
     return lone_request(settings.deployment(cand, clocks), s_in, s_out)
 
 
-def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both",
+def _zero_load(cand: Fleet, settings: GoodputSettings, check: SloCheck = SloCheck.BOTH,
                clocks: Clocks | None = None) -> tuple[str, float]:
     """Reject without simulating a load when even a lone request misses the SLO; else return its
     margin (largest share of a relaxed target a lone request uses). The lone request is the
@@ -415,12 +458,12 @@ def _zero_load(cand: Fleet, settings: GoodputSettings, check: str = "both",
     lone = zero_load(cand, settings, clocks)
     lim = 1.0 + s.relaxation
     ttft0, tpot0 = lone.ttft_s, lone.tpot_s
-    if ttft0 > lim * s.slo.ttft_s and check != "tpot":
+    if ttft0 > lim * s.slo.ttft_s and check is not SloCheck.TPOT:
         return f"TTFT of a lone request {ttft0:.3f} s exceeds the target {s.slo.ttft_s:g} s", math.inf
-    if tpot0 > lim * s.slo.tpot_s and check != "ttft":
+    if tpot0 > lim * s.slo.tpot_s and check is not SloCheck.TTFT:
         return f"TPOT of a lone request {tpot0 * 1e3:.1f} ms exceeds the target {s.slo.tpot_s * 1e3:g} ms", math.inf
-    shares = {"ttft": ttft0 / (lim * s.slo.ttft_s), "tpot": tpot0 / (lim * s.slo.tpot_s)}
-    return "", max(v for k, v in shares.items() if check in ("both", k))
+    shares = {SloCheck.TTFT: ttft0 / (lim * s.slo.ttft_s), SloCheck.TPOT: tpot0 / (lim * s.slo.tpot_s)}
+    return "", max(v for k, v in shares.items() if check in (SloCheck.BOTH, k))
 
 
 def _next_rate(lo: _Probe, hi: _Probe, tol: float, bisect: bool) -> float:
@@ -562,7 +605,7 @@ def _search_rate(runner: _Runner, bound: float, risky: bool = False,
     return lo.rate, lo, hi
 
 
-def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
+def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str | SloCheck = SloCheck.BOTH,
                 guess: float | None = None, beat: float | None = None, clocks: Clocks | None = None) -> GoodputResult:
     """Goodput of ``cand``: the largest rate meeting the SLO, with what binds at that point.
 
@@ -577,8 +620,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
     than without ``beat`` finds the goodput of one that can. ``clocks``: the step-time cache the
     simulations share (default: one of this search's own).
     """
-    if check not in ("both", "ttft", "tpot"):
-        raise SpecError(f"check={check!r}; expected one of: both, ttft, tpot")
+    check = SloCheck.parse(check)
     clocks = clocks if clocks is not None else Clocks()
     reason, margin0 = _zero_load(cand, settings, check, clocks)
     bound = capacity_bound(cand, settings, clocks)
@@ -602,7 +644,7 @@ def max_goodput(cand: Fleet, settings: GoodputSettings, *, check: str = "both",
                         + ("the rate it had to beat" if math.isclose(p.rate, beat or 0.0)
                            else f"below the {beat:.3g} req/s it had to beat")),
                 ttft_p=p.ttft, tpot_p=p.tpot, capacity_bound_rps=bound, miss_rps=p.rate,
-                num_simulations=runner.runs, method="cut")
+                num_simulations=runner.runs, method=GoodputMethod.CUT)
         runs += runner.runs
         held += runner.nonstationary
         rates.append(got[0])

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,54 @@ import numpy as np
 
 from serveplan.errors import InfeasibleError, SpecError
 from serveplan.optimize.compose import FastOutcome, decomposable, fast_search
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, max_goodput, worker_clocks
+from serveplan.optimize.economics import OBJECTIVES, Economics, economics
+from serveplan.optimize.goodput import (
+    GoodputMethod,
+    GoodputResult,
+    GoodputSettings,
+    GoodputStatus,
+    max_goodput,
+    worker_clocks,
+)
 from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, reap_on_exit, worker_pool
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.clock import Clocks
 from serveplan.sim.fleet import Fleet
 from serveplan.specs.catalog import get_engine
+from serveplan.specs.prices import PriceTable, bundled_prices
 
 CHECKPOINT = "checkpoint.jsonl"
-#: search methods: every fleet simulated; pools composed and the best confirmed; every fleet that
-#: can still reach the best ``keep`` simulated whole, best analytic bound first (branch and bound);
-#: the fast one where its confirmations agree with its compositions, else the branch and bound
-METHODS = ("exhaustive", "fast", "bounded", "auto")
+
+
+class SearchMethod(str, Enum):
+    """How :func:`search` ranks a space; a ``str`` enum, so ``method == "fast"`` holds and
+    documents keep the plain string."""
+
+    EXHAUSTIVE = "exhaustive"   # every fleet simulated
+    FAST = "fast"               # pools composed and the best confirmed
+    #: every fleet that can still reach the best ``keep`` simulated whole, best analytic bound
+    #: first (branch and bound)
+    BOUNDED = "bounded"
+    AUTO = "auto"               # the fast one where its confirmations agree with its compositions, else bounded
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: str | SearchMethod) -> SearchMethod:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError(f"method={value!r}; expected one of: {', '.join(METHODS)}") from None
+
+
+#: the search methods' names
+METHODS = tuple(m.value for m in SearchMethod)
 #: method "bounded": how many of the best strategies are ranked exactly as the exhaustive search
 KEEP = 1
+#: results of fleets simulated whole (the others were composed, bounded or cut)
+_WHOLE = (GoodputMethod.WHOLE, GoodputMethod.CONFIRMED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +89,10 @@ class SearchResult:
     settings_summary: dict[str, Any] = field(default_factory=dict)
     #: strategies shown after the best of each architecture (:meth:`ranking`)
     top: int = 10
+    #: cost and energy of each ranked strategy, by name (:mod:`serveplan.optimize.economics`)
+    economics: dict[str, Economics] = field(default_factory=dict)
+    #: what ``strategies`` is ordered by: goodput per device, cost ($/Mtok) or energy (J/token)
+    objective: str = "goodput-per-device"
 
     @property
     def best(self) -> GoodputResult:
@@ -62,7 +100,7 @@ class SearchResult:
 
     def _best_whole(self, disaggregated: bool) -> GoodputResult | None:
         return next((r for r in self.strategies if r.candidate.is_disaggregated == disaggregated
-                     and r.method in ("", "confirmed")), None)
+                     and r.method in _WHOLE), None)
 
     @property
     def best_collocated(self) -> GoodputResult | None:
@@ -93,12 +131,24 @@ class SearchResult:
     @property
     def frontier(self) -> tuple[FrontierPoint, ...]:
         """Output tokens/s per device against tokens/s per user (:func:`throughput_frontier`)."""
-        return throughput_frontier(self.strategies)
+        return throughput_frontier(self.strategies, self.economics)
+
+    def cost_energy(self, name: str) -> dict[str, Any]:
+        """The flat cost and energy figures of strategy ``name`` (:data:`ECONOMICS_KEYS`; None
+        where not computed), for tables, CSV rows and JSON."""
+        e = self.economics.get(name)
+        if e is None:
+            return dict.fromkeys(ECONOMICS_KEYS)
+        return {k: _finite(getattr(e, k)) for k in ECONOMICS_KEYS}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings_summary,
+            "objective": self.objective,
             "strategies": [r.to_dict() | {"pareto": r.name in self.pareto, "slo_tolerance": self.slo_tolerance}
+                           | self.cost_energy(r.name)
+                           | {"economics": None if r.name not in self.economics
+                              else _safe(self.economics[r.name].to_dict())}
                            for r in self.strategies],
             "rejected": [r.to_dict() for r in self.rejected],
             "pruned": [p.to_dict() for p in self.pruned],
@@ -287,14 +337,38 @@ class FrontierPoint:
     ttft_p_s: float
     tpot_p_s: float
     pareto: bool
+    #: cost and energy at the goodput / planned rate (None: not computed; :class:`Economics`)
+    usd_per_mtok_output: float | None = None
+    j_per_output_token: float | None = None
+    power_w_per_device: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__slots__}
 
 
-def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint, ...]:
+#: the flat cost and energy figures every ranking row, frontier point and JSON strategy carries
+ECONOMICS_KEYS = ("planned_rps", "replicas", "usd_per_hour", "usd_per_mtok_output", "usd_per_mtok_total",
+                  "usd_per_month", "power_w_per_device", "j_per_output_token", "j_per_token", "kwh_per_month")
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and not np.isfinite(v) else v
+
+
+def _safe(d: Any) -> Any:
+    """``d`` with non-finite floats as None (strict JSON)."""
+    if isinstance(d, dict):
+        return {k: _safe(v) for k, v in d.items()}
+    if isinstance(d, (list, tuple)):
+        return [_safe(v) for v in d]
+    return _finite(d)
+
+
+def throughput_frontier(results: Iterable[GoodputResult],
+                        econ: dict[str, Economics] | None = None) -> tuple[FrontierPoint, ...]:
     """Every ranked strategy as a :class:`FrontierPoint`, each architecture's Pareto frontier
-    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user."""
+    (higher tokens/s per device and per user) marked, ordered by architecture then speed per user;
+    ``econ`` (by name) adds each point's $/Mtok, J/token and W per device."""
     pts = []
     for r in results:
         if r.status != GoodputStatus.OK or not (r.tpot_p > 0) or not np.isfinite(r.tpot_p):
@@ -305,9 +379,13 @@ def throughput_frontier(results: Iterable[GoodputResult]) -> tuple[FrontierPoint
     for arch, user, dev, r in pts:
         dominated = any(a2 == arch and u2 >= user and d2 >= dev and (u2 > user or d2 > dev)
                         for a2, u2, d2, _ in pts)
+        e = (econ or {}).get(r.name)
         out.append(FrontierPoint(name=r.name, architecture=arch, num_devices=r.candidate.num_devices,
                                  goodput_rps=r.goodput_rps, tokens_per_s_per_user=user, tokens_per_s_per_device=dev,
-                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated))
+                                 ttft_p_s=r.ttft_p, tpot_p_s=r.tpot_p, pareto=not dominated,
+                                 usd_per_mtok_output=None if e is None else _finite(e.usd_per_mtok_output),
+                                 j_per_output_token=None if e is None else _finite(e.j_per_output_token),
+                                 power_w_per_device=None if e is None else _finite(e.power_w_per_device)))
     out.sort(key=lambda p: (p.architecture, p.tokens_per_s_per_user, p.name))
     return tuple(out)
 
@@ -326,9 +404,11 @@ def pareto_front(results: Iterable[GoodputResult]) -> tuple[str, ...]:
 
 def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = None, backend: str = "local",
            ray_address: str | None = None, out_dir: str | Path | None = None, progress: bool = True,
-           max_new_evaluations: int | None = None, method: str = "exhaustive", confirm: int = 3,
-           target_rate: float | None = None, frontier: bool = False, keep: int = KEEP) -> SearchResult:
-    """Rank the candidates of ``space`` by goodput per device.
+           max_new_evaluations: int | None = None, method: str | SearchMethod = SearchMethod.EXHAUSTIVE,
+           confirm: int = 3, target_rate: float | None = None, frontier: bool = False,
+           keep: int = KEEP, objective: str = "goodput-per-device", prices: PriceTable | None = None,
+           price_tier: str = "on_demand") -> SearchResult:
+    """Rank the candidates of ``space`` by goodput per device (or ``objective``).
 
     ``method="exhaustive"`` (default) simulates every candidate's goodput (BestServe's Algorithm 8
     per fleet); ``method="fast"`` (what ``serveplan optimize`` runs unless ``--exhaustive``) is
@@ -359,6 +439,12 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
         Where ``checkpoint.jsonl`` lives; a rerun with the same directory resumes.
     max_new_evaluations:
         Stop after this many new evaluations (a deliberately interrupted search, for tests).
+    objective:
+        ``"goodput-per-device"`` (default), ``"cost"`` (lowest $ per million output tokens at the
+        goodput first) or ``"energy"`` (lowest J per output token at the planned rate first);
+        every ranked strategy gets its cost and energy either way (:attr:`SearchResult.economics`).
+    prices, price_tier:
+        The price table (default: the bundled one, :mod:`serveplan.specs.prices`) and its tier.
 
     Raises
     ------
@@ -367,7 +453,8 @@ def search(space: SearchSpace, settings: GoodputSettings, *, jobs: int | None = 
     """
     return search_many(space, [settings], jobs=jobs, backend=backend, ray_address=ray_address, out_dir=out_dir,
                        progress=progress, max_new_evaluations=max_new_evaluations, method=method,
-                       confirm=confirm, target_rate=target_rate, frontier=frontier, keep=keep)[0]
+                       confirm=confirm, target_rate=target_rate, frontier=frontier, keep=keep,
+                       objective=objective, prices=prices, price_tier=price_tier)[0]
 
 
 class _Brancher:
@@ -420,7 +507,7 @@ class _Brancher:
 
     def done(self, res: GoodputResult) -> bool:
         """Record a finished search; False when it was cut (then pruned with the reason)."""
-        if res.method == "cut":
+        if res.method is GoodputMethod.CUT:
             self.cut_sims += res.num_simulations
             why = self._beat.get(res.name, (0.0, "the best simulated"))[1]
             self.pruned.append(Pruned(name=res.name, num_devices=res.candidate.num_devices, kind="bound",
@@ -458,7 +545,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     jobs, backend, max_new, out_dir = opts.jobs, opts.backend, opts.max_new, opts.out_dir
     if backend == "ray" and kwargs.get("ray_address"):   # fail fast: before any work, whatever runs on Ray
         _check_ray_address(kwargs["ray_address"])
-    exhaustive, confirm, target_rate = opts.method in ("exhaustive", "bounded"), opts.confirm, opts.target_rate
+    exhaustive = opts.method in (SearchMethod.EXHAUSTIVE, SearchMethod.BOUNDED)
+    confirm, target_rate = opts.confirm, opts.target_rate
     t0 = time.perf_counter()
     ckpt = None
     if out_dir is not None:
@@ -474,11 +562,11 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if not exhaustive and decomposable(settings):
             plans.append(_Plan(settings, fp, listing, {}, 0, done=done))
             continue
-        results = {n: r for n, r in done.items() if n in names and r.method in ("", "confirmed")}
+        results = {n: r for n, r in done.items() if n in names and r.method in _WHOLE}
         plan = _Plan(settings, fp, listing, results, len(results))
         plans.append(plan)
         cands = [c for c in listing.candidates if c.name not in results]
-        if opts.method == "bounded":
+        if opts.method is SearchMethod.BOUNDED:
             if target_rate is not None:
                 raise SpecError(f"target-rate={target_rate:g} ranks by fewest devices; the branch and bound "
                                 "(method 'bounded', --keep) ranks by goodput per device: use one of them")
@@ -493,7 +581,7 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
     tracker = _Tracker(plans, ckpt, kwargs.get("on_progress"), opts.progress)
     on_done, settle, record = tracker.on_done, tracker.settle, tracker.record
     bar = tracker.bar
-    auto = opts.method == "auto" and target_rate is None and not opts.frontier
+    auto = opts.method is SearchMethod.AUTO and target_rate is None and not opts.frontier
 
     try:
         for key, plan in enumerate(plans):
@@ -515,7 +603,8 @@ def search_many(space: SearchSpace, settings_list: list[GoodputSettings], **kwar
         if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - t0
-    return [dataclasses.replace(_finish(space, p, elapsed, target_rate), top=opts.top) for p in plans]
+    return [dataclasses.replace(_finish(space, p, elapsed, target_rate, objective=opts.objective, prices=opts.prices,
+                                        price_tier=opts.price_tier), top=opts.top) for p in plans]
 
 
 class _Tracker:
@@ -590,22 +679,23 @@ class _Options:
     out_dir: str | Path | None
     progress: bool
     max_new: int | None
-    method: str
+    method: SearchMethod
     confirm: int
     target_rate: float | None
     frontier: bool = False
     keep: int = KEEP
     top: int = 10
+    objective: str = "goodput-per-device"
+    prices: PriceTable | None = None
+    price_tier: str = "on_demand"
 
     @staticmethod
     def of(kwargs: dict[str, Any]) -> _Options:
         jobs = kwargs.get("jobs")
         backend = kwargs.get("backend", "local")
-        method = kwargs.get("method", "exhaustive")
+        method = SearchMethod.parse(kwargs.get("method", SearchMethod.EXHAUSTIVE))
         confirm = int(kwargs.get("confirm", 3))
         target_rate = kwargs.get("target_rate")
-        if method not in METHODS:
-            raise SpecError(f"method={method!r}; expected one of: {', '.join(METHODS)}")
         if target_rate is not None and not (isinstance(target_rate, (int, float)) and target_rate > 0):
             raise SpecError(f"target-rate={target_rate!r} must be a positive number of requests per second")
         if confirm < 1:
@@ -617,10 +707,15 @@ class _Options:
             raise SpecError(f"backend={backend!r}; expected one of: local, ray")
         if jobs is not None and jobs < 1:
             raise SpecError(f"jobs={jobs} must be a positive integer")
+        objective = kwargs.get("objective") or "goodput-per-device"
+        if objective not in OBJECTIVES:
+            raise SpecError(f"objective={objective!r}; expected one of: {', '.join(OBJECTIVES)}")
         return _Options(jobs=jobs or os.cpu_count() or 1, backend=backend, out_dir=kwargs.get("out_dir"),
                         progress=kwargs.get("progress", True), max_new=kwargs.get("max_new_evaluations"),
                         method=method, confirm=confirm, target_rate=target_rate,
-                        frontier=bool(kwargs.get("frontier", False)), keep=keep, top=int(kwargs.get("top", 10)))
+                        frontier=bool(kwargs.get("frontier", False)), keep=keep, top=int(kwargs.get("top", 10)),
+                        objective=objective, prices=kwargs.get("prices"),
+                        price_tier=kwargs.get("price_tier") or "on_demand")
 
 
 def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
@@ -681,7 +776,7 @@ def _auto_fallback(key: int, plan: _Plan, keep: int) -> list[Task]:
     plan.probe_sims = fast.num_simulations
     plan.fast = None
     names = {c.name for c in plan.listing.candidates}
-    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method == ""}
+    plan.results = {n: r for n, r in plan.done.items() if n in names and r.method is GoodputMethod.WHOLE}
     plan.resumed = len(plan.results)
     plan.branch = _Brancher(plan.settings, plan.listing.candidates, keep)
     for r in plan.results.values():
@@ -694,18 +789,37 @@ def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
     return not exhaustive and decomposable(plan.settings)
 
 
-def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None) -> SearchResult:
+def _economics(settings: GoodputSettings, ok: list[GoodputResult], target_rate: float | None,
+               prices: PriceTable | None, tier: str) -> dict[str, Economics]:
+    """Cost and energy of every ranked strategy (:func:`~serveplan.optimize.economics.economics`)."""
+    price = (prices or bundled_prices()).find(settings.hardware.name, tier)
+    clocks = Clocks()
+    return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks) for r in ok}
+
+
+def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float | None = None, *,
+            objective: str = "goodput-per-device", prices: PriceTable | None = None,
+            price_tier: str = "on_demand") -> SearchResult:
     settings, results, listing = plan.settings, plan.results, plan.listing
     wl = settings.workload
     ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
     rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
     ok.sort(key=lambda r: (-r.goodput_per_device, -r.goodput_rps, r.candidate.num_devices, r.name))
+    econ = _economics(settings, ok, target_rate, prices, price_tier)
+    if objective != "goodput-per-device":
+        # lowest $/Mtok (cost) or J/token (energy) first; ties by goodput per device (the order above)
+        rank = {r.name: i for i, r in enumerate(ok)}
+        ok.sort(key=lambda r: (econ[r.name].objective_value(objective), rank[r.name]))
     if target_rate is not None:
-        ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
+        by = {r.name: i for i, r in enumerate(ok)}
+        if objective == "goodput-per-device":
+            ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
+        else:   # the fleets reaching the target first, each group in the objective's order
+            ok.sort(key=lambda r: (r.goodput_rps < target_rate, by[r.name]))
     if plan.fast is not None:
         # the fleets simulated whole come first: the best is a confirmed one
         def trusted(r: GoodputResult) -> bool:
-            return r.method == "confirmed" and (target_rate is None or r.goodput_rps >= target_rate)
+            return r.method is GoodputMethod.CONFIRMED and (target_rate is None or r.goodput_rps >= target_rate)
 
         head = [r for r in ok if trusted(r)][:1]
         ok = head + [r for r in ok if r not in head]
@@ -718,7 +832,8 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         "seed": settings.seed,
         "num_requests": len(wl.input_lengths), "fidelity": settings.fidelity.value,
         "num_candidates": len(listing.candidates),
-        "method": "fast" if plan.fast is not None else "bounded" if plan.branch is not None else "exhaustive",
+        "method": (SearchMethod.FAST if plan.fast is not None else SearchMethod.BOUNDED if plan.branch is not None
+                   else SearchMethod.EXHAUSTIVE).value,
     }
     pruned = list(listing.pruned)
     n_sims = sum(r.num_simulations for r in results.values())
@@ -728,7 +843,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         pruned += plan.fast.pruned
         n_sims = plan.fast.num_simulations
         summary |= {"pool_measurements": plan.fast.num_units, "pruned_by_bound": len(plan.fast.pruned),
-                    "confirmed": [r.name for r in ok if r.method == "confirmed"],
+                    "confirmed": [r.name for r in ok if r.method is GoodputMethod.CONFIRMED],
                     "disagreements": list(plan.fast.disagreements)}
     if plan.branch is not None:
         pruned += plan.branch.pruned
@@ -745,10 +860,16 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
             for r in results.values() if r.nonstationary_rps]
     if held:
         summary["nonstationary_rejections"] = "; ".join(held[:4]) + (" ..." if len(held) > 4 else "")
+    summary["objective"] = objective
+    summary["planned_rate"] = ("the target rate (--target-rate), served by ceil(target / goodput) copies of each fleet"
+                               if target_rate is not None else "each strategy's goodput")
+    price = (prices or bundled_prices()).find(settings.hardware.name, price_tier)
+    summary["price"] = None if price is None else price.to_dict()
+    summary["price_tier"] = price_tier
     result = SearchResult(
         strategies=tuple(ok), rejected=tuple(rejected), pruned=tuple(pruned), pareto=pareto_front(ok),
         num_simulations=n_sims, num_evaluated=plan.evaluated,
-        num_resumed=resumed, elapsed_s=elapsed, settings_summary=summary,
+        num_resumed=resumed, elapsed_s=elapsed, settings_summary=summary, economics=econ, objective=objective,
     )
     if target_rate is not None and not any(r.goodput_rps >= target_rate for r in ok):
         top = max(ok, key=lambda r: r.goodput_rps, default=None)

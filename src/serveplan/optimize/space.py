@@ -279,34 +279,35 @@ def search_defaults(engine: str | EngineSpec | None, hardware: DeviceSpec, *, ma
     if engine is None:
         mb, pmb, sch, cs = (max_batch or "16", 4 if prefill_max_batch is None else prefill_max_batch,
                             schedulers or "prefill-first", chunk_sizes or "512")
-        default_sched, seqs, budget = "prefill-first", 16, 512
+        default_sched, default_batch, budget = "prefill-first", 16, 512
         token_budget = None
     else:
         spec = get_engine(engine) if isinstance(engine, str) else engine
         lim = spec.limits(hardware)
-        seqs = lim.max_num_seqs or spec.max_num_seqs_cap or 16
+        default_batch = lim.max_num_seqs or spec.max_num_seqs_cap or 16   # the engine's max batch
         budget = lim.token_budget or lim.chunk_size or 512
         token_budget = lim.token_budget
         default_sched = spec.scheduler
-        mb, pmb, sch, cs = (max_batch or str(seqs),
+        mb, pmb, sch, cs = (max_batch or str(default_batch),
                             (lim.prefill_max_batch or 0) if prefill_max_batch is None else prefill_max_batch,
                             schedulers or default_sched, chunk_sizes or str(budget))
     if knobs:
-        ladder = knob_ladder(seqs, budget, default_sched)
+        ladder = knob_ladder(default_batch, budget, default_sched)
         mb = max_batch or ",".join(map(str, ladder[0]))
         cs = chunk_sizes or ",".join(map(str, ladder[1]))
         sch = schedulers or ",".join(ladder[2])
     return mb, pmb, sch, cs, token_budget
 
 
-def knob_ladder(max_num_seqs: int, token_budget: int, scheduler: str) -> tuple[tuple[int, ...], tuple[int, ...],
-                                                                                tuple[str, ...]]:
-    """The engine knobs searched around an engine's defaults: ``max_num_seqs`` at the default and
-    a quarter and a sixteenth of it (at least 8: smaller batches trade throughput for TPOT), the
-    token budget (``max_num_batched_tokens``, the chunk size of chunked prefill) at the default and
-    twice it (longer chunks finish prompts sooner at the cost of decode stalls), and chunked
-    prefill on and off (``chunked-prefill`` and ``prefill-first``), the default first."""
-    seqs = tuple(dict.fromkeys(v for v in (max_num_seqs, max_num_seqs // 4, max_num_seqs // 16) if v >= 8)) or (8,)
+def knob_ladder(max_batch: int, token_budget: int, scheduler: str) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                                             tuple[str, ...]]:
+    """The engine knobs searched around an engine's defaults: ``max_batch`` (vLLM's
+    ``max_num_seqs``) at the default and a quarter and a sixteenth of it (at least 8: smaller
+    batches trade throughput for TPOT), the token budget (vLLM's ``max_num_batched_tokens``, the
+    chunk size of chunked prefill) at the default and twice it (longer chunks finish prompts sooner
+    at the cost of decode stalls), and chunked prefill on and off (``chunked-prefill`` and
+    ``prefill-first``), the default first."""
+    seqs = tuple(dict.fromkeys(v for v in (max_batch, max_batch // 4, max_batch // 16) if v >= 8)) or (8,)
     budgets = (token_budget, 2 * token_budget)
     other = "prefill-first" if scheduler == "chunked-prefill" else "chunked-prefill"
     scheds = (scheduler, other) if scheduler in ("chunked-prefill", "prefill-first") else (scheduler,)

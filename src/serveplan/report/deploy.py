@@ -335,8 +335,8 @@ class _Shape:
     pp: int
     dp: int
     ep: int
-    seqs: int                 # sequences per step
-    budget: int | None        # new tokens per step (None: the engine's default)
+    max_batch: int            # sequences per step
+    token_budget: int | None  # new tokens per step (None: the engine's default)
     chunked: bool
     max_model_len: int
     memory_fraction: float    # in the engine's own terms
@@ -346,8 +346,8 @@ class _Shape:
     devices: int
 
     def planned(self) -> dict[str, Any]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "max_num_seqs": self.seqs,
-                "token_budget": self.budget, "chunked_prefill": self.chunked, "max_model_len": self.max_model_len,
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "max_batch": self.max_batch,
+                "token_budget": self.token_budget, "chunked_prefill": self.chunked, "max_model_len": self.max_model_len,
                 "memory_fraction": self.memory_fraction, "weight_dtype": self.weight.value, "kv_dtype": self.kv.value}
 
 
@@ -366,7 +366,7 @@ def _shape(dep: Deployment, setup: RoleSetup, max_model_len: int) -> _Shape:
     else:
         frac = float(eng.memory_fraction if eng.memory_fraction is not None else 0.9)
     return _Shape(role=setup.role.value, count=setup.count, tp=par.tp, pp=par.pp, dp=par.dp, ep=par.ep,
-                  seqs=b.max_batch, budget=b.token_budget, chunked=chunked, max_model_len=max_model_len,
+                  max_batch=b.max_batch, token_budget=b.token_budget, chunked=chunked, max_model_len=max_model_len,
                   memory_fraction=round(frac, 4), weight=est.dtype, kv=est.kv_dtype, spec=setup.instance.spec,
                   devices=setup.num_devices)
 
@@ -417,12 +417,12 @@ def launch_files(dep: Deployment, *, model_ref: str | None = None) -> LaunchPlan
 def _check_limits(engine: str, s: _Shape, model_len: int) -> None:
     """Refuse a value the engine refuses at start-up (:data:`LIMITS`)."""
     where = f"{engine} {_VERSION[engine]} ({s.role} instances)"
-    if s.budget is not None and s.budget < s.seqs and engine in ("vllm", "trtllm"):
-        raise SpecError(f"{where}: token budget {s.budget} < max sequences {s.seqs}; the engine needs "
+    if s.token_budget is not None and s.token_budget < s.max_batch and engine in ("vllm", "trtllm"):
+        raise SpecError(f"{where}: token budget {s.token_budget} < max batch {s.max_batch}; the engine needs "
                         f"{_BUDGET_FLAG[engine]} >= {_SEQS_FLAG[engine]}")
-    if engine == "vllm" and not s.chunked and s.budget is not None and s.budget < s.max_model_len:
+    if engine == "vllm" and not s.chunked and s.token_budget is not None and s.token_budget < s.max_model_len:
         raise SpecError(f"{where}: without chunked prefill vLLM needs --max-num-batched-tokens >= --max-model-len, "
-                        f"but the plan's budget is {s.budget} and its longest request {s.max_model_len} tokens; "
+                        f"but the plan's budget is {s.token_budget} and its longest request {s.max_model_len} tokens; "
                         "plan with chunked prefill (--schedulers chunked-prefill) or a budget of at least the "
                         "longest request")
     hi_open = engine == "sglang"
@@ -485,12 +485,12 @@ def _vllm(ref: str, shapes: list[_Shape], notes: list[str],
                              f"is on; the plan assumed ep={s.ep}")
         # vLLM schedules each data-parallel rank on its own (LIMITS): the instance's limits, the busiest
         # rank's share (as the simulator bounds its captured graphs, EngineSpec.graph_tokens)
-        argv = ["vllm", "serve", ref, "--port", str(VLLM_PORT), *par, "--max-num-seqs", str(-(-s.seqs // s.dp))]
-        if s.budget is not None:
-            argv += ["--max-num-batched-tokens", str(-(-s.budget // s.dp))]
+        argv = ["vllm", "serve", ref, "--port", str(VLLM_PORT), *par, "--max-num-seqs", str(-(-s.max_batch // s.dp))]
+        if s.token_budget is not None:
+            argv += ["--max-num-batched-tokens", str(-(-s.token_budget // s.dp))]
         if s.dp > 1:
             notes.append(f"vLLM's --max-num-seqs and --max-num-batched-tokens are per data-parallel rank: the plan's "
-                         f"{s.seqs} sequences and {s.budget} tokens per step of a {s.role} instance are its "
+                         f"{s.max_batch} sequences and {s.token_budget} tokens per step of a {s.role} instance are its "
                          f"{s.dp} ranks' together")
         argv += ["--max-model-len", str(s.max_model_len),
                  "--enable-chunked-prefill" if s.chunked else "--no-enable-chunked-prefill",
@@ -527,13 +527,13 @@ def _sglang(ref: str, shapes: list[_Shape], notes: list[str],
             argv += ["--attn-dp-size", str(s.dp)]
         if s.ep > 1:
             argv += ["--ep-size", str(s.ep)]
-        argv += ["--max-running-requests", str(s.seqs)]
-        if s.chunked and s.budget is not None:
-            argv += ["--chunked-prefill-size", str(s.budget)]
+        argv += ["--max-running-requests", str(s.max_batch)]
+        if s.chunked and s.token_budget is not None:
+            argv += ["--chunked-prefill-size", str(s.token_budget)]
         elif not s.chunked:
             argv += ["--chunked-prefill-size", "-1"]
-            if s.budget is not None:
-                argv += ["--max-prefill-tokens", str(s.budget)]
+            if s.token_budget is not None:
+                argv += ["--max-prefill-tokens", str(s.token_budget)]
         argv += ["--context-length", str(s.max_model_len), "--mem-fraction-static", f"{s.memory_fraction:g}",
                  *_dtype_args("sglang", s.weight), "--kv-cache-dtype", _kv_value("sglang", s.kv, s.weight)]
         _quant_note(notes, s.weight, ref)
@@ -592,9 +592,9 @@ def _trtllm(ref: str, shapes: list[_Shape], notes: list[str],
                 "--tp_size", str(s.tp * s.dp), "--pp_size", str(s.pp)]
         if s.ep > 1:
             argv += ["--ep_size", str(s.ep)]
-        argv += ["--max_batch_size", str(s.seqs)]
-        if s.budget is not None:
-            argv += ["--max_num_tokens", str(s.budget)]
+        argv += ["--max_batch_size", str(s.max_batch)]
+        if s.token_budget is not None:
+            argv += ["--max_num_tokens", str(s.token_budget)]
         argv += ["--max_seq_len", str(s.max_model_len), "--kv_cache_free_gpu_memory_fraction",
                  f"{s.memory_fraction:g}", "--extra_llm_api_options", name]
         _quant_note(notes, s.weight, ref)

@@ -16,6 +16,9 @@ COLUMNS = [
     "token_budget", "goodput_rps", "goodput_per_device", "ttft_p_s", "tpot_p_s", "e2e_mean_s", "throughput_rps",
     "output_tokens_per_s", "binding_slo", "bottleneck", "pareto", "slo_tolerance", "status", "method", "reason",
     "engine", "engine_version", "weight_dtype", "kv_dtype",
+    # cost and energy (docs/cost-energy.md): US dollars, watts, joules, at the goodput / planned rate
+    "planned_rps", "replicas", "usd_per_hour", "usd_per_mtok_output", "usd_per_mtok_total", "usd_per_month",
+    "power_w_per_device", "j_per_output_token", "j_per_token", "kwh_per_month",
 ]
 
 #: What "Pareto-optimal" is measured against (``serveplan.optimize.search.pareto_front``).
@@ -42,8 +45,9 @@ def ranking_rows(result: Any) -> list[dict[str, Any]]:
               "engine_version": eng.get("version"), "weight_dtype": summ.get("weight_dtype"),
               "kv_dtype": summ.get("kv_dtype")}
     rows = []
+    cost_energy = getattr(result, "cost_energy", None)
     for i, r in enumerate(result.strategies, 1):
-        d = r.to_dict() | common
+        d = r.to_dict() | common | (cost_energy(r.name) if cost_energy is not None else {})
         d["rank"] = i
         d["pareto"] = r.name in result.pareto
         rows.append(d)
@@ -167,7 +171,8 @@ def _place_labels(fig: Any, ax: Any, points: list[tuple[float, float, str]]) -> 
 
 
 FRONTIER_COLUMNS = ["architecture", "name", "num_devices", "goodput_rps", "tokens_per_s_per_user",
-                    "tokens_per_s_per_device", "ttft_p_s", "tpot_p_s", "pareto"]
+                    "tokens_per_s_per_device", "ttft_p_s", "tpot_p_s", "pareto",
+                    "usd_per_mtok_output", "j_per_output_token", "power_w_per_device"]
 
 
 def write_frontier_csv(result: Any, path: str | Path) -> Path:

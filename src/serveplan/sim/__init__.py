@@ -11,19 +11,14 @@ Mooncake traces run the prefix cache (``SimulationResult.prefix_cache``); ``KVTi
 disk tiers.
 """
 
-from serveplan.sim.engine import (
-    ClosedLoopStats,
-    Fidelity,
-    SimulationConfig,
-    SimulationResult,
-    simulate,
-    simulation_config,
-)
+from serveplan.sim.config import Fidelity, SimulationConfig, simulation_config
+from serveplan.sim.engine import ClosedLoopStats, SimulationResult, simulate
 from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
 from serveplan.sim.metrics import SLO, LatencyStats
+from serveplan.sim.prefix_cache import KVTiers, PrefixCacheReport
 from serveplan.sim.request import RequestRecords
 from serveplan.sim.serving import EngineSetup, resolve_engine
-from serveplan.sim.sessions import KVTiers, PrefixCacheReport, session_workload, with_system_prompt
+from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
 
 __all__ = [

@@ -1,7 +1,7 @@
 """BestServe's simulator (§3.4, Algorithms 2-7) for reproducing the paper.
 
 Requests are not stepped token by token: a prefill batch occupies an instance for one
-estimated prefill step, and a decode occupies one of the instance's ``b_max`` *boxes* for its
+estimated prefill step, and a decode occupies one of the instance's ``max_batch`` *boxes* for its
 whole decode, timed at the pseudo batch size of eq. (9),
 ``b_dagger = max(floor((b + 1) / tau), 1)`` with ``b`` the occupied boxes at insertion and
 ``tau = 2.5``.
@@ -25,6 +25,10 @@ Choices where the paper has gaps (``docs/simulator.md``):
   instance pauses its running decodes: their boxes' finish times move later by the prefill time
   (``suspend_decode`` / ``delay_decode``), and no decode joins until the prefill is done.
 * KV memory and KV transfer are not modelled, as in the paper (§12: "memory-insensitive").
+
+Names: ``max_batch`` is BestServe's ``b_max`` (decode boxes per instance, the max batch) and
+``prefill_max_batch`` its prefill batch (prompts per prefill step); serveplan's names for the
+knobs are those of ``docs/glossary.md``.
 """
 
 from __future__ import annotations
@@ -79,16 +83,16 @@ class Oracle:
         return (n - 1) * self.decode_step(b, s, n) if n > 1 else 0.0
 
 
-def _batch(order: list[int], i: int, A: list[float], b_max: int, T: float) -> int:
-    """Number of requests from position ``i`` that have arrived by ``T`` (at most ``b_max``)."""
+def _batch(order: list[int], i: int, A: list[float], cap: int, T: float) -> int:
+    """Number of requests from position ``i`` that have arrived by ``T`` (at most ``cap``)."""
     k = 0
     n = len(order)
-    while k < b_max and i + k < n and A[order[i + k]] <= T:
+    while k < cap and i + k < n and A[order[i + k]] <= T:
         k += 1
     return k
 
 
-def prefill_sim(order: list[int], A: list[float], inp: list[int], b_max: int, n_inst: int, oracle: Oracle,
+def prefill_sim(order: list[int], A: list[float], inp: list[int], prefill_max_batch: int, n_inst: int, oracle: Oracle,
                 D: list[float], inst_of: list[int], start: list[float]) -> None:
     """Algorithm 2 with the time-advance fix: fills ``D`` (prefill departure = first token)."""
     when_idle = [0.0] * n_inst
@@ -100,7 +104,7 @@ def prefill_sim(order: list[int], A: list[float], inp: list[int], b_max: int, n_
         for k in range(n_inst):
             j = (rot + k) % n_inst
             if when_idle[j] <= T:
-                c = _batch(order, i, A, b_max, T)
+                c = _batch(order, i, A, prefill_max_batch, T)
                 if c:
                     reqs = order[i: i + c]
                     TB = oracle.prefill(tuple(inp[r] for r in reqs))
@@ -115,11 +119,11 @@ def prefill_sim(order: list[int], A: list[float], inp: list[int], b_max: int, n_
             T = max(min(max(w, T) for w in when_idle), A[order[i]])
 
 
-def decode_sim(order: list[int], A: list[float], inp: list[int], out: list[int], b_max: int, n_inst: int,
+def decode_sim(order: list[int], A: list[float], inp: list[int], out: list[int], max_batch: int, n_inst: int,
                oracle: Oracle, D: list[float], inst_of: list[int], start: list[float], tau: float = TAU,
                offset: int = 0) -> None:
     """Algorithm 3 (boxes, pseudo batch size) with the fixes of the module docstring."""
-    boxes = [[0.0] * b_max for _ in range(n_inst)]
+    boxes = [[0.0] * max_batch for _ in range(n_inst)]
     T = 0.0
     i = 0
     n = len(order)
@@ -130,7 +134,7 @@ def decode_sim(order: list[int], A: list[float], inp: list[int], out: list[int],
                 break
             j = (rot + k) % n_inst
             bx = boxes[j]
-            free = next((m for m in range(b_max) if bx[m] <= T), -1)
+            free = next((m for m in range(max_batch) if bx[m] <= T), -1)
             if free >= 0 and A[order[i]] <= T:
                 r = order[i]
                 b = sum(1 for w in bx if w > T)
@@ -146,15 +150,31 @@ def decode_sim(order: list[int], A: list[float], inp: list[int], out: list[int],
             T = max(t_free, A[order[i]])
 
 
+def _next_instant(T: float, resume: list[float], wip: list[float], boxes: list[list[float]],
+                  next_arrival: float | None, next_prefilled: float | None) -> float:
+    """The next instant after ``T`` at which something can change in Algorithms 4-7: a resumption,
+    the next arrival or the end of a prefill batch (while requests arrive), the next prefilled
+    request's first token, a prefill batch's or a decode box's end (while requests wait for a box)."""
+    cands = [t for t in resume if t > T]
+    if next_arrival is not None:
+        cands.append(next_arrival)
+        cands.extend(w for w in wip if w > T)
+    if next_prefilled is not None:
+        cands.append(next_prefilled)
+        cands.extend(w for w in wip if w > T)
+        cands.extend(min((w for w in bx if w > T), default=INF) for bx in boxes)
+    return min((t for t in cands if t > T), default=INF)
+
+
 def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step for step with the paper
-        order: list[int], A: list[float], inp: list[int], out: list[int], b_max: int, n_inst: int,
-        prefill_b_max: int, oracle: Oracle, D1: list[float], D2: list[float], inst_of: list[int], start: list[float],
-        tau: float = TAU, on_time: Callable[[float], bool] | None = None) -> bool:
+        order: list[int], A: list[float], inp: list[int], out: list[int], max_batch: int, n_inst: int,
+        prefill_max_batch: int, oracle: Oracle, D1: list[float], D2: list[float], inst_of: list[int],
+        start: list[float], tau: float = TAU, on_time: Callable[[float], bool] | None = None) -> bool:
     """Algorithms 4-7 (vLLM-like collocation). Returns True when ``on_time`` asked to stop."""
     status = ["decode"] * n_inst
     wip = [0.0] * n_inst                        # when_idle_prefill
-    boxes = [[0.0] * b_max for _ in range(n_inst)]
-    owner = [[-1] * b_max for _ in range(n_inst)]
+    boxes = [[0.0] * max_batch for _ in range(n_inst)]
+    owner = [[-1] * max_batch for _ in range(n_inst)]
     resume = [INF] * n_inst                     # S: pending resume time per instance
     Q: deque[int] = deque()                     # prefilled, waiting for a decode box
     n = len(order)
@@ -173,7 +193,7 @@ def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step
             for k in range(n_inst):
                 j = (rot + k) % n_inst
                 if status[j] == "decode" or wip[j] <= T:      # Alg. 5
-                    c = _batch(order, i, A, prefill_b_max, T)
+                    c = _batch(order, i, A, prefill_max_batch, T)
                     reqs = order[i: i + c]
                     TB = oracle.prefill(tuple(inp[r] for r in reqs))
                     for r in reqs:
@@ -185,7 +205,7 @@ def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step
                     wip[j] = T + TB
                     # suspend (or further delay) the instance's running decodes by TB
                     bx, ow = boxes[j], owner[j]
-                    for m in range(b_max):
+                    for m in range(max_batch):
                         if bx[m] > T:
                             bx[m] += TB
                             D2[ow[m]] = bx[m]
@@ -198,7 +218,7 @@ def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step
             for k in range(n_inst):
                 j = (rot + k) % n_inst
                 bx = boxes[j]
-                free = next((m for m in range(b_max) if bx[m] <= T), -1)
+                free = next((m for m in range(max_batch) if bx[m] <= T), -1)
                 if free < 0 or (status[j] == "prefill" and wip[j] > T):   # Alg. 5
                     continue
                 r = Q.popleft()
@@ -212,16 +232,7 @@ def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step
         rot = (rot + 1) % n_inst
         if acted:
             continue
-        # advance to the next instant at which something can change
-        cands = [t for t in resume if t > T]
-        if i < n:
-            cands.append(A[order[i]])
-            cands.extend(w for w in wip if w > T)
-        if Q:
-            cands.append(D1[Q[0]])
-            cands.extend(w for w in wip if w > T)
-            cands.extend(min((w for w in bx if w > T), default=INF) for bx in boxes)
-        nxt = min((t for t in cands if t > T), default=INF)
+        nxt = _next_instant(T, resume, wip, boxes, A[order[i]] if i < n else None, D1[Q[0]] if Q else None)
         if nxt == INF:  # pragma: no cover - every pending request has a future event
             break
         T = nxt
@@ -232,9 +243,12 @@ def collocated_sim(  # noqa: C901 - Algorithms 4-7 transcribed as one loop, step
 
 
 def run_bestserve(A: np.ndarray, inp: np.ndarray, out: np.ndarray, *, disaggregated: bool, n_prefill: int,
-                  n_decode: int, n_collocated: int, prefill_b_max: int, decode_b_max: int,
-                  oracle_p: Oracle, oracle_d: Oracle, tau: float = TAU) -> dict[str, np.ndarray]:
-    """First-token and finish times of every request (arrays), plus instance ids."""
+                  n_decode: int, n_collocated: int, prefill_max_batch: int,
+                  max_batch: int, oracle_p: Oracle, oracle_d: Oracle, tau: float = TAU) -> dict[str, np.ndarray]:
+    """First-token and finish times of every request (arrays), plus instance ids.
+
+    ``prefill_max_batch``: prompts per prefill step; ``max_batch``: decode boxes per decoding
+    instance (BestServe's ``b_max``)."""
     n = len(A)
     order = list(np.argsort(A, kind="stable"))
     Al, il, ol = A.tolist(), inp.tolist(), out.tolist()
@@ -245,16 +259,16 @@ def run_bestserve(A: np.ndarray, inp: np.ndarray, out: np.ndarray, *, disaggrega
     start = [math.nan] * n
     dstart = [math.nan] * n
     if disaggregated:
-        prefill_sim(order, Al, il, prefill_b_max, n_prefill, oracle_p, D1, p_inst, start)
+        prefill_sim(order, Al, il, prefill_max_batch, n_prefill, oracle_p, D1, p_inst, start)
         # requests with a single output token finish at the prefill
         dorder = sorted((r for r in range(n) if ol[r] > 1), key=lambda r: (D1[r], r))
-        decode_sim(dorder, D1, il, ol, decode_b_max, n_decode, oracle_d, D2, d_inst, dstart, tau, offset=n_prefill)
+        decode_sim(dorder, D1, il, ol, max_batch, n_decode, oracle_d, D2, d_inst, dstart, tau, offset=n_prefill)
         for r in range(n):
             if ol[r] <= 1:
                 D2[r] = D1[r]
         darr = np.array([D1[r] if ol[r] > 1 else math.nan for r in range(n)])
     else:
-        collocated_sim(order, Al, il, ol, decode_b_max, n_collocated, prefill_b_max, oracle_p, D1, D2, p_inst, start,
+        collocated_sim(order, Al, il, ol, max_batch, n_collocated, prefill_max_batch, oracle_p, D1, D2, p_inst, start,
                        tau)
         for r in range(n):
             if ol[r] <= 1:

@@ -35,8 +35,13 @@ _DENSE_MAX = 1 << 22  # context sums below this use one contiguous table per bat
 _TABLE_BYTES = 256 << 20
 #: decode stretches of at least this many sequences (and at most ``_DIRECT_STEPS`` steps) are timed
 #: directly rather than read from a table: a table block of 1,024 context sums holds at most
-#: ``1024 / nd`` of a stretch's steps, and wide-EP batches rarely meet the same context sum twice
-_DIRECT_ND = 32
+#: ``1024 / nd`` of a stretch's steps, and wide-EP batches rarely meet the same context sum twice.
+#: Below it a block holds at least 8 steps and a run meets the same sums again and again (a 20,000-
+#: request vLLM run at 50 sequences: 5.2 s instead of 7.4 s; the default plan 21 s instead of 38 s
+#: of CPU; benchmarks/results/sim-scale.md). A table value and a direct one may differ in the last
+#: bit (a product of the columnar estimator summed in another order: 3.5e-18 s on 35% of the
+#: stretches of 32-127 sequences in the default plan), which moves a plan's figures by ~1e-14.
+_DIRECT_ND = 128
 _DIRECT_STEPS = 1 << 13
 #: step clocks one :class:`Clocks` keeps (least recently used dropped first)
 MAX_CLOCKS = 32

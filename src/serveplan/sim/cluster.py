@@ -31,6 +31,9 @@ can still reach it:
   previous one finishes): arrivals depend on completions, so instances run in lockstep, each
   step or stretch bounded by the next event (:class:`Wake`), and a completion hands the loop the
   client's next arrival;
+* sessions (:class:`SessionLoop`, a closed loop per session): a session's next turn is sent a
+  think time after its previous answer ends, to the instance that served its earlier turns
+  (:class:`SessionTurn`);
 * early stop: :class:`Checkpoint` events advance the stage to their time and count certain SLO
   misses (:class:`EarlyStop`).
 
@@ -54,9 +57,10 @@ from serveplan.sim.instance import Instance
 from serveplan.sim.metrics import SLO, certain_misses
 from serveplan.sim.request import RequestState
 from serveplan.sim.router import Router
+from serveplan.sim.workload import Workload
 
-__all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "Frontend", "OpenLoop", "Stage", "Strategy", "kv_transfer_time",
-           "run_fleet"]
+__all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "Frontend", "OpenLoop", "SessionLoop", "Stage", "Strategy",
+           "kv_transfer_time", "run_fleet", "session_loop"]
 
 INF = math.inf
 #: early-stop checks per stage (spread evenly over the arrival span)
@@ -446,6 +450,72 @@ class ClientArrival:
         t = loop.now
         self.stage.instances[0].req.arrival[self.q] = t
         return self.stage.wake(self.stage.route(t, self.q), t)
+
+
+@dataclass(slots=True)
+class SessionLoop(ClosedLoop):
+    """Sessions in a closed loop per session: each turn is sent ``think_s`` after the previous
+    turn's answer ends. Sessions start at ``starts`` (open), or back to back on ``clients``
+    clients when ``starts`` is None."""
+
+    first: Sequence[int] = ()
+    next_turn: Sequence[int] = ()
+    starts: Sequence[float] | None = None
+    _session_next: int = field(default=0, init=False)
+
+    def start(self, stage: Stage, loop: EventLoop) -> list[Scheduled]:
+        self._loop, self._stage = loop, stage
+        if self.starts is not None:
+            self._session_next = len(self.first)
+            return [(float(t), Priority.ARRIVAL, ClientArrival(stage, q))
+                    for t, q in zip(self.starts, self.first, strict=True)]
+        k = min(self.clients, len(self.first))
+        self._session_next = k
+        return [(self.t0 + i * self.ramp_s / self.clients, Priority.ARRIVAL, ClientArrival(stage, self.first[i]))
+                for i in range(k)]
+
+    def on_finish(self, q: int, t: float) -> None:
+        nxt = self.next_turn[q]
+        assert self._loop is not None and self._stage is not None
+        if nxt >= 0:  # the session stays on its instance (session affinity)
+            home = self._stage.instances[0].req.p_inst[q]
+            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, SessionTurn(self._stage, nxt, home))
+        elif self.starts is None and self._session_next < len(self.first):
+            q0 = self.first[self._session_next]
+            self._session_next += 1
+            self._loop.schedule(t + self.think_s, Priority.ARRIVAL, ClientArrival(self._stage, q0))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTurn:
+    """A session's next turn arrives (its arrival time is set now) at the instance that served
+    the session's earlier turns, and wakes it."""
+
+    stage: Stage
+    q: int
+    i: int
+
+    def handle(self, loop: EventLoop) -> list[Scheduled]:
+        t = loop.now
+        st, q, i = self.stage, self.q, self.i
+        st.instances[i].req.arrival[q] = t
+        st.deliver(i, t, q)
+        st.assign(q, i)
+        return list(st.wake(i, t))
+
+
+def session_loop(wl: Workload, *, starts: Sequence[float] | None, clients: int | None) -> SessionLoop:
+    """The :class:`SessionLoop` of a session workload."""
+    session = np.asarray(wl.session)
+    turn = np.asarray(wl.turn)
+    n = len(session)
+    order = np.lexsort((turn, session))  # by session, then turn
+    nxt = np.full(n, -1, dtype=np.int64)
+    same = session[order][1:] == session[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    first = order[np.r_[True, ~same]]
+    return SessionLoop(ids=range(n), clients=clients or len(first), think_s=wl.think_s, first=first.tolist(),
+                       next_turn=nxt.tolist(), starts=None if starts is None else list(starts))
 
 
 @dataclass(frozen=True, slots=True)

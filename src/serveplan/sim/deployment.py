@@ -1,6 +1,6 @@
 """``resolve(config, clocks) -> Deployment``: one description of a run, resolved once.
 
-A :class:`~serveplan.sim.engine.SimulationConfig` says what to run: the model, the devices, the
+A :class:`~serveplan.sim.config.SimulationConfig` says what to run: the model, the devices, the
 engine, the fleet and the traffic. :func:`resolve` turns it into what every consumer reads, per
 role (:class:`RoleSetup`):
 
@@ -26,23 +26,17 @@ the same question gets the same step times whichever door it came in by.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from serveplan.estimator.step import Estimator
 from serveplan.sim.clock import Clocks, StepClock
+from serveplan.sim.config import BLOCK_SIZE, SimulationConfig, graph_tokens_of
 from serveplan.sim.fleet import InstanceConfig, Role
 from serveplan.sim.instance import PLAIN_INTAKE, Intake
 from serveplan.sim.schedulers.base import Options, get_scheduler, policy_options
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType
-
-if TYPE_CHECKING:
-    from serveplan.sim.engine import SimulationConfig
-
-#: vLLM's KV block size (tokens per PagedAttention block, vLLM default ``block_size=16``): the block
-#: of a run without an engine
-BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -88,7 +82,7 @@ class RoleSetup:
         b, par = self.instance.batching, self.instance.parallel
         return {"role": self.role.value, "count": self.count, "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
                 "num_devices": par.num_devices, "scheduler": b.scheduler, "max_batch": b.max_batch,
-                "max_prompts": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
+                "prefill_max_batch": b.max_prompts, "token_budget": b.token_budget, "chunk_size": b.chunk_size,
                 "scheduler_options": self.options.to_dict(),
                 "intake": {"recv_interval": self.intake.recv_interval, "overlap": self.intake.overlap},
                 "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,
@@ -99,7 +93,7 @@ class RoleSetup:
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Deployment:
-    """A :class:`~serveplan.sim.engine.SimulationConfig` resolved per role (module doc)."""
+    """A :class:`~serveplan.sim.config.SimulationConfig` resolved per role (module doc)."""
 
     config: SimulationConfig
     roles: tuple[RoleSetup, ...]
@@ -161,15 +155,6 @@ class Deployment:
                 "weight_dtype": self.weight_dtype.value, "kv_dtype": self.kv_dtype.value,
                 "kv_block_size": self.block_size, "roles": [s.to_dict() for s in self.roles],
                 "notes": list(self.notes)}
-
-
-def graph_tokens_of(engine: EngineSpec, inst: InstanceConfig) -> int:
-    """The largest step (tokens per rank) an instance of ``engine`` replays as a captured graph:
-    :meth:`~serveplan.specs.engine.EngineSpec.graph_tokens` of the instance's sequences, token
-    budget, data-parallel ranks and speculative decode query length."""
-    query = 1 + (inst.spec.k if inst.spec is not None and inst.spec.is_active else 0)
-    return engine.graph_tokens(inst.batching.max_batch, query_len=query, token_budget=inst.batching.token_budget,
-                               dp=inst.parallel.dp)
 
 
 def resolve(config: SimulationConfig, clocks: Clocks | None = None) -> Deployment:

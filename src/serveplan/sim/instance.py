@@ -43,7 +43,7 @@ from serveplan.estimator import columns
 from serveplan.estimator.batch import StepBatch, step_sums
 from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
 from serveplan.sim.fleet import Batching, Role
-from serveplan.sim.kv import KVCache, PrefixCache
+from serveplan.sim.kv import KVCache, Prefix
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -241,7 +241,7 @@ class Instance:
     #: read it at every step boundary)
     free_blocks = property(operator.attrgetter("kv.free"))
 
-    def use_prefix_cache(self, cache: PrefixCache) -> None:
+    def use_prefix_cache(self, cache: Prefix) -> None:
         """Serve with ``cache`` as the KV cache's prefix cache: what a preempted request computed
         is then found there (as far as not evicted) rather than kept aside, and the loads of
         lower-tier hits are paid by the first prefill step of the requests admitted."""

@@ -1,5 +1,11 @@
 """Request streams: lengths (fixed, distributions, empirical lists, traces) and arrival times.
 
+Traces in the Mooncake format (:func:`mooncake_workload`, read by :meth:`Workload.from_trace`)
+carry per-request prompt block hashes for the prefix cache; multi-turn sessions are drawn by
+:func:`serveplan.sim.sessions.session_workload`. A workload whose requests share prompt blocks
+(sessions, block hashes, a system prompt: :attr:`Workload.prefix_cached`) has those fields checked
+here, with the rest of the workload.
+
 A :class:`Workload` holds the *realized* per-request input and output lengths (numpy arrays,
 drawn once from a seeded stream of their own) and how arrivals are generated. Arrival times are
 drawn by :func:`arrival_times` at simulation time from ``np.random.default_rng(seed)`` with
@@ -25,7 +31,9 @@ import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +49,18 @@ SCENARIOS: dict[str, tuple[int, int]] = {
     "op4": (256, 2048),
 }
 
-ARRIVALS = ("poisson", "gamma", "trace")
+class Arrival(str, Enum):
+    """How requests arrive: a ``str`` enum (``arrival == "poisson"`` holds, records keep the string)."""
+
+    POISSON = "poisson"   # exponential gaps at the rate
+    GAMMA = "gamma"       # gamma gaps of coefficient of variation ``cv`` (1: Poisson)
+    TRACE = "trace"       # the trace's own times
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ARRIVALS = tuple(a.value for a in Arrival)
 #: Most requests one workload may hold: arrival times and lengths are drawn up front (24 bytes a
 #: request) and the simulator keeps a record per request, so a larger stream is refused rather
 #: than exhausting memory (10^8 requests grew past 18 GB). 10^7 is the stream the memory
@@ -57,8 +76,12 @@ _REQUESTS_WHY = ("arrival times and lengths are drawn up front and every request
                  "about 100 bytes a request (sim/stream.py)")
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
-#: Entropy appended to the seed for the length stream, so lengths never share draws with arrivals.
-_LENGTH_STREAM = 0x1E4
+#: Entropy appended to the seed for the length stream, so lengths never share draws with arrivals
+#: (every generator of lengths draws from ``np.random.default_rng([seed, LENGTH_STREAM])``: these
+#: constructors, the bundled datasets and :func:`~serveplan.sim.sessions.session_workload`).
+LENGTH_STREAM = 0x1E4
+#: tokens per Mooncake trace block (FAST25-release README)
+MOONCAKE_BLOCK = 512
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,7 +202,7 @@ class Workload:
 
     input_lengths: Any
     output_lengths: Any
-    arrival: str = "poisson"
+    arrival: Arrival | str = Arrival.POISSON
     cv: float = 1.0
     trace_times: Any = None
     num_requests: int | None = None
@@ -187,17 +210,18 @@ class Workload:
     _digest: str = field(default="", repr=False)
     #: multi-turn sessions (:func:`serveplan.sim.sessions.session_workload`): each request's
     #: session id and turn (0 first); its next turn is sent ``think_s`` after its answer ends
-    session: Any = None
-    turn: Any = None
+    session: np.ndarray | None = None
+    turn: np.ndarray | None = None
     think_s: float = 0.0
-    #: per request, the trace's prompt block hashes (Mooncake format), each of ``hash_block`` tokens
-    hash_ids: Any = None
-    hash_block: int = 512
+    #: per request, the trace's prompt block hashes (Mooncake format, :func:`mooncake_workload`),
+    #: each of ``hash_block`` tokens
+    hash_ids: Sequence[Sequence[int]] | None = None
+    hash_block: int = MOONCAKE_BLOCK
     #: tokens of a system prompt every request starts with (counted in ``input_lengths``)
     system_prompt_len: int = 0
     #: sessions kept within the model's context: per request, the first turn of its session its prompt
     #: still holds (None: every turn), and how many turns dropped older ones
-    context_start: Any = None
+    context_start: np.ndarray | None = None
     dropped_turns: int = 0
 
     def __post_init__(self) -> None:
@@ -212,8 +236,10 @@ class Workload:
         inp = _as_lengths(self.input_lengths, n, "input_lengths")
         n = inp.size
         out = _as_lengths(self.output_lengths, n, "output_lengths")
-        if self.arrival not in ARRIVALS:
-            raise SpecError(f"arrival={self.arrival!r}; expected one of: {', '.join(ARRIVALS)}")
+        try:
+            object.__setattr__(self, "arrival", Arrival(self.arrival))
+        except ValueError:
+            raise SpecError(f"arrival={self.arrival!r}; expected one of: {', '.join(ARRIVALS)}") from None
         check_number("cv", self.cv, low=0, high=MAX_CV, low_open=True,
                      why="coefficient of variation of gamma gaps, 1 = Poisson; above 100 nearly every gap is 0")
         tt = None
@@ -270,7 +296,7 @@ class Workload:
         """Draw ``num_requests`` lengths from the two distributions (a seeded stream separate
         from the arrival stream, so lengths never depend on the rate)."""
         check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
-        rng = np.random.default_rng([int(seed), _LENGTH_STREAM])
+        rng = np.random.default_rng([int(seed), LENGTH_STREAM])
         dists = [LengthDist(kind="fixed", value=d) if isinstance(d, int) else d for d in (input_dist, output_dist)]
         inp = dists[0].sample(rng, num_requests)
         out = dists[1].sample(rng, num_requests)
@@ -287,7 +313,7 @@ class Workload:
 
         check_int("num_requests", num_requests, low=1, high=MAX_REQUESTS, why=_REQUESTS_WHY)
         table = length_table(name)
-        inp, out = table.sample(np.random.default_rng([int(seed), _LENGTH_STREAM]), num_requests)
+        inp, out = table.sample(np.random.default_rng([int(seed), LENGTH_STREAM]), num_requests)
         return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
                         name=name)
 
@@ -340,8 +366,6 @@ class Workload:
         except UnicodeDecodeError:
             raise SpecError(f"trace={str(path)!r} is not text (binary content); expected a CSV or JSONL file") from None
         if '"hash_ids"' in text[:4096]:  # the Mooncake format: milliseconds and block hashes
-            from serveplan.sim.sessions import mooncake_workload
-
             return mooncake_workload(text, num_requests=num_requests, name=p.name)
         rows: list[dict[str, Any]] = []
         if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{"):
@@ -384,11 +408,56 @@ class Workload:
                         num_requests=len(t), name=p.name)
 
     def _check_sessions(self, n: int, h: Any) -> None:
-        if self.prefix_cached:
-            from serveplan.sim.sessions import check_session_fields, digest_session_fields
+        """Check the session / trace-hash fields (arrays stored as such) and feed them to the
+        content digest ``h``."""
+        if not self.prefix_cached:
+            return
+        for name in ("session", "turn", "context_start"):
+            v = getattr(self, name)
+            if v is not None:
+                object.__setattr__(self, name, np.asarray(v))
+        self._check_session_fields(n)
+        if self.hash_ids is not None:
+            self._check_hash_fields(n)
+        h.update(f"|{self.think_s!r}|{self.system_prompt_len}|{self.hash_block}".encode())
+        for arr in (self.session, self.turn, self.context_start):
+            if arr is not None:
+                h.update(arr.tobytes())
+        if self.hash_ids is not None:
+            h.update(repr(self.hash_ids).encode())
 
-            check_session_fields(self, n)
-            digest_session_fields(self, h)
+    def _check_session_fields(self, n: int) -> None:
+        if not (isinstance(self.think_s, (int, float)) and math.isfinite(self.think_s) and self.think_s >= 0):
+            raise SpecError(f"think_time={self.think_s!r} must be a non-negative number of seconds")
+        L = self.system_prompt_len
+        if isinstance(L, bool) or not isinstance(L, (int, np.integer)) or L < 0:
+            raise SpecError(f"system_prompt_len={L!r} must be a non-negative integer number of tokens")
+        if L and int(np.min(self.input_lengths)) <= L:
+            raise SpecError(f"system_prompt_len={L} must be shorter than every prompt (shortest "
+                            f"{int(np.min(self.input_lengths))} tokens)")
+        if (self.session is None) != (self.turn is None):
+            raise SpecError("session and turn must be given together (one session id and turn per request)")
+        if self.context_start is not None:
+            a = self.context_start
+            if (self.session is None or a.shape != (n,)
+                    or (a.size and (a.min() < 0 or np.any(a > np.asarray(self.turn))))):
+                raise SpecError(f"context_start must hold, per request of a session, its first kept turn ({n} "
+                                "values, each at most the request's turn)")
+        if self.session is not None:
+            for name in ("session", "turn"):
+                a = getattr(self, name)
+                if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or (a.size and a.min() < 0):
+                    raise SpecError(f"{name} must hold one non-negative integer per request ({n})")
+
+    def _check_hash_fields(self, n: int) -> None:
+        assert self.hash_ids is not None
+        if self.system_prompt_len or self.session is not None:
+            raise SpecError("a trace's hash_ids already say which prompt blocks are shared; "
+                            "drop system_prompt_len and sessions")
+        if len(self.hash_ids) != n:
+            raise SpecError(f"hash_ids has {len(self.hash_ids)} entries but there are {n} requests")
+        if isinstance(self.hash_block, bool) or not isinstance(self.hash_block, int) or self.hash_block < 1:
+            raise SpecError(f"hash_block={self.hash_block!r} must be a positive number of tokens")
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -436,6 +505,46 @@ def _trace_columns(rows: list[Any], keys: dict[str, str], path: str) -> tuple[np
                 raise SpecError(f"trace={path!r} row {i}: {key}={v!r} must be {expected}")
             cells[what].append(x)
     return np.array(cells["arrival"]), np.array(cells["input"]), np.array(cells["output"])
+
+
+def mooncake_workload(text: str, *, num_requests: int | None = None, name: str = "mooncake") -> Workload:
+    """A Mooncake-format trace (JSONL rows ``{"timestamp": ms, "input_length",
+    "output_length", "hash_ids": [...]}``, one hash per 512-token prompt block chaining its prefix,
+    kvcache-ai/Mooncake ``FAST25-release/README.md``): arrivals in seconds from the first,
+    the prompt block hashes kept for the prefix cache."""
+    t: list[float] = []
+    inp: list[int] = []
+    out: list[int] = []
+    hashes: list[tuple[int, ...]] = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            ti, a, b = float(r["timestamp"]), int(r["input_length"]), int(r["output_length"])
+            h = tuple(int(x) for x in r["hash_ids"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise SpecError(f"trace {name!r} line {i}: expected a Mooncake row {{\"timestamp\": ms, "
+                            "\"input_length\": int, \"output_length\": int, \"hash_ids\": [int, ...]}") from None
+        if a < 1 or b < 1 or not math.isfinite(ti):
+            raise SpecError(f"trace {name!r} line {i}: input_length={a}, output_length={b} must be positive")
+        if len(h) < math.ceil(a / MOONCAKE_BLOCK):
+            raise SpecError(f"trace {name!r} line {i}: {len(h)} hash_ids for {a} input tokens; "
+                            f"expected one per {MOONCAKE_BLOCK}-token block ({math.ceil(a / MOONCAKE_BLOCK)})")
+        t.append(ti / 1000.0)  # milliseconds
+        inp.append(a)
+        out.append(b)
+        hashes.append(h)
+    if not t:
+        raise SpecError(f"trace {name!r} has no requests")
+    order = np.argsort(np.asarray(t), kind="stable")
+    if num_requests is not None:
+        order = order[:num_requests]
+    ts = np.asarray(t)[order]
+    return Workload(input_lengths=np.asarray(inp)[order], output_lengths=np.asarray(out)[order], arrival="trace",
+                    trace_times=ts - ts[0], name=name, hash_ids=tuple(hashes[i] for i in order.tolist()),
+                    hash_block=MOONCAKE_BLOCK)
+
 
 def build_workload(*, scenario: str | None = None, input_len: int | None = None, output_len: int | None = None,
                    trace: str | Path | None = None, length_dist: str | None = None, num_requests: int = 10000,

@@ -140,6 +140,12 @@ class EngineSpec:
         in between is not modelled).
     default_tp:
         TP used when none is given (``None``: the smallest that fits, :func:`default_tp`).
+    default_strategy:
+        Fleet strategy of a run that gives none (``None``: one collocated instance, ``1m``).
+    steady_state_check:
+        The goodput search rejects a rate whose SLO holds over the stream but not in its steady
+        state (:attr:`serveplan.optimize.goodput.GoodputSettings.steady_state`); off for BestServe's
+        testbed, whose reproduction keeps the paper's Algorithm 9 check over the whole stream.
     comm_options:
         Opt-in expert-parallel communication setups the engine offers (name -> :class:`CommOptions`,
         e.g. SGLang's ``deepep``), none applied unless asked for (:meth:`comm`); the engines'
@@ -180,6 +186,11 @@ class EngineSpec:
         engine's default path (``moe_backends: {mxfp4: marlin}``: vLLM with
         ``VLLM_MXFP4_USE_MARLIN=1``); priced by that backend's own curve
         (:meth:`~serveplan.specs.profile.EfficiencyProfile.with_moe_backends`). Empty: the defaults.
+    prefix_cache_tier_load:
+        How prefix-cache hits found in CPU memory or on disk reach the GPU (``prefix_cache:
+        {tier_load: ...}``; one of :data:`TIER_LOADS`): ``serial``, one copy before the step that
+        needs them, or ``layerwise``, layer ``i``'s copy under layer ``i - 1``'s compute
+        (:meth:`~serveplan.sim.prefix_cache.PrefixCache.step_with_loads`). Absent: ``serial``.
     cites:
         Field -> where in the engine's source the value was read.
     """
@@ -210,6 +221,8 @@ class EngineSpec:
     fused_operators: bool = False
     kv_dtype_with_fp8_weights: DType | None = None
     default_tp: int | None = None
+    default_strategy: str | None = None
+    steady_state_check: bool = True
     comm_options: dict[str, CommOptions] = field(default_factory=dict)
     comm_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     overlap_scheduling: bool = False
@@ -217,6 +230,7 @@ class EngineSpec:
     moe_backends: dict[str, str] = field(default_factory=dict)
     prefill_host_s: dict[str, float] = field(default_factory=dict)
     prefill_graphs: tuple[int, int] | None = None
+    prefix_cache_tier_load: str = "serial"
     cites: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -464,6 +478,22 @@ def _prefill_graphs(raw: Any, where: str) -> tuple[int, int] | None:
             check_int(f"{where}: prefill_graphs.per_sequence", raw.get("per_sequence", 2), low=1))
 
 
+#: how lower-tier prefix-cache hits are loaded (:attr:`EngineSpec.prefix_cache_tier_load`)
+TIER_LOADS = ("serial", "layerwise")
+
+
+def _prefix_cache_tier_load(raw: Any, where: str) -> str:
+    """``prefix_cache: {tier_load: serial|layerwise}`` -> the tier load (absent: ``serial``)."""
+    if raw is None:
+        return "serial"
+    if not isinstance(raw, dict) or set(raw) - {"tier_load"}:
+        raise SpecError(f"{where}: prefix_cache must be {{tier_load: {'|'.join(TIER_LOADS)}}}; got {raw!r}")
+    v = raw.get("tier_load", "serial")
+    if v not in TIER_LOADS:
+        raise SpecError(f"{where}: prefix_cache.tier_load={v!r}; expected one of: {', '.join(TIER_LOADS)}")
+    return str(v)
+
+
 def _prefill_host_s(raw: Any, where: str) -> dict[str, float]:
     """``prefill_host_us: {<module>: microseconds}`` -> seconds by module name (absent: none)."""
     if raw is None:
@@ -635,11 +665,14 @@ def engine_from_dict(raw: dict[str, Any], *, name: str) -> EngineSpec:
         fused_operators=bool(raw.get("fused_operators", False)),
         kv_dtype_with_fp8_weights=DType.parse(kv8) if kv8 else None,
         default_tp=_opt_int(raw, "default_tp", where),
+        default_strategy=str(raw["default_strategy"]) if raw.get("default_strategy") else None,
+        steady_state_check=_flag({"steady_state_check": True, **raw}, "steady_state_check", where),
         comm_options=comm_options, comm_flags=comm_flags,
         overlap_scheduling=_flag(raw, "overlap_scheduling", where),
         frontend_s=_frontend_s(raw.get("frontend"), where),
         moe_backends=_moe_backends(raw.get("moe_backends"), where),
         prefill_host_s=_prefill_host_s(raw.get("prefill_host_us"), where),
         prefill_graphs=_prefill_graphs(raw.get("prefill_graphs"), where),
+        prefix_cache_tier_load=_prefix_cache_tier_load(raw.get("prefix_cache"), where),
         cites={str(k): str(v) for k, v in (raw.get("cites") or {}).items()},
     )

@@ -74,6 +74,17 @@ class DeviceSpec:
         The scale-up switches reduce in the network (NVLink SHARP / NCCL NVLS: third-generation
         NVSwitch and later), so an all-reduce inside the domain sends each payload once
         (:mod:`serveplan.estimator.collectives`).
+    board_power_w:
+        Board power (TDP/TGP/TBP) of one device from its datasheet, watts; 0 = unknown (no energy
+        figures). The power model's ceiling (:mod:`serveplan.estimator.power`).
+    idle_power_w:
+        Power of one idle device with its memory powered, watts; 0 = unknown, then the power
+        model's assumed share of the board power (:data:`serveplan.estimator.power.IDLE_SHARE`).
+    host_power_w:
+        The server's power outside the accelerators (CPUs, host memory, NICs, switches, fans, power
+        supply losses) per device, watts; 0 = the power model's assumed share of the board power
+        (:data:`serveplan.estimator.power.HOST_SHARE`). The three power fields stay out of the repr:
+        they change no step time, so checkpoints and step-time caches keyed on the spec stay valid.
     """
 
     name: str
@@ -93,6 +104,9 @@ class DeviceSpec:
     host_link: LinkSpec | None = None
     in_switch_reduction: bool = False
     driver_memory_bytes: float = 0.0
+    board_power_w: float = field(default=0.0, repr=False)
+    idle_power_w: float = field(default=0.0, repr=False)
+    host_power_w: float = field(default=0.0, repr=False)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -111,6 +125,11 @@ class DeviceSpec:
                   why="devices in one server or scale-up domain")
         check_int(f"{where}: scale_up_domain", self.scale_up_domain, low=0, high=MAX_NODE_DEVICES,
                   why="devices in one scale-up domain; 0 = devices_per_node")
+        for key in ("board_power_w", "idle_power_w", "host_power_w"):
+            check_number(f"{where}: {key}", getattr(self, key), low=0, unit="W")
+        if self.board_power_w and self.idle_power_w >= self.board_power_w:
+            raise SpecError(f"{where}: idle_power_w={self.idle_power_w:g} must be below board_power_w="
+                            f"{self.board_power_w:g} (watts)")
         check_int(f"{where}: tile_size", self.tile_size, low=0, high=1 << 16, why="GEMM tile along tokens; 0 = off")
         check_int(f"{where}: sm_count", self.sm_count, low=0, high=1 << 12,
                   why="streaming multiprocessors; 0 = unknown")
@@ -245,6 +264,9 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
             in_switch_reduction=bool(raw.get("in_switch_reduction", False)),
             driver_memory_bytes=check_number(f"{where}: driver_memory_mib", raw.get("driver_memory_mib") or 0.0,
                                              low=0, unit="MiB") * 2**20,
+            board_power_w=check_number(f"{where}: board_power_w", raw.get("board_power_w") or 0.0, low=0, unit="W"),
+            idle_power_w=check_number(f"{where}: idle_power_w", raw.get("idle_power_w") or 0.0, low=0, unit="W"),
+            host_power_w=check_number(f"{where}: host_power_w", raw.get("host_power_w") or 0.0, low=0, unit="W"),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SpecError):

@@ -34,7 +34,7 @@ Multimodal wrappers (``llama4``, ``gemma3``, ``qwen3_5_moe``, ``kimi_k25``) are 
 shapes (``granite``, ``olmo2``, ``smollm3``, ...) are read as that family
 (:data:`~serveplan.specs.hf_config.MODEL_FAMILIES`). Parameter and KV sizes are derived here once
 (``__post_init__``); every other layer reads them. The reader of ``config.json`` files is
-:mod:`serveplan.specs.hf_config`; its public names are importable from here too.
+:mod:`serveplan.specs.hf_config`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from serveplan.errors import SpecError
 from serveplan.units import DType
@@ -664,28 +664,3 @@ class ModelSpec:
 
     def with_(self, **changes: Any) -> ModelSpec:
         return dataclasses.replace(self, **changes)
-
-
-# ------------------------------------------------------------------------------------ the reader
-# The config.json reader lives in hf_config.py, which imports ModelSpec from here; its public names
-# stay importable from this module (``from serveplan.specs.model import model_from_hf_config``),
-# looked up on first use so that neither module needs the other while it loads.
-_READER_NAMES = ("MODEL_FAMILIES", "MODEL_TYPE_ALIASES", "QUANT_METHODS", "load_model_file", "model_family",
-                 "model_from_hf_config", "quantization_from_config")
-
-if TYPE_CHECKING:
-    from serveplan.specs.hf_config import MODEL_FAMILIES as MODEL_FAMILIES
-    from serveplan.specs.hf_config import MODEL_TYPE_ALIASES as MODEL_TYPE_ALIASES
-    from serveplan.specs.hf_config import QUANT_METHODS as QUANT_METHODS
-    from serveplan.specs.hf_config import load_model_file as load_model_file
-    from serveplan.specs.hf_config import model_family as model_family
-    from serveplan.specs.hf_config import model_from_hf_config as model_from_hf_config
-    from serveplan.specs.hf_config import quantization_from_config as quantization_from_config
-
-
-def __getattr__(name: str) -> Any:
-    if name in _READER_NAMES:
-        from serveplan.specs import hf_config
-
-        return getattr(hf_config, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

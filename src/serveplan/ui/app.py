@@ -30,6 +30,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from serveplan import __version__
 from serveplan.errors import PlannerError
 from serveplan.ui import service
 from serveplan.ui.jobs import BusyError, JobManager
@@ -53,10 +54,10 @@ def _error(exc: BaseException, status: int | None = None) -> JSONResponse:
     return JSONResponse({"error": text, "exit_code": code}, status_code=status or (422 if code == 3 else 400))
 
 
-def create_app(*, host: str = "127.0.0.1", max_running: int = 2, time_limit_s: float = 600.0) -> FastAPI:
+def create_app(*, host: str = "127.0.0.1", max_jobs: int = 2, time_limit_s: float = 600.0) -> FastAPI:
     """The application; ``host`` is the address it is served on (requests naming another host
     are refused, which keeps other sites' pages from reaching it through DNS rebinding)."""
-    jobs = JobManager(max_running=max_running, time_limit_s=time_limit_s)
+    jobs = JobManager(max_jobs=max_jobs, time_limit_s=time_limit_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,8 +86,6 @@ def create_app(*, host: str = "127.0.0.1", max_running: int = 2, time_limit_s: f
 
     @app.get("/api/schema")
     def schema() -> dict[str, Any]:
-        from serveplan import __version__
-
         return service.schema() | {"version": __version__}
 
     @app.get("/api/check/{panel}")

@@ -83,7 +83,7 @@ class JobManager:
 
     Parameters
     ----------
-    max_running:
+    max_jobs:
         Jobs allowed to run at once (more are refused with :class:`BusyError`).
     time_limit_s:
         Wall-clock limit of one job; it is killed after that.
@@ -91,8 +91,8 @@ class JobManager:
         Finished jobs kept (and reused for the same inputs).
     """
 
-    def __init__(self, *, max_running: int = 2, time_limit_s: float = 600.0, cache_size: int = 64) -> None:
-        self.max_running, self.time_limit_s, self.cache_size = max_running, time_limit_s, cache_size
+    def __init__(self, *, max_jobs: int = 2, time_limit_s: float = 600.0, cache_size: int = 64) -> None:
+        self.max_jobs, self.time_limit_s, self.cache_size = max_jobs, time_limit_s, cache_size
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(_PRELOAD)
         self._lock = threading.Lock()
@@ -113,7 +113,7 @@ class JobManager:
         Raises
         ------
         BusyError
-            ``max_running`` jobs are running already.
+            ``max_jobs`` jobs are running already.
         """
         key = prep.request.key
         with self._lock:
@@ -122,7 +122,7 @@ class JobManager:
                 self._jobs.move_to_end(jid)
                 return self._jobs[jid], True
             running = sum(j.state == "running" for j in self._jobs.values())
-            if running >= self.max_running:
+            if running >= self.max_jobs:
                 raise BusyError(f"{running} jobs are running (this server's limit); wait or cancel one")
             job = Job(id=f"j{next(self._ids)}-{os.getpid()}", prepared=prep)
             self._jobs[job.id] = job

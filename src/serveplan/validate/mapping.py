@@ -31,7 +31,8 @@ A row is not mapped (:class:`Unmappable`, with the reason) when the tool lacks i
 hardware, engine or format, when the source does not state what the simulation needs (input
 lengths, the concurrency of a peak over a sweep, a production trace), when its figure is a bound
 (``lower bound``, ``up to``) or a ratio between settings the tool does not model (two engine
-releases, another engine, an ablation).
+releases, another engine, an ablation), and a power figure (``benchmarks/validate_energy.py``
+checks the energy model against those).
 """
 
 from __future__ import annotations
@@ -389,6 +390,9 @@ def predict(row: MeasuredRow) -> Prediction:
     Unmappable
         The row cannot be asked as its source states it (the message says why).
     """
+    if row.kind == "power":
+        raise Unmappable("a power figure: the energy model is checked against it by benchmarks/validate_energy.py "
+                         "(docs/cost-energy.md), which sweeps the input lengths the logs do not state")
     if _BOUND.search(row.unit):
         raise Unmappable(f"the source prints a bound, not a measurement ({row.unit})")
     if row.metric == "speedup":

@@ -25,10 +25,10 @@ METRIC_KIND = {
     "output_tokens_per_s": "throughput", "output_tokens_per_s_per_gpu": "throughput",
     "input_tokens_per_s": "throughput", "input_tokens_per_s_per_gpu": "throughput",
     "total_tokens_per_s_per_gpu": "throughput", "requests_per_s": "throughput",
-    "goodput_rps": "goodput", "goodput_rps_per_gpu": "goodput", "speedup": "speedup",
+    "goodput_rps": "goodput", "goodput_rps_per_gpu": "goodput", "speedup": "speedup", "system_power_w": "power",
 }
 #: every kind, in table order
-KINDS = ("TTFT", "TPOT", "E2E", "throughput", "goodput", "speedup")
+KINDS = ("TTFT", "TPOT", "E2E", "throughput", "goodput", "speedup", "power")
 #: engines as the rows name them (``other:<name>`` is a system the tool does not model)
 MODELLED_ENGINES = ("vllm", "sglang", "trtllm")
 

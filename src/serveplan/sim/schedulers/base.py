@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from serveplan.errors import SpecError
+from serveplan.specs.catalog import get_engine, list_engines
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.units import ceil_div
@@ -78,22 +79,24 @@ def register_scheduler(name: str, *aliases: str) -> Callable[[type[Scheduler]], 
     return deco
 
 
-#: engine names given where a scheduler (a mechanism) is expected, and the mechanism each engine runs:
-#: a scheduler is named by what it does, an engine by who ships it (``--engine`` picks both)
-ENGINE_NAMES = {"vllm": "chunked-prefill", "sglang": "prefill-priority", "trtllm": "inflight-no-evict"}
-
-
 def canonical_scheduler(name: str) -> str:
     """The mechanism name of ``name`` (an alias or a mechanism); :class:`SpecError` listing the
-    options when unknown, and saying what to write when ``name`` is an engine's."""
+    options when unknown, and saying what to write when ``name`` is an engine's (a scheduler is
+    named by what it does, an engine by who ships it; ``--engine`` picks both)."""
     name = ALIASES.get(name, name)
-    if name in ENGINE_NAMES:
-        raise SpecError(f"scheduler={name!r} is an engine, not a scheduler; give --engine {name} (its "
-                        f"{ENGINE_NAMES[name]} policy and defaults) or a mechanism: "
-                        f"{', '.join(collocated_schedulers())} (prefill-first is vLLM v0's and BestServe's)")
     if name not in SCHEDULERS:
+        engine = _engine_named(name)
+        if engine is not None:
+            raise SpecError(f"scheduler={name!r} is an engine, not a scheduler; give --engine {name} (its "
+                            f"{engine.scheduler} policy and defaults) or a mechanism: "
+                            f"{', '.join(collocated_schedulers())} (prefill-first is vLLM v0's and BestServe's)")
         raise SpecError(f"scheduler={name!r}; expected one of: {', '.join(scheduler_names())}")
     return name
+
+
+def _engine_named(name: str) -> EngineSpec | None:
+    """The bundled engine family or version called ``name`` (None: none is)."""
+    return get_engine(name) if name in list_engines() else None
 
 
 def policy_options(engine: EngineSpec, policy: str | None = None) -> Options:

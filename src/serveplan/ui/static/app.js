@@ -200,6 +200,21 @@ function frontier(points) {
   return out.sort((a, b) => a.x - b.x);
 }
 
+function orDash(v, digits) { return v == null ? "-" : Number(v).toFixed(digits); }
+
+function costEnergyText(doc, best) {
+  // the best strategy's cost and energy, with the price's source and what "planned rate" means here
+  const st = doc.settings, p = st.price;
+  const by = { cost: "lowest $ per million output tokens", energy: "lowest joules per output token" }[doc.objective] || "goodput per device";
+  const cost = best.usd_per_hour != null && p
+    ? `$${best.usd_per_hour.toFixed(2)}/h for the fleet at $${p.usd_per_gpu_hour}/GPU-h (${p.tier.replace("_", "-")}, ${p.provider || p.read_from}${p.date ? ", " + p.date : ""}), $${best.usd_per_mtok_output.toFixed(3)} per million output tokens and $${best.usd_per_mtok_total.toFixed(3)} per million input+output tokens at its goodput, $${Math.round(best.usd_per_month).toLocaleString()}/month at ${fmt(best.planned_rps, 2)} req/s`
+    : `no ${st.price_tier.replace("_", "-")} price for ${st.hardware} (set Price)`;
+  const energy = best.power_w_per_device != null
+    ? `${best.power_w_per_device.toFixed(0)} W per device, ${best.j_per_output_token.toFixed(3)} J per output token (${best.j_per_token.toFixed(3)} per input+output token)`
+    : "no board power for this device";
+  return `Ranked by ${by}. ${best.name}: ${cost}; ${energy}. Planned rate: ${st.planned_rate}.`;
+}
+
 function renderPlan(main) {
   const res = $("#results");
   res.replaceChildren();
@@ -217,23 +232,28 @@ function renderPlan(main) {
     const card = el("div", { class: "card" },
       el("h2", { text: `${st.model} (${st.weight_dtype || "?"} weights, ${st.kv_dtype || "?"} KV) on up to ${st.devices} x ${st.hardware}, engine ${eng}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
       el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies settled, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. Goodput: the highest rate meeting the SLO ${tolText(doc)}.${verdict} * = Pareto-optimal; (b) = an analytic bound, pruned.` }));
-    const head = ["#", "strategy", "devices", `goodput req/s (${tolShort(doc)})`, "per device", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
-    const table = el("table", { id: i === 0 ? "ranking" : null }, el("thead", {}, el("tr", {}, ...head.map((h, j) => el("th", { class: [1, 8, 9].includes(j) ? "l" : "", text: h })))));
+    // cost and energy beside goodput (docs/cost-energy.md): $ per million output tokens at the goodput,
+    // W per device and J per output token at the planned rate
+    const head = ["#", "strategy", "devices", `goodput req/s (${tolShort(doc)})`, "per device", "$/Mtok out", "W/device", "J/tok out", `TTFT P${pct} s`, `TPOT P${pct} ms`, "tok/s/device", "binds", "bottleneck"];
+    const LEFT = [1, 11, 12];
+    const table = el("table", { id: i === 0 ? "ranking" : null }, el("thead", {}, el("tr", {}, ...head.map((h, j) => el("th", { class: LEFT.includes(j) ? "l" : "", text: h })))));
     const body = el("tbody");
     shown.forEach(([r, rank], k) => {
       const tr = el("tr", { "data-strategy": r.name },
-        ...[rank, r.name + (r.pareto ? " *" : "") + (whole.includes(r.name) ? " (w)" : ""), r.num_devices, fmt(r.goodput_rps, 2), fmt(r.goodput_per_device), fmt(r.ttft_p_s), ms(r.tpot_p_s),
-            (r.output_tokens_per_s / r.num_devices).toFixed(0), r.binding_slo, r.bottleneck].map((v, j) => el("td", { class: [1, 8, 9].includes(j) ? "l" : "", text: String(v) })));
+        ...[rank, r.name + (r.pareto ? " *" : "") + (whole.includes(r.name) ? " (w)" : ""), r.num_devices, fmt(r.goodput_rps, 2), fmt(r.goodput_per_device),
+            orDash(r.usd_per_mtok_output, 3), orDash(r.power_w_per_device, 0), orDash(r.j_per_output_token, 3), fmt(r.ttft_p_s), ms(r.tpot_p_s),
+            (r.output_tokens_per_s / r.num_devices).toFixed(0), r.binding_slo, r.bottleneck].map((v, j) => el("td", { class: LEFT.includes(j) ? "l" : "", text: String(v) })));
       if (i === 0) tr.addEventListener("click", () => choose(main.status.job, r.name, tr));
       if (i === 0 && k === 0) tr.classList.add("chosen");
       body.append(tr);
     });
     for (const p of doc.pruned.filter((p) => p.kind === "bound" && p.bound_rps != null).slice(0, 5)) {
-      body.append(el("tr", { class: "bound", "data-strategy": p.name, "data-bound": "1" }, ...["-", `${p.name} (b)`, p.num_devices, `<= ${fmt(p.bound_rps, 2)}`, `<= ${fmt(p.bound_per_device)}`, "", "", "", "", "pruned by its bound"].map((v, j) => el("td", { class: [1, 8, 9].includes(j) ? "l" : "", text: String(v) }))));
+      body.append(el("tr", { class: "bound", "data-strategy": p.name, "data-bound": "1" }, ...["-", `${p.name} (b)`, p.num_devices, `<= ${fmt(p.bound_rps, 2)}`, `<= ${fmt(p.bound_per_device)}`, "", "", "", "", "", "", "", "pruned by its bound"].map((v, j) => el("td", { class: LEFT.includes(j) ? "l" : "", text: String(v) }))));
     }
     table.append(body);
     card.append(el("div", { class: "scroll" }, table));
     const notes = [];
+    notes.push(costEnergyText(doc, best));
     if (best && best.confidence) notes.push(bandNote(best.confidence, [["goodput", "goodput_rps"], [`P${pct} TTFT`, "ttft_p_s"], [`P${pct} TPOT`, "tpot_p_s"]]));
     if (doc.rejected.length) notes.push(`${doc.rejected.length} strategies miss the SLO even at 0.1 req/s: ` + doc.rejected.slice(0, 3).map((r) => `${r.name} (${r.reason})`).join("; ") + (doc.rejected.length > 3 ? " ..." : ""));
     if (doc.pruned.length) notes.push(`${doc.pruned.length} layouts pruned before simulation: ` + doc.pruned.slice(0, 4).map((p) => `${p.name} (${p.reason})`).join("; ") + (doc.pruned.length > 4 ? " ..." : ""));
