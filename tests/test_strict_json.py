@@ -41,6 +41,7 @@ COMMANDS = {
     "optimize": ["optimize", "--model", "llama-3.2-1b", "--devices", "2", "--tp", "1", "--num-requests", "100"],
     "offload": ["offload", "--model", "opt-6.7b", "--input-len", "128"],
     "offload-frontier": ["offload", "--model", "opt-6.7b", "--input-len", "128", "--frontier"],
+    "validate": ["validate", "--source", "vllm-blog-2026-04-fp8-kvcache,mooncake-docs-vllm-store-a10", "-j", "1"],
     "models": ["models"],
     "hardware": ["hardware"],
     "engines": ["engines"],

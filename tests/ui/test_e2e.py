@@ -137,3 +137,24 @@ def test_other_panels_draw(page, tab, fields, selector):
     fill(page, fields)
     run_and_wait(page, selector)
     assert page.is_hidden("#error")
+
+
+@pytest.mark.parametrize(("tab", "fields"), [
+    ("simulate", {"num-requests": "200", "rate-sweep": ""}),
+    ("step", {"output-len": "128"}),
+])
+def test_results_carry_their_confidence(page, tab, fields):
+    page.click(f"#tab-{tab}")
+    fill(page, fields)
+    run_and_wait(page, "#confidence")
+    text = page.inner_text("#confidence")
+    assert text.startswith("confidence (P10-P90 of measured / predicted")
+    assert "TTFT" in text
+    if tab == "simulate":
+        assert page.inner_text("#latency thead").count("P10-P90 band") == 1
+
+
+def test_the_plan_says_how_far_to_trust_its_goodput(page):
+    fill(page, SMALL)
+    run_and_wait(page, "#ranking tbody tr")
+    assert "confidence (P10-P90" in page.inner_text("#results") and "goodput" in page.inner_text("#results")

@@ -1,5 +1,5 @@
 """Command-line interface: ``serveplan estimate | simulate | optimize | offload | profile |
-calibrate | compare | models | hardware``.
+calibrate | compare | validate | models | hardware``.
 
 Each subcommand builds a config, calls one public function and renders the result; no modelling
 logic lives here. Exit codes: 0 ok, 2 bad input (:class:`SpecError`), 3 infeasible
@@ -236,3 +236,4 @@ from serveplan.cli import offload as _offload  # noqa: E402,F401
 from serveplan.cli import optimize as _optimize  # noqa: E402,F401
 from serveplan.cli import simulate as _simulate  # noqa: E402,F401
 from serveplan.cli import ui as _ui  # noqa: E402,F401
+from serveplan.cli import validate as _validate  # noqa: E402,F401

@@ -10,6 +10,7 @@ from serveplan.commands import estimate as command
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.profile import Phase
 from serveplan.units import fmt_bytes, fmt_ms
+from serveplan.validate.answers import band_line
 
 _EXTRA = (("json_out", bool, typer.Option(False, "--json", help="Print JSON.")),)
 
@@ -86,6 +87,11 @@ def estimate_cmd(opts: command.EstimateOptions, *, json_out: bool = False) -> No
         con.print(f"speculative decoding: {sd.method.value}, K={sd.k}, {sd.expected_tokens:.3f} expected tokens per "
                   f"verify step; the breakdown is the verify pass ({sd.verify_tokens} tokens per sequence), TOTAL of a "
                   "decode step is (verify + draft) / expected tokens, per generated token")
+    if out.confidence is not None:
+        shown = {k: b for k, b in out.confidence.items()
+                 if res.static or k == ("TTFT" if res.phase is Phase.PREFILL else "TPOT")}
+        labels = {"TTFT": "TTFT (prefill step)" if not res.static else "TTFT", "TPOT": "ITL/TPOT"}
+        con.print(band_line(shown, labels))
     if step_band is not None:
         con.print(f"step time band from the profile's uncertainty ({step_band.samples} samples): "
                   f"P10 {fmt_ms(step_band.p10)} ms, P50 {fmt_ms(step_band.p50)} ms, P90 {fmt_ms(step_band.p90)} ms")

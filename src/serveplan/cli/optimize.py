@@ -35,10 +35,18 @@ def optimize_cmd(opts: plan.PlanOptions, *, json_out: bool = False, progress: bo
         return
     for i, (wl, res) in enumerate(zip(result.prepared.workloads, result.results, strict=True)):
         _print_ranking(result, wl.name, res)
+        _print_confidence(result.prepared.settings[i], opts.percentile)
         if result.bands:
             _print_bands(list(result.bands[i]), opts.band, tolerance_note(res))
     if result.launch is not None and opts.deploy is not None:
         typer.echo(result.launch.render())
+
+
+def _print_confidence(settings: Any, pct: float) -> None:
+    from serveplan.validate.answers import band_line, strategy_bands
+
+    labels = {"goodput": "goodput", "TTFT": f"P{pct:g} TTFT", "TPOT": f"P{pct:g} TPOT"}
+    console().print(band_line(strategy_bands(settings), labels) + " (every strategy; --json gives each one's range)")
 
 
 def _print_bands(bands: list[GoodputBand], samples: int, tolerance: str) -> None:

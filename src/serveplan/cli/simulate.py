@@ -16,6 +16,7 @@ from serveplan.commands import simulate as command
 from serveplan.report.tables import concurrency_records, fit_columns, latency_rows, summary_lines
 from serveplan.sim import SimulationConfig, SimulationResult
 from serveplan.sim.deployment import resolve
+from serveplan.validate.answers import band_line, simulation_bands
 
 #: seconds a run goes before its progress bar appears (shorter runs show none)
 PROGRESS_DELAY_S = 3.0
@@ -139,6 +140,8 @@ def _print_levels(cfg: SimulationConfig, results: list[SimulationResult]) -> Non
     con.print(t)
     con.print("statistics over each run's steady window: requests sent after every client's first one and "
               "finished before the last send (warm-up and cool-down excluded); no SLO is judged in a closed loop")
+    if results:
+        con.print(band_line(simulation_bands(results[0])))
     _print_engine(cfg)
 
 
@@ -165,13 +168,18 @@ def _print(res: SimulationResult, sweep: list[SimulationResult]) -> None:
     heads = ["latency (ms)", "mean", "P50", "P90", "P99"]
     if online:
         heads.append(f"SLO (P{cfg.slo.percentile:g})")
+    heads.append("P10-P90 band")
     for col in heads:
         t.add_column(col, justify="left" if col.startswith("latency") else "right")
+    bands = simulation_bands(res)
+    kinds = {"TTFT": "TTFT", "TPOT": "TPOT", "E2E": "E2E"}
     for row in latency_rows(res):
-        t.add_row(*row[:len(heads)])
+        band = bands[kinds[row[0]]].factors() if row[0] in kinds else ""
+        t.add_row(*row[:len(heads) - 1], band)
     con.print(t)
     for line in summary_lines(res, judge_slo=online):
         con.print(line)
+    con.print(band_line(bands))
     if cfg.offline:
         con.print(f"offline: {res.num_completed} of {res.num_requests} requests in {res.makespan_s:,.2f} s; "
                   f"{res.output_tokens_per_s:,.0f} output tokens/s ({res.output_tokens_per_s / cfg.num_devices:,.0f} "

@@ -31,6 +31,8 @@ from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import Phase
 from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import json_safe
+from serveplan.validate.answers import step_bands, step_confidence
+from serveplan.validate.confidence import Band as ConfidenceBand
 
 #: options only a step estimate uses (``--op`` refuses them) and only ``--op`` uses (a step refuses them)
 STEP_ONLY = ("model", "engine", "tp", "pp", "dp", "ep", "output_len", "band", "spec_method", "spec_tokens",
@@ -117,6 +119,8 @@ class EstimateOutcome:
     operator: OperatorTime | None = None
     hardware: str = ""
     profile: str = ""
+    #: kind -> P10-P90 band of comparable validated rows (:mod:`serveplan.validate.answers`)
+    confidence: dict[str, ConfidenceBand] | None = None
 
     def document(self) -> dict[str, Any]:
         """What ``serveplan estimate --json`` prints and the page's API returns."""
@@ -127,6 +131,8 @@ class EstimateOutcome:
             d = self.step.to_dict()
             if self.band is not None:
                 d["band"] = self.band.to_dict()
+            if self.confidence is not None:
+                d["confidence"] = step_confidence(self.step, self.confidence)
         d["command"] = self.options.command_line("estimate")
         out: dict[str, Any] = json_safe(d)
         return out
@@ -169,7 +175,7 @@ def run(o: EstimateOptions) -> EstimateOutcome:
              else StepBatch.decode(res.batch, res.context_len or 1))
         timer = step_time_function(o.model, o.hardware, res.parallel, b, dtype=res.dtype, kv_dtype=res.kv_dtype)
         step_band = band(timer, pr, samples=o.band_samples, seed=o.seed)
-    return EstimateOutcome(options=o, step=res, band=step_band)
+    return EstimateOutcome(options=o, step=res, band=step_band, confidence=step_bands(res, m, hw, eng))
 
 
 def _operator(o: EstimateOptions) -> EstimateOutcome:

@@ -298,7 +298,8 @@ class PlanResult:
     def document(self) -> dict[str, Any]:
         """What ``serveplan optimize --json`` prints and the page's API returns."""
         return optimize_document(self.results, [wl.name for wl in self.prepared.workloads], self.bands,
-                                 self.launch, command=self.options.command_line("optimize"))
+                                 self.launch, command=self.options.command_line("optimize"),
+                                 settings=self.prepared.settings)
 
 
 def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,

@@ -37,6 +37,7 @@ from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import Workload, build_workload
 from serveplan.specs.catalog import get_host, list_hosts
 from serveplan.specs.speculative import SpecDecodeConfig
+from serveplan.validate.answers import simulation_confidence
 from serveplan.validate.bands import simulation_band
 
 #: the open-loop rate when none is given (requests/s): the default deployment (Llama-3.1-70B, one
@@ -311,7 +312,8 @@ class SimulateResult:
         cmd = self.options.command_line("simulate")
         if self.result is None:
             doc = strict({"config": self.prepared.config.to_dict(),
-                          "concurrency_sweep": concurrency_records(self.levels), "command": cmd})
+                          "concurrency_sweep": concurrency_records(self.levels),
+                          "confidence": [simulation_confidence(r) for r in self.levels], "command": cmd})
             return dict(doc)
         return simulate_document(self.result, self.sweep, self.bands) | {"command": cmd}
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from serveplan.optimize.goodput import GoodputSettings
 from serveplan.optimize.search import SearchResult
 from serveplan.report.deploy import LaunchPlan
 from serveplan.report.tables import sweep_records
 from serveplan.sim import SimulationResult
 from serveplan.units import json_safe
+from serveplan.validate.answers import simulation_confidence, strategy_bands, strategy_confidence
 
 
 def strict(obj: Any) -> Any:
@@ -22,14 +24,21 @@ def strict(obj: Any) -> Any:
 
 
 def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str], bands: Sequence[Any] = (),
-                      launch: LaunchPlan | None = None, command: str | None = None) -> dict[str, Any]:
+                      launch: LaunchPlan | None = None, command: str | None = None,
+                      settings: Sequence[GoodputSettings] = ()) -> dict[str, Any]:
     """One search's ``to_dict()`` (several scenarios: ``{"scenarios": [...]}``), with each top
-    strategy's goodput band (``--band``), the best plan's launch files (``--deploy``) and the
+    strategy's goodput band (``--band``), each strategy's confidence (its goodput, TTFT and TPOT
+    with the P10-P90 band of comparable validated rows, given the search's ``settings``:
+    :mod:`serveplan.validate.answers`), the best plan's launch files (``--deploy``) and the
     command line that reproduces it."""
     dicts = [res.to_dict() for res in results]
     for d, bs in zip(dicts, bands, strict=False):
         for row, b in zip(d["strategies"], bs, strict=False):
             row["goodput_band"] = b.to_dict()
+    for d, res, st in zip(dicts, results, settings, strict=False):
+        kinds = strategy_bands(st)
+        for row, r in zip(d["strategies"], res.strategies, strict=True):
+            row["confidence"] = strategy_confidence(r, kinds)
     if launch is not None:
         dicts[0]["deploy"] = launch.to_dict()
     doc: dict[str, Any] = dicts[0] if len(dicts) == 1 else \
@@ -42,8 +51,11 @@ def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str],
 
 def simulate_document(res: SimulationResult, sweep: Sequence[SimulationResult] = (),
                       bands: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A simulation's ``to_dict()`` with the rate sweep (``--rate-sweep``) and the band (``--band``)."""
+    """A simulation's ``to_dict()`` with the rate sweep (``--rate-sweep``), the band (``--band``) and
+    each figure's confidence (``confidence``: the P10-P90 band of comparable validated rows,
+    :mod:`serveplan.validate.answers`)."""
     d = res.to_dict()
+    d["confidence"] = simulation_confidence(res)
     if sweep:
         d["rate_sweep"] = sweep_records(sweep)
     if bands is not None:

@@ -27,6 +27,19 @@ const tolOf = (doc) => { const s = doc.settings || {}; return s.slo_tolerance ??
 const tolShort = (doc) => { const t = tolOf(doc); return t == null ? "SLO" : (t === 0 ? "strict SLO" : `SLO +${Math.round(t * 100)}%`); };
 const tolText = (doc) => { const t = tolOf(doc); return t == null ? "" : (t === 0 ? "strictly (tolerance 0)" : `within +${Math.round(t * 100)}% of each target (tolerance ${t})`); };
 const ms = (v, d = 1) => (v == null || Number.isNaN(v)) ? "-" : (v * 1e3).toLocaleString(undefined, { maximumFractionDigits: d, minimumFractionDigits: d });
+// the P10-P90 band of comparable validated rows (serveplan validate), or "extrapolated"
+const bandText = (c) => {
+  if (!c || !c.band) return "";
+  const b = c.band;
+  if (b.p10 == null || b.p90 == null || !c.value) return "extrapolated";
+  if (b.n === 0) return "exact";
+  return `x${(b.p10 / c.value).toFixed(2)}-${(b.p90 / c.value).toFixed(2)} (n=${b.n})`;
+};
+const bandNote = (conf, keys) => "confidence (P10-P90 of measured / predicted on comparable validated rows): "
+  + keys.filter(([, k]) => conf && conf[k]).map(([label, k]) => {
+    const t = bandText(conf[k]);
+    return t === "extrapolated" || t === "exact" ? `${label} ${conf[k].band.basis}` : `${label} ${t}: ${conf[k].band.basis}`;
+  }).join("; ");
 const bytes = (b) => { if (b == null) return "-"; const u = ["B", "KB", "MB", "GB", "TB"]; let i = 0; while (b >= 1000 && i < u.length - 1) { b /= 1000; i++; } return `${b.toFixed(b >= 100 ? 0 : 1)} ${u[i]}`; };
 
 // ------------------------------------------------------------------ forms and URL state
@@ -241,6 +254,7 @@ function renderPlan(main) {
     card.append(el("div", { class: "scroll" }, table));
     const notes = [];
     notes.push(costEnergyText(doc, best));
+    if (best && best.confidence) notes.push(bandNote(best.confidence, [["goodput", "goodput_rps"], [`P${pct} TTFT`, "ttft_p_s"], [`P${pct} TPOT`, "tpot_p_s"]]));
     if (doc.rejected.length) notes.push(`${doc.rejected.length} strategies miss the SLO even at 0.1 req/s: ` + doc.rejected.slice(0, 3).map((r) => `${r.name} (${r.reason})`).join("; ") + (doc.rejected.length > 3 ? " ..." : ""));
     if (doc.pruned.length) notes.push(`${doc.pruned.length} layouts pruned before simulation: ` + doc.pruned.slice(0, 4).map((p) => `${p.name} (${p.reason})`).join("; ") + (doc.pruned.length > 4 ? " ..." : ""));
     for (const n of notes) card.append(el("p", { class: "note", text: n }));
@@ -309,7 +323,8 @@ function renderLevels(d) {
   const table = el("table", { id: "levels" }, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", { text: h })))),
     el("tbody", {}, ...d.concurrency_sweep.map((r) => el("tr", {}, ...[r.concurrency, ms(r.ttft_mean_s), ms(r.ttft_p90_s), ms(r.tpot_mean_s), fmt(r.tokens_per_s_per_user, 1), (r.output_tokens_per_s_per_device || 0).toFixed(0), fmt(r.throughput_rps), r.preemptions].map((v) => el("td", { text: String(v) }))))));
   res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.num_devices} x ${cfg.hardware}, ${cfg.strategy}, closed loop` }), table,
-    el("p", { class: "note", text: "statistics over each run's steady window; no SLO is judged in a closed loop" })));
+    el("p", { class: "note", text: "statistics over each run's steady window; no SLO is judged in a closed loop" }),
+    el("p", { class: "note", id: "confidence", text: bandNote((d.confidence || [])[0], [["TTFT", "ttft_mean_s"], ["TPOT", "tpot_mean_s"], ["throughput", "output_tokens_per_s"]]) })));
 }
 
 function renderSimulate(main) {
@@ -318,12 +333,15 @@ function renderSimulate(main) {
   if (d.concurrency_sweep) { renderLevels(d); return; }
   const online = !cfg.offline && !cfg.concurrency;
   const load = cfg.offline ? "offline" : cfg.concurrency ? `concurrency ${cfg.concurrency}` : `rate ${cfg.rate} req/s`;
-  const rows = [["TTFT", d.ttft_s, cfg.slo.ttft_s], ["TPOT", d.tpot_s, cfg.slo.tpot_s], ["E2E", d.e2e_s, null], ["queueing", d.queue_s, null]];
-  const table = el("table", { id: "latency" }, el("thead", {}, el("tr", {}, ...["latency (ms)", "mean", "P50", "P90", "P99", "SLO"].map((h, j) => el("th", { class: j ? "" : "l", text: h })))),
-    el("tbody", {}, ...rows.map(([n, s, t]) => el("tr", {}, el("td", { class: "l", text: n }), ...["mean", "p50", "p90", "p99"].map((k) => el("td", { text: ms(s[k]) })), el("td", { text: t ? ms(t, 0) : "" })))));
+  const rows = [["TTFT", d.ttft_s, cfg.slo.ttft_s, "ttft"], ["TPOT", d.tpot_s, cfg.slo.tpot_s, "tpot"], ["E2E", d.e2e_s, null, "e2e"], ["queueing", d.queue_s, null, null]];
+  const conf = d.confidence || {};
+  const table = el("table", { id: "latency" }, el("thead", {}, el("tr", {}, ...["latency (ms)", "mean", "P50", "P90", "P99", "SLO", "P10-P90 band"].map((h, j) => el("th", { class: j ? "" : "l", text: h })))),
+    el("tbody", {}, ...rows.map(([n, s, t, key]) => el("tr", {}, el("td", { class: "l", text: n }), ...["mean", "p50", "p90", "p99"].map((k) => el("td", { text: ms(s[k]) })), el("td", { text: t ? ms(t, 0) : "" }),
+      el("td", { class: "band", text: key ? bandText(conf[`${key}_p90_s`]) : "" })))));
   const slo = online ? `; SLO met by ${(100 * d.slo_attainment).toFixed(1)}% of requests (TTFT ${(100 * d.ttft_attainment).toFixed(1)}%, TPOT ${(100 * d.tpot_attainment).toFixed(1)}%)` : "; no SLO judged (no arrival rate to hold it against)";
   res.append(el("div", { class: "card" }, el("h2", { text: `${cfg.model} on ${cfg.num_devices} x ${cfg.hardware}, ${cfg.engine || "no engine"}, ${cfg.strategy}, ${load}, ${d.num_requests} requests` }), table,
-    el("p", { class: "note", text: `throughput ${fmt(d.throughput_rps)} req/s, ${d.output_tokens_per_s.toFixed(0)} output tok/s (${(d.output_tokens_per_s / cfg.num_devices).toFixed(0)} per GPU)${slo}${d.overloaded ? "; OVERLOADED" : ""}` })));
+    el("p", { class: "note", text: `throughput ${fmt(d.throughput_rps)} req/s, ${d.output_tokens_per_s.toFixed(0)} output tok/s (${(d.output_tokens_per_s / cfg.num_devices).toFixed(0)} per GPU)${slo}${d.overloaded ? "; OVERLOADED" : ""}` }),
+    el("p", { class: "note", id: "confidence", text: bandNote(conf, [["TTFT", "ttft_p90_s"], ["TPOT", "tpot_p90_s"], ["E2E", "e2e_p90_s"], ["throughput", "output_tokens_per_s"]]) })));
   const h1 = el("div", { class: "plot short", id: "hist-ttft" }), h2 = el("div", { class: "plot short", id: "hist-tpot" });
   res.append(el("div", { class: "card" }, el("h2", { text: "Latency distributions" }), el("div", { class: "grid2" }, h1, h2)));
   hist(h1, main.extra.requests.ttft_s, "TTFT (ms)", cfg.slo.ttft_s);
@@ -359,6 +377,11 @@ function renderStep(main) {
   if (d.static) {
     const st = d.static;
     res.lastChild.append(el("p", { class: "note", id: "static", text: `static batch ${st.batch} x (${st.input_len} in, ${st.output_len} out): TTFT ${ms(st.ttft_s)} ms, ITL ${ms(st.itl_s, 2)} ms, E2E ${ms(st.e2e_s)} ms, ${Math.round(st.output_tokens_per_s).toLocaleString()} output tok/s` }));
+  }
+  if (d.confidence) {
+    const keys = d.static ? [["TTFT", "static_ttft_s"], ["ITL", "static_itl_s"], ["E2E", "static_e2e_s"], ["throughput", "static_output_tokens_per_s"]]
+      : [[d.phase === "prefill" ? "step (as TTFT)" : "step (as TPOT)", "step_s"]];
+    res.lastChild.append(el("p", { class: "note", id: "confidence", text: bandNote(d.confidence, keys) }));
   }
   const names = d.modules.map((m) => `${m.name}${m.group !== "dense" ? ` [${m.group}]` : ""} (${m.count}x)`);
   Plotly.newPlot(mods, ["dispatch_s", "compute_s", "comm_s"].map((k, i) => ({

@@ -1,0 +1,245 @@
+"""How far to trust a prediction: a P10-P90 band from the residuals of comparable validated rows.
+
+``serveplan validate`` (:mod:`~serveplan.validate.suite`) compares each bundled measured figure
+with the tool's prediction and keeps its residual, ``ln(measured / predicted)``, with what makes
+two predictions comparable (:class:`Residual`): the engine, the accelerator family, the model
+class, the kind of figure (TTFT, TPOT, E2E, throughput, goodput) and the regime (offline, closed
+loop, open loop, static batch), and the context length (mean prompt plus output tokens). The
+table of the whole validation is bundled (``validate/data/residuals.json``, written by
+``serveplan validate --write-residuals``), and every TTFT, TPOT, throughput and goodput that
+``simulate``, ``optimize`` and ``estimate`` print carries the band of its comparable rows
+(:func:`band_for`), or says ``extrapolated: no comparable validation`` and why.
+
+Comparable rows (:data:`LADDER`): the first of these groups with at least :data:`MIN_ROWS` rows
+whose longest validated context reaches the prediction's:
+
+1. same engine, accelerator family, model class, kind and regime;
+2. same engine, accelerator family, model class and kind (any regime);
+3. same accelerator family, model class, kind and regime (any engine);
+4. same accelerator family, model class and kind.
+
+The accelerator family and the model class are never relaxed: a new accelerator family or an
+unseen model class is an extrapolation, and so is a context longer than every comparable row's.
+
+The band (:class:`Band`) is the 10th and 90th percentile of the comparable residuals with each
+source weighted equally (a source of 100 rows counts as much as one of 5: sources differ by more
+than rows within one do), applied to the prediction: ``[value x exp(q10), value x exp(q90)]``,
+where the measured value should fall 8 times in 10. The rule (the ladder, :data:`MIN_ROWS`, the
+equal source weights) was fixed before any coverage was measured; ``serveplan validate`` measures
+it with each row's own source left out (:func:`band_for` ``exclude_source``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from serveplan.specs.model import LayerType, ModelSpec
+
+#: catalog hardware id -> accelerator family (vendor and architecture): a band never crosses families
+ACCELERATOR_FAMILY = {
+    "t4": "NVIDIA Turing",
+    "a100-40g": "NVIDIA Ampere", "a100-80g": "NVIDIA Ampere", "a10g": "NVIDIA Ampere", "a6000": "NVIDIA Ampere",
+    "rtx-3090": "NVIDIA Ampere",
+    "l4": "NVIDIA Ada", "l40": "NVIDIA Ada", "l40s": "NVIDIA Ada", "rtx-4090": "NVIDIA Ada",
+    "h100-sxm": "NVIDIA Hopper", "h200": "NVIDIA Hopper", "h800": "NVIDIA Hopper", "h20": "NVIDIA Hopper",
+    "gh200": "NVIDIA Hopper",
+    "b200": "NVIDIA Blackwell", "b300": "NVIDIA Blackwell", "gb200": "NVIDIA Blackwell", "gb300": "NVIDIA Blackwell",
+    "rtx-pro-6000": "NVIDIA Blackwell",
+    "mi300x": "AMD CDNA3", "mi325x": "AMD CDNA3", "mi355x": "AMD CDNA4",
+    "ascend-910b3": "Huawei Ascend",
+}
+#: the regimes a figure is measured in
+REGIMES = ("offline", "closed loop", "open loop", "static batch")
+#: the kinds of figure that carry a band
+BANDED_KINDS = ("TTFT", "TPOT", "E2E", "throughput", "goodput")
+#: comparable groups, most specific first (module doc)
+LADDER: tuple[tuple[str, ...], ...] = (
+    ("engine", "family", "model_class", "kind", "regime"),
+    ("engine", "family", "model_class", "kind"),
+    ("family", "model_class", "kind", "regime"),
+    ("family", "model_class", "kind"),
+)
+#: fewest comparable rows a band is drawn from (fixed a priori: a P10-P90 from fewer is noise)
+MIN_ROWS = 5
+EXTRAPOLATED = "extrapolated: no comparable validation"
+
+
+def accelerator_family(hardware: str) -> str:
+    """The family of a catalog hardware id (``"unknown"`` for a device outside the table)."""
+    return ACCELERATOR_FAMILY.get(hardware.lower(), "unknown")
+
+
+def model_class(model: ModelSpec) -> str:
+    """Dense or MoE, and the attention: ``dense GQA``, ``MoE GQA``, ``MoE MLA``, ``MoE hybrid``
+    (linear-attention layers), ``dense hybrid``."""
+    ffn = "MoE" if model.is_moe else "dense"
+    if model.kv_lora_rank > 0:
+        return f"{ffn} MLA"
+    if model.layer_types and model.count_layers(LayerType.LINEAR):
+        return f"{ffn} hybrid"
+    return f"{ffn} GQA"
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """One validated figure: ``log_ratio = ln(measured / predicted)`` and what makes it comparable."""
+
+    key: str                 # source/row id
+    source: str
+    engine: str
+    family: str
+    model_class: str
+    kind: str
+    regime: str
+    context_tokens: float    # mean prompt + output tokens of the row's requests
+    log_ratio: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "source": self.source, "engine": self.engine, "family": self.family,
+                "model_class": self.model_class, "kind": self.kind, "regime": self.regime,
+                "context_tokens": self.context_tokens, "log_ratio": self.log_ratio}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> Residual:
+        return Residual(key=str(d["key"]), source=str(d["source"]), engine=str(d["engine"]),
+                        family=str(d["family"]), model_class=str(d["model_class"]), kind=str(d["kind"]),
+                        regime=str(d["regime"]), context_tokens=float(d["context_tokens"]),
+                        log_ratio=float(d["log_ratio"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """What a prediction is: the same fields as a :class:`Residual` without a measurement."""
+
+    engine: str
+    family: str
+    model_class: str
+    kind: str
+    regime: str
+    context_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """P10 and P90 factors (measured / predicted) and the rows behind them; no factors: extrapolated.
+    A band of factors 1 with no rows (:meth:`exact`) is a figure the question fixes (an open loop
+    that keeps up delivers its arrival rate)."""
+
+    low: float | None
+    high: float | None
+    n: int
+    sources: int
+    basis: str
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.low is None or self.high is None
+
+    @staticmethod
+    def exact(basis: str) -> Band:
+        """The band of a figure the question itself sets (``basis`` says how)."""
+        return Band(1.0, 1.0, 0, 0, basis)
+
+    def of(self, value: float | None) -> dict[str, Any]:
+        """The band of ``value`` as the documents carry it: ``{"p10", "p90", "n", "sources",
+        "basis"}`` with P10/P90 in the value's unit (null when extrapolated or no value)."""
+        ok = value is not None and math.isfinite(value) and not self.extrapolated
+        return {"p10": value * self.low if ok and self.low is not None else None,  # type: ignore[operator]
+                "p90": value * self.high if ok and self.high is not None else None,  # type: ignore[operator]
+                "n": self.n, "sources": self.sources, "basis": self.basis}
+
+    def factors(self) -> str:
+        """Compact text for a table cell: ``x0.82-1.31 (n=12)``, or ``extrapolated``."""
+        if self.extrapolated or self.low is None or self.high is None:
+            return "extrapolated"
+        if self.n == 0:
+            return "exact"
+        return f"x{self.low:.2f}-{self.high:.2f} (n={self.n})"
+
+    def contains(self, ratio: float) -> bool:
+        """Whether a measured / predicted ratio lies in the band."""
+        return not self.extrapolated and self.low is not None and self.high is not None and \
+            self.low <= ratio <= self.high
+
+
+def weighted_quantiles(values: Sequence[float], groups: Sequence[str], qs: Sequence[float]) -> list[float]:
+    """Quantiles of ``values`` with each group (source) weighted equally: a row of a group of
+    ``k`` rows weighs ``1/k``. The weighted empirical distribution is read at its midpoints
+    (Hazen's rule, so one group of two rows gives their mean at the median)."""
+    order = np.argsort(values)
+    v = np.asarray(values, dtype=float)[order]
+    counts: dict[str, int] = {}
+    for g in groups:
+        counts[g] = counts.get(g, 0) + 1
+    w = np.array([1.0 / counts[groups[i]] for i in order])
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return [float(np.interp(q, cum, v)) for q in qs]
+
+
+def _describe(q: Query, fields: Sequence[str]) -> str:
+    names = {"engine": q.engine, "family": q.family, "model_class": q.model_class, "kind": q.kind,
+             "regime": q.regime}
+    return ", ".join(names[f] for f in fields)
+
+
+def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str | None = None) -> Band:
+    """The band of a prediction from the comparable residuals (module doc); ``exclude_source``
+    leaves out every row of that source (leave-one-source-out)."""
+    table = [r for r in residuals if r.source != exclude_source]
+    pool = [r for r in table if r.kind == query.kind and r.family == query.family
+            and r.model_class == query.model_class]
+    too_short = 0.0
+    for fields in LADDER:
+        rows = [r for r in pool if all(getattr(r, f) == getattr(query, f) for f in fields)]
+        if len(rows) < MIN_ROWS:
+            continue
+        longest = max(r.context_tokens for r in rows)
+        if query.context_tokens > longest:
+            too_short = max(too_short, longest)
+            continue
+        lo, hi = weighted_quantiles([r.log_ratio for r in rows], [r.source for r in rows], (0.1, 0.9))
+        k = len({r.source for r in rows})
+        basis = (f"{len(rows)} validated rows from {k} source{'s' if k > 1 else ''} ({_describe(query, fields)}"
+                 f"{'; own source left out' if exclude_source else ''})")
+        return Band(math.exp(lo), math.exp(hi), len(rows), k, basis)
+    return Band(None, None, 0, 0, f"{EXTRAPOLATED} ({_why(query, table, pool, too_short)})")
+
+
+def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_short: float) -> str:
+    if q.family == "unknown":
+        return "an accelerator outside the known families"
+    if not any(r.family == q.family for r in table):
+        return f"a new accelerator family: nothing validated on {q.family}"
+    if not any(r.family == q.family and r.model_class == q.model_class for r in table):
+        return f"an unseen model class: no {q.model_class} model validated on {q.family}"
+    if too_short:
+        return f"context {q.context_tokens:,.0f} tokens beyond the validated {too_short:,.0f}"
+    if not pool:
+        return f"no {q.kind} validated for {q.model_class} models on {q.family}"
+    return (f"{len(pool)} {q.kind} row{'s' if len(pool) != 1 else ''} for {q.model_class} on {q.family}, fewer than "
+            f"{MIN_ROWS}")
+
+
+@cache
+def bundled_residuals() -> tuple[Residual, ...]:
+    """The residual table of the last full ``serveplan validate`` (``validate/data/residuals.json``);
+    empty when the file is absent (every band then says extrapolated)."""
+    f = resources.files("serveplan.validate").joinpath("data").joinpath("residuals.json")
+    if not f.is_file():
+        return ()
+    raw = json.loads(f.read_text())
+    return tuple(Residual.from_dict(d) for d in raw.get("residuals", ()))
+
+
+def residuals_document(residuals: Sequence[Residual], *, command: str) -> dict[str, Any]:
+    """The bundled table's JSON: the command that wrote it and one record per residual."""
+    return {"command": command, "rule": "ln(measured / predicted); band_for in serveplan/validate/confidence.py",
+            "residuals": [r.to_dict() for r in residuals]}
