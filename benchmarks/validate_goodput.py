@@ -142,6 +142,11 @@ class Case:
     def stated_layout(self) -> bool:
         return self.tp is not None
 
+    @property
+    def key(self) -> str:
+        """Unique across files (one system's row id recurs from round to round)."""
+        return f"{self.source}/{self.row_id}"
+
 
 def load_rows() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (file document, row) whose load is ``server`` or whose metric is a goodput, in file order."""
@@ -351,7 +356,7 @@ def _run(args: tuple[Case, int, int, int]) -> tuple[str, int, dict[str, Any]]:
     except Exception as exc:  # a failure is reported, not fatal
         got = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     got["seconds"] = round(time.perf_counter() - t0, 1)
-    return case.row_id, input_len, got
+    return case.key, input_len, got
 
 
 # ------------------------------------------------------------------ report
@@ -387,6 +392,11 @@ def _fmt(s: dict[str, Any]) -> str:
     return f"{s['n']} | {s['mdape']:.1%} | {s['bias']:.2f} | {s['within_25']:.0%}"
 
 
+def _short(r: dict[str, Any]) -> str:
+    """A row's id with its source (``v4.1: nvidia-h200-...``)."""
+    return f"{r['source'].replace('mlperf-inference-', '')}: {r['row_id']}"
+
+
 def markdown(doc: dict[str, Any]) -> list[str]:
     lens = doc["input_lens"]
     prim = str(lens[0])
@@ -420,10 +430,10 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     for r in doc["rows"]:
         p = r["predictions"].get(prim, {})
         if "error" in p:
-            lines.append(f"| {r['row_id']} | {r['num_devices']} x {r['hardware']} | {r['engine']} | - | "
+            lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']} | - | "
                          f"{r['measured_rps']:.1f} | failed: {p['error'][:60]} | - | - |")
             continue
-        lines.append(f"| {r['row_id']} | {r['num_devices']} x {r['hardware']} | {r['engine']}, {r['dtype']} | "
+        lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']}, {r['dtype']} | "
                      f"{p.get('fleet', '')} | {r['measured_rps']:.1f} | {p.get('pred_rps', 0):.1f} | "
                      f"{p.get('ratio', 0) - 1:+.0%} | {p.get('binding', '')} {p.get('bottleneck', '')} |")
     lines += ["", "Skipped rows by cause:", "", "| cause | rows |", "|---|---|"]
@@ -494,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in (lens if c.input_len is None else lens[:1]):
             key = (_question(c), c.input_len or x)
             questions.setdefault(key, (c, c.input_len or x, args.num_requests, args.seed))
-            asked[(c.row_id, c.input_len or x)] = key
+            asked[(c.key, c.input_len or x)] = key
     tasks = sorted(questions.items(), key=lambda kv: kv[1][0].stated_layout)  # searches (the long ones) first
     t0 = time.perf_counter()
     answers: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -511,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = dataclasses.asdict(c)
         rec["predictions"] = {}
         for x in (lens if c.input_len is None else lens[:1]):
-            p = dict(got[(c.row_id, c.input_len or x)])
+            p = dict(got[(c.key, c.input_len or x)])
             if "error" not in p:
                 p["ratio"] = p["pred_rps"] / c.measured_rps
             rec["predictions"][str(x)] = p
