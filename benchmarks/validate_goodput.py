@@ -1,0 +1,558 @@
+"""Goodput against published SLO-bounded measurements: MLPerf Inference Server rows and goodput rows.
+
+The measurements are the bundled ones (``src/serveplan/validate/data/*.yaml``): every row whose load is
+``server`` or whose metric is ``goodput_rps*``. An MLPerf Server result is a goodput as MLPerf defines it: the
+submitter raises loadgen's Poisson target rate until the P99 TTFT or P99 TPOT limit fails, and ``samples_per_s``
+is the rate of completed requests at the last target that held. Nothing here is fitted on these rows: no constant
+of serveplan was chosen or changed on them, and the assumptions below were fixed before any prediction was
+compared with a measurement.
+
+How a row is stated (each choice is the row's own field unless said otherwise):
+
+* model, hardware: the catalog ids of the row. A model or device the catalog lacks (OPT-13B, Qwen3-0.6B, H100
+  NVL, H200 NVL) makes the row unstatable: it is skipped with its cause counted (:class:`NotStatable`).
+* engine: the row's (``trtllm`` for NVIDIA's and its partners' submissions, ``vllm`` for AMD's), as the bundled
+  engine file of today's release (TensorRT-LLM 1.2, vLLM 0.33): the submissions ran 2024-2025 releases.
+* SLO: the row's ``slo`` (MLPerf: P99 TTFT 2 s and TPOT 200 ms; llama2-70b-interactive 450 ms and 40 ms), checked
+  strictly (``relaxation=0``: loadgen applies no tolerance). A row without both a TTFT and a TPOT target (GPT-J's
+  whole-request bound, Llama-3.1-405B's unverified limits, single-phase capacities) is skipped.
+* measured goodput (req/s of the whole system): ``also.samples_per_s`` where the summary log was read; for the v5.0
+  rows read from ``summary.html`` (tokens/s only) it is derived as tokens/s divided by the dataset's reference
+  tokens per sample (294.45 OpenOrca, 144.84 Mixtral; loadgen requires a run's mean within 90-110% of it; the log
+  rows give 291-296 for OpenOrca, so the derivation is within about 2%). ``measured_from`` says which.
+* precision: the row's ``dtype``/``kv_dtype`` where a submission file states it (the v4.0/v4.1 Server configs of
+  NVIDIA: ``use_fp8``; AMD's v4.1 harness: fp8 weights and KV cache). Otherwise assumed (:data:`ASSUMED_DTYPE`):
+  fp8 on Hopper, Ada and Instinct (every stated NVIDIA Hopper and AMD row is fp8), NVFP4 on Blackwell (press
+  coverage of NVIDIA's v4.1 B200 result, e.g. Tom's Hardware 2024-08, reports FP4; no submission file read states
+  it; assumed for v5.0 too). The KV format is the engine's default for the weights (TensorRT-LLM: fp8 with fp8
+  weights) unless stated.
+* layout: where the submission states it (``layout.tp`` and ``layout.instances``; the data README says from which
+  file), :func:`~serveplan.optimize.goodput.max_goodput` on one instance of that layout with the stated
+  ``gpu_batch_size`` (else the engine's limit), under the settings ``serveplan optimize`` builds for the same
+  options, times the number of instances: the harness splits one Poisson stream over independent instances, and a
+  random split of a Poisson stream is Poisson at rate/N, so N instances sustain N times one's goodput (on a
+  16,000-request stream 8 H200 instances gave 63.3 req/s, one instance on 8,000 requests 7.94 x 8 = 63.5). A single
+  device is its own layout (TP1). Otherwise :func:`serveplan.plan_serving` searches the layouts (``method="auto"``,
+  TP 1, 2, 4, 8 within the devices, collocated and disaggregated) and the prediction is the best fleet replicated
+  on the row's devices: ``max over fleets of goodput x floor(devices / fleet devices)``.
+* workload: Poisson arrivals (loadgen's Server scenario), fixed lengths. Output: the dataset's reference mean
+  tokens per sample (294 OpenOrca, 145 Mixtral; ``datasets-mlperf.yaml``). Input: **no published mean or
+  distribution of the input lengths was found** (mlcommons/inference ``language/llama2-70b/README.md`` gives only
+  the 1,024-token cap of ``processorca.py``; the MLCommons and AMD posts on the benchmark say "up to 1,024 input
+  tokens"; NVIDIA's v4.0 builder sets ``max_input_len=1024``), nor any for the Mixtral set. So the input length is
+  an assumption, fixed before any comparison: the midpoint of the stated range, 512 tokens (the primary figure),
+  with 256 and the cap 1,024 reported as the sensitivity (``--input-lens``). Rows whose source states the lengths
+  (DistServe's 512/64) use them.
+* stream: ``--num-requests`` per simulation (default 2,000; the goodput search's own steady-state check and its
+  3x longer confirmation runs apply), seed 0.
+
+Usage::
+
+    python benchmarks/validate_goodput.py --list                     # statable rows and skips by cause
+    python benchmarks/validate_goodput.py --jobs 2                   # every row, three input lengths (30-60 min)
+    python benchmarks/validate_goodput.py --limit 3 --input-lens 512 --out /tmp/g.json --md /tmp/g.md
+
+Writes ``benchmarks/results/goodput_validation.json`` and ``benchmarks/results/goodput-validation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine_info import describe  # noqa: E402
+from serveplan import InfeasibleError, SpecError, get_engine, get_hardware, get_model  # noqa: E402
+
+DATA = ROOT / "src" / "serveplan" / "validate" / "data"
+OUT = ROOT / "benchmarks" / "results" / "goodput_validation.json"
+MD = ROOT / "benchmarks" / "results" / "goodput-validation.md"
+#: assumed input lengths (tokens): the first is the primary figure, the others the sensitivity (module doc)
+INPUT_LENS = (512, 256, 1024)
+#: engines serveplan models (bundled engine files)
+ENGINES = ("trtllm", "vllm", "sglang")
+#: weight format where no submission file states it: by accelerator family (module doc)
+ASSUMED_DTYPE = {"h100-sxm": "fp8", "h200": "fp8", "gh200": "fp8", "l40s": "fp8", "mi300x": "fp8", "mi325x": "fp8",
+                 "b200": "nvfp4", "gb200": "nvfp4"}
+#: why each assumed format was chosen (recorded per row as ``dtype_from``)
+DTYPE_WHY = {"nvfp4": "assumed: FP4, as press coverage of NVIDIA's v4.1 B200 result reports; no submission file read "
+                      "states it",
+             "fp8": "assumed: fp8, as every stated Hopper and Instinct Server row"}
+#: MLPerf benchmark id in a row's notes
+_BENCH = re.compile(r"MLPerf benchmark id: ([\w.\-]+);")
+
+
+class NotStatable(Exception):
+    """A row serveplan cannot state; ``cause`` groups rows for the coverage table."""
+
+    def __init__(self, cause: str, detail: str = "") -> None:
+        super().__init__(f"{cause}: {detail}" if detail else cause)
+        self.cause = cause
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One measured goodput stated in serveplan terms (SI units)."""
+
+    row_id: str
+    source: str
+    benchmark: str
+    submitter: str
+    model: str
+    hardware: str
+    num_devices: int
+    engine: str
+    dtype: str
+    dtype_from: str
+    kv_dtype: str | None
+    tp: int | None              # stated layout (None: the planner chooses)
+    instances: int | None
+    max_batch: int | None       # stated gpu_batch_size / max sequences per instance
+    layout_from: str
+    ttft_s: float
+    tpot_s: float
+    percentile: float
+    measured_rps: float
+    measured_from: str
+    input_len: int | None       # stated input length (None: assumed, --input-lens)
+    output_len: int
+    notes: str = ""
+
+    @property
+    def stated_layout(self) -> bool:
+        return self.tp is not None
+
+    @property
+    def key(self) -> str:
+        """Unique across files (one system's row id recurs from round to round)."""
+        return f"{self.source}/{self.row_id}"
+
+
+def load_rows() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (file document, row) whose load is ``server`` or whose metric is a goodput, in file order."""
+    out = []
+    for path in sorted(DATA.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        for row in doc.get("rows") or []:
+            load = row.get("load") or {}
+            if load.get("kind") == "server" or str(row.get("metric", "")).startswith("goodput_rps"):
+                out.append((doc, row))
+    return out
+
+
+@functools.cache
+def datasets() -> dict[str, Any]:
+    """The MLPerf datasets as ``datasets-mlperf.yaml`` states them."""
+    return yaml.safe_load((DATA / "datasets-mlperf.yaml").read_text())["datasets"]
+
+
+def state_row(doc: dict[str, Any], row: dict[str, Any], seen: dict[tuple[str, str, float], str]) -> Case:
+    """``row`` in serveplan terms, or :class:`NotStatable` with its cause (checked in this order: what was
+    measured, the SLO, model, device, engine, power cap, a result already counted)."""
+    src = doc["source"]["id"]
+    slo = row.get("slo") or {}
+    metric = str(row.get("metric", ""))
+    if not src.startswith("mlperf-inference") and not metric.startswith("goodput_rps"):
+        raise NotStatable("not a goodput figure", f"metric {metric}")
+    if "offered load" in str(slo.get("definition", "")):
+        raise NotStatable("goodput at one offered load, not the highest rate", str(slo["definition"]))
+    if "composed from" in str(row.get("notes") or ""):
+        raise NotStatable("composed from capacities, not one measured run", str(row["notes"])[:80])
+    ttft, tpot = slo.get("ttft_s"), slo.get("tpot_s")
+    if not isinstance(ttft, (int, float)) or not isinstance(tpot, (int, float)):
+        what = (f"whole-request bound e2e {slo['e2e_s']:g} s" if slo.get("e2e_s") else
+                "TTFT only" if ttft else "TPOT only" if tpot else "no latency limits")
+        raise NotStatable("no TTFT and TPOT SLO", what)
+    measured, measured_from, input_len, output_len = _measurement(src, row)
+    try:
+        model = get_model(str(row["model"])).name
+    except SpecError:
+        raise NotStatable("model not in the catalog", str(row["model"])) from None
+    try:
+        hardware = get_hardware(str(row["hardware"])).name
+    except SpecError:
+        raise NotStatable("device not in the catalog", str(row["hardware"])) from None
+    engine = str(row.get("engine") or "")
+    if engine not in ENGINES:
+        raise NotStatable("engine not modelled", engine)
+    if "MaxQ" in str(row.get("system", "")) or "-maxq-" in row["id"]:
+        raise NotStatable("power-capped run (MaxQ)", "device clocks under a power limit are not modelled")
+    key = (src, str(row.get("system", "")), float(row["value"]))
+    if key in seen:
+        raise NotStatable("same run as another row", f"{seen[key]} (one result reused for both accuracy targets)")
+    seen[key] = row["id"]
+    tp, inst, max_batch, layout_from = _layout(row)
+    if row.get("dtype"):
+        dtype, dtype_from = str(row["dtype"]), "stated"
+    else:
+        dtype = ASSUMED_DTYPE.get(hardware, "")
+        if not dtype:
+            raise NotStatable("precision not stated", f"{hardware}: no assumed format")
+        dtype_from = DTYPE_WHY[dtype]
+    bench = _BENCH.search(str(row.get("notes") or ""))
+    notes = [n for n, on in (("H200 CTS: 1000 W TGP; the catalog's H200 is the 700 W SXM", "-ctsx" in row["id"]),
+                             ("served through Triton", "triton" in row["id"])) if on]
+    return Case(
+        row_id=row["id"], source=src, benchmark=bench.group(1) if bench else src,
+        submitter=str(row.get("submitter", "")), model=model, hardware=hardware, num_devices=int(row["num_devices"]),
+        engine=engine, dtype=dtype, dtype_from=dtype_from, kv_dtype=row.get("kv_dtype"), tp=tp, instances=inst,
+        max_batch=max_batch, layout_from=layout_from, ttft_s=float(ttft), tpot_s=float(tpot),
+        percentile=float(slo.get("percentile", 99)), measured_rps=measured, measured_from=measured_from,
+        input_len=input_len, output_len=output_len, notes="; ".join(notes))
+
+
+def _measurement(src: str, row: dict[str, Any]) -> tuple[float, str, int | None, int]:
+    """Measured goodput (req/s of the whole system), where it comes from, and the stated input (None: assumed)
+    and output lengths."""
+    metric = str(row.get("metric", ""))
+    wl = row.get("workload") or {}
+    if src.startswith("mlperf-inference"):
+        ds = datasets().get(wl.get("dataset"))
+        if ds is None or ds["output_tokens"].get("mean") is None:
+            raise NotStatable("workload not stated", f"dataset {wl.get('dataset')!r} has no output length")
+        per_sample = float(ds["output_tokens"]["mean"])
+        also = row.get("also") or {}
+        if also.get("samples_per_s"):
+            return float(also["samples_per_s"]), "log: completed samples/s", None, int(round(per_sample))
+        return (float(row["value"]) / per_sample, f"derived: tokens/s / {per_sample:g} reference tokens per sample",
+                None, int(round(per_sample)))
+    if not wl.get("input_len") or not wl.get("output_len"):
+        raise NotStatable("workload not stated", str(wl))
+    per_gpu = metric == "goodput_rps_per_gpu"
+    return (float(row["value"]) * (int(row["num_devices"]) if per_gpu else 1),
+            f"{metric} x devices" if per_gpu else metric, int(wl["input_len"]), int(wl["output_len"]))
+
+
+def _layout(row: dict[str, Any]) -> tuple[int | None, int | None, int | None, str]:
+    """Stated TP, instances, batch size and where they come from (None: the planner searches)."""
+    devices = int(row["num_devices"])
+    lay = row.get("layout") or {}
+    tp, inst = lay.get("tp"), lay.get("instances")
+    stated = str(row.get("settings_stated") or "")
+    mb = re.search(r"gpu_batch_size (\d+)", stated)
+    max_batch = int(mb.group(1)) if mb else None
+    if tp and inst and int(tp) * int(inst) == devices:
+        name = re.match(r"config (\w+)", stated)
+        return int(tp), int(inst), max_batch, "stated: " + (name.group(0) if name else stated.split(" (")[0])
+    if devices == 1:
+        return 1, 1, max_batch, "one device: TP1"
+    return None, None, None, "searched: plan_serving"
+
+
+def state_rows() -> tuple[list[Case], list[dict[str, str]]]:
+    cases, skipped = [], []
+    seen: dict[tuple[str, str, float], str] = {}
+    for doc, row in load_rows():
+        try:
+            cases.append(state_row(doc, row, seen))
+        except NotStatable as exc:
+            skipped.append({"row_id": row["id"], "source": doc["source"]["id"], "cause": exc.cause,
+                            "detail": exc.detail})
+    return cases, skipped
+
+
+def family(benchmark: str) -> str:
+    """MLPerf benchmark without its accuracy target (``llama2-70b-99.9`` -> ``llama2-70b``)."""
+    return re.sub(r"-99(\.9)?$", "", benchmark)
+
+
+# ------------------------------------------------------------------ prediction
+def _options(case: Case, input_len: int, num_requests: int, seed: int) -> dict[str, Any]:
+    opts: dict[str, Any] = dict(engine=case.engine, dtype=case.dtype, input_len=input_len, output_len=case.output_len,
+                                num_requests=num_requests, slo_ttft=case.ttft_s, slo_tpot=case.tpot_s,
+                                percentile=case.percentile, relaxation=0.0, seed=seed)
+    if case.kv_dtype:
+        opts["kv_dtype"] = case.kv_dtype
+    return opts
+
+
+def predict_stated(case: Case, input_len: int, num_requests: int, seed: int) -> dict[str, Any]:
+    """One instance of the stated layout through ``max_goodput``, times the instances (module doc)."""
+    from serveplan.commands.plan import PlanOptions, prepare
+    from serveplan.optimize.goodput import max_goodput
+    from serveplan.sim import Fleet
+    from serveplan.sim.schedulers import get_scheduler
+
+    assert case.tp is not None and case.instances is not None
+    opts = PlanOptions.parse({"model": case.model, "hardware": case.hardware, "devices": case.tp, "tp": str(case.tp),
+                              "no_disaggregated": True, "jobs": 1,
+                              **({"max_batch": str(case.max_batch)} if case.max_batch else {}),
+                              **_options(case, input_len, num_requests, seed)})
+    prep = prepare(opts)
+    space, settings = prep.space, prep.settings[0]
+    sched = space.schedulers[0]
+    chunked = get_scheduler(sched).chunked
+    cs = space.chunk_sizes[0]
+    fleet = Fleet.build("1m", tp=case.tp, max_batch=space.max_batches[0], prefill_max_batch=space.prefill_max_batch,
+                        scheduler=sched, chunk_size=cs, token_budget=cs if chunked else space.token_budget)
+    r = max_goodput(fleet, settings)
+    return {"pred_rps": r.goodput_rps * case.instances, "fleet": f"{case.instances} x {fleet.name}",
+            "binding": r.binding, "bottleneck": r.bottleneck, "ttft_p_s": _num(r.ttft_p), "tpot_p_s": _num(r.tpot_p),
+            "status": r.status.value, "reason": r.reason, "simulations": r.num_simulations}
+
+
+def predict_planned(case: Case, input_len: int, num_requests: int, seed: int) -> dict[str, Any]:
+    """``plan_serving`` over the layouts; the best fleet replicated on the row's devices (module doc)."""
+    from serveplan import plan_serving
+
+    tps = ",".join(str(t) for t in (1, 2, 4, 8) if t <= case.num_devices)
+    res = plan_serving(case.model, case.hardware, devices=case.num_devices, tp=tps, jobs=1,
+                       **_options(case, input_len, num_requests, seed))
+    best, best_total = None, 0.0
+    for r in res.strategies:
+        if r.status.value != "ok" or r.goodput_rps <= 0:
+            continue
+        total = r.goodput_rps * (case.num_devices // r.candidate.num_devices)
+        if total > best_total:
+            best, best_total = r, total
+    if best is None:
+        return {"pred_rps": 0.0, "fleet": "", "status": "rejected", "reason": "no fleet meets the SLO",
+                "plan_best": res.best.name}
+    copies = case.num_devices // best.candidate.num_devices
+    return {"pred_rps": best_total, "fleet": f"{copies} x {best.name}", "binding": best.binding,
+            "bottleneck": best.bottleneck, "ttft_p_s": _num(best.ttft_p), "tpot_p_s": _num(best.tpot_p),
+            "status": best.status.value, "reason": best.reason, "method": best.method, "plan_best": res.best.name,
+            "plan_best_per_device": res.best.goodput_per_device}
+
+
+def _question(c: Case) -> tuple[Any, ...]:
+    """What a prediction depends on (rows equal here get the same answer)."""
+    return (c.model, c.hardware, c.num_devices, c.engine, c.dtype, c.kv_dtype, c.tp, c.instances, c.max_batch,
+            c.ttft_s, c.tpot_s, c.percentile, c.output_len)
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _run(args: tuple[Case, int, int, int]) -> tuple[str, int, dict[str, Any]]:
+    case, input_len, n, seed = args
+    t0 = time.perf_counter()
+    try:
+        fn = predict_stated if case.stated_layout else predict_planned
+        got = fn(case, input_len, n, seed)
+    except InfeasibleError as exc:  # an answer: nothing meets the SLO (or fits) -> predicted goodput 0
+        got = {"pred_rps": 0.0, "status": "infeasible", "reason": str(exc)[:300]}
+    except Exception as exc:  # a failure is reported, not fatal
+        got = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    got["seconds"] = round(time.perf_counter() - t0, 1)
+    return case.key, input_len, got
+
+
+# ------------------------------------------------------------------ report
+def stats(ratios: list[float]) -> dict[str, Any]:
+    """n, median absolute percentage error, bias (median predicted/measured), share within 25%."""
+    if not ratios:
+        return {"n": 0}
+    return {"n": len(ratios), "mdape": statistics.median(abs(x - 1) for x in ratios),
+            "bias": statistics.median(ratios), "within_25": sum(abs(x - 1) <= 0.25 for x in ratios) / len(ratios)}
+
+
+def summarize(rows: list[dict[str, Any]], input_len: int) -> dict[str, Any]:
+    ok = [r for r in rows if str(input_len) in r["predictions"] and "ratio" in r["predictions"][str(input_len)]]
+
+    def ratio(r: dict[str, Any]) -> float:
+        return float(r["predictions"][str(input_len)]["ratio"])
+
+    out: dict[str, Any] = {"all": stats([ratio(r) for r in ok])}
+    for key, fn in (("source", lambda r: r["source"]), ("engine", lambda r: r["engine"]),
+                    ("accelerator", lambda r: r["hardware"]), ("benchmark", lambda r: family(r["benchmark"])),
+                    ("layout", lambda r: "stated" if r["tp"] else "searched"),
+                    ("measured_from", lambda r: r["measured_from"].split(":")[0])):
+        groups: dict[str, list[float]] = {}
+        for r in ok:
+            groups.setdefault(fn(r), []).append(ratio(r))
+        out[key] = {k: stats(v) for k, v in sorted(groups.items())}
+    return out
+
+
+def _fmt(s: dict[str, Any]) -> str:
+    if not s.get("n"):
+        return "0 | - | - | -"
+    return f"{s['n']} | {s['mdape']:.1%} | {s['bias']:.2f} | {s['within_25']:.0%}"
+
+
+def _short(r: dict[str, Any]) -> str:
+    """A row's id with its source (``v4.1: nvidia-h200-...``)."""
+    return f"{r['source'].replace('mlperf-inference-', '')}: {r['row_id']}"
+
+
+def markdown(doc: dict[str, Any]) -> list[str]:
+    lens = doc["input_lens"]
+    prim = str(lens[0])
+    summ = doc["summary"]
+    lines = [
+        "# Goodput against published SLO-bounded measurements",
+        "",
+        f"Produced by `{doc['command']}` on {doc['date']} ({doc['machine']}; {doc['seconds']:.0f} s, "
+        f"{doc['jobs']} processes, commit {doc['commit']}). Nothing was fitted on these rows.",
+        "",
+        f"{doc['num_used']} rows used, {doc['num_skipped']} skipped. Error = predicted / measured goodput (req/s of "
+        "the whole system) - 1; MdAPE = median |error|; bias = median predicted / measured. Input length "
+        f"assumed {prim} tokens (no published statistic found"
+        + (f"; the sensitivity to {', '.join(str(x) for x in lens[1:])} is below" if len(lens) > 1 else "")
+        + "), output the dataset's reference mean.",
+        "",
+        "| rows | n | MdAPE | bias | within 25% |", "|---|---|---|---|---|",
+        f"| all | {_fmt(summ[prim]['all'])} |",
+    ]
+    for key, title in (("source", "source"), ("engine", "engine"), ("accelerator", "accelerator"),
+                       ("benchmark", "benchmark"), ("layout", "layout"), ("measured_from", "measured figure")):
+        for k, s in summ[prim][key].items():
+            lines.append(f"| {title}: {k} | {_fmt(s)} |")
+    lines += ["", "Sensitivity to the assumed input length (all rows):", "",
+              "| input tokens | n | MdAPE | bias | within 25% |", "|---|---|---|---|---|"]
+    for x in lens:
+        lines.append(f"| {x} | {_fmt(summ[str(x)]['all'])} |")
+    lines += ["", f"Per row (input {prim} tokens; predicted / measured req/s):", "",
+              "| row | devices | engine, format | layout | measured | predicted | error | bound by |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        p = r["predictions"].get(prim, {})
+        if "error" in p:
+            lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']} | - | "
+                         f"{r['measured_rps']:.1f} | failed: {p['error'][:60]} | - | - |")
+            continue
+        lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']}, {r['dtype']} | "
+                     f"{p.get('fleet', '')} | {r['measured_rps']:.1f} | {p.get('pred_rps', 0):.1f} | "
+                     f"{p.get('ratio', 0) - 1:+.0%} | {p.get('binding', '')} {p.get('bottleneck', '')} |")
+    lines += ["", "Skipped rows by cause:", "", "| cause | rows |", "|---|---|"]
+    for cause, n in Counter(s["cause"] for s in doc["skipped"]).most_common():
+        lines.append(f"| {cause} | {n} |")
+    return lines
+
+
+#: the hand-written part of the markdown (findings) starts at this line and is kept when the tables are rewritten
+KEEP = "<!-- hand-written below: kept when the script rewrites the tables above -->"
+
+
+def write_markdown(doc: dict[str, Any], path: Path) -> str:
+    """The tables of ``doc`` to ``path``, keeping the hand-written part of an existing file (:data:`KEEP`)."""
+    text = "\n".join(markdown(doc)) + "\n"
+    old = path.read_text() if path.exists() else ""
+    if KEEP in old:
+        text += "\n" + old[old.index(KEEP):]
+    path.write_text(text)
+    return text
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="parallel processes (one row and input length each)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N statable rows")
+    ap.add_argument("--rows", default=None, help="only rows whose id contains this text")
+    ap.add_argument("--num-requests", type=int, default=2000, help="requests per simulation (default 2000)")
+    ap.add_argument("--input-lens", default=",".join(map(str, INPUT_LENS)),
+                    help="assumed input lengths of the MLPerf datasets, the primary first (default 512,256,1024)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--list", action="store_true", help="print statable and skipped rows, simulate nothing")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--md", type=Path, default=MD)
+    ap.add_argument("--tables-only", action="store_true",
+                    help="rewrite the markdown from the results file (--out), simulate nothing")
+    args = ap.parse_args(argv)
+    if args.tables_only:
+        print(write_markdown(json.loads(args.out.read_text()), args.md))
+        return 0
+    lens = [int(x) for x in args.input_lens.split(",") if x.strip()]
+    cases, skipped = state_rows()
+    if args.rows:
+        cases = [c for c in cases if args.rows in c.row_id]
+    if args.limit is not None:
+        cases = cases[:args.limit]
+    if args.list:
+        for c in cases:
+            print(f"{c.row_id}: {c.num_devices} x {c.hardware}, {c.engine} {c.dtype} ({c.dtype_from}), "
+                  f"{c.layout_from}, measured {c.measured_rps:.2f} req/s ({c.measured_from})")
+        print(f"\n{len(cases)} statable; skipped {len(skipped)}:")
+        for cause, n in Counter(s["cause"] for s in skipped).most_common():
+            print(f"  {n:3d}  {cause}")
+        return 0
+    get_engine("trtllm")  # fail early on a broken install
+    # rows that ask the same question (two systems of one accelerator, one engine setting) are simulated once
+    questions: dict[tuple[Any, ...], tuple[Case, int, int, int]] = {}
+    asked: dict[tuple[str, int], tuple[Any, ...]] = {}
+    for c in cases:
+        for x in (lens if c.input_len is None else lens[:1]):
+            key = (_question(c), c.input_len or x)
+            questions.setdefault(key, (c, c.input_len or x, args.num_requests, args.seed))
+            asked[(c.key, c.input_len or x)] = key
+    tasks = sorted(questions.items(), key=lambda kv: kv[1][0].stated_layout)  # searches (the long ones) first
+    t0 = time.perf_counter()
+    answers: dict[tuple[Any, ...], dict[str, Any]] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        futures = {ex.submit(_run, task): key for key, task in tasks}
+        for i, fut in enumerate(as_completed(futures), 1):
+            rid, x, p = fut.result()
+            answers[futures[fut]] = p
+            print(f"[{i}/{len(tasks)} {time.perf_counter() - t0:.0f} s] {rid} input {x}: "
+                  + (p.get("error") or f"{p['pred_rps']:.2f} req/s ({p.get('fleet', p.get('status'))})"), flush=True)
+    got = {k: answers[q] for k, q in asked.items()}
+    rows = []
+    for c in cases:
+        rec = dataclasses.asdict(c)
+        rec["predictions"] = {}
+        for x in (lens if c.input_len is None else lens[:1]):
+            p = dict(got[(c.key, c.input_len or x)])
+            if "error" not in p:
+                p["ratio"] = p["pred_rps"] / c.measured_rps
+            rec["predictions"][str(x)] = p
+        rows.append(rec)
+    wall = time.perf_counter() - t0
+    cmd = "PYTHONPATH=src python benchmarks/validate_goodput.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    doc = {
+        "command": cmd.strip(), "date": datetime.date.today().isoformat(), "machine": describe(),
+        "commit": git_commit(),
+        "seconds": wall, "jobs": args.jobs, "num_requests": args.num_requests, "seed": args.seed, "input_lens": lens,
+        "assumptions": {
+            "input_len": "no published input-length statistic of the MLPerf OpenOrca or Mixtral sets was found; "
+                         f"fixed inputs of {lens[0]} tokens (the midpoint of OpenOrca's 1-1024 range), sensitivity "
+                         f"{lens[1:]}; fixed outputs at the reference mean tokens per sample",
+            "dtype": "stated where a submission file states it, else ASSUMED_DTYPE by accelerator",
+            "layout": "stated layouts: one instance simulated, times the instances; otherwise plan_serving and the "
+                      "best fleet replicated on the devices",
+            "engine": "today's bundled engine files (trtllm 1.2, vllm 0.33), not the 2024-2025 releases used",
+        },
+        "num_used": len(rows), "num_skipped": len(skipped),
+        "skipped_by_cause": dict(Counter(s["cause"] for s in skipped).most_common()),
+        "summary": {str(x): summarize(rows, x) for x in lens},
+        "rows": rows, "skipped": skipped,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(write_markdown(doc, args.md))
+    print(f"\n{len(asked)} predictions ({len(tasks)} distinct) in {wall:.0f} s with {args.jobs} processes; "
+          f"{args.out}, {args.md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
