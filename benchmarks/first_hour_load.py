@@ -60,7 +60,7 @@ def run(cmd: list[str] | str, cwd: Path, *, shell: bool = False, env: dict[str, 
 def kill_loop(n: int) -> list[str]:
     rows = []
     for i in range(1, n + 1):
-        rc, dt, out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        rc, dt, out = run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "tests/optimize/test_lifecycle.py"], ROOT)
         rows.append(f"| kill {i} | {rc} | {dt:.0f} | {summary_line(out)} |")
         print(rows[-1], flush=True)

@@ -82,6 +82,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine_info import describe  # noqa: E402
 from serveplan import InfeasibleError, SpecError, get_engine, get_hardware, get_model  # noqa: E402
+from silicon_data import NotStatable  # noqa: E402  (a row serveplan cannot state, by cause)
 
 DATA = ROOT / "src" / "serveplan" / "validate" / "data"
 OUT = ROOT / "benchmarks" / "results" / "goodput_validation.json"
@@ -99,15 +100,6 @@ DTYPE_WHY = {"nvfp4": "assumed: FP4, as press coverage of NVIDIA's v4.1 B200 res
              "fp8": "assumed: fp8, as every stated Hopper and Instinct Server row"}
 #: MLPerf benchmark id in a row's notes
 _BENCH = re.compile(r"MLPerf benchmark id: ([\w.\-]+);")
-
-
-class NotStatable(Exception):
-    """A row serveplan cannot state; ``cause`` groups rows for the coverage table."""
-
-    def __init__(self, cause: str, detail: str = "") -> None:
-        super().__init__(f"{cause}: {detail}" if detail else cause)
-        self.cause = cause
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
