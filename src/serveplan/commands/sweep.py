@@ -361,7 +361,8 @@ class SweepResult:
             point = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in q.point}
             for row in rec["rows"]:
                 out.append({"question": q.index + 1, "key": q.key, **point, **row})
-        return json_safe(out)
+        safe: list[dict[str, Any]] = json_safe(out)
+        return safe
 
     def document(self) -> dict[str, Any]:
         """What ``serveplan sweep --json`` prints: the summary rows, and the run's counts and time."""
