@@ -358,7 +358,8 @@ class SweepResult:
         :data:`ROW_KEYS`. It holds no timing, so equal questions give equal rows in any run."""
         out = []
         for q, rec in zip(self.prepared.questions, self.records, strict=True):
-            point = {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in q.point}
+            point: dict[str, Any] = dict.fromkeys(self.prepared.axes)   # a linked axis may set some of them
+            point.update((k, v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in q.point)
             for row in rec["rows"]:
                 out.append({"question": q.index + 1, "key": q.key, **point, **row})
         safe: list[dict[str, Any]] = json_safe(out)
