@@ -106,6 +106,8 @@ def test_a_question_without_an_answer_is_a_row_that_says_why(tmp_path):
     ("grid: {slo: [{slo_ttft: 1}, {slo_ttft: 1}]}", "question 2 (slo_ttft=1.0) is the same question as question 1"),
     ("- a list", "must hold a mapping with the keys common, grid"),
     ("grid: {model: [a", "is not valid YAML"),
+    ("# nothing\n", "is empty; expected a mapping with the keys common, grid"),
+    ("common: {tp: [1, [2]]}", "common.tp: tp=[1, [2]]; expected a value or a list of values"),
 ])
 def test_a_bad_file_is_one_line_naming_the_key_and_value(tmp_path, text, needle):
     f = tmp_path / "bad.yaml"

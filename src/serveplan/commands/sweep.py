@@ -174,8 +174,8 @@ def _parse_yaml(text: str, where: str) -> dict[str, Any]:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"sweep file {where!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if raw is None:
-        raw = {}
+    if raw is None or raw == {}:
+        raise SpecError(f"sweep file {where!r} is empty; expected a mapping with the keys {', '.join(FILE_KEYS)}")
     if not isinstance(raw, dict):
         raise SpecError(f"sweep file {where!r} must hold a mapping with the keys {', '.join(FILE_KEYS)}; "
                         f"got {type(raw).__name__}")
@@ -463,7 +463,14 @@ def _run_local(todo: list[Question], jobs: int, done: Callable[[Question, dict[s
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                done(pending.pop(f), f.result())
+                q = pending.pop(f)
+                try:
+                    rec = f.result()
+                except SpecError as exc:   # an input only the run could see (a file gone since the check)
+                    for other in pending:
+                        other.cancel()
+                    raise SpecError(f"question {q.index + 1} ({q.label()}): {exc}") from None
+                done(q, rec)
 
 
 def _run_ray(todo: list[Question], opts: SweepOptions, done: Callable[[Question, dict[str, Any]], None]) -> None:
@@ -480,11 +487,24 @@ def _run_ray(todo: list[Question], opts: SweepOptions, done: Callable[[Question,
                 except ray.exceptions.RayError as exc:
                     for other in pending:
                         ray.cancel(other, force=True)
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    raise PlannerError(f"question {q.index + 1} ({q.label()}) failed on Ray after {opts.retries} "
-                                       f"retries: {type(exc).__name__}: {first}"
-                                       + ("; rerun to resume" if opts.out is not None else "")) from None
+                    raise _ray_failure(q, exc, opts) from None
                 done(q, rec)
+
+
+def _ray_failure(q: Question, exc: Exception, opts: SweepOptions) -> Exception:
+    """What a question's failed task raises: the question's own input error (``SpecError``, one
+    line), a bug as Ray reports it (with its traceback), or, when the worker or node was lost more
+    often than ``retries`` allow, a one-line :class:`PlannerError`."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, SpecError):
+        return SpecError(f"question {q.index + 1} ({q.label()}): {cause}")
+    if cause is not None:   # raised by the question itself (not retried): a bug keeps its traceback
+        return exc
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return PlannerError(f"question {q.index + 1} ({q.label()}) failed on Ray after {opts.retries} retries: "
+                        f"{type(exc).__name__}: {first}"
+                        + ("; rerun with the same --out to resume" if opts.out is not None else ""))
 
 
 @contextlib.contextmanager
