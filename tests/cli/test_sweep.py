@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +19,14 @@ from serveplan.commands.sweep import SweepOptions, prepare, question_key, run
 
 runner = CliRunner()
 SRC = Path(__file__).resolve().parents[2] / "src"
+
+def strict(text: str) -> Any:
+    """JSON as strict parsers take it: NaN or Infinity fail."""
+    def refuse(token: str) -> float:
+        raise ValueError(f"not strict JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
 
 #: three questions of well under a second each
 TINY = """
@@ -67,7 +76,7 @@ def test_a_sweep_answers_every_question_and_a_rerun_resumes(tiny, tmp_path):
     assert len(list((out / "questions").glob("*.json"))) == 3
     csv_lines = (out / "summary.csv").read_text().splitlines()
     assert len(csv_lines) == 4 and csv_lines[0].startswith("question,key,hardware,workload,status,best")
-    assert json.loads((out / "summary.json").read_text())["rows"] == rows
+    assert strict((out / "summary.json").read_text())["rows"] == rows
     # a rerun answers nothing new; a question whose answer is gone is answered again, the same
     again = run(SweepOptions(file=str(tiny), jobs=1, out=out))
     assert (again.num_run, again.num_resumed) == (0, 3) and again.rows() == rows
@@ -80,7 +89,7 @@ def test_a_pool_of_workers_gives_the_same_summary_and_the_cli_prints_it(tiny):
     alone = run(SweepOptions(file=str(tiny), jobs=1)).rows()
     r = runner.invoke(app, ["sweep", str(tiny), "--jobs", "2", "--json", "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["rows"] == alone
+    assert strict(r.stdout)["rows"] == alone
     table = runner.invoke(app, ["sweep", str(tiny), "--jobs", "1", "--no-progress"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and alone[0]["best"] in table.stdout and "3 questions: 3 answered" in table.stdout
 
@@ -137,5 +146,5 @@ def test_a_sweep_on_a_local_ray_instance_equals_the_local_run(tiny, tmp_path):
                         "--json", "--no-progress", "--out", str(tmp_path / "ray")], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    doc = json.loads(r.stdout)
+    doc = strict(r.stdout)
     assert doc["backend"] == "ray" and doc["num_run"] == 3 and doc["rows"] == local
