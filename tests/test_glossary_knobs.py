@@ -121,10 +121,11 @@ def options_fields() -> frozenset[str]:
     from serveplan.commands.options import CommandOptions
     from serveplan.commands.plan import PlanOptions
     from serveplan.commands.simulate import SimulateOptions
+    from serveplan.commands.sweep import SweepOptions
     from serveplan.commands.validate import ValidateOptions
     from serveplan.sim import SimulationConfig
 
-    known = {EstimateOptions, OffloadOptions, PlanOptions, SimulateOptions, ValidateOptions}
+    known = {EstimateOptions, OffloadOptions, PlanOptions, SimulateOptions, SweepOptions, ValidateOptions}
     # by name: a slotted dataclass is a new class, its first draft stays among the subclasses
     every = {f"{c.__module__}.{c.__qualname__}" for c in _subclasses(CommandOptions)}
     listed = {f"{c.__module__}.{c.__qualname__}" for c in known}

@@ -1,4 +1,4 @@
-"""Command-line interface: ``serveplan estimate | simulate | optimize | offload | profile |
+"""Command-line interface: ``serveplan estimate | simulate | optimize | sweep | offload | profile |
 calibrate | compare | validate | models | hardware``.
 
 Each subcommand builds a config, calls one public function and renders the result; no modelling
@@ -127,7 +127,12 @@ def options_command(name: str, options: type[Any], *, extra: Sequence[tuple[str,
             # so a bad value gets the same message through both
             kind = str | None
             shown = None if f.default is None else str(getattr(f.default, "value", f.default))
-            default = typer.Option(shown, *flags, help=f.opt.help)
+            if f.opt.argument:  # positional; required when it has no default
+                default = typer.Argument(... if shown is None else shown, help=f.opt.help,
+                                         metavar=f.opt.name.upper(), show_default=False)
+                kind = str
+            else:
+                default = typer.Option(shown, *flags, help=f.opt.help)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default))
     for ename, etype, eopt in extra:
         params.append(inspect.Parameter(ename, inspect.Parameter.KEYWORD_ONLY, annotation=etype, default=eopt))
@@ -235,5 +240,6 @@ from serveplan.cli import estimate as _estimate  # noqa: E402,F401
 from serveplan.cli import offload as _offload  # noqa: E402,F401
 from serveplan.cli import optimize as _optimize  # noqa: E402,F401
 from serveplan.cli import simulate as _simulate  # noqa: E402,F401
+from serveplan.cli import sweep as _sweep  # noqa: E402,F401
 from serveplan.cli import ui as _ui  # noqa: E402,F401
 from serveplan.cli import validate as _validate  # noqa: E402,F401

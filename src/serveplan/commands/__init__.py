@@ -5,6 +5,7 @@ into the options value, call ``run`` and render the result, so the same question
 answer whichever door it came in by.
 
 * :mod:`~serveplan.commands.plan` - ``serveplan optimize``, the page's Plan panel, ``plan_serving``;
+* :mod:`~serveplan.commands.sweep` - ``serveplan sweep``: a grid of plan questions, one summary;
 * :mod:`~serveplan.commands.simulate` - ``serveplan simulate``, the Simulate panel;
 * :mod:`~serveplan.commands.estimate` - ``serveplan estimate``, the Step panel;
 * :mod:`~serveplan.commands.offload` - ``serveplan offload``, the Offload panels.

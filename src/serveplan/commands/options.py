@@ -34,12 +34,15 @@ _FALSE = ("off", "false", "0", "no")
 @dataclass(frozen=True, slots=True)
 class Opt:
     """How a field appears on the command line: its flags (the first long one names it), help
-    text, the flag that turns a switch off (``--no-progress``) and whether the page shows it."""
+    text, the flag that turns a switch off (``--no-progress``), whether the page shows it and
+    whether the command line takes it as a positional argument (``serveplan sweep FILE``; its
+    flag then only names it)."""
 
     flags: tuple[str, ...]
     help: str
     off_flag: str | None = None
     page: bool = True
+    argument: bool = False
 
     @property
     def name(self) -> str:
@@ -47,10 +50,11 @@ class Opt:
         return next(f for f in self.flags if f.startswith("--"))[2:]
 
 
-def opt(default: Any, *flags: str, help: str, off_flag: str | None = None, page: bool = True) -> Any:
+def opt(default: Any, *flags: str, help: str, off_flag: str | None = None, page: bool = True,
+        argument: bool = False) -> Any:
     """A field of a :class:`CommandOptions` with its flags and help (``opt(8, "--devices",
     help="Device budget.")``)."""
-    return dataclasses.field(default=default, metadata={"opt": Opt(tuple(flags), help, off_flag, page)})
+    return dataclasses.field(default=default, metadata={"opt": Opt(tuple(flags), help, off_flag, page, argument)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,9 @@ class CommandOptions:
         for f in self.fields():
             v = getattr(self, f.name)
             if v == f.default:
+                continue
+            if f.opt.argument:
+                out.append(str(v))
                 continue
             flag = f"--{f.opt.name}"
             if f.is_switch:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -276,32 +276,7 @@ def _run_local(todo: list[Task], jobs: int, on_done: Callable[[int, GoodputResul
 
 def _run_ray(todo: list[Task], jobs: int, address: str | None,
              on_done: Callable[[int, GoodputResult], None]) -> None:
-    if address:  # first: an unreachable head is the same answer with or without Ray installed
-        _check_ray_address(address)
-    try:
-        import ray
-    except ImportError:
-        raise SpecError("backend='ray' needs Ray: pip install 'serveplan[ray]'") from None
-    started_here = not ray.is_initialized()
-    with reap_on_exit() if started_here and not address else contextlib.nullcontext():
-        _ray_session(ray, todo, jobs, address, on_done, started_here)
-
-
-def _ray_session(ray: Any, todo: list[Task], jobs: int, address: str | None,
-                 on_done: Callable[[int, GoodputResult], None], started_here: bool) -> None:
-    if started_here:
-        kwargs: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False,
-                                  "logging_level": "ERROR", "log_to_driver": False}
-        if address:
-            kwargs["address"] = address
-        else:  # a Ray instance of its own: ray.init()'s default would join whatever cluster Ray last recorded
-            kwargs["address"] = "local"
-            kwargs["num_cpus"] = max(1, jobs)
-        try:
-            ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SpecError(f"ray-address={address!r}: could not connect ({str(exc).splitlines()[0]})") from None
-    try:
+    with ray_session(jobs, address) as ray:
         remote = ray.remote(max_goodput)
         refs: dict[int, Any] = {}  # each settings object is shipped once; Ray resolves top-level refs
         pending = {}
@@ -313,9 +288,45 @@ def _ray_session(ray: Any, todo: list[Task], jobs: int, address: str | None,
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 on_done(pending.pop(ref), ray.get(ref))
-    finally:
-        if started_here and not address:
-            ray.shutdown()
+
+
+@contextlib.contextmanager
+def ray_session(jobs: int, address: str | None) -> Iterator[Any]:
+    """The ``ray`` module, connected to the Ray head at ``address`` (``host:port``) or, without one,
+    to a Ray instance of this process's own with ``jobs`` CPUs, which ends with the block (and with
+    this process, SIGKILL included: :class:`~serveplan.optimize.lifecycle.reap_on_exit`). A process
+    already connected keeps its connection.
+
+    Raises
+    ------
+    SpecError
+        The head is unreachable, or Ray is not installed.
+    """
+    if address:  # first: an unreachable head is the same answer with or without Ray installed
+        _check_ray_address(address)
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("backend='ray' needs Ray: pip install 'serveplan[ray]'") from None
+    started_here = not ray.is_initialized()
+    with reap_on_exit() if started_here and not address else contextlib.nullcontext():
+        if started_here:
+            kwargs: dict[str, Any] = {"ignore_reinit_error": True, "include_dashboard": False,
+                                      "logging_level": "ERROR", "log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            else:  # a Ray instance of its own: ray.init()'s default would join whatever cluster Ray last recorded
+                kwargs["address"] = "local"
+                kwargs["num_cpus"] = max(1, jobs)
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise SpecError(f"ray-address={address!r}: could not connect ({str(exc).splitlines()[0]})") from None
+        try:
+            yield ray
+        finally:
+            if started_here and not address:
+                ray.shutdown()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
