@@ -498,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             questions.setdefault(key, (c, c.input_len or x, args.num_requests, args.seed))
             asked[(c.key, c.input_len or x)] = key
     tasks = sorted(questions.items(), key=lambda kv: kv[1][0].stated_layout)  # searches (the long ones) first
+    commit = git_commit()  # the code that runs, read before it runs
     t0 = time.perf_counter()
     answers: dict[tuple[Any, ...], dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
@@ -522,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "PYTHONPATH=src python benchmarks/validate_goodput.py " + " ".join(sys.argv[1:] if argv is None else argv)
     doc = {
         "command": cmd.strip(), "date": datetime.date.today().isoformat(), "machine": describe(),
-        "commit": git_commit(),
+        "commit": commit,
         "seconds": wall, "jobs": args.jobs, "num_requests": args.num_requests, "seed": args.seed, "input_lens": lens,
         "assumptions": {
             "input_len": "no published input-length statistic of the MLPerf OpenOrca or Mixtral sets was found; "
