@@ -66,7 +66,7 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
     summ = res.settings_summary
     tol = opts.relaxation
     pct = opts.percentile
-    con.print(plan_header(summ, devices=opts.devices, workload=workload))
+    con.print(plan_header(summ, devices=opts.budget_text, workload=workload))
     gp = f"goodput req/s (SLO +{tol:.0%})" if tol else "goodput req/s (strict)"
     # cost and energy: essential when they rank, else dropped first on a narrow terminal
     cost, energy = "$/Mtok out", "J/tok out"

@@ -393,6 +393,11 @@ def launch_files(dep: Deployment, *, model_ref: str | None = None) -> LaunchPlan
         raise SpecError(f"engine={name!r}: launch files are written for vllm, sglang and trtllm; BestServe's testbed "
                         "(--engine bestserve) reproduces a paper, it is no release to start; plan with --engine vllm, "
                         "sglang or trtllm")
+    if cfg.fleet.is_mixed:
+        types = ", ".join(f"{s.role.value} on {s.hardware.name}" for s in dep.roles)
+        raise SpecError(f"strategy={cfg.fleet.name!r} runs its pools on two device types ({types}); launch files are "
+                        "written for one device type (the node scripts pack instances onto identical nodes); "
+                        "expected a single-type plan: rerun with one --hardware type for its launch files")
     m, hw = cfg.model, cfg.hardware
     ref, ref_note = (model_ref, None) if model_ref else model_reference(m.source, m.name)
     notes: list[str] = [ref_note] if ref_note else []
