@@ -121,12 +121,15 @@ def _print_cost_energy(res: SearchResult) -> None:
     best = res.best
     ce = res.cost_energy(best.name)
     summ = res.settings_summary
-    price = summ.get("price")
-    if ce["usd_per_hour"] is not None and price:
-        who = price.get("provider") or price.get("read_from") or "given"
-        when = f", {price['date']}" if price.get("date") else ""
-        con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at ${price['usd_per_gpu_hour']:g}"
-                  f"/GPU-h ({price['tier'].replace('_', '-')}, {who}{when});"
+    econ = res.economics.get(best.name)
+    # the best's own prices (one per device type of a mixed fleet), else the search's
+    prices = ([p.to_dict() for p in econ.prices] or ([econ.price.to_dict()] if econ.price else [])) if econ else []
+    prices = prices or ([summ["price"]] if summ.get("price") else [])
+    if ce["usd_per_hour"] is not None and prices:
+        at = ", ".join(f"${p['usd_per_gpu_hour']:g}/GPU-h" + (f" {p['hardware']}" if len(prices) > 1 else "")
+                       + f" ({p['tier'].replace('_', '-')}, {p.get('provider') or p.get('read_from') or 'given'}"
+                       + (f", {p['date']}" if p.get("date") else "") + ")" for p in prices)
+        con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at {at};"
                   f" ${ce['usd_per_mtok_output']:.3f} per million output tokens, "
                   f"${ce['usd_per_mtok_total']:.3f} "
                   f"per million input+output tokens at its goodput; ${ce['usd_per_month']:,.0f}/month at "

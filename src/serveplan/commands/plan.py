@@ -30,7 +30,7 @@ from serveplan.errors import InfeasibleError, SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.economics import OBJECTIVES
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import SearchMethod, SearchResult, merge_results, search_many
+from serveplan.optimize.search import SearchMethod, SearchResult, merge_results, on_device, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
 from serveplan.report.documents import optimize_document
@@ -449,9 +449,14 @@ def _search_parts(prep: PreparedPlan, kwargs: dict[str, Any]) -> tuple[list[Sear
     done: list[tuple[PlanPart, list[SearchResult] | None, str]] = []
     for part in prep.parts:
         try:
-            done.append((part, search_many(part.space, list(part.settings), **kwargs), ""))
+            found = search_many(part.space, list(part.settings), **kwargs)
         except InfeasibleError as exc:
             done.append((part, None, str(exc)))
+            continue
+        if part.space.prefill_device is None:   # one type alone: its fleets named with their type
+            found = [on_device(res, DeviceType(hardware=st.hardware, profile=st.profile))
+                     for res, st in zip(found, part.settings, strict=True)]
+        done.append((part, found, ""))
     if all(res is None for _, res, _ in done):
         raise InfeasibleError("no search over " + ", ".join(o.hardware_types) + " found a strategy: "
                               + "; ".join(f"{p.label}: {why}" for p, _, why in done))

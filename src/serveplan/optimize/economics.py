@@ -235,7 +235,7 @@ def economics(result: GoodputResult, settings: GoodputSettings, *, price: Price 
         The price of a device type by hardware id (None: none), for the pools of a mixed fleet.
     """
     cand = result.candidate
-    if cand.is_mixed:
+    if cand.has_device_types:
         return _mixed_economics(result, settings, price_of=price_of, target_rate=target_rate, clocks=clocks)
     wl = settings.workload
     s_in, s_out = float(np.mean(wl.input_lengths)), float(np.mean(wl.output_lengths))

@@ -37,7 +37,7 @@ from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, rea
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.clock import Clocks
-from serveplan.sim.fleet import Fleet
+from serveplan.sim.fleet import DeviceType, Fleet
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.prices import Price, PriceTable, bundled_prices
 
@@ -923,10 +923,32 @@ def merge_results(parts: list[SearchResult], *, target_rate: float | None = None
         ok += part.strategies
     fast = any(p.settings_summary.get("method") == SearchMethod.FAST.value for p in parts)
     ok = _ranked(ok, econ, fast, objective, target_rate, trusted_methods=_WHOLE)
-    settings_summary = dict(parts[0].settings_summary) | (summary or {})
+    summaries = [p.settings_summary for p in parts]
+    settings_summary = dict(summaries[0]) | {
+        "num_candidates": sum(s.get("num_candidates", 0) for s in summaries),
+        "pool_measurements": sum(s.get("pool_measurements", 0) for s in summaries),
+        "confirmed": [n for s in summaries for n in s.get("confirmed", [])],
+        "disagreements": [d for s in summaries for d in s.get("disagreements", [])]} | (summary or {})
     return SearchResult(
         strategies=tuple(ok), rejected=tuple(sorted((r for p in parts for r in p.rejected), key=lambda r: r.name)),
         pruned=tuple(x for p in parts for x in p.pruned), pareto=pareto_front(ok),
         num_simulations=sum(p.num_simulations for p in parts), num_evaluated=sum(p.num_evaluated for p in parts),
         num_resumed=sum(p.num_resumed for p in parts), elapsed_s=sum(p.elapsed_s for p in parts),
         settings_summary=settings_summary, top=parts[0].top, economics=econ, objective=objective)
+
+
+def on_device(result: SearchResult, device: DeviceType) -> SearchResult:
+    """``result`` with every fleet named with ``device`` (``2m@l40s-tp1-...``; pruned layouts
+    ``... on l40s``): the ranking of one type among others (:func:`merge_results`), its numbers
+    unchanged."""
+    def tag(r: GoodputResult) -> GoodputResult:
+        return dataclasses.replace(r, candidate=r.candidate.on_device(device))
+
+    strategies = tuple(tag(r) for r in result.strategies)
+    econ = {tag(r).name: dataclasses.replace(result.economics[r.name], name=tag(r).name)
+            for r in result.strategies if r.name in result.economics}
+    return dataclasses.replace(
+        result, strategies=strategies, rejected=tuple(tag(r) for r in result.rejected),
+        pruned=tuple(dataclasses.replace(p, name=f"{p.name} on {device.name}") for p in result.pruned),
+        pareto=tuple(tag(r).name for r in result.strategies if r.name in result.pareto),
+        economics=econ)

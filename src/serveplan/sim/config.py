@@ -215,7 +215,7 @@ class SimulationConfig:
                                 "beside the whole model; use pp=1 with spec_method")
         if self.workload.prefix_cached or self.kv_tiers is not None:
             _check_prefix_setup(self)
-        if self.fleet.is_mixed:
+        if self.fleet.has_device_types:
             _check_device_types(self)
         if self.fidelity is Fidelity.BESTSERVE and self.fleet.first.parallel.pp > 1:
             raise SpecError(f"pp={self.fleet.first.parallel.pp}: the bestserve fidelity models tensor parallelism "
@@ -280,7 +280,7 @@ def _check_prefix_setup(cfg: SimulationConfig) -> None:
 def _check_device_types(cfg: SimulationConfig) -> None:
     """A fleet whose pools run on their own device types: each holds the KV format, the KV
     transfer between the types has a network link, and the timing is the iteration fidelity's."""
-    if cfg.fidelity is not Fidelity.ITERATION:
+    if cfg.fidelity is not Fidelity.ITERATION and cfg.fleet.is_mixed:
         raise SpecError("pools on different device types need fidelity='iteration' (BestServe's algorithms time "
                         "one device type)")
     kv = cfg.effective_kv_dtype

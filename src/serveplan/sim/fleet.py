@@ -21,7 +21,7 @@ Build one from flat settings (CLI flags, a YAML file, keyword arguments) with
 Mixed device types: an instance configuration may name its own :class:`DeviceType` (datasheet
 and efficiency profile); ``None`` (the default) runs it on the config's hardware. A disaggregated
 fleet whose prefill pool runs on one type and decode pool on another (:meth:`Fleet.on_devices`)
-is named with each pool's type, e.g. ``1p[h100-sxm]2d[l40s]-tp4/2-b256``.
+is named with each pool's type, e.g. ``1p@h100-sxm+2d@l40s-tp4/2-b256``.
 """
 
 from __future__ import annotations
@@ -329,9 +329,18 @@ class Fleet:
         return {r: self.instance(r).device for r in self.roles}
 
     @property
-    def is_mixed(self) -> bool:
-        """Whether a pool names its own device type (a prefill pool on one type, decode on another)."""
+    def has_device_types(self) -> bool:
+        """Whether a pool names its own device type (its name then shows the types)."""
         return any(d is not None for d in self.devices.values())
+
+    @property
+    def is_mixed(self) -> bool:
+        """Whether its pools run on different device types (a prefill pool on one, decode on another)."""
+        return len(set(self.devices.values())) > 1
+
+    def on_device(self, device: DeviceType) -> Fleet:
+        """This fleet with every pool on ``device`` (named with it: ``2m@l40s-tp1-b256-...``)."""
+        return Fleet(strategy=self.strategy, **{r.value: replace(self.instance(r), device=device) for r in self.roles})
 
     def on_devices(self, *, prefill: DeviceType | None, decode: DeviceType | None) -> Fleet:
         """This disaggregated fleet with its prefill and decode pools on the given device types."""
@@ -343,12 +352,15 @@ class Fleet:
                      decode=replace(self.decode, device=decode))
 
     def _strategy_label(self) -> str:
-        """``2p1d``, or with the pools' device types ``2p[h100-sxm]1d[l40s]``."""
-        if not self.is_mixed:
+        """``2p1d``, or with the pools' device types ``2p@h100-sxm+1d@l40s`` (one type: ``2p1d@l40s``).
+        An ``@`` rather than brackets: the tables render names as they are (no markup)."""
+        if not self.has_device_types:
             return str(self.strategy)
-        tag = {r: f"[{d.name}]" if d is not None else "" for r, d in self.devices.items()}
+        if not self.is_mixed:
+            return f"{self.strategy}@{self.first.device.name}"  # type: ignore[union-attr]
+        tag = {r: f"@{d.name}" if d is not None else "" for r, d in self.devices.items()}
         s = self.strategy
-        return f"{s.num_prefill}p{tag[Role.PREFILL]}{s.num_decode}d{tag[Role.DECODE]}"
+        return f"{s.num_prefill}p{tag[Role.PREFILL]}+{s.num_decode}d{tag[Role.DECODE]}"
 
     @property
     def name(self) -> str:
@@ -371,7 +383,8 @@ class Fleet:
         tag = get_scheduler(b.scheduler).tag
         sched = tag if not get_scheduler(b.scheduler).chunked else f"{tag}{b.chunk_size}"
         sd = self.first.spec
-        return f"{self.strategy}-tp{par.tp}{extra}-b{b.max_batch}-{sched}" + (f"-{sd.tag}" if sd is not None else "")
+        label = f"{self._strategy_label()}-tp{par.tp}{extra}-b{b.max_batch}-{sched}"
+        return label + (f"-{sd.tag}" if sd is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record (the keys of the CLI flags; :meth:`from_dict` reads it back)."""
@@ -406,6 +419,8 @@ class Fleet:
                                                     d.get("spec_draft_model")),
                            decode_dp=d.get("decode_dp") or d["dp"], decode_ep=d.get("decode_ep") or d["ep"],
                            redundant_experts=d.get("redundant_experts") or 0)
+        if d.get("collocated_hardware"):
+            return fleet.on_device(_device_named(d["collocated_hardware"]))  # type: ignore[arg-type]
         if d.get("prefill_hardware") or d.get("decode_hardware"):
             return fleet.on_devices(prefill=_device_named(d.get("prefill_hardware")),
                                     decode=_device_named(d.get("decode_hardware")))
