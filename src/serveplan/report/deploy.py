@@ -32,6 +32,7 @@ larger than a node, then started on each of its nodes with the engine's multi-no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -373,7 +374,13 @@ def _shape(dep: Deployment, setup: RoleSetup, max_model_len: int) -> _Shape:
 
 def launch_plan(fleet: Fleet, settings: GoodputSettings, *, model_ref: str | None = None) -> LaunchPlan:
     """Launch files for ``fleet`` as the search simulated it under ``settings``
-    (:meth:`~serveplan.optimize.goodput.GoodputSettings.deployment`)."""
+    (:meth:`~serveplan.optimize.goodput.GoodputSettings.deployment`). A fleet named with one
+    device type (a row of a ranking over several types) runs on that type's nodes."""
+    if fleet.has_device_types and not fleet.is_mixed:
+        dev = fleet.first.device
+        assert dev is not None
+        if dev.hardware.name != settings.hardware.name:
+            settings = dataclasses.replace(settings, hardware=dev.hardware, profile=dev.profile)
     return launch_files(settings.deployment(fleet), model_ref=model_ref)
 
 
