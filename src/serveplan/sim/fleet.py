@@ -35,6 +35,7 @@ import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
+from serveplan.specs.catalog import get_hardware, get_profile
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
@@ -435,8 +436,6 @@ def _device_named(name: str | None) -> DeviceType | None:
     """A bundled device type by hardware id, with the hardware's own profile (records read back)."""
     if not name:
         return None
-    from serveplan.specs.catalog import get_hardware, get_profile
-
     return DeviceType(hardware=get_hardware(name), profile=get_profile(None, hardware=name))
 
 
