@@ -35,7 +35,7 @@ def optimize_cmd(opts: plan.PlanOptions, *, json_out: bool = False, progress: bo
         return
     for i, (wl, res) in enumerate(zip(result.prepared.workloads, result.results, strict=True)):
         _print_ranking(result, wl.name, res)
-        _print_confidence(result.prepared.settings[i], opts.percentile)
+        _print_confidence(result.settings_for(i, res.best.name), opts.percentile)
         if result.bands:
             _print_bands(list(result.bands[i]), opts.band, tolerance_note(res))
     if result.launch is not None and opts.deploy is not None:

@@ -387,6 +387,13 @@ class PlanResult:
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     launch: LaunchPlan | None = None
     files: tuple[Path, ...] = field(default_factory=tuple)
+    #: several hardware types: per workload, the settings each ranked strategy was searched under
+    settings_of: tuple[dict[str, GoodputSettings], ...] = ()
+
+    def settings_for(self, workload: int, name: str) -> GoodputSettings:
+        """The settings strategy ``name`` of workload ``workload`` was searched under."""
+        mine = self.settings_of[workload] if self.settings_of else {}
+        return mine.get(name, self.prepared.settings[workload])
 
     @property
     def options(self) -> PlanOptions:
@@ -400,7 +407,7 @@ class PlanResult:
         """What ``serveplan optimize --json`` prints and the page's API returns."""
         return optimize_document(self.results, [wl.name for wl in self.prepared.workloads], self.bands,
                                  self.launch, command=self.options.command_line("optimize"),
-                                 settings=self.prepared.settings)
+                                 settings=self.prepared.settings, settings_of=self.settings_of)
 
 
 def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
@@ -420,7 +427,7 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
         results, settings_of = _search_parts(prep, kwargs)
     else:
         results = search_many(prep.space, list(prep.settings), **kwargs)
-        settings_of = {}
+        settings_of = [{} for _ in results]
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     if opts.band:
         bands = tuple(tuple(goodput_bands(list(res.strategies[:opts.band_top]), st, opts.band, seed=opts.seed))
@@ -433,16 +440,18 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
     best = results[0].best
     if opts.deploy is not None or (launch_files and isinstance(eng, EngineSpec) and eng.engine in DEPLOYABLE
                                    and not best.candidate.is_mixed):
-        launch = launch_plan(best.candidate, settings_of.get(best.name, prep.settings[0]))
+        launch = launch_plan(best.candidate, settings_of[0].get(best.name, prep.settings[0]))
         if opts.deploy is not None:
             files += launch.write(opts.deploy)
-    return PlanResult(prepared=prep, results=tuple(results), bands=bands, launch=launch, files=tuple(files))
+    return PlanResult(prepared=prep, results=tuple(results), bands=bands, launch=launch, files=tuple(files),
+                      settings_of=tuple(settings_of))
 
 
-def _search_parts(prep: PreparedPlan, kwargs: dict[str, Any]) -> tuple[list[SearchResult], dict[str, GoodputSettings]]:
+def _search_parts(prep: PreparedPlan,
+                  kwargs: dict[str, Any]) -> tuple[list[SearchResult], list[dict[str, GoodputSettings]]]:
     """The searches of a plan over several hardware types (:func:`_prepare_types`), ranked
-    together per workload (:func:`~serveplan.optimize.search.merge_results`), and the settings
-    each ranked strategy was searched under (its launch files are written under them). A part
+    together per workload (:func:`~serveplan.optimize.search.merge_results`), and per workload the
+    settings each ranked strategy was searched under (its launch files and confidence use them). A part
     with nothing that fits or meets the SLO is noted; only when every part fails is the plan
     infeasible."""
     o = prep.options
@@ -460,17 +469,19 @@ def _search_parts(prep: PreparedPlan, kwargs: dict[str, Any]) -> tuple[list[Sear
     if all(res is None for _, res, _ in done):
         raise InfeasibleError("no search over " + ", ".join(o.hardware_types) + " found a strategy: "
                               + "; ".join(f"{p.label}: {why}" for p, _, why in done))
-    settings_of: dict[str, GoodputSettings] = {}
+    settings_of: list[dict[str, GoodputSettings]] = []
     merged = []
     for i in range(len(prep.workloads)):
         parts = []
         searches = []
+        mine: dict[str, GoodputSettings] = {}
+        settings_of.append(mine)
         for part, res, why in done:
             if res is None:
                 searches.append({"search": part.label, "best": None, "note": why})
                 continue
             parts.append(res[i])
-            settings_of |= {r.name: part.settings[i] for r in res[i].strategies}
+            mine |= {r.name: part.settings[i] for r in res[i].strategies}
             summ = res[i].settings_summary
             searches.append({"search": part.label, "best": res[i].best.name,
                              "num_candidates": summ.get("num_candidates"), "method": summ.get("method")})
