@@ -4,6 +4,7 @@ each pool at its type's price."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from serveplan.report.deploy import launch_plan
 from serveplan.sim import SLO, Fleet, Workload
 from serveplan.sim.clock import Clocks
 from serveplan.sim.cluster import kv_transfer_time
+from serveplan.sim.engine import simulate
 from serveplan.sim.fleet import DeviceType
 from serveplan.specs.catalog import get_hardware, get_model, get_profile
 from serveplan.specs.hardware import kv_link
@@ -154,3 +156,36 @@ def test_a_single_budget_caps_each_type():
     o = plan.PlanOptions.parse({"hardware": "h100-sxm,l40s", "devices": "8"})
     assert o.budget() == {"h100-sxm": 8, "l40s": 8} and o.budget_text == "8 x h100-sxm, 8 x l40s"
     assert plan.PlanOptions(devices=4).devices == "4"   # plan_serving(devices=4) as before
+
+
+def test_a_fleet_named_with_the_configs_own_type_simulates_and_costs_the_same():
+    st = _settings("a100-80g")
+    plain = Fleet.build("1p1d", tp=1, max_batch=64)
+    tagged = plain.on_device(_device("a100-80g"))
+    assert not tagged.is_mixed and tagged.name == "1p1d@a100-80g-tp1-b64"
+    a = simulate(st.simulation_config(plain, rate=4.0))
+    b = simulate(st.simulation_config(tagged, rate=4.0))
+    assert list(a.requests.ttft) == list(b.requests.ttft) and list(a.requests.tpot) == list(b.requests.tpot)
+    ea = economics(GoodputResult(candidate=plain, goodput_rps=4.0, goodput_per_device=2.0, status=GoodputStatus.OK),
+                   st, price=get_price("a100-80g"))
+    eb = economics(GoodputResult(candidate=tagged, goodput_rps=4.0, goodput_per_device=2.0, status=GoodputStatus.OK),
+                   st, price_of=lambda hw: get_price(hw))
+    assert eb.usd_per_mtok_output == pytest.approx(ea.usd_per_mtok_output)
+    assert eb.j_per_output_token == pytest.approx(ea.j_per_output_token)
+
+
+def test_a_type_without_a_nic_is_refused_for_a_cross_type_transfer():
+    no_nic = get_hardware("l40s").with_(inter_node_link=None)
+    with pytest.raises(SpecError, match="has no inter_node_link"):
+        kv_link(get_hardware("h100-sxm"), no_nic)
+    fleet = Fleet.build("1p1d", tp=1).on_devices(prefill=_device("h100-sxm"),
+                                                 decode=DeviceType(hardware=no_nic, profile=get_profile("default-gpu")))
+    with pytest.raises(SpecError, match="inter_node_link"):
+        _settings("l40s").simulation_config(fleet)
+
+
+def test_bestserve_fidelity_refuses_pools_on_two_types():
+    fleet = Fleet.build("1p1d", tp=1).on_devices(prefill=_device("h100-sxm"), decode=_device("l40s"))
+    st = dataclasses.replace(_settings("l40s"), fidelity="bestserve", engine=None)
+    with pytest.raises(SpecError, match="fidelity='iteration'"):
+        st.simulation_config(fleet)
