@@ -57,7 +57,7 @@ def test_the_grid_is_every_combination_and_a_linked_axis_sets_options_together(t
     qs = prep.questions
     assert [(q.options.model, q.options.slo_ttft, q.options.slo_tpot) for q in qs] == [
         ("llama-3.1-8b", 0.5, 0.03), ("llama-3.1-8b", 1.0, 0.05), ("qwen3-8b", 0.5, 0.03), ("qwen3-8b", 1.0, 0.05)]
-    assert all(q.options.tp == "1,2" and q.options.devices == 2 and q.options.jobs == 1 for q in qs)
+    assert all(q.options.tp == "1,2" and q.options.devices == "2" and q.options.jobs == 1 for q in qs)
     assert prep.axes == ("model", "slo_ttft", "slo_tpot")
     # the key is the question's, not the run's: stable, distinct, equal for equal options
     assert len({q.key for q in qs}) == 4

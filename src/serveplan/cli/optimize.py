@@ -35,7 +35,7 @@ def optimize_cmd(opts: plan.PlanOptions, *, json_out: bool = False, progress: bo
         return
     for i, (wl, res) in enumerate(zip(result.prepared.workloads, result.results, strict=True)):
         _print_ranking(result, wl.name, res)
-        _print_confidence(result.prepared.settings[i], opts.percentile)
+        _print_confidence(result.settings_for(i, res.best.name), opts.percentile)
         if result.bands:
             _print_bands(list(result.bands[i]), opts.band, tolerance_note(res))
     if result.launch is not None and opts.deploy is not None:
@@ -66,7 +66,7 @@ def _print_ranking(result: plan.PlanResult, workload: str, res: SearchResult) ->
     summ = res.settings_summary
     tol = opts.relaxation
     pct = opts.percentile
-    con.print(plan_header(summ, devices=opts.devices, workload=workload))
+    con.print(plan_header(summ, devices=opts.budget_text, workload=workload))
     gp = f"goodput req/s (SLO +{tol:.0%})" if tol else "goodput req/s (strict)"
     # cost and energy: essential when they rank, else dropped first on a narrow terminal
     cost, energy = "$/Mtok out", "J/tok out"
@@ -121,12 +121,15 @@ def _print_cost_energy(res: SearchResult) -> None:
     best = res.best
     ce = res.cost_energy(best.name)
     summ = res.settings_summary
-    price = summ.get("price")
-    if ce["usd_per_hour"] is not None and price:
-        who = price.get("provider") or price.get("read_from") or "given"
-        when = f", {price['date']}" if price.get("date") else ""
-        con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at ${price['usd_per_gpu_hour']:g}"
-                  f"/GPU-h ({price['tier'].replace('_', '-')}, {who}{when});"
+    econ = res.economics.get(best.name)
+    # the best's own prices (one per device type of a mixed fleet), else the search's
+    prices = ([p.to_dict() for p in econ.prices] or ([econ.price.to_dict()] if econ.price else [])) if econ else []
+    prices = prices or ([summ["price"]] if summ.get("price") else [])
+    if ce["usd_per_hour"] is not None and prices:
+        at = ", ".join(f"${p['usd_per_gpu_hour']:g}/GPU-h" + (f" {p['hardware']}" if len(prices) > 1 else "")
+                       + f" ({p['tier'].replace('_', '-')}, {p.get('provider') or p.get('read_from') or 'given'}"
+                       + (f", {p['date']}" if p.get("date") else "") + ")" for p in prices)
+        con.print(f"cost of {best.name}: ${ce['usd_per_hour']:.2f}/h for the fleet at {at};"
                   f" ${ce['usd_per_mtok_output']:.3f} per million output tokens, "
                   f"${ce['usd_per_mtok_total']:.3f} "
                   f"per million input+output tokens at its goodput; ${ce['usd_per_month']:,.0f}/month at "

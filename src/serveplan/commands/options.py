@@ -166,6 +166,8 @@ def convert(f: Field, raw: Any) -> Any:
             return float(raw)
         if f.kind is Path and isinstance(raw, str | Path):
             return Path(raw)
+        if f.kind is str and isinstance(raw, int) and not isinstance(raw, bool):
+            return str(raw)   # a text option that may hold a number (--devices 8, or TYPE=N per type)
         if isinstance(raw, f.kind) and not (f.kind is int and isinstance(raw, bool)):
             return raw
         raise SpecError(f"{name}={raw!r} must be {_what(f)}")

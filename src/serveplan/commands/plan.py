@@ -15,6 +15,7 @@ conversation trace's length mix, SLO P90 TTFT 1 s and TPOT 50 ms. BestServe's Fi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,11 +26,11 @@ from serveplan.calibrate.bands import require_uncertainty
 from serveplan.commands.checks import check_search
 from serveplan.commands.options import CommandOptions, opt
 from serveplan.commands.parsing import parse_int_list, parse_spec_tokens
-from serveplan.errors import SpecError, check_int, check_number
+from serveplan.errors import InfeasibleError, SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
 from serveplan.optimize.economics import OBJECTIVES
 from serveplan.optimize.goodput import GoodputSettings
-from serveplan.optimize.search import SearchMethod, SearchResult, search_many
+from serveplan.optimize.search import SearchMethod, SearchResult, merge_results, on_device, search_many
 from serveplan.optimize.space import SearchSpace, search_defaults, spec_choices
 from serveplan.report.deploy import DEPLOYABLE, LaunchPlan, launch_plan
 from serveplan.report.documents import optimize_document
@@ -42,6 +43,7 @@ from serveplan.report.ranking import (
 )
 from serveplan.sim import SLO, Fidelity, Workload
 from serveplan.sim.config import check_context
+from serveplan.sim.fleet import DeviceType
 from serveplan.sim.workload import build_workloads
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -64,10 +66,14 @@ class PlanOptions(CommandOptions):
     """The question ``serveplan optimize`` answers (module doc)."""
 
     model: str = opt("llama-3.1-70b", "--model", "-m", help="Catalog id, Hugging Face id or path to a config.json.")
-    hardware: str = opt("h100-sxm", "--hardware", "-H", help="Catalog id or hardware YAML path.")
+    hardware: str = opt("h100-sxm", "--hardware", "-H", help=(
+        "Catalog id or hardware YAML path; several comma-separated (h100-sxm,l40s) rank each type alone and the "
+        "disaggregated fleets with prefill on one type and decode on another."))
     profile: str | None = opt(None, "--profile", "-p", help="Efficiency profile id or YAML path (default: the "
                                                                 "hardware's measured profile, else default-gpu).")
-    devices: int = opt(8, "--devices", help="Device budget (strategies may use fewer).")
+    devices: str = opt("8", "--devices", help=(
+        "Device budget (strategies may use fewer): N of each hardware type, or TYPE=N per type, comma-separated "
+        "(h100-sxm=8,l40s=16)."))
     tp: str = opt("1,2,4,8", "--tp", help="Admissible TP sizes, comma-separated.")
     pp: str = opt("1", "--pp", help="Admissible pipeline sizes.")
     dp: str = opt("1", "--dp", help="Admissible data-parallel attention sizes (ranks per instance).")
@@ -173,7 +179,9 @@ class PlanOptions(CommandOptions):
         "Plan for requests longer than the model's max_position_embeddings."), page=False)
 
     def __post_init__(self) -> None:
-        check_int("devices", self.devices, low=1)
+        if isinstance(self.devices, int) and not isinstance(self.devices, bool):   # plan_serving(devices=16)
+            object.__setattr__(self, "devices", str(self.devices))
+        self.budget()   # checks the hardware list and the budget
         check_int("top", self.top, low=1)
         check_int("keep", self.keep, low=0, why="0: the fast search")
         check_int("confirm", self.confirm, low=1)
@@ -196,6 +204,55 @@ class PlanOptions(CommandOptions):
             raise SpecError(f"price-tier={self.price_tier!r}; expected one of: {', '.join(TIERS)}")
 
     @property
+    def hardware_types(self) -> tuple[str, ...]:
+        """The device types of ``--hardware``, in the order given."""
+        types = tuple(t.strip() for t in str(self.hardware).split(","))
+        if not all(types):
+            raise SpecError(f"hardware={self.hardware!r} has an empty entry; expected one or more comma-separated "
+                            "catalog ids or YAML paths (h100-sxm,l40s)")
+        if len(set(types)) != len(types):
+            raise SpecError(f"hardware={self.hardware!r} names a type twice; expected each type once")
+        return types
+
+    def budget(self) -> dict[str, int]:
+        """The device budget of each hardware type (``--devices N``: ``N`` of each)."""
+        types = self.hardware_types
+        text = str(self.devices).strip()
+        if "=" not in text:
+            try:
+                n = int(text)
+            except ValueError:
+                raise SpecError(f"devices={text!r} must be an integer, or TYPE=N per hardware type "
+                                f"({','.join(f'{t}=8' for t in types)})") from None
+            check_int("devices", n, low=1)
+            return dict.fromkeys(types, n)
+        out: dict[str, int] = {}
+        for item in text.split(","):
+            key, _, value = item.partition("=")
+            key = key.strip()
+            if key not in types:
+                raise SpecError(f"devices={text!r}: {key!r} is not a --hardware type; expected TYPE=N for each of: "
+                                f"{', '.join(types)}")
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise SpecError(f"devices={text!r}: {key}={value.strip()!r} must be an integer") from None
+            check_int(f"devices {key}", out[key], low=1)
+        missing = [t for t in types if t not in out]
+        if missing:
+            raise SpecError(f"devices={text!r} gives no budget for {', '.join(missing)}; expected TYPE=N for each of: "
+                            f"{', '.join(types)}")
+        return out
+
+    @property
+    def budget_text(self) -> str:
+        """The budget as the headers say it: ``8`` of one type, ``8 x h100-sxm, 16 x l40s`` of several."""
+        b = self.budget()
+        if len(b) == 1:
+            return str(next(iter(b.values())))
+        return ", ".join(f"{n} x {t}" for t, n in b.items())
+
+    @property
     def method(self) -> SearchMethod:
         """The search method these options ask for (bands compare the top strategies, which pruning
         by bound would drop: they imply the exhaustive search)."""
@@ -214,6 +271,19 @@ class PreparedPlan:
     workloads: tuple[Workload, ...]
     #: the run's price table: the bundled one, ``--prices`` over it, then ``--price``
     prices: PriceTable
+    #: several hardware types: one search per type alone and per ordered pair of types (the mixed
+    #: fleets); empty for one type (``space`` and ``settings`` are then the search)
+    parts: tuple[PlanPart, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanPart:
+    """One search of a plan over several hardware types: one type alone, or the disaggregated
+    fleets with the prefill pool on one type and the decode pool on another (``space.prefill_device``)."""
+
+    label: str
+    space: SearchSpace
+    settings: tuple[GoodputSettings, ...]
 
 
 def engine_spec(name: str, memory_fraction: float | None = None) -> EngineSpec:
@@ -227,7 +297,16 @@ def engine_spec(name: str, memory_fraction: float | None = None) -> EngineSpec:
 
 def prepare(o: PlanOptions) -> PreparedPlan:
     """Check ``o`` and build its search (module doc). Raises :class:`SpecError` (bad input) or
-    :class:`~serveplan.errors.InfeasibleError` before any simulation."""
+    :class:`~serveplan.errors.InfeasibleError` before any simulation.
+
+    Several hardware types (``--hardware h100-sxm,l40s``): one search per type alone, exactly the
+    single-type search within that type's budget, and, unless ``--no-disaggregated``, one per
+    ordered pair of types over the disaggregated fleets whose prefill pool runs on the first type
+    and decode pool on the second (each within its type's budget, the KV transfer over the slower
+    NIC, :func:`~serveplan.specs.hardware.kv_link`); :func:`run` ranks them together."""
+    types = o.hardware_types
+    if len(types) > 1:
+        return _prepare_types(o, types)
     m, hw, pr = resolve_specs(o.model, o.hardware, o.profile)
     if o.devices_per_node is not None:
         hw = hw.with_(devices_per_node=o.devices_per_node, scale_up_domain=0)
@@ -238,7 +317,8 @@ def prepare(o: PlanOptions) -> PreparedPlan:
         eng, hw, max_batch=o.max_batch, prefill_max_batch=o.prefill_max_batch, schedulers=o.schedulers,
         chunk_sizes=o.chunk_sizes, knobs=o.search_knobs)
     space = SearchSpace(
-        devices=o.devices, tp_sizes=tuple(parse_int_list(o.tp, "tp")), pp_sizes=tuple(parse_int_list(o.pp, "pp")),
+        devices=o.budget()[types[0]], tp_sizes=tuple(parse_int_list(o.tp, "tp")),
+        pp_sizes=tuple(parse_int_list(o.pp, "pp")),
         dp_sizes=tuple(parse_int_list(o.dp, "dp")), ep_sizes=tuple(parse_int_list(o.ep, "ep")),
         max_batches=tuple(parse_int_list(max_batch, "max-batch")), prefill_max_batch=prefill_max_batch or None,
         schedulers=tuple(s.strip() for s in schedulers.split(",") if s.strip()),
@@ -276,6 +356,27 @@ def prepare(o: PlanOptions) -> PreparedPlan:
     return PreparedPlan(options=o, space=space, settings=settings, workloads=tuple(workloads), prices=prices)
 
 
+def _prepare_types(o: PlanOptions, types: tuple[str, ...]) -> PreparedPlan:
+    """:func:`prepare` of several hardware types: each type's own plan, then the mixed pairs."""
+    if o.band:
+        raise SpecError(f"band={o.band} with several hardware types ({', '.join(types)}): bands sample one device's "
+                        "profile; expected one --hardware type with --band")
+    budget = o.budget()
+    singles = [prepare(dataclasses.replace(o, hardware=t, devices=str(budget[t]))) for t in types]
+    parts = [PlanPart(label=t, space=p.space, settings=p.settings) for t, p in zip(types, singles, strict=True)]
+    if not o.no_disaggregated:
+        for a, b in itertools.permutations(range(len(types)), 2):
+            pre = singles[a].settings[0]
+            device = DeviceType(hardware=pre.hardware, profile=pre.profile)
+            space = dataclasses.replace(singles[b].space, collocated=False, disaggregated=True,
+                                        prefill_device=device, prefill_devices=budget[types[a]])
+            parts.append(PlanPart(label=f"prefill on {types[a]}, decode on {types[b]}", space=space,
+                                  settings=singles[b].settings))
+    first = singles[0]
+    return PreparedPlan(options=o, space=first.space, settings=first.settings, workloads=first.workloads,
+                        prices=first.prices, parts=tuple(parts))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanResult:
     """The answer: one ranked search per workload, the bands (``--band``) and the best plan's
@@ -286,6 +387,13 @@ class PlanResult:
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     launch: LaunchPlan | None = None
     files: tuple[Path, ...] = field(default_factory=tuple)
+    #: several hardware types: per workload, the settings each ranked strategy was searched under
+    settings_of: tuple[dict[str, GoodputSettings], ...] = ()
+
+    def settings_for(self, workload: int, name: str) -> GoodputSettings:
+        """The settings strategy ``name`` of workload ``workload`` was searched under."""
+        mine = self.settings_of[workload] if self.settings_of else {}
+        return mine.get(name, self.prepared.settings[workload])
 
     @property
     def options(self) -> PlanOptions:
@@ -299,7 +407,7 @@ class PlanResult:
         """What ``serveplan optimize --json`` prints and the page's API returns."""
         return optimize_document(self.results, [wl.name for wl in self.prepared.workloads], self.bands,
                                  self.launch, command=self.options.command_line("optimize"),
-                                 settings=self.prepared.settings)
+                                 settings=self.prepared.settings, settings_of=self.settings_of)
 
 
 def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
@@ -310,11 +418,16 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
     total)`` is called per strategy settled."""
     prep = o if isinstance(o, PreparedPlan) else prepare(o)
     opts = prep.options
-    results = search_many(prep.space, list(prep.settings), jobs=opts.jobs, backend=opts.backend,
-                          ray_address=opts.ray_address, out_dir=opts.out, progress=progress, on_progress=on_progress,
-                          method=opts.method, confirm=opts.confirm, target_rate=opts.target_rate,
-                          frontier=opts.frontier, keep=max(1, opts.keep), top=opts.top, objective=opts.objective,
-                          prices=prep.prices, price_tier=opts.price_tier)
+    kwargs: dict[str, Any] = dict(jobs=opts.jobs, backend=opts.backend, ray_address=opts.ray_address,
+                                  out_dir=opts.out, progress=progress, on_progress=on_progress, method=opts.method,
+                                  confirm=opts.confirm, target_rate=opts.target_rate, frontier=opts.frontier,
+                                  keep=max(1, opts.keep), top=opts.top, objective=opts.objective, prices=prep.prices,
+                                  price_tier=opts.price_tier)
+    if prep.parts:
+        results, settings_of = _search_parts(prep, kwargs)
+    else:
+        results = search_many(prep.space, list(prep.settings), **kwargs)
+        settings_of = [{} for _ in results]
     bands: tuple[tuple[GoodputBand, ...], ...] = ()
     if opts.band:
         bands = tuple(tuple(goodput_bands(list(res.strategies[:opts.band_top]), st, opts.band, seed=opts.seed))
@@ -324,11 +437,59 @@ def run(o: PlanOptions | PreparedPlan, *, progress: bool = False,
         files += _write_reports(prep, results)
     launch = None
     eng = prep.settings[0].engine
-    if opts.deploy is not None or (launch_files and isinstance(eng, EngineSpec) and eng.engine in DEPLOYABLE):
-        launch = launch_plan(results[0].best.candidate, prep.settings[0])
+    best = results[0].best
+    if opts.deploy is not None or (launch_files and isinstance(eng, EngineSpec) and eng.engine in DEPLOYABLE
+                                   and not best.candidate.is_mixed):
+        launch = launch_plan(best.candidate, settings_of[0].get(best.name, prep.settings[0]))
         if opts.deploy is not None:
             files += launch.write(opts.deploy)
-    return PlanResult(prepared=prep, results=tuple(results), bands=bands, launch=launch, files=tuple(files))
+    return PlanResult(prepared=prep, results=tuple(results), bands=bands, launch=launch, files=tuple(files),
+                      settings_of=tuple(settings_of))
+
+
+def _search_parts(prep: PreparedPlan,
+                  kwargs: dict[str, Any]) -> tuple[list[SearchResult], list[dict[str, GoodputSettings]]]:
+    """The searches of a plan over several hardware types (:func:`_prepare_types`), ranked
+    together per workload (:func:`~serveplan.optimize.search.merge_results`), and per workload the
+    settings each ranked strategy was searched under (its launch files and confidence use them). A part
+    with nothing that fits or meets the SLO is noted; only when every part fails is the plan
+    infeasible."""
+    o = prep.options
+    done: list[tuple[PlanPart, list[SearchResult] | None, str]] = []
+    for part in prep.parts:
+        try:
+            found = search_many(part.space, list(part.settings), **kwargs)
+        except InfeasibleError as exc:
+            done.append((part, None, str(exc)))
+            continue
+        if part.space.prefill_device is None:   # one type alone: its fleets named with their type
+            found = [on_device(res, DeviceType(hardware=st.hardware, profile=st.profile))
+                     for res, st in zip(found, part.settings, strict=True)]
+        done.append((part, found, ""))
+    if all(res is None for _, res, _ in done):
+        raise InfeasibleError("no search over " + ", ".join(o.hardware_types) + " found a strategy: "
+                              + "; ".join(f"{p.label}: {why}" for p, _, why in done))
+    settings_of: list[dict[str, GoodputSettings]] = []
+    merged = []
+    for i in range(len(prep.workloads)):
+        parts = []
+        searches = []
+        mine: dict[str, GoodputSettings] = {}
+        settings_of.append(mine)
+        for part, res, why in done:
+            if res is None:
+                searches.append({"search": part.label, "best": None, "note": why})
+                continue
+            parts.append(res[i])
+            mine |= {r.name: part.settings[i] for r in res[i].strategies}
+            summ = res[i].settings_summary
+            searches.append({"search": part.label, "best": res[i].best.name,
+                             "num_candidates": summ.get("num_candidates"), "method": summ.get("method")})
+        profiles = dict.fromkeys(p.settings[i].profile.name for p in prep.parts)
+        summary = {"hardware": " + ".join(o.hardware_types), "profile": " + ".join(profiles), "devices": o.budget(),
+                   "budget": o.budget_text, "searches": searches}
+        merged.append(merge_results(parts, target_rate=o.target_rate, summary=summary))
+    return merged, settings_of
 
 
 def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path]:
@@ -340,7 +501,8 @@ def _write_reports(prep: PreparedPlan, results: list[SearchResult]) -> list[Path
     m, hw = prep.settings[0].model, prep.settings[0].hardware
     for wl, res in zip(prep.workloads, results, strict=True):
         tag = f"-{wl.name}" if multi else ""
-        title = f"{m.name} on up to {o.devices} x {hw.name}, {wl.name}"
+        title = (f"{m.name} on up to {o.budget_text} x {hw.name}, {wl.name}" if not prep.parts
+                 else f"{m.name} on up to {o.budget_text}, {wl.name}")
         written += [write_csv(res, out / f"ranking{tag}.csv"),
                     plot_goodput_bars(res, out / f"goodput{tag}.png", title),
                     plot_pareto(res, out / f"pareto{tag}.png"),
@@ -396,6 +558,17 @@ def plan_serving(model: str | ModelSpec = "llama-3.1-70b", hardware: str | Devic
              "profile": profile if isinstance(profile, str) else None}
     opts = PlanOptions.parse({**names, "engine": engine, "jobs": jobs, "out": out_dir, **options})
     prep = prepare(opts)
+    if prep.parts:   # several hardware types: each alone and the mixed pairs, ranked together
+        if space is not None or workload is not None or slo is not None or not all(
+                isinstance(x, str) or x is None for x in (model, hardware, profile)):
+            raise SpecError(f"hardware={opts.hardware!r} names several types: give the model, hardware and profile "
+                            "as ids and the space, workload and SLO as options (one search per type is built from "
+                            "them); expected space=None, workload=None, slo=None")
+        return _search_parts(prep, dict(jobs=opts.jobs, backend=opts.backend, ray_address=opts.ray_address,
+                                        out_dir=opts.out, progress=progress, method=method, confirm=opts.confirm,
+                                        target_rate=opts.target_rate, frontier=opts.frontier, keep=max(1, opts.keep),
+                                        top=opts.top, objective=opts.objective, prices=prep.prices,
+                                        price_tier=opts.price_tier))[0][0]
     st = prep.settings
     swap: dict[str, Any] = {}
     if not isinstance(model, str):

@@ -143,7 +143,8 @@ class Measurer:
     def prefill_pool(self, prefill: InstanceConfig, p: int) -> GoodputResult:
         """TTFT goodput of ``p`` prefill instances (the whole pool, one output token per request;
         the decode side then does no work, so any decode configuration stands for it)."""
-        dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"))
+        dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"),
+                               device=prefill.device)
         fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
         return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, SloCheck.TTFT)
 

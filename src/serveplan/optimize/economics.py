@@ -14,6 +14,9 @@ workload's mean input and output lengths ``s_in`` and ``s_out`` (tokens per requ
     $/Mtok total = $/hour / (3600 * G * (s_in + s_out)) * 1e6      (input + output tokens)
     $/month      = k * $/hour * 730                                (at the planned rate; 730 h a month)
 
+A fleet whose pools run on two device types (a mixed fleet) pays each pool's devices at their
+own type's price: ``$/hour = sum over pools of N_pool * p_type``.
+
 **Energy** (:mod:`serveplan.estimator.power`): per role, from the deployment's own estimators
 (STYLE.md §10), each instance at ``λ = R / (k * instances)`` req/s:
 
@@ -25,13 +28,15 @@ workload's mean input and output lengths ``s_in`` and ``s_out`` (tokens per requ
 * each device draws ``P_idle + (P_board - P_idle) (u_p a_p + u_d a_d)`` plus the host's share,
   ``a`` the step's activity (compute, memory and collective time by their weights).
 
-J/token = the fleets' power / (``R * s_out``) (output tokens) or / (``R * (s_in + s_out)``).
+Each pool draws its own type's board, idle and host power. J/token = the fleets' power /
+(``R * s_out``) (output tokens) or / (``R * (s_in + s_out)``).
 Speculative decoding is priced as plain decoding (the draft's work is not counted).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +103,8 @@ class Economics:
     j_per_token: float | None = None
     kwh_per_month: float | None = None
     roles: tuple[RoleEnergy, ...] = field(default_factory=tuple)
+    #: a mixed fleet's price of each device type (its ``price`` is then None)
+    prices: tuple[Price, ...] = ()
 
     def objective_value(self, objective: str) -> float:
         """The number ``objective`` ranks by, lower first (``inf`` when it cannot be computed)."""
@@ -111,9 +118,11 @@ class Economics:
 
     def to_dict(self) -> dict[str, Any]:
         """Flat figures (SI: W, J; money in US dollars), the price and the roles."""
-        d: dict[str, Any] = {f: getattr(self, f) for f in self.__slots__ if f not in ("price", "roles")}
+        d: dict[str, Any] = {f: getattr(self, f) for f in self.__slots__ if f not in ("price", "roles", "prices")}
         d["price"] = None if self.price is None else self.price.to_dict()
         d["roles"] = [r.to_dict() for r in self.roles]
+        if self.prices:
+            d["prices"] = [p.to_dict() for p in self.prices]
         return d
 
 
@@ -129,7 +138,13 @@ def cost_figures(num_devices: int, usd_per_gpu_hour: float, goodput_rps: float, 
                  mean_out: float, replicas: int = 1) -> dict[str, float]:
     """``$/hour``, ``$/Mtok`` (output; input + output) at the goodput and ``$/month`` of
     ``replicas`` fleets (module doc)."""
-    per_hour = num_devices * usd_per_gpu_hour
+    return fleet_cost_figures(num_devices * usd_per_gpu_hour, goodput_rps, mean_in, mean_out, replicas)
+
+
+def fleet_cost_figures(per_hour: float, goodput_rps: float, mean_in: float, mean_out: float,
+                       replicas: int = 1) -> dict[str, float]:
+    """:func:`cost_figures` of a fleet costing ``per_hour`` US dollars an hour (a mixed fleet: the
+    sum over its pools)."""
     out_tps = goodput_rps * mean_out
     all_tps = goodput_rps * (mean_in + mean_out)
     return {"usd_per_hour": per_hour,
@@ -204,7 +219,8 @@ def role_energy(setup: RoleSetup, device: DeviceSpec, rate_per_instance: float, 
 
 
 def economics(result: GoodputResult, settings: GoodputSettings, *, price: Price | None = None,
-              target_rate: float | None = None, clocks: Clocks | None = None) -> Economics:
+              target_rate: float | None = None, clocks: Clocks | None = None,
+              price_of: Callable[[str], Price | None] | None = None) -> Economics:
     """Cost and energy of ``result``'s fleet under ``settings`` (module doc).
 
     Parameters
@@ -215,8 +231,12 @@ def economics(result: GoodputResult, settings: GoodputSettings, *, price: Price 
         The planned rate when given (req/s), else the goodput.
     clocks:
         Step clocks to share (default: fresh ones).
+    price_of:
+        The price of a device type by hardware id (None: none), for the pools of a mixed fleet.
     """
     cand = result.candidate
+    if cand.has_device_types:
+        return _mixed_economics(result, settings, price_of=price_of, target_rate=target_rate, clocks=clocks)
     wl = settings.workload
     s_in, s_out = float(np.mean(wl.input_lengths)), float(np.mean(wl.output_lengths))
     rate, k, what = planned_rate(result.goodput_rps, target_rate)
@@ -241,3 +261,37 @@ def economics(result: GoodputResult, settings: GoodputSettings, *, price: Price 
         power_w_per_device=fleet_w / cand.num_devices, fleet_power_w=total_w,
         j_per_output_token=total_w / (rate * s_out), j_per_token=total_w / (rate * (s_in + s_out)),
         kwh_per_month=total_w * HOURS_PER_MONTH / 1000.0, roles=roles)
+
+
+def _mixed_economics(result: GoodputResult, settings: GoodputSettings, *,
+                     price_of: Callable[[str], Price | None] | None, target_rate: float | None,
+                     clocks: Clocks | None) -> Economics:
+    """:func:`economics` of a fleet whose pools run on their own device types: each pool's devices
+    at their type's price and power (module doc)."""
+    cand = result.candidate
+    wl = settings.workload
+    s_in, s_out = float(np.mean(wl.input_lengths)), float(np.mean(wl.output_lengths))
+    rate, k, what = planned_rate(result.goodput_rps, target_rate)
+    dep = settings.deployment(cand, clocks)
+    devices: dict[str, int] = {}
+    for st in dep.roles:
+        devices[st.hardware.name] = devices.get(st.hardware.name, 0) + st.count * st.num_devices
+    found = {name: price_of(name) if price_of is not None else None for name in devices}
+    prices = tuple(p for p in found.values() if p is not None)
+    fig: dict[str, Any] = {}
+    if len(prices) == len(devices):
+        per_hour = sum(n * p.usd_per_gpu_hour for n, p in zip(devices.values(), prices, strict=True))
+        fig = fleet_cost_figures(per_hour, result.goodput_rps, s_in, s_out, k)
+    base = dict(name=result.name, num_devices=cand.num_devices, goodput_rps=result.goodput_rps, planned_rps=rate,
+                planned_rate=what, replicas=k, mean_input_tokens=s_in, mean_output_tokens=s_out, price=None,
+                prices=prices if fig else (), **fig)
+    if rate <= 0 or not all(st.hardware.board_power_w for st in dep.roles):
+        return Economics(**base)
+    per_fleet = rate / k
+    roles = tuple(role_energy(st, st.hardware, per_fleet / st.count, max(1, round(s_in)), max(1, round(s_out)))
+                  for st in dep.roles)
+    fleet_w = sum(r.instances * r.devices_per_instance * (r.accelerator_w + r.host_w) for r in roles)
+    total_w = k * fleet_w
+    return Economics(**base, power_w_per_device=fleet_w / cand.num_devices, fleet_power_w=total_w,
+                     j_per_output_token=total_w / (rate * s_out), j_per_token=total_w / (rate * (s_in + s_out)),
+                     kwh_per_month=total_w * HOURS_PER_MONTH / 1000.0, roles=roles)

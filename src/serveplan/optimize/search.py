@@ -37,9 +37,9 @@ from serveplan.optimize.lifecycle import append_checkpoint, read_checkpoint, rea
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 from serveplan.sim.clock import Clocks
-from serveplan.sim.fleet import Fleet
+from serveplan.sim.fleet import DeviceType, Fleet
 from serveplan.specs.catalog import get_engine
-from serveplan.specs.prices import PriceTable, bundled_prices
+from serveplan.specs.prices import Price, PriceTable, bundled_prices
 
 CHECKPOINT = "checkpoint.jsonl"
 
@@ -746,7 +746,10 @@ def _listing(space: SearchSpace, settings: GoodputSettings) -> SpaceListing:
         reasons = "; ".join(f"{p.name}: {p.reason}" for p in listing.pruned[:4]) or "no layout fits the budget"
         if listing.pruned and all(p.kind == "layout" for p in listing.pruned):
             raise SpecError(f"no admissible layout: {reasons}")
-        raise InfeasibleError(f"no strategy fits {space.devices} x {settings.hardware.name}: {reasons}")
+        where = f"{space.devices} x {settings.hardware.name}"
+        if space.prefill_device is not None:
+            where = f"{space.prefill_devices} x {space.prefill_device.name} (prefill) and {where} (decode)"
+        raise InfeasibleError(f"no strategy fits {where}: {reasons}")
     return listing
 
 
@@ -803,13 +806,20 @@ def _is_fast(plan: _Plan, exhaustive: bool) -> bool:
 def _economics(settings: GoodputSettings, ok: list[GoodputResult], target_rate: float | None,
                prices: PriceTable | None, tier: str) -> dict[str, Economics]:
     """Cost and energy of every ranked strategy (:func:`~serveplan.optimize.economics.economics`)."""
-    price = (prices or bundled_prices()).find(settings.hardware.name, tier)
+    table = prices or bundled_prices()
+    price = table.find(settings.hardware.name, tier)
     clocks = Clocks()
-    return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks) for r in ok}
+
+    def price_of(hardware: str) -> Price | None:
+        return table.find(hardware, tier)
+
+    return {r.name: economics(r, settings, price=price, target_rate=target_rate, clocks=clocks, price_of=price_of)
+            for r in ok}
 
 
-def _ranked(ok: list[GoodputResult], econ: dict[str, Economics], plan: _Plan, objective: str,
-            target_rate: float | None) -> list[GoodputResult]:
+def _ranked(ok: list[GoodputResult], econ: dict[str, Economics], fast: bool, objective: str,
+            target_rate: float | None, trusted_methods: tuple[GoodputMethod, ...] = (GoodputMethod.CONFIRMED,),
+            ) -> list[GoodputResult]:
     """The strategies that met the SLO in ranking order: goodput per device (or the objective's
     $/Mtok or J/token, ties by goodput per device); with a target rate the fleets reaching it first
     (fewest devices first under goodput per device); after a fast search the best fleet simulated
@@ -825,10 +835,10 @@ def _ranked(ok: list[GoodputResult], econ: dict[str, Economics], plan: _Plan, ob
             ok.sort(key=lambda r: (r.goodput_rps < target_rate, r.candidate.num_devices, -r.goodput_rps, r.name))
         else:   # the fleets reaching the target first, each group in the objective's order
             ok.sort(key=lambda r: (r.goodput_rps < target_rate, by[r.name]))
-    if plan.fast is not None:
+    if fast:
         # the fleets simulated whole come first: the best is a confirmed one
         def trusted(r: GoodputResult) -> bool:
-            return r.method is GoodputMethod.CONFIRMED and (target_rate is None or r.goodput_rps >= target_rate)
+            return r.method in trusted_methods and (target_rate is None or r.goodput_rps >= target_rate)
 
         head = [r for r in ok if trusted(r)][:1]
         ok = head + [r for r in ok if r not in head]
@@ -843,7 +853,7 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
     ok = [r for r in results.values() if r.status == GoodputStatus.OK and r.goodput_rps > 0]
     rejected = [r for r in results.values() if not (r.status == GoodputStatus.OK and r.goodput_rps > 0)]
     econ = _economics(settings, ok, target_rate, prices, price_tier)
-    ok = _ranked(ok, econ, plan, objective, target_rate)
+    ok = _ranked(ok, econ, plan.fast is not None, objective, target_rate)
     rejected.sort(key=lambda r: r.name)
     summary = {
         "model": settings.model.name, "hardware": settings.hardware.name, "profile": settings.profile.name,
@@ -901,3 +911,55 @@ def _finish(space: SearchSpace, plan: _Plan, elapsed: float, target_rate: float 
         why = "; ".join(f"{r.name}: {r.reason}" for r in rejected[:3])
         raise InfeasibleError(f"no strategy meets the SLO at any rate >= 0.1 req/s ({why})")
     return result
+
+
+def merge_results(parts: list[SearchResult], *, target_rate: float | None = None,
+                  summary: dict[str, Any] | None = None) -> SearchResult:
+    """One ranking of several searches of one question: one per device type and one per pair of
+    types for the mixed fleets (prefill pool on one type, decode on the other). Every strategy
+    that met the SLO is ranked by the parts' objective as :func:`search` ranks (after a fast
+    search, the best fleet simulated whole leads); the rejected and pruned ones, the cost and
+    energy figures and the simulation counts are the parts' together. ``summary`` is merged over
+    the first part's settings summary. One part is returned unchanged.
+    """
+    if not parts:
+        raise ValueError("merge_results needs at least one search result")
+    if len(parts) == 1:
+        return parts[0]
+    objective = parts[0].objective
+    econ: dict[str, Economics] = {}
+    ok: list[GoodputResult] = []
+    for part in parts:
+        econ |= part.economics
+        ok += part.strategies
+    fast = any(p.settings_summary.get("method") == SearchMethod.FAST.value for p in parts)
+    ok = _ranked(ok, econ, fast, objective, target_rate, trusted_methods=_WHOLE)
+    summaries = [p.settings_summary for p in parts]
+    settings_summary = dict(summaries[0]) | {
+        "num_candidates": sum(s.get("num_candidates", 0) for s in summaries),
+        "pool_measurements": sum(s.get("pool_measurements", 0) for s in summaries),
+        "confirmed": [n for s in summaries for n in s.get("confirmed", [])],
+        "disagreements": [d for s in summaries for d in s.get("disagreements", [])]} | (summary or {})
+    return SearchResult(
+        strategies=tuple(ok), rejected=tuple(sorted((r for p in parts for r in p.rejected), key=lambda r: r.name)),
+        pruned=tuple(x for p in parts for x in p.pruned), pareto=pareto_front(ok),
+        num_simulations=sum(p.num_simulations for p in parts), num_evaluated=sum(p.num_evaluated for p in parts),
+        num_resumed=sum(p.num_resumed for p in parts), elapsed_s=sum(p.elapsed_s for p in parts),
+        settings_summary=settings_summary, top=parts[0].top, economics=econ, objective=objective)
+
+
+def on_device(result: SearchResult, device: DeviceType) -> SearchResult:
+    """``result`` with every fleet named with ``device`` (``2m@l40s-tp1-...``; pruned layouts
+    ``... on l40s``): the ranking of one type among others (:func:`merge_results`), its numbers
+    unchanged."""
+    def tag(r: GoodputResult) -> GoodputResult:
+        return dataclasses.replace(r, candidate=r.candidate.on_device(device))
+
+    strategies = tuple(tag(r) for r in result.strategies)
+    econ = {tag(r).name: dataclasses.replace(result.economics[r.name], name=tag(r).name)
+            for r in result.strategies if r.name in result.economics}
+    return dataclasses.replace(
+        result, strategies=strategies, rejected=tuple(tag(r) for r in result.rejected),
+        pruned=tuple(dataclasses.replace(p, name=f"{p.name} on {device.name}") for p in result.pruned),
+        pareto=tuple(tag(r).name for r in result.strategies if r.name in result.pareto),
+        economics=econ)

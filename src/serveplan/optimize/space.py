@@ -10,6 +10,7 @@ fit, a layout that does not divide the model) — never silently.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from serveplan.errors import InfeasibleError, SpecError, check_int
 from serveplan.sim.clock import Clocks
-from serveplan.sim.fleet import Fleet, Strategy
+from serveplan.sim.fleet import DeviceType, Fleet, Strategy
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
@@ -63,6 +64,10 @@ class SearchSpace:
         own widths, as DeepSeek's EP32 prefill and EP144 decode units).
     redundant_experts:
         Extra expert copies of every instance (``ParallelConfig.redundant_experts``).
+    prefill_device, prefill_devices:
+        A mixed space: disaggregated fleets only, their prefill pool on ``prefill_device`` (at most
+        ``prefill_devices`` of them) and their decode pool on the settings' hardware (at most
+        ``devices``); ``None`` (default): every pool on the settings' hardware.
     """
 
     devices: int = 8
@@ -81,8 +86,13 @@ class SearchSpace:
     specs: tuple[SpecDecodeConfig | None, ...] = (None,)
     mixed_ep: bool = False
     redundant_experts: int = 0
+    prefill_device: DeviceType | None = None
+    prefill_devices: int | None = None
 
     def __post_init__(self) -> None:
+        if self.prefill_device is not None:
+            check_int("prefill_devices", self.prefill_devices, low=1, high=MAX_FLEET_DEVICES,
+                      why=f"the budget of {self.prefill_device.name} devices")
         check_int("devices", self.devices, low=1, high=MAX_FLEET_DEVICES,
                   why="serveplan.specs.parallel.MAX_FLEET_DEVICES")
         for fname in ("tp_sizes", "pp_sizes", "dp_sizes", "ep_sizes", "max_batches", "chunk_sizes"):
@@ -173,6 +183,8 @@ def enumerate_space(space: SearchSpace, settings: GoodputSettings, *, request_to
     engine's memory rule, is pruned with the reason (never the whole search).
     """
     out = SpaceListing()
+    if space.prefill_device is not None:
+        return _mixed(space, settings, request_tokens)
     layouts = _layouts(space, settings, request_tokens, out)
     seen: set[Fleet] = set()
     for par in layouts:
@@ -244,6 +256,42 @@ def _disaggregated(space: SearchSpace, par: ParallelConfig, layouts: list[Parall
                                       token_budget=space.token_budget, spec=sd, decode_dp=par_d.dp,
                                       decode_ep=par_d.ep,
                                       redundant_experts=par.redundant_experts)
+
+
+def _mixed(space: SearchSpace, settings: GoodputSettings, request_tokens: int) -> SpaceListing:
+    """The candidates of a mixed space (:class:`SearchSpace` ``prefill_device``): every ``PpDd``
+    fleet whose prefill instances hold a layout that fits ``prefill_device`` (within
+    ``prefill_devices``) and whose decode instances hold one that fits the settings' hardware
+    (within ``devices``), each pool named with its type; the layouts pruned on either side with
+    their reason and type."""
+    pre = space.prefill_device
+    assert pre is not None and space.prefill_devices is not None
+    dec = DeviceType(hardware=settings.hardware, profile=settings.profile)
+    out = SpaceListing()
+    sides = []
+    for dev, side_space, side_settings in (
+            (pre, dataclasses.replace(space, devices=space.prefill_devices, prefill_device=None, prefill_devices=None),
+             dataclasses.replace(settings, hardware=pre.hardware, profile=pre.profile)),
+            (dec, dataclasses.replace(space, prefill_device=None, prefill_devices=None), settings)):
+        listing = SpaceListing()
+        sides.append((side_space.devices, _layouts(side_space, side_settings, request_tokens, listing)))
+        out.pruned += [dataclasses.replace(p, name=f"{p.name} on {dev.name}") for p in listing.pruned]
+    (budget_p, layouts_p), (budget_d, layouts_d) = sides
+    for par, par_d in itertools.product(layouts_p, layouts_d):
+        if par_d.pp != par.pp or ((par_d.dp, par_d.ep) != (par.dp, par.ep) and not space.mixed_ep):
+            continue
+        if par_d.tp != par.tp and not space.mixed_tp:
+            continue
+        for mb, p, d in itertools.product(space.max_batches, range(1, budget_p // par.num_devices + 1),
+                                          range(1, budget_d // par_d.num_devices + 1)):
+            for sd in _specs_for(space, par_d):
+                fleet = Fleet.build(Strategy(num_prefill=p, num_decode=d), tp=par.tp, decode_tp=par_d.tp, pp=par.pp,
+                                    dp=par.dp, ep=par.ep, max_batch=mb, prefill_max_batch=space.prefill_max_batch,
+                                    chunk_size=space.chunk_sizes[0], token_budget=space.token_budget, spec=sd,
+                                    decode_dp=par_d.dp, decode_ep=par_d.ep, redundant_experts=par.redundant_experts)
+                out.candidates.append(fleet.on_devices(prefill=pre, decode=dec))
+    out.candidates.sort(key=lambda c: (c.num_devices, c.name))
+    return out
 
 
 def _specs_for(space: SearchSpace, par: ParallelConfig) -> tuple[SpecDecodeConfig | None, ...]:

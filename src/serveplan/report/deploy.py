@@ -32,6 +32,7 @@ larger than a node, then started on each of its nodes with the engine's multi-no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -373,7 +374,13 @@ def _shape(dep: Deployment, setup: RoleSetup, max_model_len: int) -> _Shape:
 
 def launch_plan(fleet: Fleet, settings: GoodputSettings, *, model_ref: str | None = None) -> LaunchPlan:
     """Launch files for ``fleet`` as the search simulated it under ``settings``
-    (:meth:`~serveplan.optimize.goodput.GoodputSettings.deployment`)."""
+    (:meth:`~serveplan.optimize.goodput.GoodputSettings.deployment`). A fleet named with one
+    device type (a row of a ranking over several types) runs on that type's nodes."""
+    if fleet.has_device_types and not fleet.is_mixed:
+        dev = fleet.first.device
+        assert dev is not None
+        if dev.hardware.name != settings.hardware.name:
+            settings = dataclasses.replace(settings, hardware=dev.hardware, profile=dev.profile)
     return launch_files(settings.deployment(fleet), model_ref=model_ref)
 
 
@@ -393,6 +400,11 @@ def launch_files(dep: Deployment, *, model_ref: str | None = None) -> LaunchPlan
         raise SpecError(f"engine={name!r}: launch files are written for vllm, sglang and trtllm; BestServe's testbed "
                         "(--engine bestserve) reproduces a paper, it is no release to start; plan with --engine vllm, "
                         "sglang or trtllm")
+    if cfg.fleet.is_mixed:
+        types = ", ".join(f"{s.role.value} on {s.hardware.name}" for s in dep.roles)
+        raise SpecError(f"strategy={cfg.fleet.name!r} runs its pools on two device types ({types}); launch files are "
+                        "written for one device type (the node scripts pack instances onto identical nodes); "
+                        "expected a single-type plan: rerun with one --hardware type for its launch files")
     m, hw = cfg.model, cfg.hardware
     ref, ref_note = (model_ref, None) if model_ref else model_reference(m.source, m.name)
     notes: list[str] = [ref_note] if ref_note else []

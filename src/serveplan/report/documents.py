@@ -6,7 +6,7 @@ Infinity, which ``JSON.parse``, jq and web clients refuse."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serveplan.optimize.goodput import GoodputSettings
@@ -25,20 +25,26 @@ def strict(obj: Any) -> Any:
 
 def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str], bands: Sequence[Any] = (),
                       launch: LaunchPlan | None = None, command: str | None = None,
-                      settings: Sequence[GoodputSettings] = ()) -> dict[str, Any]:
+                      settings: Sequence[GoodputSettings] = (),
+                      settings_of: Sequence[Mapping[str, GoodputSettings]] = ()) -> dict[str, Any]:
     """One search's ``to_dict()`` (several scenarios: ``{"scenarios": [...]}``), with each top
     strategy's goodput band (``--band``), each strategy's confidence (its goodput, TTFT and TPOT
     with the P10-P90 band of comparable validated rows, given the search's ``settings``:
-    :mod:`serveplan.validate.answers`), the best plan's launch files (``--deploy``) and the
-    command line that reproduces it."""
+    :mod:`serveplan.validate.answers`; ``settings_of``: per result, the settings of each strategy
+    searched under others, as over several hardware types), the best plan's launch files
+    (``--deploy``) and the command line that reproduces it."""
     dicts = [res.to_dict() for res in results]
     for d, bs in zip(dicts, bands, strict=False):
         for row, b in zip(d["strategies"], bs, strict=False):
             row["goodput_band"] = b.to_dict()
-    for d, res, st in zip(dicts, results, settings, strict=False):
-        kinds = strategy_bands(st)
+    for i, (d, res, st) in enumerate(zip(dicts, results, settings, strict=False)):
+        own = settings_of[i] if i < len(settings_of) else {}
+        kinds: dict[int, Any] = {}
         for row, r in zip(d["strategies"], res.strategies, strict=True):
-            row["confidence"] = strategy_confidence(r, kinds)
+            s = own.get(r.name, st)
+            if id(s) not in kinds:
+                kinds[id(s)] = strategy_bands(s)
+            row["confidence"] = strategy_confidence(r, kinds[id(s)])
     if launch is not None:
         dicts[0]["deploy"] = launch.to_dict()
     doc: dict[str, Any] = dicts[0] if len(dicts) == 1 else \

@@ -96,9 +96,10 @@ def fit_columns(width: int, columns: Sequence[tuple[str, int, bool]]) -> list[st
     return [c[0] for c in kept]
 
 
-def plan_header(summary: dict[str, Any], *, devices: int, workload: str) -> str:
+def plan_header(summary: dict[str, Any], *, devices: int | str, workload: str) -> str:
     """The line above a ranking saying what was assumed: the model and its formats, the devices and
-    profile, the engine with its version and scheduler knobs, the workload and the SLO."""
+    profile, the engine with its version and scheduler knobs, the workload and the SLO (several
+    hardware types: the summary's ``budget``, e.g. ``8 x h100-sxm, 16 x l40s``)."""
     eng = summary.get("engine") or {}
     space = summary.get("space") or {}
     knobs = []
@@ -115,8 +116,9 @@ def plan_header(summary: dict[str, Any], *, devices: int, workload: str) -> str:
               else f"no engine ({', '.join(knobs)})")
     slo = summary.get("slo") or {}
     tol = summary.get("slo_tolerance") or 0
+    fleet = summary.get("budget") or f"{devices} x {summary.get('hardware')}"
     return (f"{summary.get('model')} ({summary.get('weight_dtype', '?')} weights, {summary.get('kv_dtype', '?')} KV) "
-            f"on up to {devices} x {summary.get('hardware')} ({summary.get('profile')}); engine {engine}; {workload}, "
+            f"on up to {fleet} ({summary.get('profile')}); engine {engine}; {workload}, "
             f"{summary.get('num_requests')} requests per simulation; SLO P{slo.get('percentile', 90):g} TTFT "
             f"{slo.get('ttft_s', 0):g} s / TPOT {slo.get('tpot_s', 0) * 1e3:g} ms"
             + (f" (+{tol:.0%} tolerance)" if tol else " (strict)"))

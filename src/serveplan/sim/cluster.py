@@ -10,7 +10,9 @@ KV transfer time (BestServe mentions the cost, §1, but does not model it
 [gap]): every prefill device sends its shard of the cache to its peer in parallel,
 ``latency + tokens * kv_bytes_per_token_per_device / (e_+ * link bandwidth)``, on the intra-node
 link when both instances fit in one node, else the inter-node link, with the prefill phase's
-communication efficiency ``e_+``. Links are not shared between transfers (no contention). The
+communication efficiency ``e_+``. Pools on two device types (a mixed fleet) sit in different
+servers: the inter-node link with the slower end's NIC bandwidth and latency
+(:func:`~serveplan.specs.hardware.kv_link`). Links are not shared between transfers (no contention). The
 prefill instance frees the cache when the transfer ends. A transferred cache that waits for room
 at its decode instance sits in a staging buffer there, not in device KV (the decode instance's
 blocks are reserved only at admission).
@@ -58,6 +60,7 @@ from serveplan.sim.metrics import SLO, certain_misses
 from serveplan.sim.request import RequestState
 from serveplan.sim.router import Router
 from serveplan.sim.workload import Workload
+from serveplan.specs.hardware import kv_link
 
 __all__ = ["ClosedLoop", "EarlyStop", "FleetRun", "Frontend", "OpenLoop", "SessionLoop", "Stage", "Strategy",
            "kv_transfer_time", "run_fleet", "session_loop"]
@@ -70,7 +73,10 @@ CHECKPOINTS = 50
 def kv_transfer_time(est_prefill: Estimator, est_decode: Estimator, tokens: int) -> float:
     """Seconds to move ``tokens`` of KV cache from a prefill to a decode instance (module doc)."""
     hw = est_prefill.hardware
-    link = hw.link_for(est_prefill.parallel.num_devices + est_decode.parallel.num_devices)
+    if hw.name == est_decode.hardware.name:
+        link = hw.link_for(est_prefill.parallel.num_devices + est_decode.parallel.num_devices)
+    else:   # pools on two device types: the network between their servers, the slower NIC binds
+        link = kv_link(hw, est_decode.hardware)
     per_device = tokens * est_prefill.memory.kv_bytes_per_token
     return link.latency_s + per_device / (est_prefill.profile.prefill.comm * link.bandwidth)
 

@@ -23,7 +23,7 @@ from serveplan.sim.serving import EngineSetup, check_loads, resolve_engine
 from serveplan.sim.workload import MAX_REQUESTS, Workload
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
-from serveplan.specs.hardware import DeviceSpec
+from serveplan.specs.hardware import DeviceSpec, kv_link
 from serveplan.specs.model import ModelSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.profile import EfficiencyProfile
@@ -215,6 +215,8 @@ class SimulationConfig:
                                 "beside the whole model; use pp=1 with spec_method")
         if self.workload.prefix_cached or self.kv_tiers is not None:
             _check_prefix_setup(self)
+        if self.fleet.has_device_types:
+            _check_device_types(self)
         if self.fidelity is Fidelity.BESTSERVE and self.fleet.first.parallel.pp > 1:
             raise SpecError(f"pp={self.fleet.first.parallel.pp}: the bestserve fidelity models tensor parallelism "
                             "only; use fidelity='iteration'")
@@ -273,6 +275,24 @@ def _check_prefix_setup(cfg: SimulationConfig) -> None:
     if cfg.model.local_window or cfg.model.num_attention_layers < cfg.model.num_hidden_layers:
         raise SpecError(f"model={cfg.model.name!r} has local-attention or state layers: the prefix cache models "
                         "full-attention KV only; use a full-attention model or drop sessions/system prompt/hash_ids")
+
+
+def _check_device_types(cfg: SimulationConfig) -> None:
+    """A fleet whose pools run on their own device types: each holds the KV format, the KV
+    transfer between the types has a network link, and the timing is the iteration fidelity's."""
+    if cfg.fidelity is not Fidelity.ITERATION and cfg.fleet.is_mixed:
+        raise SpecError("pools on different device types need fidelity='iteration' (BestServe's algorithms time "
+                        "one device type)")
+    kv = cfg.effective_kv_dtype
+    hw = {role: (inst.device.hardware if inst.device is not None else cfg.hardware)
+          for role in cfg.fleet.roles for inst in (cfg.fleet.instance(role),)}
+    if kv is not None:
+        for h in hw.values():
+            _check_kv_format(h, kv)
+    if cfg.fleet.is_disaggregated:
+        p, d = hw[cfg.fleet.roles[0]], hw[cfg.fleet.roles[-1]]
+        if p.name != d.name:
+            kv_link(p, d)   # raises when a type has no NIC in its data file
 
 
 def _check_kv_format(hardware: DeviceSpec, kv: DType) -> None:

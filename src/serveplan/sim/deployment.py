@@ -5,6 +5,8 @@ engine, the fleet and the traffic. :func:`resolve` turns it into what every cons
 role (:class:`RoleSetup`):
 
 * the instances' count, parallel layout, batching and speculative decoding;
+* the device type they run on (the config's hardware and profile, or the role's own
+  :class:`~serveplan.sim.fleet.DeviceType`: a prefill pool on one type, decode on another);
 * the profile their steps are timed with: the engine's own kernels and operator list
   (:meth:`~serveplan.specs.engine.EngineSpec.profile_for`, applied when the config was built) and
   the largest step this instance replays as a captured graph (:func:`graph_tokens_of`, from its own
@@ -35,6 +37,7 @@ from serveplan.sim.fleet import InstanceConfig, Role
 from serveplan.sim.instance import PLAIN_INTAKE, Intake
 from serveplan.sim.schedulers.base import Options, get_scheduler, policy_options
 from serveplan.specs.engine import EngineSpec
+from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.profile import EfficiencyProfile
 from serveplan.units import DType
 
@@ -54,6 +57,10 @@ class RoleSetup:
     role: Role
     count: int
     instance: InstanceConfig
+    #: the datasheet of this role's devices (the config's, or the role's own device type), as given:
+    #: its power and price are this device's (step clocks are shared between specs that differ
+    #: only in power, so the estimator's own spec may not carry them)
+    hardware: DeviceSpec
     profile: EfficiencyProfile
     memory_utilization: float | None
     kv_dtype: DType | None
@@ -88,7 +95,8 @@ class RoleSetup:
                 "weight_dtype": est.dtype.value, "kv_dtype": est.kv_dtype.value,
                 "memory_utilization": est.memory_utilization, "kv_capacity_tokens": self.kv_capacity_tokens,
                 "graph_tokens": self.graph_tokens,
-                "spec": None if self.instance.spec is None else self.instance.spec.to_dict()}
+                "spec": None if self.instance.spec is None else self.instance.spec.to_dict(),
+                **({"hardware": self.hardware.name} if self.instance.device is not None else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -172,7 +180,10 @@ def resolve(config: SimulationConfig, clocks: Clocks | None = None) -> Deploymen
     roles = []
     for role in fleet.roles:
         inst = fleet.instance(role)
-        profile = cfg.profile
+        hardware, profile = cfg.hardware, cfg.profile
+        if inst.device is not None:   # a pool on its own device type: its datasheet, its profile
+            hardware = inst.device.hardware
+            profile = eng.profile_for(inst.device.profile) if eng is not None else inst.device.profile
         graphs = 0
         if eng is not None and eng.prefill_graphs is not None:
             graphs = graph_tokens_of(eng, inst)
@@ -181,14 +192,15 @@ def resolve(config: SimulationConfig, clocks: Clocks | None = None) -> Deploymen
         util: float | None = None
         if eng is not None:
             # the engine's memory rule on this role's own layout (weights and activations per device)
-            probe = clocks.clock(cfg.model, cfg.hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
+            probe = clocks.clock(cfg.model, hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
                                  memory_utilization=1.0).est
-            util = eng.memory_utilization(cfg.hardware, weights_bytes=probe.memory.weights_bytes,
+            util = eng.memory_utilization(hardware, weights_bytes=probe.memory.weights_bytes,
                                           activation_bytes=probe.memory.activation_bytes, tp=inst.parallel.tp,
                                           pp=inst.parallel.pp)
-        clock = clocks.clock(cfg.model, cfg.hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
+        clock = clocks.clock(cfg.model, hardware, profile, inst.parallel, cfg.dtype, kv_dtype=kv,
                              memory_utilization=util, spec=inst.spec)
-        roles.append(RoleSetup(role=role, count=fleet.strategy.count(role), instance=inst, profile=profile,
+        roles.append(RoleSetup(role=role, count=fleet.strategy.count(role), instance=inst, hardware=hardware,
+                               profile=profile,
                                memory_utilization=util, kv_dtype=kv, graph_tokens=graphs, clock=clock,
                                **_scheduling(eng, inst)))
     return Deployment(config=cfg, roles=tuple(roles), notes=setup.notes if setup is not None else (), clocks=clocks)

@@ -17,12 +17,17 @@ Build one from flat settings (CLI flags, a YAML file, keyword arguments) with
 * ``token_budget`` defaults to ``chunk_size`` under ``chunked-prefill`` (Sarathi: one chunk plus
   the piggybacked decodes per step) and to unlimited (``None``) otherwise;
 * disaggregated roles run the ``prefill-only`` and ``decode-only`` schedulers.
+
+Mixed device types: an instance configuration may name its own :class:`DeviceType` (datasheet
+and efficiency profile); ``None`` (the default) runs it on the config's hardware. A disaggregated
+fleet whose prefill pool runs on one type and decode pool on another (:meth:`Fleet.on_devices`)
+is named with each pool's type, e.g. ``1p@h100-sxm+2d@l40s-tp4/2-b256``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -30,7 +35,10 @@ import numpy as np
 
 from serveplan.errors import SpecError
 from serveplan.sim.schedulers import canonical_scheduler, collocated_schedulers, get_scheduler
+from serveplan.specs.catalog import get_hardware, get_profile
+from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.parallel import MAX_FLEET_DEVICES, ParallelConfig
+from serveplan.specs.profile import EfficiencyProfile
 from serveplan.specs.speculative import SpecDecodeConfig
 
 _STRATEGY = re.compile(r"^\s*(?:(\d+)\s*m|(\d+)\s*p\s*(\d+)\s*d)\s*$", re.IGNORECASE)
@@ -136,18 +144,51 @@ class Batching:
         return float(self.token_budget) if self.token_budget is not None else float("inf")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class DeviceType:
+    """The devices one pool runs on when they are not the config's: the datasheet and the
+    efficiency profile its steps are timed with. Equal (and hashed) by the two names, so an
+    instance configuration stays a dictionary key."""
+
+    hardware: DeviceSpec
+    profile: EfficiencyProfile
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hardware, DeviceSpec):
+            raise SpecError(f"DeviceType hardware must be a DeviceSpec, got {type(self.hardware).__name__}")
+        if not isinstance(self.profile, EfficiencyProfile):
+            raise SpecError(f"DeviceType profile must be an EfficiencyProfile, got {type(self.profile).__name__}")
+
+    @property
+    def name(self) -> str:
+        return self.hardware.name
+
+    def _key(self) -> tuple[str, str]:
+        return self.hardware.name, self.profile.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceType) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceConfig:
-    """Parallel layout and batching of the instances of one role, and their speculative decoding
-    (``spec``: ``None`` for plain decoding; set on the decoding roles only)."""
+    """Parallel layout and batching of the instances of one role, their speculative decoding
+    (``spec``: ``None`` for plain decoding; set on the decoding roles only) and their device type
+    (``device``: ``None`` for the config's hardware and profile)."""
 
     parallel: ParallelConfig
     batching: Batching
     spec: SpecDecodeConfig | None = None
+    device: DeviceType | None = None
 
     def __post_init__(self) -> None:
         if self.spec is not None and not isinstance(self.spec, SpecDecodeConfig):
             raise SpecError(f"spec must be a SpecDecodeConfig, got {type(self.spec).__name__}")
+        if self.device is not None and not isinstance(self.device, DeviceType):
+            raise SpecError(f"device must be a DeviceType, got {type(self.device).__name__}")
         if self.spec is not None and not self.spec.is_active:
             object.__setattr__(self, "spec", None)  # K = 0 or method none: plain decoding, one description
 
@@ -284,6 +325,45 @@ class Fleet:
         return sum(self.strategy.count(r) * self.instance(r).num_devices for r in self.roles)
 
     @property
+    def devices(self) -> dict[Role, DeviceType | None]:
+        """Each role's device type (``None``: the config's hardware)."""
+        return {r: self.instance(r).device for r in self.roles}
+
+    @property
+    def has_device_types(self) -> bool:
+        """Whether a pool names its own device type (its name then shows the types)."""
+        return any(d is not None for d in self.devices.values())
+
+    @property
+    def is_mixed(self) -> bool:
+        """Whether its pools run on different device types (a prefill pool on one, decode on another)."""
+        return len(set(self.devices.values())) > 1
+
+    def on_device(self, device: DeviceType) -> Fleet:
+        """This fleet with every pool on ``device`` (named with it: ``2m@l40s-tp1-b256-...``)."""
+        return Fleet(strategy=self.strategy, **{r.value: replace(self.instance(r), device=device) for r in self.roles})
+
+    def on_devices(self, *, prefill: DeviceType | None, decode: DeviceType | None) -> Fleet:
+        """This disaggregated fleet with its prefill and decode pools on the given device types."""
+        if not self.is_disaggregated:
+            raise SpecError(f"fleet {self.strategy}: only a disaggregated fleet puts its pools on different "
+                            "device types")
+        assert self.prefill is not None and self.decode is not None
+        return Fleet(strategy=self.strategy, prefill=replace(self.prefill, device=prefill),
+                     decode=replace(self.decode, device=decode))
+
+    def _strategy_label(self) -> str:
+        """``2p1d``, or with the pools' device types ``2p@h100-sxm+1d@l40s`` (one type: ``2p1d@l40s``).
+        An ``@`` rather than brackets: the tables render names as they are (no markup)."""
+        if not self.has_device_types:
+            return str(self.strategy)
+        if not self.is_mixed:
+            return f"{self.strategy}@{self.first.device.name}"  # type: ignore[union-attr]
+        tag = {r: f"@{d.name}" if d is not None else "" for r, d in self.devices.items()}
+        s = self.strategy
+        return f"{s.num_prefill}p{tag[Role.PREFILL]}+{s.num_decode}d{tag[Role.DECODE]}"
+
+    @property
     def name(self) -> str:
         """Short name, e.g. ``2m-tp4-b1024-chunked8192``, ``2m-tp4-b16-prefill-first``,
         ``1p1d-tp4/2-pp2-b16``: the strategy, layout, max batch and the scheduler by mechanism (with
@@ -299,12 +379,13 @@ class Fleet:
             if (last.dp, last.ep) != (par.dp, par.ep):   # decode pool of another DP/EP size
                 extra += "/" + "-".join(f"{k}{v}" for k, v in (("dp", last.dp), ("ep", last.ep)))
             sd = self.last.spec
-            return f"{self.strategy}-{tp}{extra}-b{self.max_batch}" + (f"-{sd.tag}" if sd is not None else "")
+            return f"{self._strategy_label()}-{tp}{extra}-b{self.max_batch}" + (f"-{sd.tag}" if sd is not None else "")
         b = self.first.batching
         tag = get_scheduler(b.scheduler).tag
         sched = tag if not get_scheduler(b.scheduler).chunked else f"{tag}{b.chunk_size}"
         sd = self.first.spec
-        return f"{self.strategy}-tp{par.tp}{extra}-b{b.max_batch}-{sched}" + (f"-{sd.tag}" if sd is not None else "")
+        label = f"{self._strategy_label()}-tp{par.tp}{extra}-b{b.max_batch}-{sched}"
+        return label + (f"-{sd.tag}" if sd is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """Flat record (the keys of the CLI flags; :meth:`from_dict` reads it back)."""
@@ -320,6 +401,7 @@ class Fleet:
             "chunk_size": first.batching.chunk_size, "token_budget": first.batching.token_budget, **spec,
             "decode_dp": last.parallel.dp, "decode_ep": last.parallel.ep,
             "redundant_experts": first.parallel.redundant_experts,
+            **{f"{r.value}_hardware": d.name for r, d in self.devices.items() if d is not None},
         }
 
     @staticmethod
@@ -328,7 +410,7 @@ class Fleet:
         strat = Strategy(num_collocated=d["num_collocated"], num_prefill=d["num_prefill"],
                          num_decode=d["num_decode"])
         sched = _LEGACY_SCHEDULERS.get(d.get("scheduler", "prefill-first"), d.get("scheduler", "prefill-first"))
-        return Fleet.build(strat, tp=d["tp"], prefill_tp=d["tp"], decode_tp=d.get("decode_tp") or d["tp"],
+        fleet = Fleet.build(strat, tp=d["tp"], prefill_tp=d["tp"], decode_tp=d.get("decode_tp") or d["tp"],
                            pp=d["pp"], dp=d["dp"], ep=d["ep"], max_batch=d["max_batch"],
                            prefill_max_batch=d.get("prefill_max_batch"),
                            scheduler="prefill-first" if sched == "disaggregated" else sched,
@@ -338,10 +420,23 @@ class Fleet:
                                                     d.get("spec_draft_model")),
                            decode_dp=d.get("decode_dp") or d["dp"], decode_ep=d.get("decode_ep") or d["ep"],
                            redundant_experts=d.get("redundant_experts") or 0)
+        if d.get("collocated_hardware"):
+            return fleet.on_device(_device_named(d["collocated_hardware"]))  # type: ignore[arg-type]
+        if d.get("prefill_hardware") or d.get("decode_hardware"):
+            return fleet.on_devices(prefill=_device_named(d.get("prefill_hardware")),
+                                    decode=_device_named(d.get("decode_hardware")))
+        return fleet
 
 
 #: scheduler names of records written before schedulers were named only by mechanism (checkpoints, result files)
 _LEGACY_SCHEDULERS = {"vllm": "prefill-first"}
+
+
+def _device_named(name: str | None) -> DeviceType | None:
+    """A bundled device type by hardware id, with the hardware's own profile (records read back)."""
+    if not name:
+        return None
+    return DeviceType(hardware=get_hardware(name), profile=get_profile(None, hardware=name))
 
 
 def _positive_int(name: str, v: Any) -> None:

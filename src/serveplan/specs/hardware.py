@@ -181,6 +181,31 @@ class DeviceSpec:
         return dataclasses.replace(self, **changes)
 
 
+def kv_link(sender: DeviceSpec, receiver: DeviceSpec) -> LinkSpec:
+    """The link a KV cache crosses from an instance on ``sender`` devices to one on ``receiver``
+    devices of another type: they sit in different servers, so the cache leaves through the
+    sender's network interfaces and enters through the receiver's (each device's share of its
+    server's NICs, the ``inter_node_link`` of each datasheet). Each device's shard streams over its
+    own NIC at both ends, so the slower end binds: bandwidth ``min(B_send, B_recv)``, latency
+    ``max(L_send, L_recv)`` (the alpha-beta model of NCCL/NIXL point-to-point sends, as
+    :func:`serveplan.sim.cluster.kv_transfer_time` uses for one type).
+
+    Raises
+    ------
+    SpecError
+        A device type without an inter-node link (no NIC given in its data file).
+    """
+    for hw in (sender, receiver):
+        if hw.inter_node_link is None:
+            raise SpecError(f"hardware {hw.name!r} has no inter_node_link (its NIC); a KV transfer between "
+                            f"{sender.name} and {receiver.name} crosses the network between their servers; expected "
+                            "inter_node_link in its hardware YAML")
+    a, b = sender.inter_node_link, receiver.inter_node_link
+    assert a is not None and b is not None
+    return LinkSpec(name=f"{a.name} -> {b.name}", bandwidth=min(a.bandwidth, b.bandwidth),
+                    latency_s=max(a.latency_s, b.latency_s))
+
+
 #: Most devices one node or scale-up domain may hold (NVL576 is the largest announced domain).
 MAX_NODE_DEVICES = 4096
 

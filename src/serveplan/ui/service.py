@@ -166,7 +166,7 @@ def _check_limits(req: Request) -> None:
                             f"run `{PANELS[req.kind].command}` from the CLI for larger work")
 
     if req.kind == "plan":
-        over("devices", o.devices, LIMITS["devices"])
+        over("devices", sum(o.budget().values()), LIMITS["devices"])
         over("num-requests", o.num_requests, LIMITS["plan_requests"])
     elif req.kind == "simulate":
         over("num-requests", o.num_requests, LIMITS["simulate_requests"])

@@ -230,7 +230,7 @@ function renderPlan(main) {
     const verdict = doc.best_collocated && doc.best_disaggregated
       ? ` Best collocated ${doc.best_collocated}, best disaggregated ${doc.best_disaggregated} (both simulated whole): ${byName[doc.best_collocated][0].goodput_per_device >= byName[doc.best_disaggregated][0].goodput_per_device ? "collocated" : "disaggregated"} wins here.` : "";
     const card = el("div", { class: "card" },
-      el("h2", { text: `${st.model} (${st.weight_dtype || "?"} weights, ${st.kv_dtype || "?"} KV) on up to ${st.devices} x ${st.hardware}, engine ${eng}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
+      el("h2", { text: `${st.model} (${st.weight_dtype || "?"} weights, ${st.kv_dtype || "?"} KV) on up to ${st.budget || `${st.devices} x ${st.hardware}`}, engine ${eng}, ${st.workload}, SLO P${pct} TTFT ${slo.ttft_s} s / TPOT ${slo.tpot_s * 1e3} ms` }),
       el("p", { class: "summary", id: i === 0 ? "best" : null, text: `best: ${best.name} with ${fmt(best.goodput_per_device)} req/s per device (${fmt(best.goodput_rps, 2)} req/s on ${best.num_devices} devices); ${doc.num_evaluated} strategies settled, ${doc.num_simulations} simulations, ${doc.elapsed_s.toFixed(1)} s. Goodput: the highest rate meeting the SLO ${tolText(doc)}.${verdict} * = Pareto-optimal; (b) = an analytic bound, pruned.` }));
     // cost and energy beside goodput (docs/cost-energy.md): $ per million output tokens at the goodput,
     // W per device and J per output token at the planned rate
