@@ -405,12 +405,12 @@ def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettin
                           arrival="trace", trace_times=arrival, name=f"slot {j}")
         res = simulate(settings.simulation_config(result.candidate, workload=day_wl, seed=seed), clocks=clocks)
         rec = res.requests
-        k = np.minimum((rec.arrival // step).astype(np.int64), n_int - 1)
+        at = np.minimum((rec.arrival // step).astype(np.int64), n_int - 1)
         keep = counted[np.clip(np.searchsorted(b, rec.arrival, side="right") - 1, 0, len(mid) - 1)]
         ok = (rec.ttft <= slo.ttft_s * tol) & ((rec.output_len <= 1) | (rec.tpot <= slo.tpot_s * tol))
         ok &= np.isfinite(rec.ttft)
-        met_w += np.bincount(k[keep], weights=ok[keep].astype(float), minlength=n_int) * weight
-        all_w += np.bincount(k[keep], minlength=n_int) * weight
+        met_w += np.bincount(at[keep], weights=ok[keep].astype(float), minlength=n_int) * weight
+        all_w += np.bincount(at[keep], minlength=n_int) * weight
         simulated += len(arrival)
         represented += expected[j] * weight
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -441,7 +441,8 @@ class PowerCurve:
     starting_w: float        # a replica starting up: idle devices and host
 
     def at(self, rate: np.ndarray) -> np.ndarray:
-        return np.interp(np.asarray(rate, dtype=float), self.rates_rps, self.power_w)
+        out: np.ndarray = np.asarray(np.interp(np.asarray(rate, dtype=float), self.rates_rps, self.power_w))
+        return out
 
 
 def power_curve(result: GoodputResult, settings: GoodputSettings, clocks: Clocks | None = None) -> PowerCurve | None:

@@ -42,8 +42,8 @@ from serveplan.specs.catalog import (
 from serveplan.units import DType
 
 #: Most work one request may start (the CLI is unbounded).
-LIMITS = {"devices": 64, "plan_requests": 20_000, "simulate_requests": 50_000, "day_requests": 50_000, "sweep_rates": 12,
-          "concurrency_levels": 8, "batch": 4096, "tokens": 1_048_576}
+LIMITS = {"devices": 64, "plan_requests": 20_000, "simulate_requests": 50_000, "day_requests": 50_000,
+          "sweep_rates": 12, "concurrency_levels": 8, "batch": 4096, "tokens": 1_048_576}
 
 Progress = Callable[[int, int], None]
 
