@@ -37,6 +37,7 @@ from serveplan.optimize.autoscale import (
     scale_up_time,
     simulate_day,
 )
+from serveplan.report.plots import day_plan_plot
 from serveplan.sim.clock import Clocks
 from serveplan.sim.traffic import RateSeries, load_traffic
 from serveplan.specs.catalog import get_host
@@ -213,8 +214,6 @@ def _scale_up(o: DayOptions, best: Any, settings: Any, clocks: Clocks) -> ScaleU
 
 def write_reports(result: DayPlanResult, out: Path) -> tuple[Path, ...]:
     """``day-plan.csv`` (one row per interval), ``day-plan.png`` and ``day-plan.json`` in ``out``."""
-    from serveplan.report.plots import day_plan_plot
-
     out.mkdir(parents=True, exist_ok=True)
     rows = result.day.intervals()
     p_csv = out / "day-plan.csv"

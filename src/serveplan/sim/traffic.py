@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from serveplan.errors import SpecError, check_int, check_number
+from serveplan.specs.catalog import get_traffic, list_traffic
 
 #: the named shapes of :func:`load_traffic`
 SHAPES = ("diurnal",)
@@ -182,8 +183,6 @@ def _numbers(path: str, line: int, text: str, k: int) -> list[float]:
 
 def bundled_traffic(name: str, interval_s: float) -> RateSeries:
     """A bundled trace's requests per minute (``specs/data/traffic``) averaged onto ``interval_s``."""
-    from serveplan.specs.catalog import get_traffic
-
     raw = get_traffic(name)
     counts = np.asarray(raw["counts"], dtype=float)
     step = float(raw["interval_s"])
@@ -201,8 +200,6 @@ def load_traffic(traffic: str, *, interval_s: float, peak: float | None = None, 
     SpecError
         An unknown name, a missing peak, a malformed file.
     """
-    from serveplan.specs.catalog import list_traffic
-
     name = str(traffic).strip()
     if not name:
         raise SpecError("traffic='' is empty; expected diurnal, a bundled trace "
