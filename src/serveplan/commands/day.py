@@ -76,6 +76,8 @@ class DayOptions(plan.PlanOptions):
     scale_down_delay: float = opt(300.0, "--scale-down-delay", help=(
         "Seconds the rate must stay low before a replica is removed (the highest count of that window is kept; "
         "Kubernetes HPA's default is 300)."))
+    utilization: float = opt(1.0, "--utilization", help=(
+        "Share of its goodput each replica is planned at (default 1: up to the goodput; 0.8 leaves 20% headroom)."))
     sim_requests: int = opt(20_000, "--sim-requests", help=(
         "Requests simulated per day (autoscaled and peak each); above it intervals are sampled, each after a "
         "warm-up."))
@@ -90,6 +92,8 @@ class DayOptions(plan.PlanOptions):
         check_number("startup", self.startup, low=0, unit="seconds")
         check_number("scale-down-delay", self.scale_down_delay, low=0, unit="seconds")
         check_number("sim-warmup", self.sim_warmup, low=0, unit="seconds")
+        check_number("utilization", self.utilization, low=0, high=1, low_open=True,
+                     why="share of a replica's goodput it is planned at")
         check_int("sim-requests", self.sim_requests, low=1000)
         check_int("sim-replicas", self.sim_replicas, low=1)
         if self.scale_up is not None:
@@ -164,7 +168,8 @@ def run(o: DayOptions | PreparedDay, *, progress: bool = False,
     clocks = Clocks()
     su = _scale_up(opts, best, st, clocks)
     policy = ScalingPolicy(policy=opts.policy, min_replicas=opts.min_replicas, max_replicas=opts.max_replicas,
-                           scale_up_s=su.total_s, scale_down_delay_s=opts.scale_down_delay)
+                           scale_up_s=su.total_s, scale_down_delay_s=opts.scale_down_delay,
+                           utilization=opts.utilization)
     sched = plan_schedule(prep.traffic, best.goodput_rps, policy)
     peak = peak_schedule(prep.traffic, best.goodput_rps, policy)
     price = prep.plan.prices.find(st.hardware.name, opts.price_tier)

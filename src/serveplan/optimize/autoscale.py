@@ -4,8 +4,8 @@ The unit of scaling is a *replica*: one copy of the best strategy's fleet (``2m-
 with its goodput ``G`` (req/s within the SLO, :mod:`serveplan.optimize.goodput`).
 
 **Replicas per interval.** For rate ``r_i`` of interval ``i``: ``n_i = max(min_replicas,
-ceil(r_i / G))`` (capped at ``max_replicas`` when given), the fewest replicas that each stay at or
-below their goodput.
+ceil(r_i / (u G)))`` (capped at ``max_replicas`` when given), the fewest replicas that each stay at
+or below the share ``u`` (``utilization``, default 1) of their goodput.
 
 **Policy** (:class:`ScalingPolicy`), with ``D = ceil(scale_down_delay / interval)``:
 
@@ -147,6 +147,8 @@ class ScalingPolicy:
     max_replicas: int | None = None
     scale_up_s: float = 0.0
     scale_down_delay_s: float = 300.0
+    #: share of its goodput each replica is planned at (1: up to the goodput)
+    utilization: float = 1.0
 
     def __post_init__(self) -> None:
         try:
@@ -160,6 +162,8 @@ class ScalingPolicy:
                       why="at least min-replicas")
         check_number("scale-up", self.scale_up_s, low=0, unit="seconds")
         check_number("scale-down-delay", self.scale_down_delay_s, low=0, unit="seconds")
+        check_number("utilization", self.utilization, low=0, high=1, low_open=True,
+                     why="share of a replica's goodput it is planned at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,9 +241,10 @@ class Schedule:
 
 
 def replicas_needed(rates: np.ndarray, goodput_rps: float, policy: ScalingPolicy) -> np.ndarray:
-    """``n_i = max(min_replicas, ceil(r_i / G))``, capped at ``max_replicas`` (module doc)."""
+    """``n_i = max(min_replicas, ceil(r_i / (u G)))``, capped at ``max_replicas`` (module doc)."""
     check_number("goodput", goodput_rps, low=0, low_open=True, unit="requests per second")
-    n = np.maximum(policy.min_replicas, np.ceil(np.asarray(rates) / goodput_rps - 1e-9)).astype(np.int64)
+    per = goodput_rps * policy.utilization
+    n = np.maximum(policy.min_replicas, np.ceil(np.asarray(rates) / per - 1e-9)).astype(np.int64)
     if policy.max_replicas is not None:
         n = np.minimum(n, policy.max_replicas)
     return n
@@ -541,7 +546,8 @@ class DayPlan:
         return {"traffic": self.traffic.to_dict(), "unit": self.unit.to_dict(),
                 "policy": {"policy": str(self.policy.policy), "min_replicas": self.policy.min_replicas,
                            "max_replicas": self.policy.max_replicas, "scale_up_s": self.policy.scale_up_s,
-                           "scale_down_delay_s": self.policy.scale_down_delay_s},
+                           "scale_down_delay_s": self.policy.scale_down_delay_s,
+                           "utilization": self.policy.utilization},
                 "scale_up": self.scale_up.to_dict(), "price": None if self.price is None else self.price.to_dict(),
                 "autoscaled": {**self.cost.to_dict(),
                                "simulation": None if self.run is None else self.run.to_dict()},
