@@ -39,14 +39,15 @@ interval and a replica removed drains. Slots that serve over the same windows ar
 (one is simulated, weighted by their number); above ``sim_replicas`` distinct slots, contiguous
 groups of slots are represented by their middle one, weighted by the group's expected requests.
 
-Above ``sim_requests`` expected requests the day is *sampled in time*: intervals spread evenly
-over the day (as many as the budget allows) are simulated over ``[t_i - warmup, t_i + 60 s)``, the
-requests arriving in ``[t_i, t_i + 60 s)`` counted; each stands for the intervals nearest to it,
-weighted by their requests. A window opens at its interval's start, where the fleet changes (a
-replica added or removed, the rate's step), so the transient the policy causes is inside it; a
-backlog older than the warm-up is not carried (the replica drains between windows). Simulating
-every request of a busy day costs minutes (about 2 us per output token at large batches), so the
-budget decides; the result says which mode ran.
+Above ``sim_requests`` expected requests the day is *sampled in time*: as many intervals as the
+budget allows are simulated over ``[t_i - warmup, t_i + 60 s)``, the requests arriving in ``[t_i,
+t_i + 60 s)`` counted: first every interval whose window holds a change of the fleet (a replica
+starting to serve, or removed), which stands for itself, then intervals spread evenly over the
+others, each standing for the steady intervals nearest to it; weighted by their requests. A
+window opens at its interval's start, where the rate steps, so the transient the policy causes is
+inside it; a backlog older than the warm-up is not carried (the replica drains between windows).
+Simulating every request of a busy day costs minutes (about 2 us per output token at large
+batches), so the budget decides; the result says which mode ran.
 
 **Attainment**: the share of requests (weighted as above) whose TTFT and TPOT both meet the
 targets, each within the SLO tolerance the goodput was found with (``target * (1 +
@@ -364,15 +365,35 @@ def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettin
     starts = tr.edges[:-1]
     measured, warm = step, 0.0
     sampled = np.arange(n_int)
+    transitions = sampled[:0]
+    hit = np.zeros(n_int, dtype=bool)
     mode = "whole day"
     if total > sim_requests:
-        # sample intervals: each simulated over [t_i - warm, t_i + measured), evenly spread over the day
+        # sample intervals, each simulated over [t_i - warm, t_i + measured): first those whose window
+        # holds a change of the fleet (a replica starting to serve or removed), then evenly spread
         measured, warm = min(step, SAMPLE_S), min(warmup_s, step)
         per_interval = total / tr.duration_s * (warm + measured) if tr.duration_s > 0 else 0.0
         k = int(max(1, min(n_int, sim_requests // max(per_interval, 1.0))))
-        sampled = np.unique(np.round(np.linspace(0, n_int - 1, k)).astype(np.int64))
-        mode = (f"sampled: {len(sampled)} of {n_int} intervals, each its first {measured:g} s after {warm:g} s of "
-                f"warm-up (budget {sim_requests:,} requests; --sim-requests)")
+        changes = np.array([x for r in sched.replicas for x in (r.ready_s, r.stop_s) if 0.0 < x < t_end])
+        hit = np.zeros(n_int, dtype=bool)
+        for x in changes:
+            hit[int(min(n_int - 1, max(0.0, x // step)))] = True        # t_i <= x < t_i + step
+            nxt = int(x // step) + 1
+            if nxt < n_int and starts[nxt] - x <= warm:
+                hit[nxt] = True                                          # in the next window's warm-up
+        transitions = np.flatnonzero(hit)
+        if len(transitions) > k:
+            transitions = transitions[np.unique(np.round(np.linspace(0, len(transitions) - 1, k)).astype(np.int64))]
+        steady = np.flatnonzero(~hit)
+        k_rest = max(1 if len(transitions) == 0 else 0, k - len(transitions))
+        if len(steady) and k_rest:
+            steady = steady[np.unique(np.round(np.linspace(0, len(steady) - 1, min(k_rest, len(steady))))
+                                      .astype(np.int64))]
+        else:
+            steady = steady[:0]
+        sampled = np.unique(np.concatenate([transitions, steady])).astype(np.int64)
+        mode = (f"sampled: {len(sampled)} of {n_int} intervals ({len(transitions)} where the fleet changes), each its "
+                f"first {measured:g} s after {warm:g} s of warm-up (budget {sim_requests:,} requests; --sim-requests)")
     extra = None
     if mode != "whole day":
         extra = np.concatenate([starts[sampled] - warm, starts[sampled] + measured])
@@ -423,13 +444,19 @@ def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettin
     if mode == "whole day":
         att = float(met_w.sum() / all_w.sum()) if all_w.sum() > 0 else math.nan
     else:
-        # each sampled interval stands for the intervals nearest to it, weighted by their requests
-        cut = np.concatenate([[0], (sampled[1:] + sampled[:-1] + 1) // 2, [n_int]])
+        # an interval where the fleet changes stands for itself; a steady one for the steady intervals
+        # nearest to it; each weighted by the requests it stands for
         req = tr.rates * step
-        wts = np.array([req[cut[i]:cut[i + 1]].sum() for i in range(len(sampled))])
-        ok = np.isfinite(by[sampled])
-        att = float(np.sum(wts[ok] * by[sampled][ok]) / np.sum(wts[ok])) if ok.any() and wts[ok].sum() > 0 \
-            else math.nan
+        wts = np.zeros(len(sampled))
+        is_tr = np.isin(sampled, transitions)
+        wts[is_tr] = req[sampled[is_tr]]
+        rest = np.flatnonzero(~hit)
+        chosen_steady = sampled[~is_tr]
+        if len(chosen_steady) and len(rest):
+            near = np.abs(rest[:, None] - chosen_steady[None, :]).argmin(axis=1)
+            wts[~is_tr] = np.bincount(near, weights=req[rest], minlength=len(chosen_steady))
+        ok = np.isfinite(by[sampled]) & (wts > 0)
+        att = float(np.sum(wts[ok] * by[sampled][ok]) / np.sum(wts[ok])) if ok.any() else math.nan
     del t_end
     return DayRun(attainment=att, attainment_by_interval=by, requests_simulated=simulated,
                   requests_represented=represented, slots_simulated=len(picks), num_slots=sched.num_slots,
