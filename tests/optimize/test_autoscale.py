@@ -158,3 +158,7 @@ def test_day_simulated_end_to_end_on_the_step_trace(step, small):
     assert again.attainment == run.attainment    # the same seed gives the same day
     sampled = simulate_day(s, unit, st, sim_requests=1000, seed=1)
     assert sampled.mode.startswith("sampled") and sampled.requests_simulated < 1500
+    # the intervals where the fleet changes are simulated first: replicas serve from 900 s (interval 3)
+    # and are removed at 2100 s (interval 7)
+    assert "2 where the fleet changes" in sampled.mode
+    assert np.isfinite(sampled.attainment_by_interval[[3, 7]]).all()
