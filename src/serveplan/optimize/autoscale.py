@@ -41,9 +41,10 @@ groups of slots are represented by their middle one, weighted by the group's exp
 
 Above ``sim_requests`` expected requests the day is *sampled in time*: as many intervals as the
 budget allows are simulated over ``[t_i - warmup, t_i + 60 s)``, the requests arriving in ``[t_i,
-t_i + 60 s)`` counted: first every interval whose window holds a change of the fleet (a replica
-starting to serve, or removed), which stands for itself, then intervals spread evenly over the
-others, each standing for the steady intervals nearest to it; weighted by their requests. A
+t_i + 60 s)`` counted: intervals whose window holds a change of the fleet (a replica starting to
+serve, or removed; up to half the budget while steady intervals remain), each standing for the
+changing intervals nearest to it, and intervals spread evenly over the steady ones, each standing
+for the steady intervals nearest to it; weighted by their requests. A
 window opens at its interval's start, where the rate steps, so the transient the policy causes is
 inside it; a backlog older than the warm-up is not carried (the replica drains between windows).
 Simulating every request of a busy day costs minutes (about 2 us per output token at large
@@ -332,6 +333,13 @@ def _slot_groups(sched: Schedule, limit: int, expected: np.ndarray) -> list[tupl
     return out
 
 
+def _spread(pool: np.ndarray, k: int) -> np.ndarray:
+    """``k`` members of ``pool`` spread evenly over it (all when ``k >= len(pool)``)."""
+    if k <= 0 or not len(pool):
+        return pool[:0]
+    return pool[np.unique(np.round(np.linspace(0, len(pool) - 1, min(k, len(pool)))).astype(np.int64))]
+
+
 def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettings, *, sim_requests: int = 20_000,
                  sim_replicas: int = 4, warmup_s: float = 60.0, seed: int = 0,
                  clocks: Clocks | None = None) -> DayRun:
@@ -381,16 +389,11 @@ def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettin
             nxt = int(x // step) + 1
             if nxt < n_int and starts[nxt] - x <= warm:
                 hit[nxt] = True                                          # in the next window's warm-up
-        transitions = np.flatnonzero(hit)
-        if len(transitions) > k:
-            transitions = transitions[np.unique(np.round(np.linspace(0, len(transitions) - 1, k)).astype(np.int64))]
-        steady = np.flatnonzero(~hit)
-        k_rest = max(1 if len(transitions) == 0 else 0, k - len(transitions))
-        if len(steady) and k_rest:
-            steady = steady[np.unique(np.round(np.linspace(0, len(steady) - 1, min(k_rest, len(steady))))
-                                      .astype(np.int64))]
-        else:
-            steady = steady[:0]
+        pool_tr, pool_st = np.flatnonzero(hit), np.flatnonzero(~hit)
+        # at most half the budget to the changes while there are steady intervals to stand for
+        k_tr = min(len(pool_tr), k if not len(pool_st) else max(1, k // 2))
+        transitions = _spread(pool_tr, k_tr)
+        steady = _spread(pool_st, k - len(transitions))
         sampled = np.unique(np.concatenate([transitions, steady])).astype(np.int64)
         mode = (f"sampled: {len(sampled)} of {n_int} intervals ({len(transitions)} where the fleet changes), each its "
                 f"first {measured:g} s after {warm:g} s of warm-up (budget {sim_requests:,} requests; --sim-requests)")
@@ -444,17 +447,16 @@ def simulate_day(sched: Schedule, result: GoodputResult, settings: GoodputSettin
     if mode == "whole day":
         att = float(met_w.sum() / all_w.sum()) if all_w.sum() > 0 else math.nan
     else:
-        # an interval where the fleet changes stands for itself; a steady one for the steady intervals
-        # nearest to it; each weighted by the requests it stands for
+        # a sampled interval where the fleet changes stands for the changing intervals nearest to it,
+        # a steady one for the steady intervals nearest to it; each weighted by those requests
         req = tr.rates * step
         wts = np.zeros(len(sampled))
-        is_tr = np.isin(sampled, transitions)
-        wts[is_tr] = req[sampled[is_tr]]
-        rest = np.flatnonzero(~hit)
-        chosen_steady = sampled[~is_tr]
-        if len(chosen_steady) and len(rest):
-            near = np.abs(rest[:, None] - chosen_steady[None, :]).argmin(axis=1)
-            wts[~is_tr] = np.bincount(near, weights=req[rest], minlength=len(chosen_steady))
+        for pool in (np.flatnonzero(hit), np.flatnonzero(~hit)):
+            mine = np.isin(sampled, pool)
+            chosen = sampled[mine]
+            if len(chosen) and len(pool):
+                near = np.abs(pool[:, None] - chosen[None, :]).argmin(axis=1)
+                wts[mine] = np.bincount(near, weights=req[pool], minlength=len(chosen))
         ok = np.isfinite(by[sampled]) & (wts > 0)
         att = float(np.sum(wts[ok] * by[sampled][ok]) / np.sum(wts[ok])) if ok.any() else math.nan
     del t_end
