@@ -256,8 +256,8 @@ def day_plan_plot(day: Any, path: str | Path) -> Path:
     ax1.set_ylabel("devices")
     ax1.set_ylim(bottom=0)
     ax1.legend(loc="upper left", fontsize=8)
-    ax1.set_title(f"{day.unit.name} x N ({nd} devices each), {day.policy.policy} policy, {day.traffic.name}",
-                  fontsize=9)
+    each = f"{nd} device{'s' if nd > 1 else ''} each"
+    ax1.set_title(f"{day.unit.name} x N ({each}), {day.policy.policy} policy, {day.traffic.name}", fontsize=9)
     ax2.stairs(day.traffic.rates, hours, color="C2", label="rate", baseline=None)
     ax2.set_ylabel("requests/s")
     ax2.set_xlabel("hours")

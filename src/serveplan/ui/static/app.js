@@ -464,7 +464,7 @@ function renderDay(main) {
     el("tbody", {}, row("autoscaled", a), row("provisioned for the peak", p)));
   res.append(el("div", { class: "card" },
     el("h2", { text: `${tr.name}: ${tr.num_intervals} intervals of ${tr.interval_s} s, mean ${fmt(tr.mean_rps, 2)} req/s, peak ${fmt(tr.peak_rps, 2)} req/s` }),
-    el("p", { class: "summary", id: "day-verdict", text: `replica ${u.name} (${nd} devices, goodput ${fmt(u.goodput_rps, 2)} req/s); ${pol.policy} policy, min ${pol.min_replicas}, scale-up ${su.total_s.toFixed(1)} s, scale-down delay ${pol.scale_down_delay_s} s: autoscaling uses ${(100 * saved).toFixed(1)}% fewer GPU-hours than provisioning for the peak.` }),
+    el("p", { class: "summary", id: "day-verdict", text: `replica ${u.name} (${nd} device${nd > 1 ? "s" : ""}, goodput ${fmt(u.goodput_rps, 2)} req/s); ${pol.policy} policy, min ${pol.min_replicas}, scale-up ${su.total_s.toFixed(1)} s, scale-down delay ${pol.scale_down_delay_s} s: autoscaling uses ${(100 * saved).toFixed(1)}% fewer GPU-hours than provisioning for the peak.` }),
     table,
     el("p", { class: "note", text: `scale-up: weights ${(su.weights_bytes_per_device / 1e9).toFixed(1)} GB per device at ${(su.load_bandwidth / 1e9).toFixed(1)} GB/s (${su.load_source}) + start-up ${su.startup_s} s (${su.startup_source})${su.given ? "; total given" : ""}. ${(d.notes || []).join(" ")}` })));
   const div = el("div", { class: "plot", id: "day-chart" });
