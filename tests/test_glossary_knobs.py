@@ -116,6 +116,7 @@ def calls() -> dict[str, frozenset[str]]:
 @functools.cache
 def options_fields() -> frozenset[str]:
     """Fields of every options value (``commands/``) and of ``SimulationConfig``."""
+    from serveplan.commands.day import DayOptions
     from serveplan.commands.estimate import EstimateOptions
     from serveplan.commands.offload import OffloadOptions
     from serveplan.commands.options import CommandOptions
@@ -125,7 +126,7 @@ def options_fields() -> frozenset[str]:
     from serveplan.commands.validate import ValidateOptions
     from serveplan.sim import SimulationConfig
 
-    known = {EstimateOptions, OffloadOptions, PlanOptions, SimulateOptions, SweepOptions, ValidateOptions}
+    known = {DayOptions, EstimateOptions, OffloadOptions, PlanOptions, SimulateOptions, SweepOptions, ValidateOptions}
     # by name: a slotted dataclass is a new class, its first draft stays among the subclasses
     every = {f"{c.__module__}.{c.__qualname__}" for c in _subclasses(CommandOptions)}
     listed = {f"{c.__module__}.{c.__qualname__}" for c in known}

@@ -39,6 +39,8 @@ COMMANDS = {
     "simulate-one-token": ["simulate", *SMALL, "-n", "10", "--input-len", "64", "--output-len", "1"],
     "simulate-empty": ["simulate", *SMALL, "-n", "40", "--rate", "1000", "--early-stop", "--slo-ttft", "0.0001"],
     "optimize": ["optimize", "--model", "llama-3.2-1b", "--devices", "2", "--tp", "1", "--num-requests", "100"],
+    "day-plan": ["day-plan", "--model", "llama-3.2-1b", "--devices", "1", "--tp", "1", "--num-requests", "100",
+                 "--traffic", "azure-code-2023", "--sim-requests", "1000"],
     "offload": ["offload", "--model", "opt-6.7b", "--input-len", "128"],
     "offload-frontier": ["offload", "--model", "opt-6.7b", "--input-len", "128", "--frontier"],
     "validate": ["validate", "--source", "vllm-blog-2026-04-fp8-kvcache,mooncake-docs-vllm-store-a10", "-j", "1"],

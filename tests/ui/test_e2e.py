@@ -131,6 +131,8 @@ def test_a_long_search_shows_progress_and_can_be_cancelled(page):
     ("simulate", {"num-requests": "300", "rate-sweep": "1,2,3"}, "#sweep-tpot .main-svg"),
     ("step", {}, "#roofline .main-svg"),
     ("offload", {"model": "opt-6.7b"}, "#offload-frontier .main-svg"),
+    ("day", {"model": "llama-3.1-8b", "devices": "1", "tp": "1", "num-requests": "200", "traffic": "azure-code-2023",
+             "traffic-scale": "8", "sim-requests": "1000"}, "#day-chart .main-svg"),
 ])
 def test_other_panels_draw(page, tab, fields, selector):
     page.click(f"#tab-{tab}")

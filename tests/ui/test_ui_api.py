@@ -35,6 +35,8 @@ def _cli(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 CASES = {
     "plan": {"devices": "4", "tp": "2,4", "num-requests": "150", "slo-ttft": "2"},
+    "day": {"model": "llama-3.1-8b", "devices": "1", "tp": "1", "num-requests": "200", "traffic": "azure-code-2023",
+            "traffic-scale": "8", "sim-requests": "1000"},
     "simulate": {"num-requests": "300", "rate-sweep": "1,2", "rate": "2"},
     "step": {"model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": "2", "batch": "8", "phase": "decode"},
     "offload": {"model": "opt-6.7b", "input-len": "256"},
@@ -56,6 +58,8 @@ BAD = [
     ("plan", {"slo-ttft": "-1"}),
     ("plan", {"model": "llama-9000"}),
     ("plan", {"tp": "1,x"}),
+    ("day", {"traffic": "nosuch"}),
+    ("day", {"policy": "sometimes"}),
     ("simulate", {"strategy": "2q1d"}),
     ("step", {"tp": "3"}),
     ("offload", {"host": "nowhere"}),

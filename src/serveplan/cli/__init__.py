@@ -1,4 +1,4 @@
-"""Command-line interface: ``serveplan estimate | simulate | optimize | sweep | offload | profile |
+"""Command-line interface: ``serveplan estimate | simulate | optimize | sweep | day-plan | offload | profile |
 calibrate | compare | validate | models | hardware``.
 
 Each subcommand builds a config, calls one public function and renders the result; no modelling
@@ -236,6 +236,7 @@ def _closed_pipe() -> None:
 # subcommands register themselves on ``app``
 from serveplan.cli import calibrate as _calibrate  # noqa: E402,F401
 from serveplan.cli import catalog as _catalog  # noqa: E402,F401
+from serveplan.cli import day as _day  # noqa: E402,F401
 from serveplan.cli import estimate as _estimate  # noqa: E402,F401
 from serveplan.cli import offload as _offload  # noqa: E402,F401
 from serveplan.cli import optimize as _optimize  # noqa: E402,F401

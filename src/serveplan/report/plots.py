@@ -236,3 +236,40 @@ def concurrency_plot(levels: Sequence[dict[str, Any]], path: str | Path, *, titl
         ax.set_ylabel(label)
     fig.suptitle(f"{title}: closed loop at each concurrency" if title else "closed loop at each concurrency")
     return save(fig, path)
+
+
+def day_plan_plot(day: Any, path: str | Path) -> Path:
+    """A day plan (:class:`~serveplan.optimize.autoscale.DayPlan`): devices over time (autoscaled,
+    provisioned for the peak) above the rate over time, with the simulated SLO attainment per
+    interval on a second axis."""
+    plt = pyplot()
+    rows = day.intervals()
+    hours = np.array([r["start_s"] for r in rows] + [day.traffic.duration_s]) / 3600.0
+    nd = day.unit.candidate.num_devices
+    prov = np.array([r["devices_provisioned"] for r in rows])
+    serving = np.array([r["replicas_serving"] for r in rows]) * nd
+    peak = np.full(len(rows), day.peak_cost.peak_replicas * nd)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    ax1.stairs(prov, hours, label="devices provisioned (autoscaled)", color="C0", linewidth=1.6, baseline=None)
+    ax1.stairs(serving, hours, label="devices serving", color="C0", linestyle=":", linewidth=1.2, baseline=None)
+    ax1.stairs(peak, hours, label="provisioned for the peak", color="C3", linestyle="--", baseline=None)
+    ax1.set_ylabel("devices")
+    ax1.set_ylim(bottom=0)
+    ax1.legend(loc="upper left", fontsize=8)
+    each = f"{nd} device{'s' if nd > 1 else ''} each"
+    ax1.set_title(f"{day.unit.name} x N ({each}), {day.policy.policy} policy, {day.traffic.name}", fontsize=9)
+    ax2.stairs(day.traffic.rates, hours, color="C2", label="rate", baseline=None)
+    ax2.set_ylabel("requests/s")
+    ax2.set_xlabel("hours")
+    ax2.set_ylim(bottom=0)
+    att = np.array([np.nan if r["attainment"] is None else r["attainment"] for r in rows])
+    if np.isfinite(att).any():
+        ax3 = ax2.twinx()
+        ax3.plot((hours[:-1] + hours[1:]) / 2, att * 100, ".", color="C1", markersize=3,
+                 label="SLO attainment (autoscaled)")
+        ax3.axhline(day.percentile, color="C1", linewidth=0.6, linestyle=":")
+        ax3.set_ylabel("attainment %")
+        ax3.set_ylim(0, 101)
+        ax3.legend(loc="lower right", fontsize=8)
+    ax2.legend(loc="upper left", fontsize=8)
+    return save(fig, path)

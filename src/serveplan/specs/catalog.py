@@ -229,6 +229,19 @@ def list_datasets() -> list[str]:
     return sorted(_entries("datasets"))
 
 
+def list_traffic() -> list[str]:
+    """Bundled arrival processes (``specs/data/traffic``: requests per minute of public traces)."""
+    return sorted(_entries("traffic"))
+
+
+def get_traffic(name: str) -> dict[str, Any]:
+    """The raw counts of a bundled arrival process (built by ``benchmarks/build_traffic.py``)."""
+    entries = _entries("traffic")
+    if name not in entries:
+        raise unknown_name("traffic", name, entries)
+    return entries[name]
+
+
 def get_dataset(name: str) -> dict[str, Any]:
     """The raw quantile tables of a bundled dataset (built by ``benchmarks/build_datasets.py``)."""
     entries = _entries("datasets")

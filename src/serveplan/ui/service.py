@@ -1,7 +1,7 @@
 """The one module through which the web planner calls serveplan: the page is a front end over the
 command layer (:mod:`serveplan.commands`), as the CLI is.
 
-Each panel is one command: Plan is ``plan`` (``serveplan optimize``), Simulate ``simulate``, Step
+Each panel is one command: Plan is ``plan`` (``serveplan optimize``), Day plan ``day-plan``, Simulate ``simulate``, Step
 ``estimate``, Offload ``offload`` (and ``offload --frontier``). A request's fields are the command's
 option names (``slo-ttft``, ``max-batch``), parsed by the command's own options value
 (:meth:`~serveplan.commands.options.CommandOptions.parse`), so types, defaults, checks and messages
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from serveplan.commands import estimate, offload, plan, simulate
+from serveplan.commands import day, estimate, offload, plan, simulate
 from serveplan.commands.options import CommandOptions
 from serveplan.errors import InfeasibleError, SolverError, SpecError
 from serveplan.offload import list_hosts
@@ -30,12 +30,20 @@ from serveplan.optimize.goodput import GoodputResult
 from serveplan.report.deploy import launch_plan
 from serveplan.sim import SCENARIOS
 from serveplan.sim.schedulers import collocated_schedulers
-from serveplan.specs.catalog import get_hardware, list_datasets, list_engines, list_hardware, list_models, list_profiles
+from serveplan.specs.catalog import (
+    get_hardware,
+    list_datasets,
+    list_engines,
+    list_hardware,
+    list_models,
+    list_profiles,
+    list_traffic,
+)
 from serveplan.units import DType
 
 #: Most work one request may start (the CLI is unbounded).
-LIMITS = {"devices": 64, "plan_requests": 20_000, "simulate_requests": 50_000, "sweep_rates": 12,
-          "concurrency_levels": 8, "batch": 4096, "tokens": 1_048_576}
+LIMITS = {"devices": 64, "plan_requests": 20_000, "simulate_requests": 50_000, "day_requests": 50_000,
+          "sweep_rates": 12, "concurrency_levels": 8, "batch": 4096, "tokens": 1_048_576}
 
 Progress = Callable[[int, int], None]
 
@@ -63,6 +71,7 @@ class Panel:
 
 PANELS: dict[str, Panel] = {p.kind: p for p in (
     Panel("plan", "optimize", "Plan", plan.PlanOptions),
+    Panel("day", "day-plan", "Day plan", day.DayOptions),
     Panel("simulate", "simulate", "Simulate", simulate.SimulateOptions,
           ui_defaults={"num-requests": "2000", "rate-sweep": "1,2,3,4,5,6"}),
     Panel("step", "estimate", "Step", estimate.EstimateOptions),
@@ -72,6 +81,8 @@ PANELS: dict[str, Panel] = {p.kind: p for p in (
 
 #: units shown beside the fields whose help does not end in them
 _UNITS = {"slo-ttft": "s", "slo-tpot": "s", "rate": "req/s", "target-rate": "req/s", "think-time": "s",
+          "peak": "req/s", "trough": "req/s", "interval": "s", "scale-up": "s", "startup": "s",
+          "scale-down-delay": "s", "sim-warmup": "s", "load-bandwidth": "bytes/s", "peak-hour": "h",
           "input-len": "tokens", "output-len": "tokens", "context-len": "tokens", "system-prompt-len": "tokens",
           "chunk-size": "tokens", "token-budget": "tokens", "chunk-sizes": "tokens", "percentile": "%",
           "memory-headroom": "share", "memory-fraction": "share", "prefix-hit": "share", "rate-sweep": "req/s"}
@@ -107,6 +118,7 @@ def schema() -> dict[str, Any]:
             "choices": {"model": list_models(), "hardware": sorted(hardware), "gpu": sorted(hardware),
                         "host": list_hosts(), "scenario": list(SCENARIOS), "profile": list_profiles(),
                         "engine": list_engines(), "dataset": list_datasets(),
+                        "traffic": ["diurnal", *list_traffic()], "policy": ["scheduled", "reactive"],
                         "phase": ["prefill", "decode"], "scheduler": list(collocated_schedulers()),
                         "schedulers": list(collocated_schedulers()),
                         "dtype": ["bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int8", "int4", "fp32"],
@@ -165,9 +177,11 @@ def _check_limits(req: Request) -> None:
             raise SpecError(f"{name}={value:g} is above this server's limit of {limit:g}; "
                             f"run `{PANELS[req.kind].command}` from the CLI for larger work")
 
-    if req.kind == "plan":
+    if req.kind in ("plan", "day"):
         over("devices", sum(o.budget().values()), LIMITS["devices"])
         over("num-requests", o.num_requests, LIMITS["plan_requests"])
+    if req.kind == "day":
+        over("sim-requests", o.sim_requests, LIMITS["day_requests"])
     elif req.kind == "simulate":
         over("num-requests", o.num_requests, LIMITS["simulate_requests"])
         if o.rate_sweep:
@@ -211,6 +225,8 @@ def prepare(req: Request) -> Prepared:
     work: Any
     if req.kind == "plan":
         work = plan.prepare(o)
+    elif req.kind == "day":
+        work = day.prepare(o)
     elif req.kind == "simulate":
         work = simulate.prepare(o)
     elif req.kind == "step":
@@ -227,6 +243,8 @@ def run(prep: Prepared, progress: Progress | None = None) -> tuple[dict[str, Any
     if kind == "plan":
         res = plan.run(prep.work, on_progress=progress)
         return res.document(), {}
+    if kind == "day":
+        return day.run(prep.work, on_progress=progress).document(), {}
     if kind == "simulate":
         sim = simulate.run(prep.work, on_progress=progress)
         extra: dict[str, Any] = {}

@@ -2,11 +2,12 @@
 // work done by the server's jobs, results drawn with plotly.js.
 "use strict";
 
-const TABS = [["plan", "Plan"], ["simulate", "Simulate"], ["step", "Step"], ["offload", "Offload"]];
-const KINDS = { plan: ["plan"], simulate: ["simulate"], step: ["step"], offload: ["offload", "frontier"] };
+const TABS = [["plan", "Plan"], ["day", "Day plan"], ["simulate", "Simulate"], ["step", "Step"], ["offload", "Offload"]];
+const KINDS = { plan: ["plan"], day: ["day"], simulate: ["simulate"], step: ["step"], offload: ["offload", "frontier"] };
 const CHOICE_LISTS = { model: "model", hardware: "hardware", gpu: "gpu", host: "host", scenario: "scenario",
                        dtype: "dtype", phase: "phase", scheduler: "scheduler", schedulers: "schedulers",
-                       engine: "engine", dataset: "dataset", "kv-dtype": "kv-dtype", "spec-method": "spec-method" };
+                       engine: "engine", dataset: "dataset", "kv-dtype": "kv-dtype", "spec-method": "spec-method",
+                       traffic: "traffic", policy: "policy" };
 const PLOT_CFG = { displaylogo: false, responsive: true };
 const COLORS = { collocated: "#2f5fb3", disaggregated: "#dd8452", bad: "#b42318" };
 
@@ -175,7 +176,7 @@ async function runKind(kind, values) {
 function progress(s) {
   const frac = s.total ? s.done / s.total : 0;
   $("#progress .fill").style.width = `${Math.round(100 * frac)}%`;
-  const what = state.panel === "plan" ? "strategies" : "runs";
+  const what = state.panel === "plan" || state.panel === "day" ? "strategies" : "runs";
   $("#progress .text").textContent = s.total ? `${s.done} / ${s.total} ${what}, ${s.elapsed_s.toFixed(1)} s` : `${s.elapsed_s.toFixed(1)} s`;
 }
 
@@ -444,7 +445,47 @@ function renderOffload(main, fr) {
   }
 }
 
-const RENDER = { plan: renderPlan, simulate: renderSimulate, step: renderStep, offload: renderOffload };
+// ------------------------------------------------------------------ Day plan
+const pct = (v) => v == null ? "-" : `${(100 * v).toFixed(2)}%`;
+
+function renderDay(main) {
+  // the day plan (serveplan day-plan): devices over time against the peak's, the rate over time,
+  // and the simulated SLO attainment of the autoscaled day beside its GPU-hours, dollars and energy
+  const d = main.doc, res = $("#results"), u = d.unit, tr = d.traffic, su = d.scale_up, pol = d.policy;
+  res.replaceChildren();
+  const nd = u.num_devices;
+  const a = d.autoscaled, p = d.peak;
+  const saved = p.gpu_hours > 0 ? 1 - a.gpu_hours / p.gpu_hours : 0;
+  const row = (name, c) => el("tr", {}, el("td", { class: "l", text: name }), el("td", { text: String(c.peak_replicas) }),
+    el("td", { text: c.gpu_hours.toFixed(1) }), el("td", { text: c.usd == null ? "-" : `$${c.usd.toFixed(2)}` }),
+    el("td", { text: c.kwh == null ? "-" : c.kwh.toFixed(1) }), el("td", { text: pct(c.simulation ? c.simulation.attainment : null) }),
+    el("td", { class: "l", text: c.simulation ? `${c.simulation.requests_simulated.toLocaleString()} requests, ${c.simulation.mode}` : "-" }));
+  const table = el("table", { id: "day-summary" }, el("thead", {}, el("tr", {}, ...["fleet", "peak replicas", "GPU-hours", "cost", "kWh", `SLO attainment (P${d.slo_percentile})`, "simulated"].map((h, j) => el("th", { class: j === 0 || j === 6 ? "l" : "", text: h })))),
+    el("tbody", {}, row("autoscaled", a), row("provisioned for the peak", p)));
+  res.append(el("div", { class: "card" },
+    el("h2", { text: `${tr.name}: ${tr.num_intervals} intervals of ${tr.interval_s} s, mean ${fmt(tr.mean_rps, 2)} req/s, peak ${fmt(tr.peak_rps, 2)} req/s` }),
+    el("p", { class: "summary", id: "day-verdict", text: `replica ${u.name} (${nd} device${nd > 1 ? "s" : ""}, goodput ${fmt(u.goodput_rps, 2)} req/s); ${pol.policy} policy, min ${pol.min_replicas}, scale-up ${su.total_s.toFixed(1)} s, scale-down delay ${pol.scale_down_delay_s} s: autoscaling uses ${(100 * saved).toFixed(1)}% fewer GPU-hours than provisioning for the peak.` }),
+    table,
+    el("p", { class: "note", text: `scale-up: weights ${(su.weights_bytes_per_device / 1e9).toFixed(1)} GB per device at ${(su.load_bandwidth / 1e9).toFixed(1)} GB/s (${su.load_source}) + start-up ${su.startup_s} s (${su.startup_source})${su.given ? "; total given" : ""}. ${(d.notes || []).join(" ")}` })));
+  const div = el("div", { class: "plot", id: "day-chart" });
+  res.append(el("div", { class: "card" }, el("h2", { text: "Devices and rate over the day" }), div));
+  const iv = d.intervals, hours = iv.map((r) => r.start_s / 3600);
+  hours.push(tr.duration_s / 3600);
+  const stairs = (ys) => ys.concat([ys[ys.length - 1]]);
+  const att = iv.map((r) => r.attainment == null ? null : 100 * r.attainment);
+  Plotly.newPlot(div, [
+    { x: hours, y: stairs(iv.map((r) => r.devices_provisioned)), name: "devices (autoscaled)", line: { shape: "hv", color: COLORS.collocated } },
+    { x: hours, y: stairs(iv.map(() => p.peak_replicas * nd)), name: "devices (peak)", line: { shape: "hv", dash: "dash", color: COLORS.bad } },
+    { x: hours, y: stairs(iv.map((r) => r.rate_rps)), name: "rate (req/s)", yaxis: "y2", line: { shape: "hv", color: "#3a923a" } },
+    { x: iv.map((r) => (r.start_s + tr.interval_s / 2) / 3600), y: att, name: "SLO attainment %", yaxis: "y3", mode: "markers", marker: { size: 5, color: COLORS.disaggregated } },
+  ], { margin: { l: 55, r: 110, t: 10, b: 45 }, xaxis: { title: { text: "hours" }, domain: [0, 0.9] },
+       yaxis: { title: { text: "devices" }, rangemode: "tozero" },
+       yaxis2: { title: { text: "requests/s" }, overlaying: "y", side: "right", rangemode: "tozero" },
+       yaxis3: { title: { text: "attainment %" }, overlaying: "y", side: "right", position: 0.97, anchor: "free", range: [0, 101] },
+       legend: { orientation: "h", y: 1.12 } }, PLOT_CFG);
+}
+
+const RENDER = { plan: renderPlan, day: renderDay, simulate: renderSimulate, step: renderStep, offload: renderOffload };
 
 // ------------------------------------------------------------------ start
 async function start() {
