@@ -10,10 +10,11 @@ end for the autoscaled fleet and for the peak's, cost and energy):
 3. the arrivals of the Azure LLM inference trace 2023, conversation service (the one public
    production trace bundled: one hour, per minute; rates x 10), at 1-minute intervals, scheduled and
    reactive policies;
-4. a week of the diurnal shape (2016 intervals) for the week's GPU-hours.
-
-No week-long public production trace could be read (docs/day-plan.md, "Traffic"), so the week is
-the diurnal shape's, not a trace's. Run::
+4. a week of the diurnal shape (2016 intervals) for the week's GPU-hours;
+5. a week of a public production trace's arrivals: ServeGen's model m-large on Alibaba Cloud Model
+   Studio (``--traffic servegen-m-large-week``, 1,008 windows of 600 s, rates x 0.1 so that one to
+   a few Llama-3.1-8B replicas on one H100 each serve it), scheduled and reactive, at full goodput and
+   planned at 80% of it (``--utilization 0.8``). Run::
 
     PYTHONPATH=src python benchmarks/day_plan.py [--jobs 2]
 
@@ -42,6 +43,12 @@ CASES = [
     ("8B, Azure conv 2023 arrivals x10, 58 x 1 min, reactive",
      {**SMALL, "traffic": "azure-conv-2023", "traffic-scale": "10", "interval": "60", "policy": "reactive"}),
     ("8B, a week of diurnal 8-40 req/s, 2016 x 5 min, scheduled", {**SMALL, "peak": "40", "trough": "8", "days": "7"}),
+    ("8B, a week of ServeGen m-large arrivals x 0.1, 1008 x 10 min, scheduled",
+     {**SMALL, "traffic": "servegen-m-large-week", "traffic-scale": "0.1", "interval": "600"}),
+    ("8B, a week of ServeGen m-large arrivals x 0.1, 1008 x 10 min, reactive",
+     {**SMALL, "traffic": "servegen-m-large-week", "traffic-scale": "0.1", "interval": "600", "policy": "reactive"}),
+    ("8B, a week of ServeGen m-large arrivals x 0.1, 1008 x 10 min, scheduled at 80% of goodput",
+     {**SMALL, "traffic": "servegen-m-large-week", "traffic-scale": "0.1", "interval": "600", "utilization": "0.8"}),
 ]
 
 

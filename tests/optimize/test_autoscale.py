@@ -162,3 +162,13 @@ def test_day_simulated_end_to_end_on_the_step_trace(step, small):
     # and are removed at 2100 s (interval 7)
     assert "2 where the fleet changes" in sampled.mode
     assert np.isfinite(sampled.attainment_by_interval[[3, 7]]).all()
+
+
+def test_the_bundled_week_of_a_production_trace_is_a_week():
+    # servegen-m-large-week.yaml (built by benchmarks/build_traffic.py --servegen): 1,008 windows of
+    # 600 s = 7 days; its num_requests field (126,735,052) is the sum of the counts, so the mean rate
+    # is 126,735,052 / 604,800 s = 209.55 req/s (hand division)
+    week = load_traffic("servegen-m-large-week", interval_s=600.0)
+    assert week.num_intervals == 1008 and week.interval_s == 600.0
+    assert float(week.rates.mean()) == pytest.approx(126_735_052 / 604_800, rel=1e-12)
+    assert load_traffic("servegen-m-large-week", interval_s=3600.0).num_intervals == 168  # hours of a week

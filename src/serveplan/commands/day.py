@@ -53,7 +53,8 @@ class DayOptions(plan.PlanOptions):
 
     traffic: str = opt("diurnal", "--traffic", help=(
         "Rate over time: diurnal (with --peak and --trough), a bundled trace's arrivals (azure-conv-2023, "
-        "azure-code-2023: one hour), or a CSV file of time_s,rate_rps (or request timestamps, one per line)."))
+        "azure-code-2023: one hour; servegen-m-large-week: a week), or a CSV file of time_s,rate_rps (or "
+        "request timestamps, one per line)."))
     peak: float = opt(8.0, "--peak", help="Highest rate of the diurnal shape, requests per second.")
     trough: float = opt(2.0, "--trough", help="Lowest rate of the diurnal shape, requests per second.")
     peak_hour: float = opt(14.0, "--peak-hour", help="Hour of the day (0-24) of the diurnal peak.")

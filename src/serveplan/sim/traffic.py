@@ -8,7 +8,8 @@ A :class:`RateSeries` is a piecewise-constant rate: ``rates[i]`` requests per se
   ``time_s`` to the next row's; the last row for as long as the row before it), or request
   timestamps in seconds, one per line (counted per interval);
 * a bundled public trace's arrival process (``azure-conv-2023``, ``azure-code-2023``: requests
-  per minute of the Azure LLM inference trace 2023, ``specs/data/traffic``);
+  per minute of the Azure LLM inference trace 2023; ``servegen-m-large-week``: requests per 600 s
+  window of ServeGen's model m-large over a week; ``specs/data/traffic``);
 * the named shape ``diurnal``: ``rate(t) = trough + (peak - trough) * (1 + cos(2 pi (t - t_peak)
   / 24 h)) / 2``, the rate at each interval's midpoint (one smooth daily cycle, highest at
   ``peak_hour``, lowest twelve hours away).
