@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -46,12 +45,9 @@ def test_profile_to_a_missing_folder_fails_at_once_before_measuring(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     measured = []
     monkeypatch.setattr("serveplan.calibrate.profile.profile_device", lambda *a, **k: measured.append(1))
-    t0 = time.perf_counter()
     r = runner.invoke(app, ["profile", "--out", "missing/dir/m.csv"])
-    elapsed = time.perf_counter() - t0
     assert r.exit_code == 2 and "missing/dir" in r.output and "does not exist" in r.output, r.output
     assert not measured, "measured before checking the output path"
-    assert elapsed < 1.0, f"took {elapsed:.2f} s to refuse"
 
 
 def test_calibrate_to_a_missing_folder_fails_before_fitting(tmp_path, monkeypatch):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -28,10 +27,8 @@ def _strict(text: str) -> dict:
     return json.loads(text, parse_constant=refuse)
 
 
-def test_validate_runs_on_a_small_subset_quickly():
-    t0 = time.perf_counter()
+def test_validate_runs_on_a_small_subset():
     res = command.run(command.ValidateOptions.parse({"source": SMALL, "jobs": "1"}))
-    assert time.perf_counter() - t0 < 30
     rep = res.report
     assert len(rep.outcomes) == 15 and len(rep.mapped) == 15
     kinds = {k for k, _ in rep.table("kind")}

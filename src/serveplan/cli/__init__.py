@@ -12,7 +12,8 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 import typer
@@ -173,6 +174,23 @@ def emit_json(obj: Any) -> None:
     from serveplan.report.documents import strict
 
     typer.echo(json.dumps(strict(json.loads(json.dumps(obj, default=_json_default))), indent=2, allow_nan=False))
+
+
+@contextmanager
+def count_bar(total: int, enabled: bool, *, unit: str, desc: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A tqdm bar on stderr for a command that reports ``(done, total)``: yields the callback a
+    command's ``run(..., on_progress=)`` takes, or ``None`` when ``enabled`` is false."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=True) as bar:
+        def update(done: int, _total: int) -> None:
+            if done > bar.n:
+                bar.update(done - bar.n)
+
+        yield update
 
 
 def _json_default(o: Any) -> Any:

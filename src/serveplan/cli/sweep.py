@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli import console, count_bar, emit_json, options_command
 from serveplan.commands import sweep as command
 
 _EXTRA = (
@@ -26,27 +24,12 @@ def sweep_cmd(opts: command.SweepOptions, *, json_out: bool = False, progress: b
     rerun skips the questions already answered."""
     prep = command.prepare(opts)
     enabled = sys.stderr.isatty() if progress is None else progress
-    with _bar(len(prep.questions), enabled) as update:
+    with count_bar(len(prep.questions), enabled, unit="question", desc="sweep") as update:
         result = command.run(prep, on_progress=update)
     if json_out:
         emit_json(result.document())
         return
     _print(result)
-
-
-@contextmanager
-def _bar(total: int, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    if not enabled:
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, unit="question", desc="sweep", file=sys.stderr, leave=False, dynamic_ncols=True) as bar:
-        def update(done: int, _total: int) -> None:
-            if done > bar.n:
-                bar.update(done - bar.n)
-
-        yield update
 
 
 def _num(v: object, fmt: str) -> str:

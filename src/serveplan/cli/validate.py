@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli import console, count_bar, emit_json, options_command
 from serveplan.commands import validate as command
 
 _EXTRA = (
@@ -27,27 +25,12 @@ def validate_cmd(opts: command.ValidateOptions, *, json_out: bool = False, progr
     confidence bands checked with each row's own source left out (a few minutes on two cores)."""
     prep = command.prepare(opts)
     enabled = sys.stderr.isatty() if progress is None else progress
-    with _bar(len(prep.rows), enabled) as update:
+    with count_bar(len(prep.rows), enabled, unit="row", desc="validate") as update:
         result = command.run(prep, on_progress=update)
     if json_out:
         emit_json(result.document())
         return
     _print(result)
-
-
-@contextmanager
-def _bar(total: int, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    if not enabled:
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, unit="row", desc="validate", file=sys.stderr, leave=False, dynamic_ncols=True) as bar:
-        def update(done: int, _total: int) -> None:
-            if done > bar.n:
-                bar.update(done - bar.n)
-
-        yield update
 
 
 def _pct(x: float, signed: bool = False) -> str:
