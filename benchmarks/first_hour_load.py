@@ -80,8 +80,10 @@ def readme_loop(n: int, cmd: str) -> list[str]:
             rc, dt, out = run(cmd, base / "main", shell=True, env=env)
             rows.append(f"| README {i} | {rc} | {dt:.0f} | {summary_line(out)} |")
             print(rows[-1], flush=True)
-            if rc != 0:
-                print(out[-4000:], flush=True)
+            if rc != 0:  # the whole output, for the failures' tracebacks
+                log = Path(tempfile.gettempdir()) / f"first-hour-README-{i}.log"
+                log.write_text(out)
+                print(f"(full output: {log})", out[-4000:], sep="\n", flush=True)
         finally:
             shutil.rmtree(base, ignore_errors=True)
     return rows

@@ -102,15 +102,26 @@ def calls() -> dict[str, frozenset[str]]:
     from serveplan.cli.catalog import new_hardware_yaml
     from serveplan.sim import simulation_config
     from serveplan.specs.profile import EfficiencyProfile
-    from serveplan.ui.app import create_app
 
     return {
         "profile": _names(ProfileConfig, profile_device, hardware_yaml_from_measurements, shape_from_model),
         "calibrate": _names(calibrate, import_aiconfigurator, import_vidur, EfficiencyProfile),
         "compare": _names(simulation_config),
         "hardware": _names(new_hardware_yaml),
-        "ui": _names(create_app),
+        "ui": _parameters_in_source(ROOT / "src" / "serveplan" / "ui" / "app.py", "create_app"),
     }
+
+
+def _parameters_in_source(path: Path, function: str) -> frozenset[str]:
+    """The parameters of ``function`` read from its source, not imported: the page's module needs
+    the ``ui`` extra (FastAPI), which the README's test install (``.[test]``) does not bring."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            a = node.args
+            return frozenset(x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs))
+    raise AssertionError(f"{path} defines no {function}")
 
 
 @functools.cache
