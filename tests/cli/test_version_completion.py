@@ -34,7 +34,11 @@ def test_help_lists_version_and_completion_options():
         assert option in r.stdout
 
 
-def test_show_completion_prints_a_bash_script_for_serveplan():
+def test_show_completion_prints_a_bash_script_for_serveplan(monkeypatch):
+    # Typer detects the calling shell from the process tree (shellingham) unless this variable is set,
+    # and then takes the shell as the option's value; a run with no shell above it (a job, a CI
+    # step) detects none, so the test names the shell
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
     r = runner.invoke(app, ["--show-completion", "bash"], prog_name="serveplan")
     assert r.exit_code == 0, r.output
     assert "_SERVEPLAN_COMPLETE=complete_bash" in r.stdout
