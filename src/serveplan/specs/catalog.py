@@ -229,25 +229,27 @@ def list_datasets() -> list[str]:
     return sorted(_entries("datasets"))
 
 
+def _raw_entry(folder: str, what: str, name: str) -> dict[str, Any]:
+    """The raw YAML of bundled entry ``name`` under ``specs/data/<folder>``, or an error naming the options."""
+    entries = _entries(folder)
+    if name not in entries:
+        raise unknown_name(what, name, entries)
+    return entries[name]
+
+
 def list_traffic() -> list[str]:
-    """Bundled arrival processes (``specs/data/traffic``: requests per minute of public traces)."""
+    """Bundled arrival processes (``specs/data/traffic``: requests per interval of public traces)."""
     return sorted(_entries("traffic"))
 
 
 def get_traffic(name: str) -> dict[str, Any]:
     """The raw counts of a bundled arrival process (built by ``benchmarks/build_traffic.py``)."""
-    entries = _entries("traffic")
-    if name not in entries:
-        raise unknown_name("traffic", name, entries)
-    return entries[name]
+    return _raw_entry("traffic", "traffic", name)
 
 
 def get_dataset(name: str) -> dict[str, Any]:
     """The raw quantile tables of a bundled dataset (built by ``benchmarks/build_datasets.py``)."""
-    entries = _entries("datasets")
-    if name not in entries:
-        raise unknown_name("dataset", name, entries)
-    return entries[name]
+    return _raw_entry("datasets", "dataset", name)
 
 
 @lru_cache(maxsize=64)
@@ -400,7 +402,4 @@ def list_session_datasets() -> list[str]:
 
 def get_session_dataset(name: str) -> dict[str, Any]:
     """The raw tables of a bundled session dataset (built by ``benchmarks/build_sessions.py``)."""
-    entries = _entries("sessions")
-    if name not in entries:
-        raise unknown_name("session dataset", name, entries)
-    return entries[name]
+    return _raw_entry("sessions", "session dataset", name)
