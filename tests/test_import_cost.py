@@ -31,3 +31,45 @@ def test_import_serveplan_loads_no_heavy_library():
 def test_the_cli_loads_no_heavy_library_before_a_command_runs():
     loaded = _modules_after("import serveplan.cli")
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def _modules_after_command(*argv: str) -> set[str]:
+    """The full names of the modules loaded by a whole CLI call (its output discarded)."""
+    code = ("import sys\nsys.argv = ['serveplan', *%r]\nfrom serveplan.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('\\n'.join(sys.modules))") % (argv,)
+    src = str(Path(serveplan.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
+    return set(out.split())
+
+
+def test_import_serveplan_loads_its_layers_only_when_a_name_is_used():
+    """The package root re-exports lazily (serveplan.lazy): ``import serveplan`` loads no layer, and
+    a name loads its own module (the catalog), not the simulator."""
+    src = str(Path(serveplan.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import sys, serveplan\nbare = set(sys.modules)\nserveplan.get_model('llama-3.1-8b')\n"
+            "print(' '.join(m for m in bare if m.startswith('serveplan.')), '|', ' '.join(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    bare, _, after = out.partition("|")
+    assert set(bare.split()) <= {"serveplan.lazy"}, bare
+    assert "serveplan.specs.catalog" in after.split() and "serveplan.sim.engine" not in after.split()
+
+
+def test_estimate_loads_neither_the_simulator_nor_the_optimizer_nor_the_page():
+    """``serveplan estimate`` imports its own command only (serveplan.cli.load_commands): the engine
+    loop, the optimizer's search, the validation suite and the web page stay unloaded."""
+    loaded = _modules_after_command("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "2",
+                                    "--input-len", "128", "-n", "8")
+    assert "serveplan.commands.estimate" in loaded
+    unwanted = {"serveplan.sim.engine", "serveplan.optimize.search", "serveplan.optimize.goodput",
+                "serveplan.validate.suite", "serveplan.ui", "serveplan.cli.optimize", "serveplan.cli.simulate"}
+    assert not loaded & unwanted, sorted(loaded & unwanted)
+
+
+def test_every_subcommand_is_named_in_the_lazy_table():
+    """main() loads the module COMMANDS names for a subcommand: one missing would be 'No such command'."""
+    from serveplan.cli import COMMANDS, app
+
+    registered = {c.name for c in app.registered_commands}
+    assert registered == set(COMMANDS), sorted(registered ^ set(COMMANDS))

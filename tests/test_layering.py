@@ -11,7 +11,7 @@ import serveplan
 # simulator and the optimizer (comparison with served runs, bands of simulations and goodput)
 # commands are the library's commands (options in, result out); ui and cli are the two front ends over
 # them: the CLI may start the page (serveplan ui), the page never imports the CLI
-ORDER = ["errors", "units", "specs", "ops", "estimator", "calibrate", "sim", "optimize", "offload", "validate",
+ORDER = ["lazy", "errors", "units", "specs", "ops", "estimator", "calibrate", "sim", "optimize", "offload", "validate",
          "report", "commands", "ui", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 # optimize and offload are siblings

@@ -60,7 +60,7 @@ def test_every_alias_names_its_own_entry_and_no_id(kind):
 
 
 def test_an_alias_that_is_another_entrys_id_is_refused(monkeypatch):
-    fake = {"h100-sxm": {"aliases": ["h200"]}, "h200": {}}
+    fake = catalog._Entries({"h100-sxm": "aliases: [h200]\n", "h200": "{}\n"})
     monkeypatch.setattr(catalog, "_entries", lambda kind: fake)
     catalog._index.cache_clear()
     try:

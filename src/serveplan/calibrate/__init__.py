@@ -11,20 +11,27 @@ Calibration sits below the simulator (it needs the estimator only); checking pre
 against served runs and bands of simulations are in :mod:`serveplan.validate`.
 """
 
-from typing import Any
+import typing
 
-from serveplan.calibrate.bands import Band, band, sample_profiles
-from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
+from serveplan.lazy import lazy_exports as _lazy_exports
+
+if typing.TYPE_CHECKING:
+    from serveplan.calibrate.bands import Band, band, sample_profiles
+    from serveplan.calibrate.fit import Calibration, calibrate
+    from serveplan.calibrate.measurements import Measurement, MeasurementSet, read_measurements
 
 __all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "calibrate", "read_measurements",
            "sample_profiles"]
 
-
-def __getattr__(name: str) -> Any:
-    """The fitting names load scipy: imported when first used, so importing the package (the bands
-    every command offers) stays light."""
-    if name in ("Calibration", "calibrate"):
-        from serveplan.calibrate import fit
-
-        return getattr(fit, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# each name is imported when first used: the fitting names load scipy, so importing the package (the
+# bands every command offers) stays light
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    "Band": "serveplan.calibrate.bands",
+    "band": "serveplan.calibrate.bands",
+    "sample_profiles": "serveplan.calibrate.bands",
+    "Calibration": "serveplan.calibrate.fit",
+    "calibrate": "serveplan.calibrate.fit",
+    "Measurement": "serveplan.calibrate.measurements",
+    "MeasurementSet": "serveplan.calibrate.measurements",
+    "read_measurements": "serveplan.calibrate.measurements",
+})

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from serveplan.cli import app, console, emit_json, handle_errors, parse_int_list
+from serveplan.cli.base import app, console, emit_json, handle_errors, parse_int_list
 from serveplan.commands.checks import check_output_file
 from serveplan.errors import SpecError
 from serveplan.specs.profile import Phase

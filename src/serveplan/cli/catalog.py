@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from serveplan.cli import app, console, emit_json, handle_errors
+from serveplan.cli.base import app, console, emit_json, handle_errors
 from serveplan.sim.schedulers import get_scheduler
 from serveplan.specs.catalog import (
     aliases,

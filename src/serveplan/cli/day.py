@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli.base import console, emit_json, options_command
 from serveplan.commands import day
 
 _EXTRA = (

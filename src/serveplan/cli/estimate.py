@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli.base import console, emit_json, options_command
 from serveplan.commands import estimate as command
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.profile import Phase

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli.base import console, emit_json, options_command
 from serveplan.commands import offload as command
 from serveplan.offload.search import OffloadFrontier, OffloadPlan
 from serveplan.units import fmt_bytes

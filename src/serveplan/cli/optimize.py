@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli.base import console, emit_json, options_command
 from serveplan.commands import plan
 from serveplan.report.ranking import PARETO_NOTE, tolerance_note
 from serveplan.report.tables import fit_columns, plan_header

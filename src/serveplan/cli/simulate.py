@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from serveplan.calibrate.bands import Band
-from serveplan.cli import console, emit_json, options_command
+from serveplan.cli.base import console, emit_json, options_command
 from serveplan.commands import simulate as command
 from serveplan.report.tables import concurrency_records, fit_columns, latency_rows, summary_lines
 from serveplan.sim import SimulationConfig, SimulationResult

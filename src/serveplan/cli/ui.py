@@ -6,7 +6,7 @@ import socket
 
 import typer
 
-from serveplan.cli import app, fail
+from serveplan.cli.base import app, fail
 
 
 @app.command("ui")

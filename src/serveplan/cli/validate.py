@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
-from serveplan.cli import console, count_bar, emit_json, options_command
+from serveplan.cli.base import console, count_bar, emit_json, options_command
 from serveplan.commands import validate as command
 
 _EXTRA = (

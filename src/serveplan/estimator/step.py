@@ -506,7 +506,9 @@ class Estimator:
             var_step, var_rates = split.varying
             # the varying operators' times summed per layer group rather than per block
             by_group = dataclasses.replace(var_step, S=self._groups @ var_step.S, SC=self._groups @ var_step.SC)
-            fixed_rows = np.setdiff1d(np.arange(X.shape[0]), varying)
+            # the rows not in ``varying``, in order (numpy's setdiff1d would load numpy.ma at start-up)
+            skip = set(varying)
+            fixed_rows = np.array([i for i in range(X.shape[0]) if i not in skip], dtype=np.int64)
             hit = self._splits[key] = (split, (by_group, var_rates), fixed_rows)
         split, grouped_step, fixed_rows = hit
         # the fixed part reads only the features that do not vary (the same for every table of

@@ -6,9 +6,29 @@ re-exported here so that the ``search`` module stays reachable by its dotted nam
     from serveplan.optimize import SearchSpace, GoodputSettings, max_goodput, search_many
 """
 
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, capacity_bound, max_goodput
-from serveplan.optimize.search import SearchResult, pareto_front, search_many
-from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
+import typing
+
+from serveplan.lazy import lazy_exports as _lazy_exports
+
+if typing.TYPE_CHECKING:
+    from serveplan.optimize.goodput import GoodputResult, GoodputSettings, GoodputStatus, capacity_bound, max_goodput
+    from serveplan.optimize.search import SearchResult, pareto_front, search_many
+    from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
+
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    "GoodputResult": "serveplan.optimize.goodput",
+    "GoodputSettings": "serveplan.optimize.goodput",
+    "GoodputStatus": "serveplan.optimize.goodput",
+    "capacity_bound": "serveplan.optimize.goodput",
+    "max_goodput": "serveplan.optimize.goodput",
+    "SearchResult": "serveplan.optimize.search",
+    "pareto_front": "serveplan.optimize.search",
+    "search_many": "serveplan.optimize.search",
+    "Pruned": "serveplan.optimize.space",
+    "SearchSpace": "serveplan.optimize.space",
+    "SpaceListing": "serveplan.optimize.space",
+    "enumerate_space": "serveplan.optimize.space",
+})
 
 __all__ = [
     "GoodputResult", "GoodputSettings", "GoodputStatus", "Pruned", "SearchResult", "SearchSpace", "SpaceListing",

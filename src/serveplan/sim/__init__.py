@@ -11,15 +11,47 @@ Mooncake traces run the prefix cache (``SimulationResult.prefix_cache``); ``KVTi
 disk tiers.
 """
 
-from serveplan.sim.config import Fidelity, SimulationConfig, simulation_config
-from serveplan.sim.engine import ClosedLoopStats, SimulationResult, simulate
-from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
-from serveplan.sim.metrics import SLO, LatencyStats
-from serveplan.sim.prefix_cache import KVTiers, PrefixCacheReport
-from serveplan.sim.request import RequestRecords
-from serveplan.sim.serving import EngineSetup, resolve_engine
-from serveplan.sim.sessions import session_workload, with_system_prompt
-from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
+import typing
+
+from serveplan.lazy import lazy_exports as _lazy_exports
+
+if typing.TYPE_CHECKING:
+    from serveplan.sim.config import Fidelity, SimulationConfig, simulation_config
+    from serveplan.sim.engine import ClosedLoopStats, SimulationResult, simulate
+    from serveplan.sim.fleet import Batching, Fleet, InstanceConfig, Role, Strategy
+    from serveplan.sim.metrics import SLO, LatencyStats
+    from serveplan.sim.prefix_cache import KVTiers, PrefixCacheReport
+    from serveplan.sim.request import RequestRecords
+    from serveplan.sim.serving import EngineSetup, resolve_engine
+    from serveplan.sim.sessions import session_workload, with_system_prompt
+    from serveplan.sim.workload import SCENARIOS, LengthDist, Workload, arrival_times
+
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    "Fidelity": "serveplan.sim.config",
+    "SimulationConfig": "serveplan.sim.config",
+    "simulation_config": "serveplan.sim.config",
+    "ClosedLoopStats": "serveplan.sim.engine",
+    "SimulationResult": "serveplan.sim.engine",
+    "simulate": "serveplan.sim.engine",
+    "Batching": "serveplan.sim.fleet",
+    "Fleet": "serveplan.sim.fleet",
+    "InstanceConfig": "serveplan.sim.fleet",
+    "Role": "serveplan.sim.fleet",
+    "Strategy": "serveplan.sim.fleet",
+    "SLO": "serveplan.sim.metrics",
+    "LatencyStats": "serveplan.sim.metrics",
+    "KVTiers": "serveplan.sim.prefix_cache",
+    "PrefixCacheReport": "serveplan.sim.prefix_cache",
+    "RequestRecords": "serveplan.sim.request",
+    "EngineSetup": "serveplan.sim.serving",
+    "resolve_engine": "serveplan.sim.serving",
+    "session_workload": "serveplan.sim.sessions",
+    "with_system_prompt": "serveplan.sim.sessions",
+    "SCENARIOS": "serveplan.sim.workload",
+    "LengthDist": "serveplan.sim.workload",
+    "Workload": "serveplan.sim.workload",
+    "arrival_times": "serveplan.sim.workload",
+})
 
 __all__ = [
     "SCENARIOS", "SLO", "Batching", "ClosedLoopStats", "EngineSetup", "Fidelity", "Fleet", "InstanceConfig",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -61,15 +61,41 @@ def _data_dir(kind: str) -> Any:
     return resources.files("serveplan.specs").joinpath("data").joinpath(kind)
 
 
+class _Entries(Mapping[str, dict[str, Any]]):
+    """The bundled entries of one kind: id -> the mapping of its YAML file, each file parsed when its
+    entry is first read. The measured profiles' kernel tables take about 15 ms each to parse, and a
+    command needs one of them; :meth:`having` finds the entries that may hold a key from the text
+    alone (a key a file does not spell anywhere it cannot hold), so looking up aliases or a
+    device's default profile parses only the candidates."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self._texts = texts
+        self._parsed: dict[str, dict[str, Any]] = {}
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        raw = self._parsed.get(key)
+        if raw is None:
+            raw = self._parsed[key] = yaml.load(self._texts[key], Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
+        return raw
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def having(self, key: str, *words: str) -> dict[str, dict[str, Any]]:
+        """The entries whose mapping has ``key``, among those whose text spells ``key`` and each of
+        ``words`` (a value the caller will require): only those files are parsed."""
+        return {k: self[k] for k, text in self._texts.items()
+                if all(w in text for w in (key, *words)) and key in self[k]}
+
+
 @cache
-def _entries(kind: str) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _entries(kind: str) -> _Entries:
     d = _data_dir(kind)
-    for f in d.iterdir():
-        if f.name.endswith(".yaml"):
-            raw = yaml.load(f.read_text(), Loader=_YAML_LOADER)
-            out[f.name[: -len(".yaml")]] = raw
-    return out
+    return _Entries({f.name[: -len(".yaml")]: f.read_text() for f in sorted(d.iterdir(), key=lambda f: f.name)
+                     if f.name.endswith(".yaml")})
 
 
 def _looks_like_path(name: str) -> bool:
@@ -94,6 +120,19 @@ def _read_yaml_file(path: str, kind: str) -> dict[str, Any]:
 
 
 @cache
+def _ids(kind: str) -> dict[str, str]:
+    """Lower-cased ids of ``kind`` -> the id."""
+    return {k.lower(): k for k in _entries(kind)}
+
+
+def _lookup(kind: str, name: str) -> str | None:
+    """The id that ``name`` names (an id in any case, else an alias), or ``None``: ids first, so a
+    command naming ids reads no other entry's file."""
+    key = name.strip().lower()
+    return _ids(kind).get(key) or _index(kind).get(key)
+
+
+@cache
 def _index(kind: str) -> dict[str, str]:
     """Lower-cased ids and aliases of ``kind`` -> the id they name.
 
@@ -103,7 +142,7 @@ def _index(kind: str) -> dict[str, str]:
         An alias that is also an id or the alias of another entry (a broken data file).
     """
     out = {k.lower(): k for k in _entries(kind)}
-    for k, raw in sorted(_entries(kind).items()):
+    for k, raw in sorted(_entries(kind).having("aliases").items()):
         for alias in raw.get("aliases") or ():
             key = str(alias).strip().lower()
             if out.get(key, k) != k:
@@ -126,17 +165,16 @@ def resolve_name(kind: str, what: str, name: str) -> str:
     SpecError
         No such id or alias: the closest names first, a long list folded (``N more: serveplan models``).
     """
-    key = name.strip().lower()
-    index = _index(kind)
-    if key in index:
-        return index[key]
+    found = _lookup(kind, name)
+    if found is not None:
+        return found
     raise unknown_name(what, name, _entries(kind), listing=LISTING.get(kind))
 
 
 def _load(kind: str, what: str, name: str, build: Callable[..., T]) -> T:
     """``build(raw, name=...)`` of a YAML file when ``name`` is a path, else of the bundled entry
     ``name`` of ``kind`` (a did-you-mean :class:`SpecError` when there is none)."""
-    if _looks_like_path(name) and name.strip().lower() not in _index(kind):
+    if _looks_like_path(name) and _lookup(kind, name) is None:
         raw = _read_yaml_file(name, what)
         return build(raw, name=str(raw.get("name", Path(name).stem)))
     key = resolve_name(kind, what, name)
@@ -279,10 +317,9 @@ def resolve_model(name: str) -> str:
     SpecError
         Nothing of that name (the closest names first), or a path that does not exist.
     """
-    key = name.strip().lower()
-    index = _index("models")
-    if key in index:
-        return index[key]
+    found = _lookup("models", name)
+    if found is not None:
+        return found
     if Path(name).exists():
         return name
     if _HF_REPO.match(name.strip()) and not name.strip().endswith((".json", ".yaml", ".yml")):
@@ -330,11 +367,11 @@ def get_profile(name: str | None = None, hardware: str | None = None) -> Efficie
     """
     entries = _entries("profiles")
     if hardware is not None:
-        hardware = _index("hardware").get(hardware.strip().lower(), hardware)
+        hardware = _lookup("hardware", hardware) or hardware
     if name is None and hardware is not None and _hardware_profile_entry(hardware):
         return _borrowed_profile(hardware)
     if name is None:
-        for pid, raw in sorted(entries.items()):
+        for pid, raw in sorted(entries.having("default_for_hardware", *([hardware] if hardware else [])).items()):
             if hardware and raw.get("hardware") == hardware and raw.get("default_for_hardware", False):
                 name = pid
                 break
@@ -368,7 +405,7 @@ def _borrowed_profile(hardware: str) -> EfficiencyProfile:
 
 def hardware_profile_note(hardware: str) -> str:
     """Why a bundled device uses another device's profile (its data file's ``profile.why``), or ``""``."""
-    key = _index("hardware").get(hardware.strip().lower(), hardware)
+    key = _lookup("hardware", hardware) or hardware
     return str(_hardware_profile_entry(key).get("why", ""))
 
 

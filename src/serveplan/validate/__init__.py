@@ -18,10 +18,30 @@ its bands), while :mod:`serveplan.calibrate` (profiling, fitting, sampling profi
 them, next to the estimator.
 """
 
-from serveplan.validate.bands import GoodputBand, goodput_bands, simulation_band
-from serveplan.validate.compare import Comparison, ServingRun, compare, read_vllm_result
-from serveplan.validate.confidence import Band, band_for, bundled_residuals
-from serveplan.validate.suite import ValidationReport, run_validation
+import typing
+
+from serveplan.lazy import lazy_exports as _lazy_exports
+
+if typing.TYPE_CHECKING:
+    from serveplan.validate.bands import GoodputBand, goodput_bands, simulation_band
+    from serveplan.validate.compare import Comparison, ServingRun, compare, read_vllm_result
+    from serveplan.validate.confidence import Band, band_for, bundled_residuals
+    from serveplan.validate.suite import ValidationReport, run_validation
+
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    "GoodputBand": "serveplan.validate.bands",
+    "goodput_bands": "serveplan.validate.bands",
+    "simulation_band": "serveplan.validate.bands",
+    "Comparison": "serveplan.validate.compare",
+    "ServingRun": "serveplan.validate.compare",
+    "compare": "serveplan.validate.compare",
+    "read_vllm_result": "serveplan.validate.compare",
+    "Band": "serveplan.validate.confidence",
+    "band_for": "serveplan.validate.confidence",
+    "bundled_residuals": "serveplan.validate.confidence",
+    "ValidationReport": "serveplan.validate.suite",
+    "run_validation": "serveplan.validate.suite",
+})
 
 __all__ = ["Band", "Comparison", "GoodputBand", "ServingRun", "ValidationReport", "band_for", "bundled_residuals",
            "compare", "goodput_bands", "read_vllm_result", "run_validation", "simulation_band"]

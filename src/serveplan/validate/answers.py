@@ -10,14 +10,11 @@ JSON documents carry under ``confidence`` and the CLI and the web page render.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from serveplan.estimator.api import EstimateResult
-from serveplan.optimize.goodput import GoodputResult, GoodputSettings
-from serveplan.sim import SimulationResult, Workload
-from serveplan.sim.metrics import LatencyStats
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.model import ModelSpec
@@ -31,6 +28,11 @@ from serveplan.validate.confidence import (
     bundled_residuals,
     model_class,
 )
+
+if TYPE_CHECKING:  # annotations only: estimate's bands need neither the simulator nor the optimizer
+    from serveplan.optimize.goodput import GoodputResult, GoodputSettings
+    from serveplan.sim import SimulationResult, Workload
+    from serveplan.sim.metrics import LatencyStats
 
 #: the basis of a throughput an open loop fixes
 ARRIVAL_RATE = "set by the arrival rate: an open loop that keeps up delivers what arrives"
