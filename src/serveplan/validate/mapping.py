@@ -30,7 +30,8 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
 
 A row is not mapped (:class:`Unmappable`, with the reason) when the tool lacks its model,
 hardware, engine or format, when the source does not state what the simulation needs (input
-lengths, the concurrency of a peak over a sweep, a production trace), when its figure is a bound
+lengths, the concurrency of a peak over a sweep, a production trace), for an MLPerf Server result (a goodput
+that ``benchmarks/validate_goodput.py`` checks), when its figure is a bound
 (``lower bound``, ``up to``) or a ratio between settings the tool does not model (two engine
 releases, another engine, an ablation), and a power figure (``benchmarks/validate_energy.py``
 checks the energy model against those).
@@ -331,6 +332,9 @@ def _simulate(row: MeasuredRow, st: _Setup) -> tuple[float, str]:
         conc = int(value)
     elif kind == "rate" and value:
         rate = value
+    elif kind == "server" and row.source.startswith("mlperf-inference"):
+        raise Unmappable("an MLPerf Server result: a goodput (the highest loadgen Poisson rate whose P99 TTFT and TPOT "
+                         "meet the limits), checked by benchmarks/validate_goodput.py")
     elif kind == "server":
         raise Unmappable("production traffic or a trace replay: the load is not one the source states as numbers")
     else:
