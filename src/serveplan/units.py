@@ -150,6 +150,7 @@ _DTYPE_ALIASES = {
     "awq": "w4a16",
     "gptq": "w4a16",
     "int4_awq": "w4a16",
+    "int4_gptq": "w4a16",
     "w4a16_awq": "w4a16",
     "int8_weight_only": "w8a16",
 }

@@ -54,8 +54,10 @@ def test_request_lengths_follow_the_source():
     assert _lengths(_row("sglang-blog-2025-09-amd-mi300x-mtp/random-c1-mtp"))[2] == "uniform-to"
     inp, out, how, notes = _lengths(_row("vllm-dashboard-buildkite-9515/throughput-llama8b-tp1"))
     assert (inp, out, how) == (202, 179, "fixed") and "mean lengths" in notes[0]
-    with pytest.raises(Unmappable, match="request lengths of dataset 'mlperf-openorca-24576' are not stated"):
-        _lengths(_row("mlperf-inference-v4.1/nvidia-h200-sxm-141gbx8-trt-llama2-70b-99-offline"))
+    inp, out, how, notes = _lengths(_row("mlperf-inference-v4.1/nvidia-h200-sxm-141gbx8-trt-llama2-70b-99-offline"))
+    assert (inp, out, how) == (222.33, 294.45, "fixed") and "mlperf-openorca-24576" in notes[0]
+    with pytest.raises(Unmappable, match="request lengths of dataset 'mlperf-cnndm-13368' are not stated"):
+        _lengths(_row("mlperf-inference-v4.1/nvidia-h200-sxm-141gbx8-trt-gptj-99-offline"))
 
 
 def test_units_are_normalised_as_they_say():
@@ -69,7 +71,7 @@ def test_units_are_normalised_as_they_say():
     ("nvidia-blog-2025-03-dsr1-blackwell-record/dsr1-8xb200-max-throughput", "bound, not a measurement"),
     ("distserve-blog-2024-03/13b-2p1d-goodput", "is not modelled"),
     ("vllm-blog-2024-09-perf/llama3-8b-h100-throughput-v060-vs-v053", "ratio between settings"),
-    ("trtllm-docs-perf-overview-v0.14/llama-3.1-8b-a100-pcie-80g-fp16-tp1-1000-1000", "unknown hardware"),
+    ("mooncake-docs-vllm-store-a10/2p2d-tp1-rdma-ttft-mean", "unknown hardware .a10."),
 ])
 def test_rows_the_tool_cannot_be_asked_say_why(key, why):
     with pytest.raises(Unmappable, match=why):

@@ -11,7 +11,8 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
   ``--enable-chunked-prefill=False`` (prefill-first scheduling); MTP with ``N steps`` (speculative
   decoding, K = N, the method's default acceptance).
-* **Layout**: the stated TP, PP, attention DP and EP; instances fill the stated devices (``dp``
+* **Layout**: the stated TP, PP, attention DP and EP (with the redundant expert copies a source states,
+  DeepSeek's EPLB); instances fill the stated devices (``dp``
   equal to ``instances`` means independent replicas); an unstated TP is the tool's default (the
   smallest that fits with a useful KV cache).
 * **Requests**: fixed lengths as stated; ``+-15%`` is uniform within 15%; SGLang's ``random``
@@ -29,7 +30,8 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
 
 A row is not mapped (:class:`Unmappable`, with the reason) when the tool lacks its model,
 hardware, engine or format, when the source does not state what the simulation needs (input
-lengths, the concurrency of a peak over a sweep, a production trace), when its figure is a bound
+lengths, the concurrency of a peak over a sweep, a production trace), for an MLPerf Server result (a goodput
+that ``benchmarks/validate_goodput.py`` checks), when its figure is a bound
 (``lower bound``, ``up to``) or a ratio between settings the tool does not model (two engine
 releases, another engine, an ablation), and a power figure (``benchmarks/validate_energy.py``
 checks the energy model against those).
@@ -222,6 +224,7 @@ def _layout(row: MeasuredRow, eng: EngineSpec, m: Any, hw: Any, pr: Any, dtype: 
     if (lay.get("prefill_instances") or 0) > 0 and (lay.get("decode_instances") or 0) > 0:
         raise Unmappable("a disaggregated fleet whose instance layouts are not all stated")
     pp, ep = int(lay.get("pp") or 1), int(lay.get("ep") or 1)
+    redundant = int(lay.get("redundant_experts") or 0)
     dp, inst = int(lay.get("dp") or 1), lay.get("instances")
     if inst and dp == inst:      # data-parallel replicas, not attention ranks of one instance
         dp = 1
@@ -231,7 +234,7 @@ def _layout(row: MeasuredRow, eng: EngineSpec, m: Any, hw: Any, pr: Any, dtype: 
             tp, _ = default_tp(eng, m, hw, pr, longest_request=longest, pp=pp, dtype=dtype, kv_dtype=kv)
         except InfeasibleError as exc:
             raise Unmappable(f"no default layout: {exc}") from None
-    par = ParallelConfig(tp=int(tp), pp=pp, dp=dp, ep=ep)
+    par = ParallelConfig(tp=int(tp), pp=pp, dp=dp, ep=ep, redundant_experts=redundant)
     try:
         par.validate_for(m)
     except SpecError as exc:
@@ -329,11 +332,17 @@ def _simulate(row: MeasuredRow, st: _Setup) -> tuple[float, str]:
         conc = int(value)
     elif kind == "rate" and value:
         rate = value
+    elif kind == "server" and row.source.startswith("mlperf-inference"):
+        raise Unmappable("an MLPerf Server result: a goodput (the highest loadgen Poisson rate whose P99 TTFT and TPOT "
+                         "meet the limits), checked by benchmarks/validate_goodput.py")
     elif kind == "server":
         raise Unmappable("production traffic or a trace replay: the load is not one the source states as numbers")
     else:
         raise Unmappable(f"the load is not stated as a number ({', '.join(f'{k}: {v}' for k, v in load.items())})")
     par = st.parallel
+    if par.redundant_experts:
+        raise Unmappable("redundant experts in a simulated fleet (simulation_config takes none; the estimate of a "
+                         "step does)")
     cfg = simulation_config(
         engine=st.engine, strategy=f"{st.instances}m",
         fleet_options={"tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep, **st.options},
