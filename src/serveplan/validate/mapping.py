@@ -30,7 +30,8 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
 
 A row is not mapped (:class:`Unmappable`, with the reason) when the tool lacks its model,
 hardware, engine or format, when the source does not state what the simulation needs (input
-lengths, the concurrency of a peak over a sweep, a production trace), for an MLPerf Server result (a goodput
+lengths, the concurrency of a peak over a sweep, a production trace, the weight format of an MLPerf
+submission: the closed division lets each submitter choose it), for an MLPerf Server result (a goodput
 that ``benchmarks/validate_goodput.py`` checks), when its figure is a bound
 (``lower bound``, ``up to``) or a ratio between settings the tool does not model (two engine
 releases, another engine, an ablation), and a power figure (``benchmarks/validate_energy.py``
@@ -406,6 +407,10 @@ def predict(row: MeasuredRow) -> Prediction:
         raise Unmappable(f"the source prints a bound, not a measurement ({row.unit})")
     if row.metric == "speedup":
         return _ratio(row)
+    if row.source.startswith("mlperf-") and row.dtype is None:
+        raise Unmappable("the weight format is not stated: MLPerf's closed division leaves the numerics to the "
+                         "submitter (FP8 and FP4 submissions meet its accuracy targets), so the model's own format "
+                         "would be a guess")
     value, st, how, static = _one(row)
     if not (math.isfinite(value) and value > 0):
         raise Unmappable(f"the simulation gives no {row.metric} ({value!r})")
