@@ -36,7 +36,10 @@ How a row is stated (each choice is the row's own field unless said otherwise):
   TP 1, 2, 4, 8 within the devices, collocated and disaggregated) and the prediction is the best fleet replicated
   on the row's devices: ``max over fleets of goodput x floor(devices / fleet devices)``.
 * workload: Poisson arrivals (loadgen's Server scenario), fixed lengths. Output: the dataset's reference mean
-  tokens per sample (294 OpenOrca, 145 Mixtral; ``datasets-mlperf.yaml``). Input: **no published mean or
+  tokens per sample (294 OpenOrca, 145 Mixtral; ``datasets-mlperf.yaml``). Input: the dataset's mean input
+  tokens where ``datasets-mlperf.yaml`` states one (OpenOrca 222, Mixtral 427: per-sample lengths of the official
+  sets listed by openshift-psap/performance-dashboard, cited there; found after the first run below). Before
+  those were found, the first run read: **no published mean or
   distribution of the input lengths was found** (mlcommons/inference ``language/llama2-70b/README.md`` gives only
   the 1,024-token cap of ``processorca.py``; the MLCommons and AMD posts on the benchmark say "up to 1,024 input
   tokens"; NVIDIA's v4.0 builder sets ``max_input_len=1024``), nor any for the Mixtral set. So the input length is
@@ -223,11 +226,13 @@ def _measurement(src: str, row: dict[str, Any]) -> tuple[float, str, int | None,
         if ds is None or ds["output_tokens"].get("mean") is None:
             raise NotStatable("workload not stated", f"dataset {wl.get('dataset')!r} has no output length")
         per_sample = float(ds["output_tokens"]["mean"])
+        stated_input = (ds.get("input_tokens") or {}).get("mean")
+        input_len = int(round(float(stated_input))) if stated_input else None
         also = row.get("also") or {}
         if also.get("samples_per_s"):
-            return float(also["samples_per_s"]), "log: completed samples/s", None, int(round(per_sample))
+            return float(also["samples_per_s"]), "log: completed samples/s", input_len, int(round(per_sample))
         return (float(row["value"]) / per_sample, f"derived: tokens/s / {per_sample:g} reference tokens per sample",
-                None, int(round(per_sample)))
+                input_len, int(round(per_sample)))
     if not wl.get("input_len") or not wl.get("output_len"):
         raise NotStatable("workload not stated", str(wl))
     per_gpu = metric == "goodput_rps_per_gpu"
