@@ -150,11 +150,22 @@ class DecodeCohort:
         """Write every member's lag (members stay)."""
         if not self.dirty:
             return
-        T = self.T
-        for q, t in self.t0.items():
-            self._write(q, t)
+        T, bs, kv = self.T, self.bs, self.kv
+        gen, kvl, blocks = self.req.gen, self.req.kv_len, kv.blocks
+        grown = 0
+        for q, t in self.t0.items():   # _write, inlined: this runs per member
+            d = T - t
+            if d:
+                gen[q] += d
+                k1 = kvl[q] + d
+                kvl[q] = k1
+                nb = -(-k1 // bs)
+                grown += nb - blocks[q]
+                blocks[q] = nb
+        kv.free -= grown
+        kv.pending -= grown
         self.t0 = dict.fromkeys(self.t0, T)
-        assert self.kv.pending == 0, "cohort blocks out of step"
+        assert kv.pending == 0, "cohort blocks out of step"
         self.dirty = False
 
     def disband(self) -> None:
