@@ -508,8 +508,9 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
         else:
             seqs, keys, heads = x[_ND], x[_KVD], hkv
         Wa, Qa = W[idx], Q[idx]
-        comp[idx], mem[idx] = _curve_terms(cr, (ph, seqs, keys, Wa, Qa) if vec else None, _attention_terms, cr,
-                                           curve, ph, seqs, keys, heads, (d, hq / hkv), Wa, Qa)
+        # decode attention reads the decodes' context sum, new in nearly every step: not memoised
+        comp[idx], mem[idx] = _curve_terms(cr, (ph, seqs, keys, Wa, Qa) if vec and ph == 1 else None,
+                                           _attention_terms, cr, curve, ph, seqs, keys, heads, (d, hq / hkv), Wa, Qa)
     if cr.comm_index:
         comm = np.array(comm, dtype=float, copy=True)
         active = x[_N] > 0
