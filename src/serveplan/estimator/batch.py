@@ -110,8 +110,13 @@ def step_sums(prefill: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
 
     Every term is an integer or a half-integer far below 2^52, so summing in integers first
     gives the same floats as any order of float additions."""
-    nd = len(decode_contexts)
-    kvd = float(sum(decode_contexts) + nd)
+    return step_sums_of(prefill, len(decode_contexts), sum(decode_contexts))
+
+
+def step_sums_of(prefill: Sequence[tuple[int, int]], nd: int, context_sum: int) -> tuple[float, ...]:
+    """:func:`step_sums` of ``nd`` decodes whose cached contexts sum to ``context_sum`` (a caller
+    that keeps that sum: the simulator's decode cohort)."""
+    kvd = float(context_sum + nd)
     if not prefill:
         return (0.0, float(nd), 0.0, 0.0, kvd, 0.0, 0.0)
     np_ = kvp = ap = 0

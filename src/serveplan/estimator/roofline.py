@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -305,6 +305,9 @@ class PhaseRates:
     curves: CurveRates | None = None     # measured shape-aware curves (replace the factors they cover)
 
 
+#: curve terms one :class:`CurveRates` memoises (:func:`_curve_terms`; a few MB at most)
+_CURVE_MEMO = 1 << 14
+
 _COLLECTIVE_OP = {Collective.ALL_REDUCE: "all_reduce", Collective.ALL_TO_ALL: "all_to_all",
                   Collective.SEND_RECV: "send_recv"}
 
@@ -341,6 +344,10 @@ class CurveRates:
     moe: GemmCurve | None = None
     moe_parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     moe_dims: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    #: the covered rows' terms of one step (a feature vector), by the exact values they are computed
+    #: from (:func:`_curve_terms`): a pure function of those values, so a hit is the same floats
+    memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
+                                                                       compare=False, repr=False)
 
     @staticmethod
     def expert_parts(step: CompiledStep) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -480,13 +487,8 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     gi = cr.gemm_index
     if c is not None and len(gi):
         m = cr.gemm_rows @ x
-        k = cr.gemm_inner if vec else cr.gemm_inner[:, None]
-        n = (cr.gemm_weight if vec else cr.gemm_weight[:, None]) / k
-        Wg = W[gi]
-        fixed, cg, mg = c.terms(m, n, k, Wg, Q[gi], cr.peak_flops, cr.bandwidth)
-        fixed = fixed * (Wg > 0)      # an op without work this step costs nothing
-        comp[gi] = fixed + cg
-        mem[gi] = fixed + mg
+        Wg, Qg = W[gi], Q[gi]
+        comp[gi], mem[gi] = _curve_terms(cr, (0, m, Wg, Qg) if vec else None, _gemm_terms, cr, c, m, Wg, Qg, vec)
     if cr.moe is not None and cr.moe_parts is not None:
         # one fused kernel per MoE block: its time on the gate-up operator, none on the other two
         g, a, dn = cr.moe_parts
@@ -505,15 +507,10 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
             seqs, keys, heads = x[_SP], x[_KVP], hq
         else:
             seqs, keys, heads = x[_ND], x[_KVD], hkv
-        length = keys / np.maximum(seqs, 1e-30)
         Wa, Qa = W[idx], Q[idx]
-        fixed, ca, ma = curve.terms("prefill" if ph == 1 else "decode", length, seqs * heads, d, hq / hkv, Wa, Qa,
-                                    cr.attention_peak_flops, cr.bandwidth)
-        fixed = fixed * (Wa > 0)
-        ca, ma = fixed + ca, fixed + ma
-        on = Wa > 0
-        comp[idx] = np.where(on, ca, 0.0)
-        mem[idx] = np.where(on, ma, 0.0)
+        # decode attention reads the decodes' context sum, new in nearly every step: not memoised
+        comp[idx], mem[idx] = _curve_terms(cr, (ph, seqs, keys, Wa, Qa) if vec and ph == 1 else None,
+                                           _attention_terms, cr, curve, ph, seqs, keys, heads, (d, hq / hkv), Wa, Qa)
     if cr.comm_index:
         comm = np.array(comm, dtype=float, copy=True)
         active = x[_N] > 0
@@ -523,6 +520,45 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
             assert cc is not None
             comm[i] = cc.time(_COLLECTIVE_OP[step.comm_kind[i]], step.comm_group[i], vol[i]) * active
     return comp, mem, comm
+
+
+def _curve_terms(cr: CurveRates, key: tuple[Any, ...] | None, fn: Callable[..., tuple[Any, Any]],
+                 *args: Any) -> tuple[Any, Any]:
+    """``fn(*args)``: the (compute, memory) terms of the rows one curve covers, memoised for one
+    step (``key``: the values they are computed from, arrays by their bytes; None: columns, not
+    memoised). A mixed step of a serving run repeats its prompt chunks and token counts while its
+    decode context sum changes every time: the GEMM and prefill-attention rows then hit."""
+    if key is None:
+        return fn(*args)
+    k = tuple(v.tobytes() if isinstance(v, np.ndarray) else v for v in key)
+    hit = cr.memo.get(k)
+    if hit is None:
+        if len(cr.memo) >= _CURVE_MEMO:
+            cr.memo.clear()
+        hit = cr.memo[k] = fn(*args)
+    return hit
+
+
+def _gemm_terms(cr: CurveRates, c: GemmCurve, m: Any, Wg: Any, Qg: Any, vec: bool) -> tuple[Any, Any]:
+    """(compute, memory) terms of the GEMMs under curve ``c`` (``m`` rows; work ``Wg``, traffic ``Qg``)."""
+    k = cr.gemm_inner if vec else cr.gemm_inner[:, None]
+    n = (cr.gemm_weight if vec else cr.gemm_weight[:, None]) / k
+    fixed, cg, mg = c.terms(m, n, k, Wg, Qg, cr.peak_flops, cr.bandwidth)
+    fixed = fixed * (Wg > 0)      # an op without work this step costs nothing
+    return fixed + cg, fixed + mg
+
+
+def _attention_terms(cr: CurveRates, curve: AttentionCurve, ph: int, seqs: Any, keys: Any, heads: float,
+                     dims: tuple[float, float], Wa: Any, Qa: Any) -> tuple[Any, Any]:
+    """(compute, memory) terms of the fused attention of phase ``ph`` (1: prefill, 2: decode) under
+    ``curve`` (``seqs`` sequences of ``keys`` keys in all; ``dims``: head dim, query heads per KV head)."""
+    length = keys / np.maximum(seqs, 1e-30)
+    fixed, ca, ma = curve.terms("prefill" if ph == 1 else "decode", length, seqs * heads, dims[0], dims[1], Wa, Qa,
+                                cr.attention_peak_flops, cr.bandwidth)
+    fixed = fixed * (Wa > 0)
+    ca, ma = fixed + ca, fixed + ma
+    on = Wa > 0
+    return np.where(on, ca, 0.0), np.where(on, ma, 0.0)
 
 
 def group_matrix(step: CompiledStep) -> np.ndarray:

@@ -32,7 +32,6 @@ after its previous one left the last stage.
 from __future__ import annotations
 
 import math
-import operator
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from serveplan.estimator import columns
-from serveplan.estimator.batch import StepBatch, step_sums
+from serveplan.estimator.batch import StepBatch, step_sums, step_sums_of
 from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
+from serveplan.sim.cohort import DecodeCohort
 from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache, Prefix
 from serveplan.sim.request import RequestState
@@ -236,10 +236,41 @@ class Instance:
             self.decode_tokens = spec.verify_tokens
             self.spec_expected_tokens = spec.expected_tokens
             self._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
+        #: the decoding requests advanced together (:mod:`serveplan.sim.cohort`): one pipeline stage,
+        #: full attention, plain decoding (and, checked per run, no prefix cache)
+        self.cohort = DecodeCohort(req, self.kv)
+        self._lazy = self.pp == 1 and not est.kv_is_bounded and spec is None
+        self._lazy_now = False
+        #: the policy plans from :attr:`decode_all_need` when given (``Scheduler.reads_decode_all``)
+        self._agg_plan = bool(getattr(scheduler, "reads_decode_all", False))
 
-    #: Free KV blocks (what a policy reads; ``KVCache.free``, read through a C-level getter: policies
-    #: read it at every step boundary)
-    free_blocks = property(operator.attrgetter("kv.free"))
+    @property
+    def free_blocks(self) -> int:
+        """Free KV blocks (what a policy reads): ``KVCache.free`` less the blocks the decode
+        cohort's unwritten steps took (``KVCache.pending``)."""
+        return self.kv.free - self.kv.pending
+
+    @property
+    def decode_all_need(self) -> int | None:
+        """Blocks one decode step of every running request appends, when every running request is
+        in the decode cohort (past its prompt and ready), there are at most ``max_batch`` and those
+        blocks fit; None otherwise. A policy given it may plan without reading the running
+        requests' lengths (which the cohort may not have written yet)."""
+        c = self.cohort
+        n = len(self.running)
+        if len(c) != n or n > self.max_batch:
+            return None
+        need = c.grow(1)
+        return need if need <= self.kv.free - self.kv.pending else None
+
+    def _plan(self) -> BatchPlan | None:
+        """The policy's plan, the cohort's lag written out first unless the policy plans from its
+        aggregate (:attr:`decode_all_need`). Members stay: a plan that preempts dissolves the cohort
+        (:meth:`_apply_admission`), and a step whose decodes are not the cohort writes it out."""
+        c = self.cohort
+        if c.dirty and (not self._agg_plan or self.decode_all_need is None):
+            c.flush()
+        return self.scheduler.plan_batch(self)
 
     def use_prefix_cache(self, cache: Prefix) -> None:
         """Serve with ``cache`` as the KV cache's prefix cache: what a preempted request computed
@@ -289,9 +320,14 @@ class Instance:
         return self.inbox_t[self.ptr] if self.ptr < len(self.inbox_t) else INF
 
     # ---------------------------------------------------------------- main loop
-    def run_until(self, until: float) -> None:  # noqa: C901 - the hot loop: the plain intake and shortcuts inline
+    def run_until(self, until: float) -> None:
+        """Execute the steps that start before ``until`` (every request's lengths written on return)."""
+        self._lazy_now = self._lazy and self.kv.prefix is None
+        self._run(until)
+        self.cohort.disband()
+
+    def _run(self, until: float) -> None:  # noqa: C901 - the hot loop: the plain intake and shortcuts inline
         """Execute the steps that start before ``until``."""
-        sched = self.scheduler
         it, ir = self.inbox_t, self.inbox_r
         kv = self.kv
         rel = kv.releases
@@ -325,12 +361,12 @@ class Instance:
                 elif len(self.waiting) == 1 and self._lone(until):
                     continue
                 else:
-                    plan = sched.plan_batch(self)
+                    plan = self._plan()
             elif all_decode and self.running and not self.waiting and self._all_ready(now):
                 self._decode_stretch(list(self.running), until)
                 continue
             else:
-                plan = sched.plan_batch(self)
+                plan = self._plan()
             if plan is None or not (plan.prefill or plan.decode):
                 if plan is not None and (plan.admit or plan.preempt):
                     self._apply_admission(plan)
@@ -394,6 +430,11 @@ class Instance:
         and ready, and the blocks they append fit (no preemption)."""
         if len(self.running) > self.max_batch:
             return False
+        c = self.cohort
+        if len(c):
+            if len(c) == len(self.running):  # members are past their prompt and ready
+                return c.grow(1) <= self.kv.free - self.kv.pending
+            c.disband()
         R = self.req
         pf, pl, ra, kvl = R.prefilled, R.prompt_len, R.ready_at, R.kv_len
         bs = self.block_size
@@ -516,6 +557,7 @@ class Instance:
         R = self.req
         kv = self.kv
         if plan.preempt:
+            self.cohort.disband()
             for q in plan.preempt:
                 self.running.remove(q)
                 kv.free_request(q, R.kv_len[q])
@@ -578,14 +620,14 @@ class Instance:
         R = self.req
         now = self.now
         pf = R.prefilled
-        kv = R.kv_len
         chunks = []
         st = R.start
         for q, c in plan.prefill:
             chunks.append((c, pf[q]))
             if st[q] != st[q]:  # NaN: first computation for the request
                 st[q] = now
-        key = step_sums(chunks, [kv[q] for q in plan.decode] if plan.decode else ())
+        dec = plan.decode
+        key, lag = self._step_key(chunks, dec)
         t = self.clock.by_sums.get(key)
         if t is None:
             t = self.clock.time_of(key)
@@ -602,8 +644,31 @@ class Instance:
             exit_t, bubble = self._through_pipeline(now, t)
         self.num_steps += 1
         self._recv_count += RECV_WEIGHT_EXTEND if plan.prefill else 1
+        done, joined = self._apply_chunks(plan.prefill, exit_t, bubble)
+        if dec:
+            last = self._decode_one(dec, lag, bool(chunks))
+            if last:
+                done += last
+            if self.pp > 1:  # (with one stage a decode is ready again when its step ends, which is now)
+                ra, bub = R.ready_at, R.bubble
+                for q in dec:
+                    ra[q] = exit_t
+                    bub[q] += bubble
+        for q in joined:   # decoding from the next step on
+            self.cohort.join(q)
+        for q in done:
+            self._finish(q, exit_t)
+
+    def _apply_chunks(self, prefill: list[tuple[int, int]], exit_t: float,
+                      bubble: float) -> tuple[list[int], list[int]]:
+        """The prompt chunks of a step ending at ``exit_t`` are computed: the prompts they complete
+        emit their first token; returns those that were also their last and those that decode from
+        the next step on (with the cohort; a prefill instance hands the others off)."""
+        R = self.req
+        pf, kv = R.prefilled, R.kv_len
         done: list[int] = []
-        for q, c in plan.prefill:
+        joined: list[int] = []
+        for q, c in prefill:
             pf[q] += c
             kv[q] = pf[q]
             R.ready_at[q] = exit_t
@@ -613,20 +678,32 @@ class Instance:
                     done.append(q)
                 elif self._hands_off:
                     self._hand_off(q, exit_t)
-        dec = plan.decode
-        if dec:
-            # one token each (a KV entry, a generated token, blocks), or speculative tokens beside chunks
-            last = (self._spec_mixed_decode(dec, kv, R.gen, R.out) if self.spec_expected_tokens and chunks
-                    else self.kv.decode(dec, 1, kv, R.gen, R.out))
-            if last:
-                done += last
-            if self.pp > 1:  # (with one stage a decode is ready again when its step ends, which is now)
-                ra, bub = R.ready_at, R.bubble
-                for q in dec:
-                    ra[q] = exit_t
-                    bub[q] += bubble
-        for q in done:
-            self._finish(q, exit_t)
+                elif self._lazy_now:
+                    joined.append(q)
+        return done, joined
+
+    def _step_key(self, chunks: list[tuple[int, int]], dec: list[int]) -> tuple[tuple[float, ...], bool]:
+        """The step's aggregates (:func:`step_sums`), and whether its decodes are the cohort (their
+        context sum is then its aggregate, and they advance together); otherwise the cohort is
+        written out first when they would be read."""
+        coh = self.cohort
+        if dec and len(dec) == len(coh) and all(map(coh.t0.__contains__, dec)):
+            return step_sums_of(chunks, len(dec), coh.context_sum), True
+        if dec and len(coh):
+            coh.disband()
+        kv = self.req.kv_len
+        return step_sums(chunks, [kv[q] for q in dec] if dec else ()), False
+
+    def _decode_one(self, dec: list[int], lag: bool, mixed: bool) -> list[int]:
+        """The decodes of a step take one token each (a KV entry, a generated token, blocks; the
+        cohort's when ``lag``), or speculative tokens beside prompt chunks (``mixed``); returns
+        those that reached their last token."""
+        R = self.req
+        if lag:
+            return self.cohort.advance(1, dec)
+        if self.spec_expected_tokens and mixed:
+            return self._spec_mixed_decode(dec, R.kv_len, R.gen, R.out)
+        return self.kv.decode(dec, 1, R.kv_len, R.gen, R.out)
 
     def _spec_mixed_decode(self, dec: list[int], kv: list[int], gen: list[int], out: list[int]) -> list[int]:
         """The decodes of a step that also computed prompt chunks, under speculative decoding: each
@@ -671,20 +748,21 @@ class Instance:
         holding waiting prompts back, :attr:`BatchPlan.hold_steps`) bounds the steps and wakes
         the policy at the next arrival too."""
         R = self.req
-        kv, gen, out = R.kv_len, R.gen, R.out
+        kv = R.kv_len
         nd = len(run)
         now = self.now
-        # _stretch_bound(run, out - gen of the first), written out (this runs per stretch): the
-        # stretch is as long as the fewest tokens any request has left, or as the free blocks allow
-        kvd0 = nd
-        k_max = INF_INT
-        for r in run:
-            kvd0 += kv[r]
-            d = out[r] - gen[r]
-            if d < k_max:
-                k_max = d
         kvc = self.kv
-        if nd * -(-k_max // kvc.block_size) > kvc.free:
+        coh = self.cohort
+        if self._lazy_now:
+            if len(coh) != nd:   # run is every running request: the cohort is run
+                coh.disband()
+                coh.form(run)
+            kvd0, k_max = coh.context_sum + nd, coh.tokens_left()
+        else:
+            kvd0, k_max = self._run_bound(run)
+        # as long as the fewest tokens any request has left, or as the free blocks allow
+        if nd * -(-k_max // kvc.block_size) > kvc.free - kvc.pending:
+            coh.flush()
             k_max = kvc.steps_that_fit(run, kv, k_max)
         if 0 < hold_steps < k_max:
             k_max = hold_steps
@@ -715,12 +793,26 @@ class Instance:
             k, end = _steps_before(times, now, wake)
             start = end - float(times[k - 1]) if k > 1 else now
         self._step_start, self._step_end = start, end
-        done = kvc.decode(run, k, kv, gen, out)
+        done = coh.advance(k, run) if self._lazy_now else kvc.decode(run, k, kv, R.gen, R.out)
         self.num_steps += k
         self._recv_count += k
         self.now = end
         for r in done:  # when the stretch ended with completions (k == d_min)
             self._finish(r, end)
+
+    def _run_bound(self, run: list[int]) -> tuple[int, int]:
+        """Keys the decodes of ``run`` attend in their first step (each context plus its new token)
+        and the fewest tokens any of them has left (:meth:`_stretch_bound` without the KV bound)."""
+        R = self.req
+        kv, gen, out = R.kv_len, R.gen, R.out
+        kvd0 = len(run)
+        k_max = INF_INT
+        for r in run:
+            kvd0 += kv[r]
+            d = out[r] - gen[r]
+            if d < k_max:
+                k_max = d
+        return kvd0, k_max
 
     # ---------------------------------------------------------------- chunked-prefill stretch (pp == 1)
     def _chunk_stretch(self, plan: BatchPlan, until: float) -> bool:
@@ -736,6 +828,7 @@ class Instance:
         if c >= rem or (self.kv_loads and q in self.kv_loads):
             return False
         k_chunks = (rem - 1) // c          # steps whose chunk leaves at least one prompt token
+        self.cohort.disband()              # the decodes' lengths are read and written one by one here
         run = plan.decode
         kv, gen, out = R.kv_len, R.gen, R.out
         nd = len(run)

@@ -100,7 +100,7 @@ class KVCache:
         Sequence length -> full-model tokens its cache holds (at most the length); None: equal.
     """
 
-    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases", "_eq", "prefix")
+    __slots__ = ("block_size", "total", "free", "peak", "blocks", "releases", "_eq", "prefix", "pending")
 
     def __init__(self, capacity_tokens: int, block_size: int, blocks: list[int],
                  tokens_of: Callable[[int], float] | None = None) -> None:
@@ -114,6 +114,9 @@ class KVCache:
         self.releases: list[tuple[float, int]] = []
         #: the prefix cache over these blocks (None: off, every request owns all its blocks)
         self.prefix: Prefix | None = None
+        #: blocks appended by decodes not yet written per request (:class:`~serveplan.sim.cohort.DecodeCohort`):
+        #: counted in :attr:`free` until written, so the blocks really free are ``free - pending``
+        self.pending = 0
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks holding the cache of a ``tokens``-token sequence.
@@ -137,23 +140,23 @@ class KVCache:
         b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)  # per admission
         self.free -= b
         self.blocks[q] = b
-        assert self.free >= 0, "KV blocks overcommitted"
-        if self.total - self.free > self.peak:
-            self.peak = self.total - self.free
+        assert self.free >= self.pending, "KV blocks overcommitted"
+        if self.total - self.free + self.pending > self.peak:
+            self.peak = self.total - self.free + self.pending
         return 0
 
     def try_allocate(self, q: int, tokens: int) -> bool:
         """:meth:`allocate` when the blocks fit now; whether they did."""
         b = -(-tokens // self.block_size) if self._eq is None else self.blocks_for(tokens)
-        if b > self.free:
+        if b > self.free - self.pending:
             return False
         if self.prefix is not None:
             self.prefix.admit(q, tokens)
             return True
         self.free -= b
         self.blocks[q] = b
-        if self.total - self.free > self.peak:
-            self.peak = self.total - self.free
+        if self.total - self.free + self.pending > self.peak:
+            self.peak = self.total - self.free + self.pending
         return True
 
     # ---------------------------------------------------------------- grow
@@ -279,4 +282,4 @@ class KVCache:
     # ---------------------------------------------------------------- usage
     @property
     def used(self) -> int:
-        return self.total - self.free
+        return self.total - self.free + self.pending

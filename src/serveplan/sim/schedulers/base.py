@@ -165,6 +165,7 @@ class InstanceView(Protocol):
     @property
     def chunk_size(self) -> int: ...             # largest prefill chunk of one request
     # optional ``decode_tokens``: budget tokens per decode (K + 1 with speculative decoding; 1 if absent)
+    # optional ``decode_all_need``: see ``Scheduler.reads_decode_all``
     @property
     def req(self) -> RequestView: ...
 
@@ -336,6 +337,12 @@ class Scheduler:
     chunked: ClassVar[bool] = False
     #: whether the policy can run a collocated instance
     collocated: ClassVar[bool] = True
+    #: whether ``plan_batch`` plans from the view's optional ``decode_all_need`` when it is given
+    #: (an int: every running request is past its prompt and ready, at most ``max_batch`` of them,
+    #: and one decode step of them all appends that many blocks, which fit), reading then no
+    #: running request's KV length, generated tokens or blocks (the instance's decode cohort may
+    #: not have written them yet, :mod:`serveplan.sim.cohort`)
+    reads_decode_all: ClassVar[bool] = False
 
     def __init__(self, options: PolicyOptions | None = None, **changes: Any) -> None:
         opts = type(self).Options() if options is None else options

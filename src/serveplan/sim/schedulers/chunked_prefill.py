@@ -21,6 +21,7 @@ class ChunkedPrefillScheduler(Scheduler):
     # running decodes first, then the partial prompt's next chunk: the plan repeats while nothing
     # new can be admitted
     fast_paths = FastPaths(repeat_chunk=True)
+    reads_decode_all = True
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:
         plan = BatchPlan()
@@ -29,12 +30,19 @@ class ChunkedPrefillScheduler(Scheduler):
             self.admit_kv_ready(view, plan)
             if plan.admit:  # transferred requests join without compute; plan again after
                 return plan
-        decodes = self.ready_decodes(view)
-        if decodes:
-            decodes, free = self.fit_decodes(view, decodes, plan)
-            decodes = decodes[: view.max_batch]
+        need_all: int | None = getattr(view, "decode_all_need", None)
+        if need_all is not None:
+            # every running request decodes and their blocks fit (the instance's aggregate): what
+            # ready_decodes and fit_decodes give, and no partial prompt below
+            decodes = list(view.running)
+            free = view.free_blocks - need_all
         else:
-            free = view.free_blocks
+            decodes = self.ready_decodes(view)
+            if decodes:
+                decodes, free = self.fit_decodes(view, decodes, plan)
+                decodes = decodes[: view.max_batch]
+            else:
+                free = view.free_blocks
         plan.decode = decodes
         # a decode takes K + 1 tokens with speculative decoding (InstanceView.decode_tokens)
         budget = view.token_budget - len(decodes) * getattr(view, "decode_tokens", 1)
@@ -42,7 +50,7 @@ class ChunkedPrefillScheduler(Scheduler):
         now = view.now
         preempted = set(plan.preempt)
         # partially prefilled running prompts
-        for q in view.running:
+        for q in view.running if need_all is None else ():
             if budget <= 0 or seqs >= view.max_batch:
                 break
             if q in preempted or r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now:
