@@ -35,8 +35,8 @@ def test_the_cli_loads_no_heavy_library_before_a_command_runs():
 
 def _modules_after_command(*argv: str) -> set[str]:
     """The full names of the modules loaded by a whole CLI call (its output discarded)."""
-    code = ("import sys\nsys.argv = ['serveplan', *%r]\nfrom serveplan.cli import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('\\n'.join(sys.modules))") % (argv,)
+    code = (f"import sys\nsys.argv = ['serveplan', *{argv!r}]\nfrom serveplan.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('\\n'.join(sys.modules))")
     src = str(Path(serveplan.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
