@@ -405,8 +405,10 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         f"{doc['jobs']} processes, commit {doc['commit']}). Nothing was fitted on these rows.",
         "",
         f"{doc['num_used']} rows used, {doc['num_skipped']} skipped. Error = predicted / measured goodput (req/s of "
-        "the whole system) - 1; MdAPE = median |error|; bias = median predicted / measured. Input length "
-        f"assumed {prim} tokens (no published statistic found"
+        "the whole system) - 1; MdAPE = median |error|; bias = median predicted / measured. Input length: "
+        + (f"each dataset's stated mean ({stated}; datasets-mlperf.yaml), else " if (stated := _stated_lens(doc))
+           else "")
+        + f"assumed {prim} tokens (no published statistic found"
         + (f"; the sensitivity to {', '.join(str(x) for x in lens[1:])} is below" if len(lens) > 1 else "")
         + "), output the dataset's reference mean.",
         "",
@@ -441,6 +443,13 @@ def markdown(doc: dict[str, Any]) -> list[str]:
 
 #: the hand-written part of the markdown (findings) starts at this line and is kept when the tables are rewritten
 KEEP = "<!-- hand-written below: kept when the script rewrites the tables above -->"
+
+
+def _stated_lens(doc: dict[str, Any]) -> str:
+    """The stated input lengths the MLPerf rows of a results file used, per benchmark (``""``: none)."""
+    got = {(r["benchmark"], r["input_len"]) for r in doc["rows"] if r.get("input_len") and
+           str(r.get("source", "")).startswith("mlperf")}
+    return ", ".join(f"{b} {n}" for b, n in sorted(got))
 
 
 def write_markdown(doc: dict[str, Any], path: Path) -> str:
