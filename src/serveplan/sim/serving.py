@@ -76,6 +76,11 @@ class EngineSetup:
         }
 
 
+#: engine_estimator's answers in this process, by the identity of its specs and the value of the rest
+_ESTIMATORS: dict[tuple[Any, ...], tuple[tuple[Any, ...], tuple[Estimator, float, DType | None]]] = {}
+_ESTIMATORS_SIZE = 512
+
+
 def engine_estimator(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
                      parallel: ParallelConfig, *, dtype: DType | str | None = None,
                      kv_dtype: DType | str | None = None) -> tuple[Estimator, float, DType | None]:
@@ -83,7 +88,27 @@ def engine_estimator(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec,
 
     Returns the estimator, the memory share it was built with and the KV format chosen
     (``None``: the estimator's default). A measured profile's curves of the engine's own kernels
-    apply (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`)."""
+    apply (:meth:`~serveplan.specs.profile.EfficiencyProfile.for_engine`).
+
+    The same specs (the same objects) and layout give the same estimator: a search asks it for
+    every candidate fleet of the same instances (a thousand zero-load checks per 16-device search),
+    and building one costs milliseconds. An estimator is read-only after construction (its memos
+    return the values they would compute), so sharing it changes no result."""
+    specs = (engine, model, hardware, profile)
+    key = (*map(id, specs), parallel, str(dtype), str(kv_dtype))
+    hit = _ESTIMATORS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], specs, strict=True)):
+        return hit[1]
+    if len(_ESTIMATORS) >= _ESTIMATORS_SIZE:
+        _ESTIMATORS.clear()
+    got = _engine_estimator(engine, model, hardware, profile, parallel, dtype=dtype, kv_dtype=kv_dtype)
+    _ESTIMATORS[key] = (specs, got)
+    return got
+
+
+def _engine_estimator(engine: EngineSpec, model: ModelSpec, hardware: DeviceSpec, profile: EfficiencyProfile,
+                      parallel: ParallelConfig, *, dtype: DType | str | None,
+                      kv_dtype: DType | str | None) -> tuple[Estimator, float, DType | None]:
     profile = engine.profile_for(profile)
     w_dtype = DType.parse(dtype) if dtype is not None else model.dtype
     kv = DType.parse(kv_dtype) if kv_dtype is not None else engine.kv_dtype_for(w_dtype, model.kv_dtype)
