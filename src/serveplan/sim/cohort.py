@@ -17,7 +17,14 @@ are kept as members come and go:
 * the KV blocks ``k`` more steps append: vLLM PagedAttention adds a block whenever a sequence's
   length passes a multiple of the block size ``b`` (``ceil(len / b)`` blocks), so a member whose
   length is ``rho`` past a multiple gains ``ceil((rho + k) / b) - ceil(rho / b)`` blocks; members
-  are counted by ``c_r mod b`` (``rho = (c_r + T) mod b``), which ``T`` does not change.
+  are counted by ``c_r mod b`` (``rho = (c_r + T) mod b``), which ``T`` does not change;
+* the output tokens the members still owe, ``sum(F_r) - n T`` (SGLang's reserve for the running
+  requests, ``PrefillAdder``, counts each at most ``clip``: exact from the sum while the largest
+  ``F_r`` joined since the cohort formed is within ``clip`` of ``T``, else one pass over members);
+* the blocks the members still append before their last token (TensorRT-LLM's
+  GUARANTEED_NO_EVICT reservation): a member's last step leaves ``inp + out - 1`` tokens cached
+  (``kv_len = inp + gen - 1`` throughout), so ``sum(ceil((inp_r + out_r - 1) / b))`` less the
+  members' blocks (those written, :attr:`b_sum`, plus :attr:`KVCache.pending`).
 
 Blocks the lag owes are :attr:`KVCache.pending` (free blocks a policy sees exclude them). Every
 reader of a member's lengths writes the lag first (:meth:`flush`, or :meth:`leave` for one); all
@@ -37,7 +44,8 @@ from serveplan.sim.request import RequestState
 class DecodeCohort:
     """Decoding requests of one instance with their common lag (module doc)."""
 
-    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty")
+    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "f_sum", "f_hi", "w_sum", "b_sum",
+                 "odd")
 
     def __init__(self, req: RequestState, kv: KVCache) -> None:
         self.req = req
@@ -55,6 +63,19 @@ class DecodeCohort:
         self.heap: list[tuple[int, int]] = []
         #: some member's stored values lag
         self.dirty = False
+        self._reset_sums()
+
+    def _reset_sums(self) -> None:
+        """The sums of an empty cohort (besides :attr:`c_sum` and :attr:`hist`)."""
+        #: ``sum(F_r)`` over members, and the largest ``F_r`` joined since the cohort formed
+        self.f_sum = 0
+        self.f_hi = -1
+        #: ``sum(ceil((inp_r + out_r - 1) / b))`` and the members' written blocks
+        self.w_sum = 0
+        self.b_sum = 0
+        #: members whose stored state breaks ``kv_len = inp + gen - 1``, ``blocks = ceil(kv_len / b)``
+        #: (none in the simulator's own paths; their future blocks are then summed member by member)
+        self.odd: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.t0)
@@ -67,11 +88,22 @@ class DecodeCohort:
     def join(self, q: int) -> None:
         """``q`` (running, its prompt done, its stored values true) decodes with the cohort from now."""
         R = self.req
-        c = R.kv_len[q] - self.T
-        self.t0[q] = self.T
+        T, bs = self.T, self.bs
+        k = R.kv_len[q]
+        c = k - T
+        self.t0[q] = T
         self.c_sum += c
-        self.hist[c % self.bs] += 1
-        heapq.heappush(self.heap, (R.out[q] - R.gen[q] + self.T, q))
+        self.hist[c % bs] += 1
+        f = R.out[q] - R.gen[q] + T
+        heapq.heappush(self.heap, (f, q))
+        self.f_sum += f
+        if f > self.f_hi:
+            self.f_hi = f
+        self.w_sum += -(-(R.inp[q] + R.out[q] - 1) // bs)
+        b = self.kv.blocks[q]
+        self.b_sum += b
+        if k != R.inp[q] + R.gen[q] - 1 or b != -(-k // bs):
+            self.odd.add(q)
 
     def form(self, run: list[int]) -> None:
         """The requests of ``run`` (none a member) join."""
@@ -87,6 +119,22 @@ class DecodeCohort:
             if t is not None and f == R.out[q] - R.gen[q] + t:
                 return f - self.T
             heapq.heappop(heap)   # left the cohort (or rejoined later with another count)
+
+    def left_sum(self, clip: int) -> int:
+        """``sum(min(out_r - gen_r, clip))`` over members (their true counts, ``F_r - T`` each)."""
+        T = self.T
+        if self.f_hi - T <= clip:   # no member owes more than ``clip``
+            return self.f_sum - len(self.t0) * T
+        R = self.req
+        out, gen = R.out, R.gen
+        return sum(min(out[q] - gen[q] + t - T, clip) for q, t in self.t0.items())
+
+    def future_blocks(self) -> int | None:
+        """``sum(max(ceil((inp_r + out_r - 1) / b) - blocks_r, 0))`` over members (their true
+        blocks); None when a member's stored state is not the regular one (:attr:`odd`)."""
+        if self.odd:
+            return None
+        return self.w_sum - self.b_sum - self.kv.pending
 
     def grow(self, k: int) -> int:
         """Blocks the members append in their next ``k = a b + e`` steps (``0 <= e < b``): a member
@@ -137,14 +185,20 @@ class DecodeCohort:
         kv.blocks[q] = nb
         kv.free -= g
         kv.pending -= g
+        self.b_sum += g
 
     def leave(self, q: int) -> None:
         """Member ``q`` leaves (finished), its values written."""
         t = self.t0.pop(q)
         self._write(q, t)
-        c = self.req.kv_len[q] - self.T
+        R, bs = self.req, self.bs
+        c = R.kv_len[q] - self.T
         self.c_sum -= c
-        self.hist[c % self.bs] -= 1
+        self.hist[c % bs] -= 1
+        self.f_sum -= R.out[q] - R.gen[q] + self.T
+        self.w_sum -= -(-(R.inp[q] + R.out[q] - 1) // bs)
+        self.b_sum -= self.kv.blocks[q]
+        self.odd.discard(q)
 
     def flush(self) -> None:
         """Write every member's lag (members stay)."""
@@ -164,6 +218,7 @@ class DecodeCohort:
                 blocks[q] = nb
         kv.free -= grown
         kv.pending -= grown
+        self.b_sum += grown
         self.t0 = dict.fromkeys(self.t0, T)
         assert kv.pending == 0, "cohort blocks out of step"
         self.dirty = False
@@ -175,3 +230,4 @@ class DecodeCohort:
         self.c_sum = 0
         self.hist = [0] * self.bs
         self.heap = []
+        self._reset_sums()
