@@ -307,7 +307,9 @@ class Instance:
     def renumber(self, new: dict[int, int]) -> None:
         """Requests renumbered ``old -> new`` (a windowed run compacting its finished requests);
         the delivered requests already taken in are dropped from the inbox."""
-        self.cohort.disband()   # members are numbered by request (their values are written: run_until)
+        # members are numbered by request: their values are written first (settle), the cohort dissolved
+        assert not self.cohort.dirty, "renumbered before settle"
+        self.cohort.disband()
         p = self.ptr
         self.inbox_t = self.inbox_t[p:]
         self.inbox_r = [new[q] for q in self.inbox_r[p:]]
@@ -338,13 +340,17 @@ class Instance:
 
     # ---------------------------------------------------------------- main loop
     def run_until(self, until: float) -> None:
-        """Execute the steps that start before ``until`` (every request's lengths written on return)."""
+        """Execute the steps that start before ``until``. The decode cohort stays as it is on
+        return, its members' lengths possibly lagging (:meth:`settle` writes them): the next call
+        goes on with it (a decode instance of a disaggregated fleet runs once per transferred
+        request, a closed loop's once per completion)."""
         self._lazy_now = self._lazy and self.kv.prefix is None
         if not self._lazy_now:
             self.cohort.disband()
         self._run(until)
-        # written, members kept: the next call goes on with the same cohort (a decode instance of
-        # a disaggregated fleet runs once per transferred request)
+
+    def settle(self) -> None:
+        """Write every running request's lengths and blocks (the cohort's lag; members stay)."""
         self.cohort.flush()
 
     def _run(self, until: float) -> None:  # noqa: C901 - the hot loop: the plain intake and shortcuts inline
