@@ -24,7 +24,8 @@ are kept as members come and go:
 * the blocks the members still append before their last token (TensorRT-LLM's
   GUARANTEED_NO_EVICT reservation): a member's last step leaves ``inp + out - 1`` tokens cached
   (``kv_len = inp + gen - 1`` throughout), so ``sum(ceil((inp_r + out_r - 1) / b))`` less the
-  members' blocks (those written, :attr:`b_sum`, plus :attr:`KVCache.pending`).
+  members' blocks (``u_sum`` holds the difference with their written blocks; less
+  :attr:`KVCache.pending`, the blocks not yet written).
 
 Blocks the lag owes are :attr:`KVCache.pending` (free blocks a policy sees exclude them). Every
 reader of a member's lengths writes the lag first (:meth:`flush`, or :meth:`leave` for one); all
@@ -44,8 +45,7 @@ from serveplan.sim.request import RequestState
 class DecodeCohort:
     """Decoding requests of one instance with their common lag (module doc)."""
 
-    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "f_sum", "f_hi", "w_sum", "b_sum",
-                 "odd")
+    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "f_sum", "f_hi", "u_sum", "odd")
 
     def __init__(self, req: RequestState, kv: KVCache) -> None:
         self.req = req
@@ -70,9 +70,8 @@ class DecodeCohort:
         #: ``sum(F_r)`` over members, and the largest ``F_r`` joined since the cohort formed
         self.f_sum = 0
         self.f_hi = -1
-        #: ``sum(ceil((inp_r + out_r - 1) / b))`` and the members' written blocks
-        self.w_sum = 0
-        self.b_sum = 0
+        #: ``sum(ceil((inp_r + out_r - 1) / b) - blocks_r)`` over members, their written blocks
+        self.u_sum = 0
         #: members whose stored state breaks ``kv_len = inp + gen - 1``, ``blocks = ceil(kv_len / b)``
         #: (none in the simulator's own paths; their future blocks are then summed member by member)
         self.odd: set[int] = set()
@@ -89,20 +88,19 @@ class DecodeCohort:
         """``q`` (running, its prompt done, its stored values true) decodes with the cohort from now."""
         R = self.req
         T, bs = self.T, self.bs
-        k = R.kv_len[q]
+        k, g, o, i = R.kv_len[q], R.gen[q], R.out[q], R.inp[q]
         c = k - T
         self.t0[q] = T
         self.c_sum += c
         self.hist[c % bs] += 1
-        f = R.out[q] - R.gen[q] + T
+        f = o - g + T
         heapq.heappush(self.heap, (f, q))
         self.f_sum += f
         if f > self.f_hi:
             self.f_hi = f
-        self.w_sum += -(-(R.inp[q] + R.out[q] - 1) // bs)
         b = self.kv.blocks[q]
-        self.b_sum += b
-        if k != R.inp[q] + R.gen[q] - 1 or b != -(-k // bs):
+        self.u_sum += -(-(i + o - 1) // bs) - b
+        if k != i + g - 1 or b != -(-k // bs):
             self.odd.add(q)
 
     def form(self, run: list[int]) -> None:
@@ -134,7 +132,7 @@ class DecodeCohort:
         blocks); None when a member's stored state is not the regular one (:attr:`odd`)."""
         if self.odd:
             return None
-        return self.w_sum - self.b_sum - self.kv.pending
+        return self.u_sum - self.kv.pending
 
     def grow(self, k: int) -> int:
         """Blocks the members append in their next ``k = a b + e`` steps (``0 <= e < b``): a member
@@ -157,48 +155,55 @@ class DecodeCohort:
         """Every member decodes ``k`` tokens (at most :meth:`tokens_left`); returns those that
         reached their last token, written and out of the cohort, in the order of ``order``."""
         self.kv.pending += self.grow(k)
-        self.T += k
+        T = self.T = self.T + k
         self.dirty = True
         heap = self.heap
         done: list[int] = []
-        while heap and heap[0][0] <= self.T:
+        if not heap or heap[0][0] > T:
+            return done
+        t0, out, gen = self.t0, self.req.out, self.req.gen
+        while heap and heap[0][0] <= T:
             f, q = heapq.heappop(heap)
-            t = self.t0.get(q)
-            if t is not None and f == self.req.out[q] - self.req.gen[q] + t:
+            t = t0.get(q)
+            if t is not None and f == out[q] - gen[q] + t:
                 self.leave(q)
                 done.append(q)
-        if len(done) > 1:
+        n = len(done)
+        if n == len(order):   # order is every member: all of them finished
+            return list(order)
+        if n > 4:
+            pos = {q: j for j, q in enumerate(order)}
+            done.sort(key=pos.__getitem__)
+        elif n > 1:
             done.sort(key=order.index)
         return done
 
-    def _write(self, q: int, t: int) -> None:
-        """Write member ``q``'s lag of ``T - t`` steps into its lengths and blocks."""
-        d = self.T - t
-        if not d:
-            return
-        R, kv = self.req, self.kv
-        R.gen[q] += d
-        k1 = R.kv_len[q] + d
-        R.kv_len[q] = k1
-        nb = -(-k1 // self.bs)
-        g = nb - kv.blocks[q]
-        kv.blocks[q] = nb
-        kv.free -= g
-        kv.pending -= g
-        self.b_sum += g
-
     def leave(self, q: int) -> None:
-        """Member ``q`` leaves (finished), its values written."""
+        """Member ``q`` leaves (finished), its lag of ``T - t0`` steps written into its lengths
+        and blocks first."""
+        T, bs, R, kv = self.T, self.bs, self.req, self.kv
         t = self.t0.pop(q)
-        self._write(q, t)
-        R, bs = self.req, self.bs
-        c = R.kv_len[q] - self.T
+        k1, g, o = R.kv_len[q], R.gen[q], R.out[q]
+        c = k1 - t                      # its c_r (the sums hold it until now)
+        b = kv.blocks[q]
+        d = T - t
+        if d:
+            g += d
+            R.gen[q] = g
+            k1 += d
+            R.kv_len[q] = k1
+            nb = -(-k1 // bs)
+            grown = nb - b
+            b = kv.blocks[q] = nb
+            kv.free -= grown
+            kv.pending -= grown
+            self.u_sum -= grown
         self.c_sum -= c
         self.hist[c % bs] -= 1
-        self.f_sum -= R.out[q] - R.gen[q] + self.T
-        self.w_sum -= -(-(R.inp[q] + R.out[q] - 1) // bs)
-        self.b_sum -= self.kv.blocks[q]
-        self.odd.discard(q)
+        self.f_sum -= o - g + T
+        self.u_sum -= -(-(R.inp[q] + o - 1) // bs) - b
+        if self.odd:
+            self.odd.discard(q)
 
     def flush(self) -> None:
         """Write every member's lag (members stay)."""
@@ -207,7 +212,7 @@ class DecodeCohort:
         T, bs, kv = self.T, self.bs, self.kv
         gen, kvl, blocks = self.req.gen, self.req.kv_len, kv.blocks
         grown = 0
-        for q, t in self.t0.items():   # _write, inlined: this runs per member
+        for q, t in self.t0.items():   # leave's write, inlined: this runs per member
             d = T - t
             if d:
                 gen[q] += d
@@ -218,7 +223,7 @@ class DecodeCohort:
                 blocks[q] = nb
         kv.free -= grown
         kv.pending -= grown
-        self.b_sum += grown
+        self.u_sum -= grown
         self.t0 = dict.fromkeys(self.t0, T)
         assert kv.pending == 0, "cohort blocks out of step"
         self.dirty = False
