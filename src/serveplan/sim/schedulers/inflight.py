@@ -247,30 +247,36 @@ class InflightNoEvictScheduler(Scheduler):
             budget -= c
             seqs += 1
         if view.waiting and budget > 0 and not plan.preempt:
-            bs = view.block_size
             fut: int = self.future_blocks(view) if need_all is None else view.decode_all_future()  # type: ignore[attr-defined]
-            free = free_after - fut
-            slots = view.max_running - len(view.running)
-            for q in view.waiting:
-                if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
-                    break
-                toks = r.prompt_len[q] - r.prefilled[q]
-                whole = blocks_for(r.inp[q] + r.out[q] - 1, bs)
-                if whole > free:
-                    break
-                if toks > budget:
-                    if plan.prefill:  # a second prompt must fit what the step has left
-                        break
-                    # the step's first prompt runs whole beside the decodes (else a prompt near
-                    # the budget would starve behind a steady decode batch); one longer than the
-                    # whole budget runs in budget-sized chunks
-                    toks = int(min(toks, view.token_budget))
-                plan.prefill.append((q, toks))
-                plan.admit.append(q)
-                budget -= toks
-                free -= whole
-                slots -= 1
-                seqs += 1
+            self._admit_prompts(view, plan, budget, seqs, free_after - fut)
         if plan.is_empty:
             return None
         return plan
+
+    @staticmethod
+    def _admit_prompts(view: InstanceView, plan: BatchPlan, budget: float, seqs: int, free: int) -> None:
+        """Waiting prompts FCFS, each whole, while their whole sequences fit ``free`` blocks (what
+        the running requests will not grow into) and the step's budget and sequences allow."""
+        r = view.req
+        bs = view.block_size
+        slots = view.max_running - len(view.running)
+        for q in view.waiting:
+            if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
+                break
+            toks = r.prompt_len[q] - r.prefilled[q]
+            whole = blocks_for(r.inp[q] + r.out[q] - 1, bs)
+            if whole > free:
+                break
+            if toks > budget:
+                if plan.prefill:  # a second prompt must fit what the step has left
+                    break
+                # the step's first prompt runs whole beside the decodes (else a prompt near
+                # the budget would starve behind a steady decode batch); one longer than the
+                # whole budget runs in budget-sized chunks
+                toks = int(min(toks, view.token_budget))
+            plan.prefill.append((q, toks))
+            plan.admit.append(q)
+            budget -= toks
+            free -= whole
+            slots -= 1
+            seqs += 1
