@@ -30,6 +30,10 @@ are kept as members come and go:
 Blocks the lag owes are :attr:`KVCache.pending` (free blocks a policy sees exclude them). Every
 reader of a member's lengths writes the lag first (:meth:`flush`, or :meth:`leave` for one); all
 integer arithmetic, so the written values are those the per-step updates would have given.
+Requests join one at a time (:meth:`join`, O(1): a prompt done, a transferred cache admitted), and
+the cohort outlives :meth:`Instance.run_until <serveplan.sim.instance.Instance.run_until>`: the
+fleet writes it out (:meth:`Instance.settle <serveplan.sim.instance.Instance.settle>`) when a run
+ends and before a window's requests are renumbered.
 Used only with one pipeline stage, no prefix cache, full attention and plain decoding (each
 decode one token per step); :attr:`Instance._lazy <serveplan.sim.instance.Instance>`.
 """
