@@ -683,8 +683,8 @@ class Instance:
                 for q in dec:
                     ra[q] = exit_t
                     bub[q] += bubble
-        for q in joined:   # decoding from the next step on
-            self.cohort.join(q)
+        if joined:   # decoding from the next step on
+            self.cohort.form(joined)
         for q in done:
             self._finish(q, exit_t)
 
