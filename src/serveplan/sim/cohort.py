@@ -28,7 +28,7 @@ are kept as members come and go:
   :attr:`KVCache.pending`, the blocks not yet written).
 
 Blocks the lag owes are :attr:`KVCache.pending` (free blocks a policy sees exclude them). Every
-reader of a member's lengths writes the lag first (:meth:`flush`; a finished member's, on leaving); all
+reader of a member's lengths writes the lag first (:meth:`flush`, or :meth:`leave` for one); all
 integer arithmetic, so the written values are those the per-step updates would have given.
 Requests join one at a time (:meth:`join`, O(1): a prompt done, a transferred cache admitted), and
 the cohort outlives :meth:`Instance.run_until <serveplan.sim.instance.Instance.run_until>`: the
@@ -41,7 +41,6 @@ decode one token per step); :attr:`Instance._lazy <serveplan.sim.instance.Instan
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
 
 from serveplan.sim.kv import KVCache
 from serveplan.sim.request import RequestState
@@ -50,11 +49,15 @@ from serveplan.sim.request import RequestState
 class DecodeCohort:
     """Decoding requests of one instance with their common lag (module doc)."""
 
-    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "f_sum", "f_hi", "u_sum", "odd")
+    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "sums", "f_sum", "f_hi", "u_sum",
+                 "odd")
 
-    def __init__(self, req: RequestState, kv: KVCache) -> None:
+    def __init__(self, req: RequestState, kv: KVCache, sums: bool = True) -> None:
         self.req = req
         self.kv = kv
+        #: keep the owed-output and future-block sums (:meth:`left_sum`, :meth:`future_blocks`;
+        #: off for a policy that reads neither: two sums less per join and leave)
+        self.sums = sums
         self.bs = kv.block_size
         #: decode steps every member took so far (members' stored values lag by ``T - t0``)
         self.T = 0
@@ -91,31 +94,27 @@ class DecodeCohort:
 
     def join(self, q: int) -> None:
         """``q`` (running, its prompt done, its stored values true) decodes with the cohort from now."""
-        self.form((q,))
-
-    def form(self, run: Iterable[int]) -> None:
-        """The requests of ``run`` (none a member; each running, its prompt done, its stored values
-        true) decode with the cohort from now (the sums in locals: this runs per request)."""
         R, T, bs = self.req, self.T, self.bs
-        kvl, gen, out, inp, blocks = R.kv_len, R.gen, R.out, R.inp, self.kv.blocks
-        t0, hist, heap = self.t0, self.hist, self.heap
-        c_sum, f_sum, f_hi, u_sum = self.c_sum, self.f_sum, self.f_hi, self.u_sum
-        for q in run:
-            k, g, o, i = kvl[q], gen[q], out[q], inp[q]
-            c = k - T
-            t0[q] = T
-            c_sum += c
-            hist[c % bs] += 1
-            f = o - g + T
-            heapq.heappush(heap, (f, q))
-            f_sum += f
-            if f > f_hi:
-                f_hi = f
-            b = blocks[q]
-            u_sum += -(-(i + o - 1) // bs) - b
+        k, g, o = R.kv_len[q], R.gen[q], R.out[q]
+        c = k - T
+        self.t0[q] = T
+        self.c_sum += c
+        self.hist[c % bs] += 1
+        f = o - g + T
+        heapq.heappush(self.heap, (f, q))
+        if self.sums:
+            self.f_sum += f
+            if f > self.f_hi:
+                self.f_hi = f
+            i, b = R.inp[q], self.kv.blocks[q]
+            self.u_sum += -(-(i + o - 1) // bs) - b
             if k != i + g - 1 or b != -(-k // bs):
                 self.odd.add(q)
-        self.c_sum, self.f_sum, self.f_hi, self.u_sum = c_sum, f_sum, f_hi, u_sum
+
+    def form(self, run: list[int]) -> None:
+        """The requests of ``run`` (none a member) join."""
+        for q in run:
+            self.join(q)
 
     def tokens_left(self) -> int:
         """The fewest tokens any member has left (members exist)."""
@@ -129,6 +128,7 @@ class DecodeCohort:
 
     def left_sum(self, clip: int) -> int:
         """``sum(min(out_r - gen_r, clip))`` over members (their true counts, ``F_r - T`` each)."""
+        assert self.sums, "cohort built without its sums"
         T = self.T
         if self.f_hi - T <= clip:   # no member owes more than ``clip``
             return self.f_sum - len(self.t0) * T
@@ -139,6 +139,7 @@ class DecodeCohort:
     def future_blocks(self) -> int | None:
         """``sum(max(ceil((inp_r + out_r - 1) / b) - blocks_r, 0))`` over members (their true
         blocks); None when a member's stored state is not the regular one (:attr:`odd`)."""
+        assert self.sums, "cohort built without its sums"
         if self.odd:
             return None
         return self.u_sum - self.kv.pending
@@ -167,57 +168,52 @@ class DecodeCohort:
         T = self.T = self.T + k
         self.dirty = True
         heap = self.heap
+        done: list[int] = []
         if not heap or heap[0][0] > T:
-            return []
+            return done
         t0, out, gen = self.t0, self.req.out, self.req.gen
-        done: list[tuple[int, int]] = []
         while heap and heap[0][0] <= T:
             f, q = heapq.heappop(heap)
             t = t0.get(q)
             if t is not None and f == out[q] - gen[q] + t:
-                del t0[q]
-                done.append((q, t))
-        self._leave(done)
+                self.leave(q)
+                done.append(q)
         n = len(done)
         if n == len(order):   # order is every member: all of them finished
             return list(order)
-        ids = [q for q, _ in done]
         if n > 4:
             pos = {q: j for j, q in enumerate(order)}
-            ids.sort(key=pos.__getitem__)
+            done.sort(key=pos.__getitem__)
         elif n > 1:
-            ids.sort(key=order.index)
-        return ids
+            done.sort(key=order.index)
+        return done
 
-    def _leave(self, gone: list[tuple[int, int]]) -> None:
-        """Members ``q`` (out of :attr:`t0`, written last at ``t``) leave, finished: their lag of
-        ``T - t`` steps written into their lengths and blocks, their terms out of the sums."""
+    def leave(self, q: int) -> None:
+        """Member ``q`` leaves (finished), its lag of ``T - t0`` steps written into its lengths
+        and blocks first."""
         T, bs, R, kv = self.T, self.bs, self.req, self.kv
-        kvl, gen, out, inp, blocks = R.kv_len, R.gen, R.out, R.inp, kv.blocks
-        hist, odd = self.hist, self.odd
-        c_sum, f_sum, u_sum, grown = self.c_sum, self.f_sum, self.u_sum, 0
-        for q, t in gone:
-            k1, g, o = kvl[q], gen[q], out[q]
-            c = k1 - t                      # its c_r (the sums hold it until now)
-            b = blocks[q]
-            d = T - t
-            if d:
-                g += d
-                gen[q] = g
-                k1 += d
-                kvl[q] = k1
-                nb = -(-k1 // bs)
-                grown += nb - b
-                b = blocks[q] = nb
-            c_sum -= c
-            hist[c % bs] -= 1
-            f_sum -= o - g + T
-            u_sum -= -(-(inp[q] + o - 1) // bs) - b
-            if odd:
-                odd.discard(q)
-        kv.free -= grown
-        kv.pending -= grown
-        self.c_sum, self.f_sum, self.u_sum = c_sum, f_sum, u_sum - grown
+        t = self.t0.pop(q)
+        k1 = R.kv_len[q]
+        c = k1 - t                      # its c_r (the sums hold it until now)
+        self.c_sum -= c
+        self.hist[c % bs] -= 1
+        d = T - t
+        if d:
+            R.gen[q] += d
+            k1 += d
+            R.kv_len[q] = k1
+            nb = -(-k1 // bs)
+            grown = nb - kv.blocks[q]
+            kv.blocks[q] = nb
+            kv.free -= grown
+            kv.pending -= grown
+            self.u_sum -= grown
+        if self.sums:
+            o = R.out[q]
+            self.f_sum -= o - R.gen[q] + T
+            self.u_sum -= -(-(R.inp[q] + o - 1) // bs) - kv.blocks[q]
+            if self.odd:
+                self.odd.discard(q)
 
     def flush(self) -> None:
         """Write every member's lag (members stay)."""
@@ -226,7 +222,7 @@ class DecodeCohort:
         T, bs, kv = self.T, self.bs, self.kv
         gen, kvl, blocks = self.req.gen, self.req.kv_len, kv.blocks
         grown = 0
-        for q, t in self.t0.items():   # _leave's write: this runs per member
+        for q, t in self.t0.items():   # leave's write, inlined: this runs per member
             d = T - t
             if d:
                 gen[q] += d

@@ -238,7 +238,9 @@ class Instance:
             self._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
         #: the decoding requests advanced together (:mod:`serveplan.sim.cohort`): one pipeline stage,
         #: full attention, plain decoding (and, checked per run, no prefix cache)
-        self.cohort = DecodeCohort(req, self.kv)
+        #: (its owed-output and future-block sums for the policies that admit by them: SGLang's
+        #: reserve, ``reserve-ratio``, and TensorRT-LLM's reservation, ``full``)
+        self.cohort = DecodeCohort(req, self.kv, sums=getattr(scheduler, "admission", None) != "prompt")
         self._lazy = self.pp == 1 and not est.kv_is_bounded and spec is None
         self._lazy_now = False
         #: the policy plans from :attr:`decode_all_need` when given (``Scheduler.reads_decode_all``)
@@ -683,8 +685,8 @@ class Instance:
                 for q in dec:
                     ra[q] = exit_t
                     bub[q] += bubble
-        if joined:   # decoding from the next step on
-            self.cohort.form(joined)
+        for q in joined:   # decoding from the next step on
+            self.cohort.join(q)
         for q in done:
             self._finish(q, exit_t)
 
