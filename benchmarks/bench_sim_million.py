@@ -47,6 +47,9 @@ CASES: dict[str, tuple[str, dict[str, object]]] = {
     "trtllm": ("trtllm", {}),
     "vllm-1p1d": ("vllm", {"strategy": "1p1d"}),
     "vllm-closed64": ("vllm", {"concurrency": "64", "rate": None}),
+    "sglang-closed64": ("sglang", {"concurrency": "64", "rate": None}),
+    "trtllm-closed64": ("trtllm", {"concurrency": "64", "rate": None}),
+    "trtllm-1p1d": ("trtllm", {"strategy": "1p1d"}),
 }
 #: per-request fields compared
 FIELDS = ("ttft", "tpot", "first_token", "finish")
@@ -107,10 +110,10 @@ def identity(base: str, tmp: Path, cases: list[tuple[str, int, int]]) -> list[st
     return lines
 
 
-def pair(base: str, tmp: Path, n: int, repeats: int) -> list[str]:
+def pair(base: str, tmp: Path, n: int, repeats: int, cases: list[str]) -> list[str]:
     """CPU seconds of each case under both trees (minimum of ``repeats``, alternating)."""
     lines = [f"| case ({n} requests) | base CPU s | new CPU s | speed-up |", "|---|---|---|---|"]
-    for case in CASES:
+    for case in cases:
         old, new = [], []
         for i in range(repeats):
             old.append(_run_child(base, case, n, str(tmp / f"po-{case}-{i}.npz")))
@@ -146,6 +149,8 @@ def main() -> None:
     ap.add_argument("--pair-requests", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--cases", help="comma-separated cases to compare (default: all)")
+    ap.add_argument("--skip-window", action="store_true", help="skip the windowed 40,000-request identity check")
     a = ap.parse_args()
     if a.child:
         child_dump(a.child[0], int(a.child[1]), a.child[2])
@@ -158,11 +163,13 @@ def main() -> None:
     if a.base:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            checks = [(c, 10_000, 10_000) for c in CASES] + [("vllm", 40_000, 10_000)]
+            cases = a.cases.split(",") if a.cases else list(CASES)
+            checks = [(c, 10_000, 10_000) for c in cases] + ([] if a.skip_window else [("vllm", 40_000, 10_000)])
             body += ["## Identity with the base tree (per-request ttft, tpot, first token, finish)", "",
                      *identity(a.base, tmp, checks), ""]
             if not a.skip_pair:
-                body += ["## Paired CPU time, base vs new", "", *pair(a.base, tmp, a.pair_requests, a.repeats), ""]
+                body += ["## Paired CPU time, base vs new", "",
+                         *pair(a.base, tmp, a.pair_requests, a.repeats, cases), ""]
     if a.out:
         a.out.write_text("\n".join(body) + "\n")
 

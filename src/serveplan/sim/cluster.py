@@ -214,6 +214,11 @@ class Stage:
         for inst in self.instances:
             inst.run_until(t)
 
+    def settle(self) -> None:
+        """Write every request's lengths (:meth:`Instance.settle`)."""
+        for inst in self.instances:
+            inst.settle()
+
     def route(self, t: float, q: int) -> int:
         """Request ``q`` reaches the stage at ``t``: the router picks its instance (index)."""
         if self.router.reads_load:
@@ -581,6 +586,16 @@ def _pass(stage: Stage, source: OpenLoop) -> bool:
 
 def run_fleet(stages: Sequence[Stage], req: RequestState, *, source: OpenLoop | ClosedLoop,
               handed: list[tuple[float, int]] | None = None) -> FleetRun:
+    """Run a fleet (:func:`_fleet_passes`), every request's lengths written at the end (the decode
+    cohorts' lags, :meth:`Instance.settle`)."""
+    run = _fleet_passes(stages, req, source=source, handed=handed)
+    for inst in run.instances:
+        inst.settle()
+    return run
+
+
+def _fleet_passes(stages: Sequence[Stage], req: RequestState, *, source: OpenLoop | ClosedLoop,
+                  handed: list[tuple[float, int]] | None = None) -> FleetRun:
     """Run a fleet: one stage (collocated) or a prefill and a decode stage (disaggregated).
 
     ``handed`` collects ``(time the KV lands, request)`` from the prefill instances' ``handoff``

@@ -17,11 +17,23 @@ are kept as members come and go:
 * the KV blocks ``k`` more steps append: vLLM PagedAttention adds a block whenever a sequence's
   length passes a multiple of the block size ``b`` (``ceil(len / b)`` blocks), so a member whose
   length is ``rho`` past a multiple gains ``ceil((rho + k) / b) - ceil(rho / b)`` blocks; members
-  are counted by ``c_r mod b`` (``rho = (c_r + T) mod b``), which ``T`` does not change.
+  are counted by ``c_r mod b`` (``rho = (c_r + T) mod b``), which ``T`` does not change;
+* the output tokens the members still owe, ``sum(F_r) - n T`` (SGLang's reserve for the running
+  requests, ``PrefillAdder``, counts each at most ``clip``: exact from the sum while the largest
+  ``F_r`` joined since the cohort formed is within ``clip`` of ``T``, else one pass over members);
+* the blocks the members still append before their last token (TensorRT-LLM's
+  GUARANTEED_NO_EVICT reservation): a member's last step leaves ``inp + out - 1`` tokens cached
+  (``kv_len = inp + gen - 1`` throughout), so ``sum(ceil((inp_r + out_r - 1) / b))`` less the
+  members' blocks (``u_sum`` holds the difference with their written blocks; less
+  :attr:`KVCache.pending`, the blocks not yet written).
 
 Blocks the lag owes are :attr:`KVCache.pending` (free blocks a policy sees exclude them). Every
 reader of a member's lengths writes the lag first (:meth:`flush`, or :meth:`leave` for one); all
 integer arithmetic, so the written values are those the per-step updates would have given.
+Requests join one at a time (:meth:`join`, O(1): a prompt done, a transferred cache admitted), and
+the cohort outlives :meth:`Instance.run_until <serveplan.sim.instance.Instance.run_until>`: the
+fleet writes it out (:meth:`Instance.settle <serveplan.sim.instance.Instance.settle>`) when a run
+ends and before a window's requests are renumbered.
 Used only with one pipeline stage, no prefix cache, full attention and plain decoding (each
 decode one token per step); :attr:`Instance._lazy <serveplan.sim.instance.Instance>`.
 """
@@ -37,11 +49,15 @@ from serveplan.sim.request import RequestState
 class DecodeCohort:
     """Decoding requests of one instance with their common lag (module doc)."""
 
-    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty")
+    __slots__ = ("req", "kv", "bs", "T", "t0", "c_sum", "hist", "heap", "dirty", "sums", "f_sum", "f_hi", "u_sum",
+                 "odd")
 
-    def __init__(self, req: RequestState, kv: KVCache) -> None:
+    def __init__(self, req: RequestState, kv: KVCache, sums: bool = True) -> None:
         self.req = req
         self.kv = kv
+        #: keep the owed-output and future-block sums (:meth:`left_sum`, :meth:`future_blocks`;
+        #: off for a policy that reads neither: two sums less per join and leave)
+        self.sums = sums
         self.bs = kv.block_size
         #: decode steps every member took so far (members' stored values lag by ``T - t0``)
         self.T = 0
@@ -55,6 +71,18 @@ class DecodeCohort:
         self.heap: list[tuple[int, int]] = []
         #: some member's stored values lag
         self.dirty = False
+        self._reset_sums()
+
+    def _reset_sums(self) -> None:
+        """The sums of an empty cohort (besides :attr:`c_sum` and :attr:`hist`)."""
+        #: ``sum(F_r)`` over members, and the largest ``F_r`` joined since the cohort formed
+        self.f_sum = 0
+        self.f_hi = -1
+        #: ``sum(ceil((inp_r + out_r - 1) / b) - blocks_r)`` over members, their written blocks
+        self.u_sum = 0
+        #: members whose stored state breaks ``kv_len = inp + gen - 1``, ``blocks = ceil(kv_len / b)``
+        #: (none in the simulator's own paths; their future blocks are then summed member by member)
+        self.odd: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.t0)
@@ -66,12 +94,22 @@ class DecodeCohort:
 
     def join(self, q: int) -> None:
         """``q`` (running, its prompt done, its stored values true) decodes with the cohort from now."""
-        R = self.req
-        c = R.kv_len[q] - self.T
-        self.t0[q] = self.T
+        R, T, bs = self.req, self.T, self.bs
+        k, g, o = R.kv_len[q], R.gen[q], R.out[q]
+        c = k - T
+        self.t0[q] = T
         self.c_sum += c
-        self.hist[c % self.bs] += 1
-        heapq.heappush(self.heap, (R.out[q] - R.gen[q] + self.T, q))
+        self.hist[c % bs] += 1
+        f = o - g + T
+        heapq.heappush(self.heap, (f, q))
+        if self.sums:
+            self.f_sum += f
+            if f > self.f_hi:
+                self.f_hi = f
+            i, b = R.inp[q], self.kv.blocks[q]
+            self.u_sum += -(-(i + o - 1) // bs) - b
+            if k != i + g - 1 or b != -(-k // bs):
+                self.odd.add(q)
 
     def form(self, run: list[int]) -> None:
         """The requests of ``run`` (none a member) join."""
@@ -87,6 +125,24 @@ class DecodeCohort:
             if t is not None and f == R.out[q] - R.gen[q] + t:
                 return f - self.T
             heapq.heappop(heap)   # left the cohort (or rejoined later with another count)
+
+    def left_sum(self, clip: int) -> int:
+        """``sum(min(out_r - gen_r, clip))`` over members (their true counts, ``F_r - T`` each)."""
+        assert self.sums, "cohort built without its sums"
+        T = self.T
+        if self.f_hi - T <= clip:   # no member owes more than ``clip``
+            return self.f_sum - len(self.t0) * T
+        R = self.req
+        out, gen = R.out, R.gen
+        return sum(min(out[q] - gen[q] + t - T, clip) for q, t in self.t0.items())
+
+    def future_blocks(self) -> int | None:
+        """``sum(max(ceil((inp_r + out_r - 1) / b) - blocks_r, 0))`` over members (their true
+        blocks); None when a member's stored state is not the regular one (:attr:`odd`)."""
+        assert self.sums, "cohort built without its sums"
+        if self.odd:
+            return None
+        return self.u_sum - self.kv.pending
 
     def grow(self, k: int) -> int:
         """Blocks the members append in their next ``k = a b + e`` steps (``0 <= e < b``): a member
@@ -109,42 +165,55 @@ class DecodeCohort:
         """Every member decodes ``k`` tokens (at most :meth:`tokens_left`); returns those that
         reached their last token, written and out of the cohort, in the order of ``order``."""
         self.kv.pending += self.grow(k)
-        self.T += k
+        T = self.T = self.T + k
         self.dirty = True
         heap = self.heap
         done: list[int] = []
-        while heap and heap[0][0] <= self.T:
+        if not heap or heap[0][0] > T:
+            return done
+        t0, out, gen = self.t0, self.req.out, self.req.gen
+        while heap and heap[0][0] <= T:
             f, q = heapq.heappop(heap)
-            t = self.t0.get(q)
-            if t is not None and f == self.req.out[q] - self.req.gen[q] + t:
+            t = t0.get(q)
+            if t is not None and f == out[q] - gen[q] + t:
                 self.leave(q)
                 done.append(q)
-        if len(done) > 1:
+        n = len(done)
+        if n == len(order):   # order is every member: all of them finished
+            return list(order)
+        if n > 4:
+            pos = {q: j for j, q in enumerate(order)}
+            done.sort(key=pos.__getitem__)
+        elif n > 1:
             done.sort(key=order.index)
         return done
 
-    def _write(self, q: int, t: int) -> None:
-        """Write member ``q``'s lag of ``T - t`` steps into its lengths and blocks."""
-        d = self.T - t
-        if not d:
-            return
-        R, kv = self.req, self.kv
-        R.gen[q] += d
-        k1 = R.kv_len[q] + d
-        R.kv_len[q] = k1
-        nb = -(-k1 // self.bs)
-        g = nb - kv.blocks[q]
-        kv.blocks[q] = nb
-        kv.free -= g
-        kv.pending -= g
-
     def leave(self, q: int) -> None:
-        """Member ``q`` leaves (finished), its values written."""
+        """Member ``q`` leaves (finished), its lag of ``T - t0`` steps written into its lengths
+        and blocks first."""
+        T, bs, R, kv = self.T, self.bs, self.req, self.kv
         t = self.t0.pop(q)
-        self._write(q, t)
-        c = self.req.kv_len[q] - self.T
+        k1 = R.kv_len[q]
+        c = k1 - t                      # its c_r (the sums hold it until now)
         self.c_sum -= c
-        self.hist[c % self.bs] -= 1
+        self.hist[c % bs] -= 1
+        d = T - t
+        if d:
+            R.gen[q] += d
+            k1 += d
+            R.kv_len[q] = k1
+            nb = -(-k1 // bs)
+            grown = nb - kv.blocks[q]
+            kv.blocks[q] = nb
+            kv.free -= grown
+            kv.pending -= grown
+            self.u_sum -= grown
+        if self.sums:
+            o = R.out[q]
+            self.f_sum -= o - R.gen[q] + T
+            self.u_sum -= -(-(R.inp[q] + o - 1) // bs) - kv.blocks[q]
+            if self.odd:
+                self.odd.discard(q)
 
     def flush(self) -> None:
         """Write every member's lag (members stay)."""
@@ -153,7 +222,7 @@ class DecodeCohort:
         T, bs, kv = self.T, self.bs, self.kv
         gen, kvl, blocks = self.req.gen, self.req.kv_len, kv.blocks
         grown = 0
-        for q, t in self.t0.items():   # _write, inlined: this runs per member
+        for q, t in self.t0.items():   # leave's write, inlined: this runs per member
             d = T - t
             if d:
                 gen[q] += d
@@ -164,6 +233,7 @@ class DecodeCohort:
                 blocks[q] = nb
         kv.free -= grown
         kv.pending -= grown
+        self.u_sum -= grown
         self.t0 = dict.fromkeys(self.t0, T)
         assert kv.pending == 0, "cohort blocks out of step"
         self.dirty = False
@@ -175,3 +245,4 @@ class DecodeCohort:
         self.c_sum = 0
         self.hist = [0] * self.bs
         self.heap = []
+        self._reset_sums()

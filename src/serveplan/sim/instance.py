@@ -238,7 +238,9 @@ class Instance:
             self._repeat_chunk = False  # mixed steps one by one: their decodes advance E tokens
         #: the decoding requests advanced together (:mod:`serveplan.sim.cohort`): one pipeline stage,
         #: full attention, plain decoding (and, checked per run, no prefix cache)
-        self.cohort = DecodeCohort(req, self.kv)
+        #: (its owed-output and future-block sums for the policies that admit by them: SGLang's
+        #: reserve, ``reserve-ratio``, and TensorRT-LLM's reservation, ``full``)
+        self.cohort = DecodeCohort(req, self.kv, sums=getattr(scheduler, "admission", None) != "prompt")
         self._lazy = self.pp == 1 and not est.kv_is_bounded and spec is None
         self._lazy_now = False
         #: the policy plans from :attr:`decode_all_need` when given (``Scheduler.reads_decode_all``)
@@ -262,6 +264,22 @@ class Instance:
             return None
         need = c.grow(1)
         return need if need <= self.kv.free - self.kv.pending else None
+
+    def decode_all_left(self, clip: int) -> int:
+        """``sum(min(out - gen, clip))`` over the running requests, when :attr:`decode_all_need` is
+        given (every running request is a cohort member; SGLang's reserve, ``reads_decode_all``)."""
+        return self.cohort.left_sum(clip)
+
+    def decode_all_future(self) -> int:
+        """``sum(max(ceil((inp + out - 1) / b) - blocks, 0))`` over the running requests, when
+        :attr:`decode_all_need` is given (TensorRT-LLM's reservation, ``reads_decode_all``); the
+        cohort's sum, or the members' lengths written and summed one by one when it has none."""
+        f = self.cohort.future_blocks()
+        if f is not None:
+            return f
+        self.cohort.flush()
+        R, bs = self.req, self.block_size
+        return sum(max(-(-(R.inp[q] + R.out[q] - 1) // bs) - R.blocks[q], 0) for q in self.running)
 
     def _plan(self) -> BatchPlan | None:
         """The policy's plan, the cohort's lag written out first unless the policy plans from its
@@ -291,6 +309,9 @@ class Instance:
     def renumber(self, new: dict[int, int]) -> None:
         """Requests renumbered ``old -> new`` (a windowed run compacting its finished requests);
         the delivered requests already taken in are dropped from the inbox."""
+        # members are numbered by request: their values are written first (settle), the cohort dissolved
+        assert not self.cohort.dirty, "renumbered before settle"
+        self.cohort.disband()
         p = self.ptr
         self.inbox_t = self.inbox_t[p:]
         self.inbox_r = [new[q] for q in self.inbox_r[p:]]
@@ -321,10 +342,18 @@ class Instance:
 
     # ---------------------------------------------------------------- main loop
     def run_until(self, until: float) -> None:
-        """Execute the steps that start before ``until`` (every request's lengths written on return)."""
+        """Execute the steps that start before ``until``. The decode cohort stays as it is on
+        return, its members' lengths possibly lagging (:meth:`settle` writes them): the next call
+        goes on with it (a decode instance of a disaggregated fleet runs once per transferred
+        request, a closed loop's once per completion)."""
         self._lazy_now = self._lazy and self.kv.prefix is None
+        if not self._lazy_now:
+            self.cohort.disband()
         self._run(until)
-        self.cohort.disband()
+
+    def settle(self) -> None:
+        """Write every running request's lengths and blocks (the cohort's lag; members stay)."""
+        self.cohort.flush()
 
     def _run(self, until: float) -> None:  # noqa: C901 - the hot loop: the plain intake and shortcuts inline
         """Execute the steps that start before ``until``."""
@@ -582,6 +611,8 @@ class Instance:
             self.running.append(q)
             if R.kv_ready[q]:
                 R.decode_start[q] = self.now
+                if self._lazy_now and R.prefilled[q] >= R.prompt_len[q] and R.ready_at[q] <= self.now:
+                    self.cohort.join(q)   # a transferred cache decodes from the next step on
 
     def _emit_token(self, q: int, t: float) -> bool:
         """Request ``q`` produced a token at ``t`` (its first when its prompt just completed);

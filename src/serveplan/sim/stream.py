@@ -107,6 +107,7 @@ class RecordStore:
 
 def _compact(req: RequestState, rids: list[int], stage: Stage, store: RecordStore) -> None:
     """Move the finished requests of the window into ``store`` and renumber the rest in order."""
+    stage.settle()   # the running requests' lengths move with them
     fin = req.finish
     keep = [q for q in range(req.n) if fin[q] != fin[q]]
     if len(keep) == req.n:
@@ -160,6 +161,7 @@ def run_windowed(stage: Stage, req: RequestState, arrival: np.ndarray, input_len
             on_progress(store.stored)
         j = j1
     stage.advance(cap)
+    stage.settle()
     store.absorb(req, rids, list(range(req.n)))
     if on_progress is not None:
         on_progress(int(np.count_nonzero(np.isfinite(store.finish))))

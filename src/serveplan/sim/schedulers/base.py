@@ -165,7 +165,8 @@ class InstanceView(Protocol):
     @property
     def chunk_size(self) -> int: ...             # largest prefill chunk of one request
     # optional ``decode_tokens``: budget tokens per decode (K + 1 with speculative decoding; 1 if absent)
-    # optional ``decode_all_need``: see ``Scheduler.reads_decode_all``
+    # optional ``decode_all_need``, ``decode_all_left(clip)``, ``decode_all_future()``: see
+    # ``Scheduler.reads_decode_all``
     @property
     def req(self) -> RequestView: ...
 
@@ -341,7 +342,10 @@ class Scheduler:
     #: (an int: every running request is past its prompt and ready, at most ``max_batch`` of them,
     #: and one decode step of them all appends that many blocks, which fit), reading then no
     #: running request's KV length, generated tokens or blocks (the instance's decode cohort may
-    #: not have written them yet, :mod:`serveplan.sim.cohort`)
+    #: not have written them yet, :mod:`serveplan.sim.cohort`). With it given, the view's
+    #: ``decode_all_left(clip)`` is ``sum(min(out - gen, clip))`` and ``decode_all_future()``
+    #: ``sum(max(blocks_for(inp + out - 1) - blocks, 0))`` over the running requests (their true
+    #: values, from the cohort's running sums)
     reads_decode_all: ClassVar[bool] = False
 
     def __init__(self, options: PolicyOptions | None = None, **changes: Any) -> None:

@@ -125,6 +125,8 @@ class InflightNoEvictScheduler(Scheduler):
     # nothing waiting and every running request decoding: all decode, and the reservation
     # guarantees their blocks fit (the instance's shortcut checks it again)
     fast_paths = FastPaths(all_decode=True)
+    # every running request decoding and fitting: planned from the instance's running sums
+    reads_decode_all = True
 
     @staticmethod
     def future_blocks(view: InstanceView) -> int:
@@ -219,17 +221,23 @@ class InflightNoEvictScheduler(Scheduler):
             self.admit_kv_ready(view, plan)
             if plan.admit:
                 return plan
-        decodes = self.ready_decodes(view)[: view.max_batch]
-        # the reservation makes every decode's next block fit; a view that was not built by this
-        # policy (another policy's state) may not, and then preempts as vLLM does
-        decodes, free_after = self.fit_decodes(view, decodes, plan) if decodes else (decodes, view.free_blocks)
+        # every running request decodes and their blocks fit (the instance's aggregate,
+        # ``reads_decode_all``): what ready_decodes and fit_decodes give, and no prompt in progress
+        need_all: int | None = getattr(view, "decode_all_need", None)
+        if need_all is not None:
+            decodes, free_after = list(view.running), view.free_blocks - need_all
+        else:
+            decodes = self.ready_decodes(view)[: view.max_batch]
+            # the reservation makes every decode's next block fit; a view that was not built by this
+            # policy (another policy's state) may not, and then preempts as vLLM does
+            decodes, free_after = self.fit_decodes(view, decodes, plan) if decodes else (decodes, view.free_blocks)
         plan.decode = decodes
         # a decode takes K + 1 tokens with speculative decoding (InstanceView.decode_tokens)
         budget = view.token_budget - len(decodes) * getattr(view, "decode_tokens", 1)
         seqs = len(decodes)
         now = view.now
         preempted = set(plan.preempt)
-        for q in view.running:  # a long prompt in progress (chunked at the budget)
+        for q in view.running if need_all is None else ():  # a long prompt in progress (chunked at the budget)
             if budget <= 0 or seqs >= view.max_batch:
                 break
             if r.prefilled[q] >= r.prompt_len[q] or r.ready_at[q] > now or q in preempted:
@@ -239,29 +247,36 @@ class InflightNoEvictScheduler(Scheduler):
             budget -= c
             seqs += 1
         if view.waiting and budget > 0 and not plan.preempt:
-            bs = view.block_size
-            free = free_after - self.future_blocks(view)
-            slots = view.max_running - len(view.running)
-            for q in view.waiting:
-                if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
-                    break
-                toks = r.prompt_len[q] - r.prefilled[q]
-                whole = blocks_for(r.inp[q] + r.out[q] - 1, bs)
-                if whole > free:
-                    break
-                if toks > budget:
-                    if plan.prefill:  # a second prompt must fit what the step has left
-                        break
-                    # the step's first prompt runs whole beside the decodes (else a prompt near
-                    # the budget would starve behind a steady decode batch); one longer than the
-                    # whole budget runs in budget-sized chunks
-                    toks = int(min(toks, view.token_budget))
-                plan.prefill.append((q, toks))
-                plan.admit.append(q)
-                budget -= toks
-                free -= whole
-                slots -= 1
-                seqs += 1
+            fut: int = self.future_blocks(view) if need_all is None else view.decode_all_future()  # type: ignore[attr-defined]
+            self._admit_prompts(view, plan, budget, seqs, free_after - fut)
         if plan.is_empty:
             return None
         return plan
+
+    @staticmethod
+    def _admit_prompts(view: InstanceView, plan: BatchPlan, budget: float, seqs: int, free: int) -> None:
+        """Waiting prompts FCFS, each whole, while their whole sequences fit ``free`` blocks (what
+        the running requests will not grow into) and the step's budget and sequences allow."""
+        r = view.req
+        bs = view.block_size
+        slots = view.max_running - len(view.running)
+        for q in view.waiting:
+            if slots <= 0 or seqs >= view.max_batch or r.kv_ready[q]:
+                break
+            toks = r.prompt_len[q] - r.prefilled[q]
+            whole = blocks_for(r.inp[q] + r.out[q] - 1, bs)
+            if whole > free:
+                break
+            if toks > budget:
+                if plan.prefill:  # a second prompt must fit what the step has left
+                    break
+                # the step's first prompt runs whole beside the decodes (else a prompt near
+                # the budget would starve behind a steady decode batch); one longer than the
+                # whole budget runs in budget-sized chunks
+                toks = int(min(toks, view.token_budget))
+            plan.prefill.append((q, toks))
+            plan.admit.append(q)
+            budget -= toks
+            free -= whole
+            slots -= 1
+            seqs += 1

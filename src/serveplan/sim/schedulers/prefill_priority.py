@@ -102,6 +102,8 @@ class PrefillPriorityScheduler(Scheduler):
     # every decode step updates the new-token ratio, so each step is planned; with nothing
     # waiting the plan is "all decode" and the instance runs it as a stretch
     fast_paths = FastPaths()
+    # every running request decoding and fitting: planned from the instance's running sums
+    reads_decode_all = True
 
     def __init__(self, options: PrefillPriorityOptions | None = None, **changes: Any) -> None:
         super().__init__(options, **changes)
@@ -116,10 +118,14 @@ class PrefillPriorityScheduler(Scheduler):
         self.clip = o.clip_max_new_tokens if o.clip_max_new_tokens > 0 else 1 << 62
         self.ratio = init
 
-    def reserved_tokens(self, view: InstanceView) -> float:
-        """Tokens kept for the remaining output of the running requests (``ratio x`` each)."""
-        r = view.req
+    def reserved_tokens(self, view: InstanceView, all_decode: bool = False) -> float:
+        """Tokens kept for the remaining output of the running requests (``ratio x`` each);
+        ``all_decode``: from the view's running sum (``decode_all_left``, ``reads_decode_all``)."""
         clip = self.clip
+        if all_decode:
+            left: int = view.decode_all_left(clip)  # type: ignore[attr-defined]
+            return self.ratio * left
+        r = view.req
         return self.ratio * sum(min(r.out[q] - r.gen[q], clip) for q in view.running)
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:
@@ -129,22 +135,27 @@ class PrefillPriorityScheduler(Scheduler):
             if plan.admit:
                 return plan
         budget = min(view.token_budget, self.max_prefill_tokens)
-        budget, seqs = self._continue_prompts(view, plan, budget)
+        # every running request decodes and their blocks fit (the instance's aggregate,
+        # ``reads_decode_all``): no prompt in progress, and ready_decodes / fit_decodes keep them all
+        need_all: int | None = getattr(view, "decode_all_need", None)
+        seqs = 0
+        if need_all is None:
+            budget, seqs = self._continue_prompts(view, plan, budget)
         if view.waiting and budget > 0:
-            seqs = self._admit_prompts(view, plan, budget, seqs)
+            seqs = self._admit_prompts(view, plan, budget, seqs, need_all is not None)
         if plan.prefill and not self.mixed:
             return plan
         r = view.req
-        decodes = self.ready_decodes(view)
+        decodes = self.ready_decodes(view) if need_all is None else list(view.running)
         if plan.prefill:  # mixed: the running decodes ride along when their blocks fit
             room = view.free_blocks - sum(blocks_for(r.prompt_len[q], view.block_size) for q in plan.admit)
-            need = sum(1 for q in decodes if r.kv_len[q] % view.block_size == 0)
+            need = need_all if need_all is not None else sum(1 for q in decodes if r.kv_len[q] % view.block_size == 0)
             if need <= room:
                 plan.decode = decodes[: max(view.max_batch - seqs, 0)]
             return plan
         if not decodes:
             return None
-        kept, _ = self.fit_decodes(view, decodes, plan)
+        kept = decodes if need_all is not None else self.fit_decodes(view, decodes, plan)[0]
         # the ratio decays on every decode step and jumps back when requests are retracted
         self.ratio = self.init_ratio if plan.preempt else max(self.ratio - self.decay, self.min_ratio)
         plan.decode = kept[: view.max_batch]
@@ -166,11 +177,12 @@ class PrefillPriorityScheduler(Scheduler):
             seqs += 1
         return budget, seqs
 
-    def _admit_prompts(self, view: InstanceView, plan: BatchPlan, budget: float, seqs: int) -> int:
+    def _admit_prompts(self, view: InstanceView, plan: BatchPlan, budget: float, seqs: int,
+                       all_decode: bool = False) -> int:
         """Waiting prompts FCFS while the pool keeps room for the outputs still to come."""
         r = view.req
         bs = view.block_size
-        free_tokens = view.free_blocks * bs - self.reserved_tokens(view)
+        free_tokens = view.free_blocks * bs - self.reserved_tokens(view, all_decode)
         slots = view.max_running - len(view.running)
         new_prompts = 0
         for q in view.waiting:
