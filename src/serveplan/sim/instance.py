@@ -906,18 +906,11 @@ class Instance:
         token), how many steps they can take together (at most ``k_max``, no request past its
         last token, no more than the free KV blocks allow), and the fewest tokens any of them has
         left (the stretch that runs that many steps ends with completions)."""
-        R = self.req
-        kv, gen, out = R.kv_len, R.gen, R.out
-        kvd0 = len(run)
-        d_min = INF_INT
-        for r in run:
-            kvd0 += kv[r]
-            d = out[r] - gen[r]
-            if d < d_min:
-                d_min = d
+        kvd0, d_min = self._run_bound(run)
         if d_min < k_max:
             k_max = d_min
         cache = self.kv
+        kv = self.req.kv_len
         # the owner's search only when the stretch's new blocks may not fit (its own first test, inlined:
         # this runs per stretch)
         if run and len(run) * -(-k_max // cache.block_size) > cache.free:
