@@ -96,7 +96,8 @@ def _time_one(op: Op, x: dict[str, float], phase: Phase, hardware: DeviceSpec, p
                             attention_heads=heads if profile.kernels is not None else None)
     curves = resolve_curves(compiled, profile, hardware, dtype=dtype, kv_dtype=kv_dtype)
     rates = profile_rates(compiled, profile, phase, peak_flops=hardware.flops(dtype),
-                          bandwidth=hardware.memory_bandwidth, curves=curves)
+                          bandwidth=hardware.memory_bandwidth, curves=curves,
+                          compute_cap=hardware.sustained_share(dtype))
     vec = np.zeros(len(FEATURES))
     for k, v in x.items():
         vec[FEATURE_INDEX[k]] = v

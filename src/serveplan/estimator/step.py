@@ -170,11 +170,17 @@ def _busiest_share(seqs: float, dp: int) -> float:
 
 
 def profile_rates(compiled: CompiledStep, profile: EfficiencyProfile, phase: Phase, *, peak_flops: float,
-                  bandwidth: float, curves: CurveRates | None) -> PhaseRates:
+                  bandwidth: float, curves: CurveRates | None, compute_cap: float = 1.0) -> PhaseRates:
     """Rates of one phase from a profile: family factors (GEMMs and streaming kernels share the
     phase's MFU/MBU, attention may have its own), ``kappa`` rates, size curve, dispatch times
-    (none in decode under CUDA graphs) and the measured curves."""
+    (none in decode under CUDA graphs) and the measured curves. ``compute_cap``: the largest share
+    of ``peak_flops`` matrix work may reach (the device's measured sustained FLOP/s over its peak,
+    :meth:`~serveplan.specs.hardware.DeviceSpec.sustained_share`): the GEMM and attention factors
+    are capped at it."""
     eff = profile.efficiency(phase)
+    if compute_cap < 1.0:
+        eff = dataclasses.replace(eff, compute=min(eff.compute, compute_cap),
+                                  attention_compute=min(eff.attn_compute, compute_cap))
     hidden = phase is Phase.DECODE and profile.dispatch_hidden_in_decode
     curve = profile.matmul_size_curve.get(phase.value)
     return phase_rates(
@@ -345,6 +351,7 @@ class Estimator:
     def _phase_rates(self, phase: Phase, profile: EfficiencyProfile | None = None) -> PhaseRates:
         return profile_rates(self.compiled, profile or self.profile, phase, peak_flops=self.peak_flops,
                              bandwidth=self.hardware.memory_bandwidth,
+                             compute_cap=self.hardware.sustained_share(self.dtype),
                              curves=self._decode_curves if phase is Phase.DECODE else self._curves)
 
     # ------------------------------------------------------------------ features

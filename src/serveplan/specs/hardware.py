@@ -74,6 +74,12 @@ class DeviceSpec:
         The scale-up switches reduce in the network (NVLink SHARP / NCCL NVLS: third-generation
         NVSwitch and later), so an all-reduce inside the domain sends each payload once
         (:mod:`serveplan.estimator.collectives`).
+    sustained_flops:
+        Measured dense matrix FLOP/s the device sustains per dtype, where a source measures it below
+        the datasheet peak (AMD's max-achievable FLOPs: under dense GEMMs the MI300X's clock falls
+        from its 2,100 MHz boost, on which the peak is computed, to about 1,200 MHz); empty: none
+        measured. The estimator caps a phase's compute efficiency at this share of the peak
+        (:meth:`sustained_share`); measured kernel curves already hold what the kernels reach.
     board_power_w:
         Board power (TDP/TGP/TBP) of one device from its datasheet, watts; 0 = unknown (no energy
         figures). The power model's ceiling (:mod:`serveplan.estimator.power`).
@@ -104,6 +110,7 @@ class DeviceSpec:
     host_link: LinkSpec | None = None
     in_switch_reduction: bool = False
     driver_memory_bytes: float = 0.0
+    sustained_flops: Mapping[DType, float] = field(default_factory=dict)
     board_power_w: float = field(default=0.0, repr=False)
     idle_power_w: float = field(default=0.0, repr=False)
     host_power_w: float = field(default=0.0, repr=False)
@@ -116,6 +123,11 @@ class DeviceSpec:
             raise SpecError(f"{where}: peak_flops must list at least one dtype")
         for dt, v in self.peak_flops.items():
             check_number(f"{where}: peak_flops[{dt.value}]", v, low=0, low_open=True, unit="FLOP/s")
+        for dt, v in self.sustained_flops.items():
+            if dt not in self.peak_flops:
+                raise SpecError(f"{where}: sustained_flops[{dt.value}] has no peak_flops[{dt.value}] to be a share of")
+            check_number(f"{where}: sustained_flops[{dt.value}]", v, low=0, low_open=True,
+                         high=self.peak_flops[dt], unit="FLOP/s")
         check_number(f"{where}: memory_bytes", self.memory_bytes, low=0, low_open=True, unit="bytes")
         check_number(f"{where}: memory_bandwidth", self.memory_bandwidth, low=0, low_open=True, unit="bytes/s")
         check_number(f"{where}: host_memory_bytes", self.host_memory_bytes, low=0, unit="bytes")
@@ -169,6 +181,13 @@ class DeviceSpec:
     def flops(self, dtype: DType | str) -> float:
         """Dense peak FLOP/s for matrix products with ``dtype`` weights (see :meth:`compute_format`)."""
         return self.peak_flops[self.compute_format(dtype)]
+
+    def sustained_share(self, dtype: DType | str) -> float:
+        """Measured sustained dense matrix FLOP/s over the datasheet peak for ``dtype``'s arithmetic
+        (:meth:`compute_format`); 1.0 where none is measured."""
+        fmt = self.compute_format(dtype)
+        got = self.sustained_flops.get(fmt)
+        return 1.0 if got is None else float(got) / self.peak_flops[fmt]
 
     def link_for(self, group_size: int) -> LinkSpec:
         """Scale-up link for groups that fit in its domain (a node, or an NVL72 rack), else the
@@ -235,6 +254,18 @@ def _link(raw: Any, where: str) -> LinkSpec:
     )
 
 
+def _flops_table(table: Any, where: str, key: str) -> dict[DType, float]:
+    """A YAML mapping of dtype to FLOP/s (``tf32`` and ``fp6``, listed for reference, skipped)."""
+    if not isinstance(table, Mapping):
+        raise SpecError(f"{where}: {key} must map dtype to FLOP/s, got {table!r}")
+    out: dict[DType, float] = {}
+    for k, v in table.items():
+        if k in ("tf32", "fp6"):  # not a weight format serveplan models (listed for reference)
+            continue
+        out[DType.parse(k)] = check_number(f"{where}: {key}[{k}]", v, low=0, low_open=True, unit="FLOP/s")
+    return out
+
+
 def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> DeviceSpec:
     """Build a :class:`DeviceSpec` from the YAML schema of ``data/hardware/*.yaml``."""
     if not isinstance(raw, Mapping):
@@ -243,16 +274,9 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
     for key in ("peak_flops", "memory_bytes", "memory_bandwidth", "intra_node_link"):
         if key not in raw:
             raise SpecError(f"hardware {name!r}: field {key!r} is missing")
-    pf = raw["peak_flops"]
-    if not isinstance(pf, Mapping):
-        raise SpecError(f"hardware {name!r}: peak_flops must map dtype to FLOP/s, got {pf!r}")
-    peak: dict[DType, float] = {}
-    for k, v in pf.items():
-        if k in ("tf32", "fp6"):  # not a weight format serveplan models (listed for reference)
-            continue
-        peak[DType.parse(k)] = check_number(f"hardware {name!r}: peak_flops[{k}]", v, low=0, low_open=True,
-                                            unit="FLOP/s")
     where = f"hardware {name!r}"
+    peak = _flops_table(raw["peak_flops"], where, "peak_flops")
+    sustained = _flops_table(raw.get("sustained_flops") or {}, where, "sustained_flops")
 
     def count(key: str, default: int) -> int:
         value = raw.get(key, default)
@@ -268,6 +292,7 @@ def hardware_from_dict(raw: Mapping[str, Any], *, name: str | None = None) -> De
             description=str(raw.get("description", "")),
             source=str(raw.get("source", "")),
             peak_flops=peak,
+            sustained_flops=sustained,
             memory_bytes=check_number(f"{where}: memory_bytes", raw["memory_bytes"], low=0, low_open=True,
                                       unit="bytes"),
             memory_bandwidth=check_number(f"{where}: memory_bandwidth", raw["memory_bandwidth"], low=0,
