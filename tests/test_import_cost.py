@@ -14,9 +14,14 @@ import serveplan
 HEAVY = ("scipy", "matplotlib", "ray", "torch", "transformers")
 
 
-def _modules_after(code: str) -> set[str]:
+def _env() -> dict[str, str]:
+    """This environment with the tree under test first on the import path."""
     src = str(Path(serveplan.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _modules_after(code: str) -> set[str]:
+    env = _env()
     out = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
                          env=env, capture_output=True, text=True, check=True).stdout
     return {m.split(".")[0] for m in out.split()}
@@ -37,8 +42,7 @@ def _modules_after_command(*argv: str) -> set[str]:
     """The full names of the modules loaded by a whole CLI call (its output discarded)."""
     code = (f"import sys\nsys.argv = ['serveplan', *{argv!r}]\nfrom serveplan.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('\\n'.join(sys.modules))")
-    src = str(Path(serveplan.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
     return set(out.split())
 
@@ -46,8 +50,7 @@ def _modules_after_command(*argv: str) -> set[str]:
 def test_import_serveplan_loads_its_layers_only_when_a_name_is_used():
     """The package root re-exports lazily (serveplan.lazy): ``import serveplan`` loads no layer, and
     a name loads its own module (the catalog), not the simulator."""
-    src = str(Path(serveplan.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = _env()
     code = ("import sys, serveplan\nbare = set(sys.modules)\nserveplan.get_model('llama-3.1-8b')\n"
             "print(' '.join(m for m in bare if m.startswith('serveplan.')), '|', ' '.join(sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

@@ -121,3 +121,20 @@ def test_test_module_basenames_are_unique():
     names = [p.name for p in tests.rglob("test_*.py")]
     dupes = sorted({n for n in names if names.count(n) > 1})
     assert not dupes, dupes
+
+
+def test_each_lazy_table_is_its_packages_type_checking_imports():
+    """A lazily re-exporting ``__init__`` (serveplan.lazy) lists each name twice: in its
+    ``TYPE_CHECKING`` imports (for type checkers) and in its table (at run time); they must agree."""
+    for init in [SRC / "__init__.py", *SRC.glob("*/__init__.py")]:
+        tree = ast.parse(init.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_lazy_exports"]
+        if not calls:
+            continue
+        table = {mod: set(names) for mod, names in ast.literal_eval(calls[0].args[1]).items()}
+        guarded = [n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+        imported: dict[str, set[str]] = {}
+        for node in guarded[0].body:
+            assert isinstance(node, ast.ImportFrom) and node.module
+            imported.setdefault(node.module, set()).update(a.asname or a.name for a in node.names)
+        assert table == imported, init

@@ -14,15 +14,17 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``package`` whose attribute ``name`` lives in module
-    ``names[name]``."""
+def lazy_exports(package: str, modules: Mapping[str, Sequence[str]],
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package`` re-exporting ``modules[module]``'s names from each
+    module (the table mirrors the package's ``TYPE_CHECKING`` imports, module by module)."""
+    names = {name: module for module, exported in modules.items() for name in exported}
 
     def __getattr__(name: str) -> Any:
         module = names.get(name)

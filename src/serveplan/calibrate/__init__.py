@@ -26,12 +26,7 @@ __all__ = ["Band", "Calibration", "Measurement", "MeasurementSet", "band", "cali
 # each name is imported when first used: the fitting names load scipy, so importing the package (the
 # bands every command offers) stays light
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    "Band": "serveplan.calibrate.bands",
-    "band": "serveplan.calibrate.bands",
-    "sample_profiles": "serveplan.calibrate.bands",
-    "Calibration": "serveplan.calibrate.fit",
-    "calibrate": "serveplan.calibrate.fit",
-    "Measurement": "serveplan.calibrate.measurements",
-    "MeasurementSet": "serveplan.calibrate.measurements",
-    "read_measurements": "serveplan.calibrate.measurements",
+    "serveplan.calibrate.bands": ("Band", "band", "sample_profiles"),
+    "serveplan.calibrate.fit": ("Calibration", "calibrate"),
+    "serveplan.calibrate.measurements": ("Measurement", "MeasurementSet", "read_measurements"),
 })

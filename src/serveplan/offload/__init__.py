@@ -30,30 +30,14 @@ if typing.TYPE_CHECKING:
     from serveplan.specs.host import HostSpec, RuntimeSpeeds
 
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    "COMPRESSION_RATIO": "serveplan.offload.cost",
-    "CostTerms": "serveplan.offload.cost",
-    "LayerSizes": "serveplan.offload.cost",
-    "compressed_bytes": "serveplan.offload.cost",
-    "cost_terms": "serveplan.offload.cost",
-    "layer_sizes": "serveplan.offload.cost",
-    "LinearProgram": "serveplan.offload.lp",
-    "LPSolution": "serveplan.offload.lp",
-    "build_lp": "serveplan.offload.lp",
-    "round_placement": "serveplan.offload.lp",
-    "solve": "serveplan.offload.lp",
-    "OffloadPolicy": "serveplan.offload.policy",
-    "Overlap": "serveplan.offload.policy",
-    "parse_policy": "serveplan.offload.policy",
-    "OffloadFrontier": "serveplan.offload.search",
-    "OffloadPlan": "serveplan.offload.search",
-    "evaluate_policy": "serveplan.offload.search",
-    "offload_frontier": "serveplan.offload.search",
-    "plan_offload": "serveplan.offload.search",
-    "get_host": "serveplan.specs.catalog",
-    "host_from_dict": "serveplan.specs.catalog",
-    "list_hosts": "serveplan.specs.catalog",
-    "HostSpec": "serveplan.specs.host",
-    "RuntimeSpeeds": "serveplan.specs.host",
+    "serveplan.offload.cost": ("COMPRESSION_RATIO", "CostTerms", "LayerSizes", "compressed_bytes", "cost_terms",
+        "layer_sizes"),
+    "serveplan.offload.lp": ("LinearProgram", "LPSolution", "build_lp", "round_placement", "solve"),
+    "serveplan.offload.policy": ("OffloadPolicy", "Overlap", "parse_policy"),
+    "serveplan.offload.search": ("OffloadFrontier", "OffloadPlan", "evaluate_policy", "offload_frontier",
+        "plan_offload"),
+    "serveplan.specs.catalog": ("get_host", "host_from_dict", "list_hosts"),
+    "serveplan.specs.host": ("HostSpec", "RuntimeSpeeds"),
 })
 
 __all__ = [

@@ -16,18 +16,10 @@ if typing.TYPE_CHECKING:
     from serveplan.optimize.space import Pruned, SearchSpace, SpaceListing, enumerate_space
 
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    "GoodputResult": "serveplan.optimize.goodput",
-    "GoodputSettings": "serveplan.optimize.goodput",
-    "GoodputStatus": "serveplan.optimize.goodput",
-    "capacity_bound": "serveplan.optimize.goodput",
-    "max_goodput": "serveplan.optimize.goodput",
-    "SearchResult": "serveplan.optimize.search",
-    "pareto_front": "serveplan.optimize.search",
-    "search_many": "serveplan.optimize.search",
-    "Pruned": "serveplan.optimize.space",
-    "SearchSpace": "serveplan.optimize.space",
-    "SpaceListing": "serveplan.optimize.space",
-    "enumerate_space": "serveplan.optimize.space",
+    "serveplan.optimize.goodput": ("GoodputResult", "GoodputSettings", "GoodputStatus", "capacity_bound",
+        "max_goodput"),
+    "serveplan.optimize.search": ("SearchResult", "pareto_front", "search_many"),
+    "serveplan.optimize.space": ("Pruned", "SearchSpace", "SpaceListing", "enumerate_space"),
 })
 
 __all__ = [

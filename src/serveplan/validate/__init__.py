@@ -29,18 +29,10 @@ if typing.TYPE_CHECKING:
     from serveplan.validate.suite import ValidationReport, run_validation
 
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    "GoodputBand": "serveplan.validate.bands",
-    "goodput_bands": "serveplan.validate.bands",
-    "simulation_band": "serveplan.validate.bands",
-    "Comparison": "serveplan.validate.compare",
-    "ServingRun": "serveplan.validate.compare",
-    "compare": "serveplan.validate.compare",
-    "read_vllm_result": "serveplan.validate.compare",
-    "Band": "serveplan.validate.confidence",
-    "band_for": "serveplan.validate.confidence",
-    "bundled_residuals": "serveplan.validate.confidence",
-    "ValidationReport": "serveplan.validate.suite",
-    "run_validation": "serveplan.validate.suite",
+    "serveplan.validate.bands": ("GoodputBand", "goodput_bands", "simulation_band"),
+    "serveplan.validate.compare": ("Comparison", "ServingRun", "compare", "read_vllm_result"),
+    "serveplan.validate.confidence": ("Band", "band_for", "bundled_residuals"),
+    "serveplan.validate.suite": ("ValidationReport", "run_validation"),
 })
 
 __all__ = ["Band", "Comparison", "GoodputBand", "ServingRun", "ValidationReport", "band_for", "bundled_residuals",
