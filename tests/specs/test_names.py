@@ -63,11 +63,13 @@ def test_an_alias_that_is_another_entrys_id_is_refused(monkeypatch):
     fake = catalog._Entries({"h100-sxm": "aliases: [h200]\n", "h200": "{}\n"})
     monkeypatch.setattr(catalog, "_entries", lambda kind: fake)
     catalog._index.cache_clear()
+    catalog._ids.cache_clear()
     try:
         with pytest.raises(SpecError, match="alias 'h200' of 'h100-sxm' is already the name of 'h200'"):
             catalog._index("hardware")
     finally:
         catalog._index.cache_clear()
+        catalog._ids.cache_clear()
 
 
 def test_docs_alias_table_matches_the_data_files():

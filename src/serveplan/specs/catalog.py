@@ -141,7 +141,7 @@ def _index(kind: str) -> dict[str, str]:
     SpecError
         An alias that is also an id or the alias of another entry (a broken data file).
     """
-    out = {k.lower(): k for k in _entries(kind)}
+    out = dict(_ids(kind))
     for k, raw in sorted(_entries(kind).having("aliases").items()):
         for alias in raw.get("aliases") or ():
             key = str(alias).strip().lower()
