@@ -508,7 +508,12 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
         else:
             seqs, keys, heads = x[_ND], x[_KVD], hkv
         Wa, Qa = W[idx], Q[idx]
-        # decode attention reads the decodes' context sum, new in nearly every step: not memoised
+        if vec and ph == 2:
+            # decode attention reads the decodes' context sum, new in nearly every step: not
+            # memoised, timed on plain floats (:meth:`AttentionCurve.decode_terms`)
+            comp[idx], mem[idx] = _decode_attention_floats(cr, curve, float(seqs), float(keys), heads,
+                                                           (d, hq / hkv), Wa.tolist(), Qa.tolist())
+            continue
         comp[idx], mem[idx] = _curve_terms(cr, (ph, seqs, keys, Wa, Qa) if vec and ph == 1 else None,
                                            _attention_terms, cr, curve, ph, seqs, keys, heads, (d, hq / hkv), Wa, Qa)
     if cr.comm_index:
@@ -559,6 +564,28 @@ def _attention_terms(cr: CurveRates, curve: AttentionCurve, ph: int, seqs: Any, 
     ca, ma = fixed + ca, fixed + ma
     on = Wa > 0
     return np.where(on, ca, 0.0), np.where(on, ma, 0.0)
+
+
+def _decode_attention_floats(cr: CurveRates, curve: AttentionCurve, seqs: float, keys: float, heads: float,
+                             dims: tuple[float, float], Wa: list[float], Qa: list[float]) -> tuple[list[float], list[float]]:
+    """:func:`_attention_terms` of the decode phase for one step (``Wa``, ``Qa``: the work and
+    traffic of its decode-attention operators), the same operations on plain floats: equal bit for
+    bit (an operator without work costs 0, as ``np.where`` there gives)."""
+    comp, mem = [0.0] * len(Wa), [0.0] * len(Wa)
+    if not any(w > 0 for w in Wa):
+        return comp, mem
+    length = keys / max(seqs, 1e-30)
+    pairs = seqs * heads
+    if not (length > 0 and pairs > 0):    # no decodes but work: the array path's values
+        ca, ma = _attention_terms(cr, curve, 2, np.float64(seqs), np.float64(keys), heads, dims,
+                                  np.array(Wa), np.array(Qa))
+        return ca.tolist(), ma.tolist()
+    for i, (w, q) in enumerate(zip(Wa, Qa, strict=True)):
+        if w > 0:
+            fixed, ca, ma = curve.decode_terms(length, pairs, dims[0], dims[1], w, q, cr.attention_peak_flops,
+                                               cr.bandwidth)
+            comp[i], mem[i] = fixed + ca, fixed + ma
+    return comp, mem
 
 
 def group_matrix(step: CompiledStep) -> np.ndarray:

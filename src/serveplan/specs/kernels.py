@@ -376,6 +376,39 @@ class AttentionCurve:
                 bw = np.where(np.asarray(nbytes) <= self.cache_bytes, bw * self.cache_gain, bw)
             return fixed, flops / (peak_flops * self.compute_max), nbytes / bw
 
+    def decode_terms(self, length: float, pairs: float, head_dim: float, group: float, flops: float,
+                     nbytes: float, peak_flops: float, bandwidth: float) -> tuple[float, float, float]:
+        """:meth:`terms` of one decode kernel (``phase="decode"``, not ``warm``) on plain floats, the
+        same operations in the same order: a step of a serving run times one such kernel per layer
+        group, and a dozen numpy calls on one-element arrays cost several times these float ones.
+        The powers of a ``parallel_power`` other than 1 are numpy's scalar ones, as :meth:`terms` takes
+        them on the scalar ``length`` and ``pairs`` a single step passes, so the values equal
+        :meth:`terms`' bit for bit on such a step (``tests/estimator/test_curve_scalar.py``).
+        ``length`` and ``pairs`` must be positive."""
+        mb = 1.0
+        if self.multi_block_tokens:
+            # :meth:`blocks`, one value
+            mb = max(float(math.floor(length / self.multi_block_tokens)), 1.0)
+            adj = pairs * mb / (self.sm_count * self.split_waves)
+            if adj > 1.0:
+                mb = max(float(math.floor(mb / max(adj, 1.0))), 1.0)
+            mb = min(mb, float(self.sm_count))
+        ctas = pairs * mb
+        n = self.parallel_power
+        if n == 1.0:
+            par = ctas / (ctas + self.parallel_half)
+        else:
+            par = ctas / float((np.float64(ctas) ** n + self.parallel_half ** n) ** (1 / n))
+        sat = (length / mb) / (length / mb + self.len_half) * par
+        fixed = self.overhead_s
+        if self.group_cost_s:
+            waves = max(ctas / self.sm_count, 1.0) if self.sm_count else 1.0
+            fixed = fixed + self.group_cost_s * group * head_dim / 4096.0 * waves
+        if self.dim_cost_s:
+            fixed = fixed + self.dim_cost_s * 64.0 / max(head_dim, 1.0)
+        bw = bandwidth * self.memory_max * sat
+        return fixed, flops / (peak_flops * self.compute_max), nbytes / bw
+
     def time(self, phase: str, length: Any, pairs: Any, head_dim: Any, flops: Any, nbytes: Any,
              peak_flops: float, bandwidth: float, group: Any = 1.0, *, warm: bool = False) -> Any:
         """Seconds of a kernel (:meth:`terms`)."""
