@@ -348,6 +348,12 @@ class CurveRates:
     #: from (:func:`_curve_terms`): a pure function of those values, so a hit is the same floats
     memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
                                                                        compare=False, repr=False)
+    #: :func:`step_block_terms`: per step (its features but the decodes' context sum, by their
+    #: bytes) the compute and memory terms of every operator and the blocks' collective times
+    steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
+                                                                          compare=False, repr=False)
+    #: facts about the step these curves were resolved for, computed once (:func:`_reads_only`)
+    checks: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @staticmethod
     def expert_parts(step: CompiledStep) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -476,6 +482,61 @@ def op_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> OpTerms:
         comp, mem, comm = _apply_curves(step, rates.curves, x, W, Q, comp, mem, comm)
     t_op = np.maximum(comp, mem)
     return W, Q, comp, mem, t_op, step.S @ t_op, step.SC @ comm
+
+
+def _reads_only_decode_keys(step: CompiledStep, cr: CurveRates) -> bool:
+    """Whether the decodes' context sum (feature ``kvd``) enters no operator's terms but the
+    decode-attention kernels' (under ``cr.decode_attention``) and no collective's: then a step's
+    other terms are a function of its other features (:func:`step_block_terms`)."""
+    if cr.decode_attention is None or not len(cr.decode_index) or cr.moe is not None:
+        return False
+    others = np.ones(step.F.shape[0], dtype=bool)
+    others[cr.decode_index] = False
+    return not (np.any(step.F[others, _KVD]) or np.any(step.B[others, _KVD]) or np.any(step.R[:, _KVD])
+                or np.any(step.C[:, _KVD]) or np.any(step.comm_volume[:, _KVD]) or np.any(cr.gemm_rows[:, _KVD]))
+
+
+def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``op_terms(step, rates, x)``'s per-block operator and collective times of one step (a
+    feature vector), the same floats: the terms of every operator but decode attention are a
+    function of the features other than the decodes' context sum (checked once per curve set,
+    :func:`_reads_only_decode_keys`), so they are memoised on those; a serving run's mixed steps
+    repeat their prompt chunks and decode counts while the context sum is new each time, and only
+    the decode-attention terms are then computed (on floats, :func:`_decode_attention_floats`,
+    from ``F x`` and ``B x``: an operator's product does not change with a feature it reads with
+    coefficient 0)."""
+    cr = rates.curves
+    ok = cr is not None and _reads_only(step, cr)
+    if not ok:
+        *_, bc, bm = op_terms(step, rates, x)
+        return bc, bm
+    assert cr is not None
+    xk = x.copy()
+    xk[_KVD] = 0.0
+    key = xk.tobytes()
+    hit = cr.steps.get(key)
+    if hit is None:
+        _, _, comp, mem, _, _, bm = op_terms(step, rates, x)
+        if len(cr.steps) >= _CURVE_MEMO:
+            cr.steps.clear()
+        hit = cr.steps[key] = (comp, mem, bm)
+        comp, mem = comp.copy(), mem.copy()
+    else:
+        comp, mem = hit[0].copy(), hit[1].copy()
+        idx = cr.decode_index
+        hq, hkv, d = step.attn_heads
+        W, Q = step.F @ x, step.B @ x
+        comp[idx], mem[idx] = _decode_attention_floats(cr, cr.decode_attention, float(x[_ND]), float(x[_KVD]), hkv,
+                                                       (d, hq / hkv), W[idx].tolist(), Q[idx].tolist())
+    return step.S @ np.maximum(comp, mem), hit[2]
+
+
+def _reads_only(step: CompiledStep, cr: CurveRates) -> bool:
+    """:func:`_reads_only_decode_keys`, once per curve set (each is resolved for one step)."""
+    hit = cr.checks.get("decode_keys_only")
+    if hit is None:
+        hit = cr.checks["decode_keys_only"] = _reads_only_decode_keys(step, cr)
+    return hit
 
 
 def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: Any, comp: Any, mem: Any,

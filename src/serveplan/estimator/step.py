@@ -44,6 +44,7 @@ from serveplan.estimator.roofline import (
     op_terms,
     phase_rates,
     split_step,
+    step_block_terms,
     tile_quantized_rows,
     tile_quantized_rows_array,
     varying_features,
@@ -491,7 +492,7 @@ class Estimator:
         self._window_rows(x)
         rates = self._rates_of(x)
         cs = self.compiled
-        *_, bc, bm = op_terms(cs, rates, x)
+        bc, bm = step_block_terms(cs, rates, x)
         total = layers_time(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
         if self._two_batch:
             total = self._overlapped(x, rates, total)
