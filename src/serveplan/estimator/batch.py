@@ -87,7 +87,9 @@ class StepBatch:
     @staticmethod
     def from_sums(sums: tuple[float, ...]) -> StepBatch:
         """From the aggregates in field order (:func:`step_sums`)."""
-        return StepBatch(**dict(zip(SUM_FIELDS, sums, strict=True)))
+        a, b, c, d, e, f, g = sums
+        return StepBatch(prefill_tokens=a, decode_tokens=b, prefill_seqs=c, prefill_keys=d, decode_keys=e,
+                         prefill_scores=f, prefill_causal_scores=g)
 
     def sums(self) -> tuple[float, ...]:
         """The aggregates in :data:`SUM_FIELDS` order (the inverse of :meth:`from_sums`)."""

@@ -657,6 +657,23 @@ def group_matrix(step: CompiledStep) -> np.ndarray:
     return G
 
 
+def layers_time_floats(block_compute: Sequence[float], block_comm: Sequence[float],
+                       dispatch: Sequence[Sequence[float]], counts: Sequence[float]) -> float:
+    """:func:`layers_time` of one step (plain floats per block): the same sums in the same order,
+    ``max`` for ``np.maximum`` (equal on numbers)."""
+    total = 0.0
+    i = 0
+    for disp, count in zip(dispatch, counts, strict=True):
+        t_d = 0.0
+        t_c = 0.0
+        for d in disp:
+            t_d += d
+            t_c = (t_d if t_d > t_c else t_c) + block_compute[i] + block_comm[i]
+            i += 1
+        total = total + count * t_c
+    return total
+
+
 def layers_time(block_compute: Any, block_comm: Any, dispatch: Sequence[Sequence[float]],
                 counts: Sequence[float]) -> Any:
     """BestServe Algorithm 1 per layer kind, times the layer counts.

@@ -41,6 +41,7 @@ from serveplan.estimator.roofline import (
     fixed_terms,
     group_matrix,
     layers_time,
+    layers_time_floats,
     op_terms,
     phase_rates,
     split_step,
@@ -301,6 +302,7 @@ class Estimator:
         self._decode_curves = (resolve_curves(self.compiled, profile, hardware, dtype=self.dtype,
                                               kv_dtype=self.kv_dtype, moe_dims=moe_dims, deepep=True)
                                if deepep else self._curves)
+        self._local_window = model.local_window   # read per step (_window_rows): a property of the layer kinds
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
@@ -456,9 +458,9 @@ class Estimator:
         """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
         vector or of the columns of a matrix from its ``sp``, ``np``, ``kvp``, ``nd``, ``kvd``
         rows (:mod:`serveplan.ops.window`), so callers that vary those rows stay consistent."""
-        m = self.model
-        if not m.local_window:
+        if not self._local_window:
             return
+        m = self.model
         x[_I["kvpw"]], x[_I["kvdw"]], x[_I["apw"]], x[_I["apcw"]] = window_features(
             x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], x[_I["nd"]], x[_I["kvd"]], m.local_window, m.is_chunked)
 
@@ -493,7 +495,7 @@ class Estimator:
         rates = self._rates_of(x)
         cs = self.compiled
         bc, bm = step_block_terms(cs, rates, x)
-        total = layers_time(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
+        total = layers_time_floats(bc.tolist(), bm.tolist(), rates.dispatch, cs.counts)
         if self._two_batch:
             total = self._overlapped(x, rates, total)
         return float(total + self._pp_time(x, rates.comm_efficiency))
