@@ -85,3 +85,22 @@ def test_more_requests_than_a_simulation_holds_are_refused(testbed):
     with pytest.raises(SpecError, match=r"num_requests=16,777,217 must be a positive integer \(1\.\.16,777,216\)"):
         simulate(SimulationConfig(**testbed, strategy="2m", tp=4, rate=1.0,
                                   workload=Workload.fixed(128, 8, num_requests=stream.MAX_REQUESTS + 1)))
+
+
+def test_a_large_batch_met_often_is_read_from_table_blocks(monkeypatch, testbed):
+    """Stretches of at least ``_DIRECT_ND`` sequences are timed directly until their batch size was
+    met ``_TABLE_AFTER`` times, then read from table blocks filled where their sums fall (none
+    from 0: a dense table would span every context sum below them)."""
+    monkeypatch.setattr(clock_mod, "_TABLE_AFTER", 3)
+    est = Clocks().clock(**testbed, parallel=ParallelConfig(tp=4), dtype=None).est
+    clock, direct = clock_mod.StepClock(est), clock_mod.StepClock(est)
+    monkeypatch.setattr(direct, "_direct", {150: -10**9})   # this one never switches
+    nd = 150
+    for i in range(6):
+        kvd0 = nd * (3000 + 37 * i)
+        got = clock.decode_times(nd, kvd0, 9)
+        assert (len(clock._blocks) > 0) is (i >= 3)
+        np.testing.assert_allclose(got, direct.decode_times(nd, kvd0, 9), rtol=1e-12, atol=0)
+    assert not clock._dense and clock._direct[nd] == 3
+    blocks = {b for (n, b) in clock._blocks if n == nd}
+    assert min(blocks) >= (nd * 3000) >> 10   # only the blocks the stretches read
