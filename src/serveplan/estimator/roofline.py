@@ -628,7 +628,8 @@ def _attention_terms(cr: CurveRates, curve: AttentionCurve, ph: int, seqs: Any, 
 
 
 def _decode_attention_floats(cr: CurveRates, curve: AttentionCurve, seqs: float, keys: float, heads: float,
-                             dims: tuple[float, float], Wa: list[float], Qa: list[float]) -> tuple[list[float], list[float]]:
+                             dims: tuple[float, float], Wa: list[float],
+                             Qa: list[float]) -> tuple[list[float], list[float]]:
     """:func:`_attention_terms` of the decode phase for one step (``Wa``, ``Qa``: the work and
     traffic of its decode-attention operators), the same operations on plain floats: equal bit for
     bit (an operator without work costs 0, as ``np.where`` there gives)."""
