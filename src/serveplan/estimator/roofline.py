@@ -522,6 +522,7 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
         hit = cr.steps[key] = (comp, mem, bm)
         comp, mem = comp.copy(), mem.copy()
     else:
+        assert cr.decode_attention is not None   # _reads_only holds it
         comp, mem = hit[0].copy(), hit[1].copy()
         idx = cr.decode_index
         hq, hkv, d = step.attn_heads
