@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
-from serveplan.estimator.roofline import _reads_only, op_terms, step_block_terms
+from serveplan.estimator.roofline import _decode_rows, op_terms, step_block_terms
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.profile import Phase
 
@@ -57,6 +57,9 @@ CASES = [
     # dense GQA under the measured H100 curves (vLLM's serving path), fp8 and bf16
     ("llama-3.1-8b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=1), "bf16", True),
     ("llama-3.1-70b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=4), "fp8", True),
+    # data-parallel attention: the busiest rank's share makes the context sum fractional (the
+    # decode rows' products are then taken as BLAS takes them, not summed in integers)
+    ("llama-3.1-8b", "h100-sxm", "measured-h100-sxm", ParallelConfig(tp=1, dp=2), "bf16", True),
     # local-window layers: the window features derive from the context sum, so it keys the memo too
     ("gemma-2-9b", "h200", "measured-h200", ParallelConfig(tp=1), "bf16", True),
     # a fused MoE kernel: the memo stands aside (its expert terms are not split out)
@@ -70,7 +73,7 @@ def test_step_block_terms_equal_op_terms_bit_for_bit(case):
     est = Estimator(get_model(model), get_hardware(hw), get_profile(prof), par, dtype=dtype)
     rates = est._rates[Phase.PREFILL]
     assert rates.curves is not None
-    assert _reads_only(est.compiled, rates.curves) is memoised
+    assert (_decode_rows(est.compiled, rates.curves) is not None) is memoised
     rng = np.random.default_rng(5)
     hits = 0
     for chunk in (512, 1024, 1024, 2048):       # repeated chunks and decode counts: memo hits

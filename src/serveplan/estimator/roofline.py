@@ -349,11 +349,11 @@ class CurveRates:
     memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
                                                                        compare=False, repr=False)
     #: :func:`step_block_terms`: per step (its features but the decodes' context sum, by their
-    #: bytes) the compute and memory terms of every operator and the blocks' collective times
-    steps: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
-                                                                          compare=False, repr=False)
-    #: facts about the step these curves were resolved for, computed once (:func:`_reads_only`)
-    checks: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
+    #: bytes) the time of every operator and the blocks' collective times
+    steps: dict[bytes, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, compare=False,
+                                                              repr=False)
+    #: facts about the step these curves were resolved for, computed once (:func:`_decode_rows`)
+    checks: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @staticmethod
     def expert_parts(step: CompiledStep) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -496,48 +496,90 @@ def _reads_only_decode_keys(step: CompiledStep, cr: CurveRates) -> bool:
                 or np.any(step.C[:, _KVD]) or np.any(step.comm_volume[:, _KVD]) or np.any(cr.gemm_rows[:, _KVD]))
 
 
+@dataclass(frozen=True, slots=True)
+class _DecodeRows:
+    """What :func:`step_block_terms` needs of one step's decode-attention operators: their indices,
+    and per operator the nonzero ``(feature, coefficient)`` pairs of its rows of ``F`` and ``B``
+    when every coefficient is an integer (``None`` otherwise)."""
+
+    index: tuple[int, ...]
+    work: tuple[tuple[tuple[int, float], ...], ...] | None
+    traffic: tuple[tuple[tuple[int, float], ...], ...] | None
+
+
+def _decode_rows(step: CompiledStep, cr: CurveRates) -> _DecodeRows | None:
+    """:func:`_reads_only_decode_keys` and the decode rows, once per curve set (each is resolved
+    for one step)."""
+    hit = cr.checks.get("decode_rows", False)
+    if hit is False:
+        hit = None
+        if _reads_only_decode_keys(step, cr):
+            idx = tuple(int(i) for i in cr.decode_index)
+
+            def pairs(M: np.ndarray) -> tuple[tuple[tuple[int, float], ...], ...] | None:
+                rows = tuple(tuple((int(j), float(M[i, j])) for j in np.flatnonzero(M[i])) for i in idx)
+                return rows if all(c.is_integer() for r in rows for _, c in r) else None
+
+            hit = _DecodeRows(idx, pairs(step.F), pairs(step.B))
+        cr.checks["decode_rows"] = hit
+    return hit
+
+
+def _exact_dot(pairs: tuple[tuple[int, float], ...], xs: list[float]) -> float | None:
+    """``sum(c * x[j])`` when every product and partial sum is an integer below 2^53 (integer
+    coefficients and features): then any order of the additions, with or without fused
+    multiply-adds, gives this same float, so it equals BLAS's ``F @ x`` row; else ``None``."""
+    total = 0.0
+    bound = 0.0
+    for j, c in pairs:
+        v = xs[j]
+        if not v.is_integer():
+            return None
+        total += c * v
+        bound += abs(c * v)
+    return total if bound < 9007199254740992.0 else None
+
+
 def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``op_terms(step, rates, x)``'s per-block operator and collective times of one step (a
     feature vector), the same floats: the terms of every operator but decode attention are a
     function of the features other than the decodes' context sum (checked once per curve set,
-    :func:`_reads_only_decode_keys`), so they are memoised on those; a serving run's mixed steps
-    repeat their prompt chunks and decode counts while the context sum is new each time, and only
-    the decode-attention terms are then computed (on floats, :func:`_decode_attention_floats`,
-    from ``F x`` and ``B x``: an operator's product does not change with a feature it reads with
-    coefficient 0)."""
+    :func:`_reads_only_decode_keys`), so their times ``max(compute, memory)`` are memoised on those;
+    a serving run's mixed steps repeat their prompt chunks and decode counts while the context sum
+    is new each time, and only the decode-attention terms are then computed (on floats,
+    :func:`_decode_attention_floats`), from their rows of ``F x`` and ``B x``: summed exactly
+    in integers where they are (:func:`_exact_dot`), else by the same products."""
     cr = rates.curves
-    ok = cr is not None and _reads_only(step, cr)
-    if not ok:
+    rows = _decode_rows(step, cr) if cr is not None else None
+    if rows is None:
         *_, bc, bm = op_terms(step, rates, x)
         return bc, bm
-    assert cr is not None
+    assert cr is not None and cr.decode_attention is not None   # _decode_rows holds it
     xk = x.copy()
     xk[_KVD] = 0.0
     key = xk.tobytes()
     hit = cr.steps.get(key)
     if hit is None:
-        _, _, comp, mem, _, _, bm = op_terms(step, rates, x)
+        _, _, comp, mem, t_op, bc, bm = op_terms(step, rates, x)
         if len(cr.steps) >= _CURVE_MEMO:
             cr.steps.clear()
-        hit = cr.steps[key] = (comp, mem, bm)
-        comp, mem = comp.copy(), mem.copy()
-    else:
-        assert cr.decode_attention is not None   # _reads_only holds it
-        comp, mem = hit[0].copy(), hit[1].copy()
-        idx = cr.decode_index
-        hq, hkv, d = step.attn_heads
-        W, Q = step.F @ x, step.B @ x
-        comp[idx], mem[idx] = _decode_attention_floats(cr, cr.decode_attention, float(x[_ND]), float(x[_KVD]), hkv,
-                                                       (d, hq / hkv), W[idx].tolist(), Q[idx].tolist())
-    return step.S @ np.maximum(comp, mem), hit[2]
-
-
-def _reads_only(step: CompiledStep, cr: CurveRates) -> bool:
-    """:func:`_reads_only_decode_keys`, once per curve set (each is resolved for one step)."""
-    hit = cr.checks.get("decode_keys_only")
-    if hit is None:
-        hit = cr.checks["decode_keys_only"] = _reads_only_decode_keys(step, cr)
-    return hit
+        cr.steps[key] = (t_op, bm)
+        return bc, bm
+    t_op = hit[0].copy()
+    xs = x.tolist()
+    Wa = Qa = None
+    if rows.work is not None and rows.traffic is not None:
+        Wa = [_exact_dot(p, xs) for p in rows.work]
+        Qa = [_exact_dot(p, xs) for p in rows.traffic]
+    if Wa is None or Qa is None or None in Wa or None in Qa:
+        idx = list(rows.index)
+        Wa, Qa = (step.F @ x)[idx].tolist(), (step.B @ x)[idx].tolist()
+    hq, hkv, d = step.attn_heads
+    comp, mem = _decode_attention_floats(cr, cr.decode_attention, xs[_ND], xs[_KVD], hkv, (d, hq / hkv),
+                                         Wa, Qa)  # type: ignore[arg-type]
+    for i, c, m in zip(rows.index, comp, mem, strict=True):
+        t_op[i] = c if c > m else m    # np.maximum on numbers
+    return step.S @ t_op, hit[1]
 
 
 def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: Any, comp: Any, mem: Any,
