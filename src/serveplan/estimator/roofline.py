@@ -510,7 +510,7 @@ class _DecodeRows:
 def _decode_rows(step: CompiledStep, cr: CurveRates) -> _DecodeRows | None:
     """:func:`_reads_only_decode_keys` and the decode rows, once per curve set (each is resolved
     for one step)."""
-    hit = cr.checks.get("decode_rows", False)
+    hit: _DecodeRows | None | bool = cr.checks.get("decode_rows", False)
     if hit is False:
         hit = None
         if _reads_only_decode_keys(step, cr):
@@ -522,6 +522,7 @@ def _decode_rows(step: CompiledStep, cr: CurveRates) -> _DecodeRows | None:
 
             hit = _DecodeRows(idx, pairs(step.F), pairs(step.B))
         cr.checks["decode_rows"] = hit
+    assert hit is None or isinstance(hit, _DecodeRows)
     return hit
 
 
@@ -575,9 +576,9 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
         idx = list(rows.index)
         Wa, Qa = (step.F @ x)[idx].tolist(), (step.B @ x)[idx].tolist()
     hq, hkv, d = step.attn_heads
-    comp, mem = _decode_attention_floats(cr, cr.decode_attention, xs[_ND], xs[_KVD], hkv, (d, hq / hkv),
-                                         Wa, Qa)  # type: ignore[arg-type]
-    for i, c, m in zip(rows.index, comp, mem, strict=True):
+    ca, ma = _decode_attention_floats(cr, cr.decode_attention, xs[_ND], xs[_KVD], hkv, (d, hq / hkv),
+                                      Wa, Qa)  # type: ignore[arg-type]
+    for i, c, m in zip(rows.index, ca, ma, strict=True):
         t_op[i] = c if c > m else m    # np.maximum on numbers
     return step.S @ t_op, hit[1]
 
