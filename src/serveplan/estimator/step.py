@@ -50,7 +50,7 @@ from serveplan.estimator.roofline import (
 )
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
-from serveplan.ops.window import window_features
+from serveplan.ops.window import decode_features, window_features
 from serveplan.specs.comm import CommOptions, Overlap, deepep_buffer_bytes
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import attention_peak_flops, gemm_peak_flops
@@ -67,6 +67,7 @@ _CACHE_SIZE = 1 << 16  # memoised step times per estimator
 _FIXED_CACHE_SIZE = 1 << 12  # memoised fixed parts of step columns per estimator (about 1 kB each)
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
+_NDX, _ADX = FEATURE_INDEX["ndx"], FEATURE_INDEX["adx"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +392,7 @@ class Estimator:
         x[_I["nall"]] = n_all
         x[_I["pon"]] = 1.0 if batch.prefill_tokens > 0 else 0.0
         x[_I["don"]] = 1.0 if batch.decode_tokens > 0 else 0.0
-        self._window_rows(x)
+        self._attention_rows(x)
         self._expert_rows(x)
         return x
 
@@ -451,15 +452,22 @@ class Estimator:
         t, c, m = two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)
         return float(t), float(c), float(m)
 
-    def _window_rows(self, x: np.ndarray) -> None:
-        """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
-        vector or of the columns of a matrix from its ``sp``, ``np``, ``kvp``, ``nd``, ``kvd``
-        rows (:mod:`serveplan.ops.window`), so callers that vary those rows stay consistent."""
+    def _attention_rows(self, x: np.ndarray) -> None:
+        """Fill the attention features derived from others, of one feature vector or of the
+        columns of a matrix, so callers that vary ``sp``, ``np``, ``kvp``, ``nd``, ``ndx`` or
+        ``kvd`` stay consistent: the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``,
+        ``adxw``) and the extra decode score elements of several queries per sequence (``adx``),
+        :mod:`serveplan.ops.window`."""
         m = self.model
+        multi = bool(np.any(x[_NDX]))
+        if multi:
+            x[_ADX], adxw = decode_features(x[_I["nd"]], x[_NDX], x[_I["kvd"]], m.local_window, m.is_chunked)
         if not m.local_window:
             return
+        seqs = x[_I["nd"]] - x[_NDX] if multi else x[_I["nd"]]
         x[_I["kvpw"]], x[_I["kvdw"]], x[_I["apw"]], x[_I["apcw"]] = window_features(
-            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], x[_I["nd"]], x[_I["kvd"]], m.local_window, m.is_chunked)
+            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], seqs, x[_I["kvd"]], m.local_window, m.is_chunked)
+        x[_I["adxw"]] = adxw if multi else 0.0
 
     def _stage_boundary_links(self) -> list[Any]:
         """Link used at each of the ``pp - 1`` stage boundaries.
@@ -488,7 +496,7 @@ class Estimator:
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
-        self._window_rows(x)
+        self._attention_rows(x)
         rates = self._rates_of(x)
         cs = self.compiled
         *_, bc, bm = op_terms(cs, rates, x)
@@ -561,7 +569,7 @@ class Estimator:
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase; columns
         small enough to replay a captured graph take its rates, larger ones the eager ones."""
-        self._window_rows(X)
+        self._attention_rows(X)
         graph, eager = self._graph_pair(phase)
         if not self._graph_tokens or graph is eager:
             return self._times_at(X, self._rates[phase])
@@ -614,8 +622,12 @@ class Estimator:
 
     def estimate(self, batch: StepBatch) -> StepEstimate:
         """Step time with the per-module and per-operator breakdown."""
-        x = self.features(batch)
-        phase = Phase.PREFILL if batch.is_prefill else Phase.DECODE
+        return self._estimate(self.features(batch))
+
+    def _estimate(self, x: np.ndarray) -> StepEstimate:
+        """:meth:`estimate` of a feature vector."""
+        self._attention_rows(x)
+        phase = Phase.PREFILL if x[_NP] > 0 else Phase.DECODE
         rates = self._rates_of(x)
         cs = self.compiled
         W, Q, comp, mem, t_op, bc, bm = op_terms(cs, rates, x)
