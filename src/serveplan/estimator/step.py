@@ -459,7 +459,7 @@ class Estimator:
         ``adxw``) and the extra decode score elements of several queries per sequence (``adx``),
         :mod:`serveplan.ops.window`."""
         m = self.model
-        multi = bool(np.any(x[_NDX]))
+        multi = bool(x[_NDX].any()) if x.ndim > 1 else bool(x[_NDX] != 0.0)
         if multi:
             x[_ADX], adxw = decode_features(x[_I["nd"]], x[_NDX], x[_I["kvd"]], m.local_window, m.is_chunked)
         if not m.local_window:
