@@ -56,6 +56,7 @@ from serveplan.specs.profile import CommModel, Module
 _NF = len(FEATURES)
 _N = FEATURE_INDEX["n"]
 _SP, _KVP, _ND, _KVD = (FEATURE_INDEX[f] for f in ("sp", "kvp", "nd", "kvd"))
+_NDX, _ADX = FEATURE_INDEX["ndx"], FEATURE_INDEX["adx"]
 
 #: Order of the rates in :attr:`CompiledStep.rate` (0 = adapted roofline, then BestServe eq. 12's kappas).
 RATES: tuple[Rate, ...] = (Rate.ROOFLINE, Rate.KAPPA_UPDATE, Rate.KAPPA_REPEAT_KV, Rate.KAPPA_UPCAST)
@@ -264,11 +265,13 @@ def compile_step(groups: Sequence[LayerGroup], hardware: DeviceSpec, comm_model:
     inner = np.array([(o.inner or math.sqrt(w)) if g else 0.0 for o, w, g in zip(ops, weight, is_gemm, strict=True)])
     attn_phase = np.zeros(no, dtype=int)
     if attention_heads is not None:
-        only = {1: FEATURE_INDEX["apc"], 2: FEATURE_INDEX["kvd"]}
+        # fused prefill attention works over causal score elements only; fused decode attention
+        # over cached keys and the extra score elements of several queries per sequence (adx)
+        only = {1: ({FEATURE_INDEX["apc"]}, set()), 2: ({_KVD}, {_ADX})}
         for i, o in enumerate(ops):
-            nz = np.flatnonzero(F[i])
-            if o.attention and o.rate is Rate.ROOFLINE and len(nz) == 1:
-                attn_phase[i] = next((ph for ph, col in only.items() if nz[0] == col), 0)
+            nz = set(np.flatnonzero(F[i]).tolist())
+            if o.attention and o.rate is Rate.ROOFLINE:
+                attn_phase[i] = next((ph for ph, (must, may) in only.items() if must <= nz <= must | may), 0)
     return CompiledStep(
         group_names=tuple(names), counts=tuple(counts), blocks=tuple(blocks), ops=tuple(ops),
         op_block=np.array(op_block, dtype=int),
@@ -576,7 +579,10 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
         idx = list(rows.index)
         Wa, Qa = (step.F @ x)[idx].tolist(), (step.B @ x)[idx].tolist()
     hq, hkv, d = step.attn_heads
-    ca, ma = _decode_attention_floats(cr, cr.decode_attention, xs[_ND], xs[_KVD], hkv, (d, hq / hkv),
+    # as _apply_curves: nd - ndx sequences, q * group query rows per CTA
+    seqs = xs[_ND] - xs[_NDX]
+    group = hq / hkv * xs[_ND] / max(seqs, 1e-30)
+    ca, ma = _decode_attention_floats(cr, cr.decode_attention, seqs, xs[_KVD], hkv, (d, group),
                                       Wa, Qa)  # type: ignore[arg-type]
     for i, c, m in zip(rows.index, ca, ma, strict=True):
         t_op[i] = c if c > m else m    # np.maximum on numbers
@@ -608,19 +614,25 @@ def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: 
     for curve, idx, ph in ((cr.prefill_attention, cr.prefill_index, 1), (cr.decode_attention, cr.decode_index, 2)):
         if curve is None or not len(idx):
             continue
+        group: Any = hq / hkv
         if ph == 1:
             seqs, keys, heads = x[_SP], x[_KVP], hq
         else:
-            seqs, keys, heads = x[_ND], x[_KVD], hkv
+            # decode sequences are nd - ndx; with q query tokens per sequence (speculative verify)
+            # a CTA of one (sequence, KV head) holds q * group query rows (FlashInfer and
+            # FlashMLA pack the query tokens with the heads: FlashMLA's get_mla_metadata takes
+            # s_q * h_q // h_kv), so the curve's per-CTA floor reads q * group
+            seqs, keys, heads = x[_ND] - x[_NDX], x[_KVD], hkv
+            group = group * x[_ND] / np.maximum(seqs, 1e-30)
         Wa, Qa = W[idx], Q[idx]
         if vec and ph == 2:
             # decode attention reads the decodes' context sum, new in nearly every step: not
             # memoised, timed on plain floats (:meth:`AttentionCurve.decode_terms`)
             comp[idx], mem[idx] = _decode_attention_floats(cr, curve, float(seqs), float(keys), heads,
-                                                           (d, hq / hkv), Wa.tolist(), Qa.tolist())
+                                                           (d, float(group)), Wa.tolist(), Qa.tolist())
             continue
         comp[idx], mem[idx] = _curve_terms(cr, (ph, seqs, keys, Wa, Qa) if vec and ph == 1 else None,
-                                           _attention_terms, cr, curve, ph, seqs, keys, heads, (d, hq / hkv), Wa, Qa)
+                                           _attention_terms, cr, curve, ph, seqs, keys, heads, (d, group), Wa, Qa)
     if cr.comm_index:
         comm = np.array(comm, dtype=float, copy=True)
         active = x[_N] > 0
@@ -659,7 +671,7 @@ def _gemm_terms(cr: CurveRates, c: GemmCurve, m: Any, Wg: Any, Qg: Any, vec: boo
 
 
 def _attention_terms(cr: CurveRates, curve: AttentionCurve, ph: int, seqs: Any, keys: Any, heads: float,
-                     dims: tuple[float, float], Wa: Any, Qa: Any) -> tuple[Any, Any]:
+                     dims: tuple[float, Any], Wa: Any, Qa: Any) -> tuple[Any, Any]:
     """(compute, memory) terms of the fused attention of phase ``ph`` (1: prefill, 2: decode) under
     ``curve`` (``seqs`` sequences of ``keys`` keys in all; ``dims``: head dim, query heads per KV head)."""
     length = keys / np.maximum(seqs, 1e-30)
@@ -791,7 +803,7 @@ def split_step(step: CompiledStep, rates: PhaseRates, features: Sequence[int]) -
 
     An operator reads a feature through its work, traffic or GEMM rows (``F``, ``B``, ``R``), and
     a fused attention kernel under a measured curve also through its sequences and keys (``sp``,
-    ``kvp`` in prefill, ``nd``, ``kvd`` in decode); a collective through its coefficients and
+    ``kvp`` in prefill, ``nd``, ``ndx``, ``kvd`` in decode); a collective through its coefficients and
     payload, and every collective through ``n`` (its latency is paid when the step has tokens).
     """
     f = np.asarray(features, dtype=int)
@@ -799,7 +811,7 @@ def split_step(step: CompiledStep, rates: PhaseRates, features: Sequence[int]) -
     fs = set(f.tolist())
     if fs & {_SP, _KVP}:
         ops |= step.attn_phase == 1
-    if fs & {_ND, _KVD}:
+    if fs & {_ND, _NDX, _KVD}:
         ops |= step.attn_phase == 2
     if _N in fs:
         colls = np.ones(len(step.C), dtype=bool)

@@ -8,12 +8,18 @@ reads it unchanged, because the two timing sinks, :meth:`Estimator.step_time` an
 
 * **Verify.** The target runs ``K + 1`` tokens per decoding sequence: every linear layer, the
   LM head and the MoE routing see ``(K + 1) * nd`` rows (features ``n``, ``ng``, ``nd``,
-  ``nout``, ``nall``, ``eact``), and each sequence's attention covers ``K`` more keys (``kvd``).
-  Its cache is read once for the ``K + 1`` queries (FlashAttention / FlashMLA decode kernels
-  take ``K + 1`` queries per sequence in one pass), so the attention's bytes are those of one
-  pass; its FLOPs are charged once per key, which is exact while decode attention is
-  memory-bound (arithmetic intensity ``(K + 1) * group`` FLOP/byte, far under the ridge for GQA;
-  MLA at TP 1 is the case where this undercounts).
+  ``nout``, ``nall``, ``eact``), and each sequence's attention covers ``K`` more keys (``kvd``)
+  with ``K`` more query tokens (``ndx``). The decode attention kernels take the ``K + 1``
+  queries of a sequence in one pass (FlashMLA ``flash_mla_with_kvcache`` with ``s_q`` query
+  tokens, packed with the heads: ``get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, ...)``;
+  FlashInfer and FlashAttention likewise): the cache is read once per sequence (bytes over
+  ``kvd``), and every query token scores every key it sees (work over ``kvd + adx``, about
+  ``K + 1`` times a decode's; :func:`serveplan.ops.window.decode_features`). FlashMLA's
+  deep dive (docs/20250422-new-kernel-deep-dive.md) counts the same: FLOPs
+  ``2 h_q s_q s_k (d_k + d_v)``, bytes about ``2 s_k d_k``, intensity about ``2 h_q s_q``
+  FLOP/byte, compute-bound on H800 from ``h_q s_q >= 128``; so MLA at TP 1 (128 heads on one
+  latent) is compute-bound in a verify, while GQA (intensity about ``(K + 1) * group``) stays
+  memory-bound and barely changes.
 * **Draft.** ``draft``: the draft model (a catalog model with the target's vocabulary, same TP)
   runs one step over the step's prompt tokens and one new token per decode, then ``K - 1``
   decode-only steps (K autoregressive draft tokens). ``eagle``: the same with an EAGLE head,
@@ -66,6 +72,7 @@ from serveplan.units import DType
 
 _N, _NG, _NP, _ND = FEATURE_INDEX["n"], FEATURE_INDEX["ng"], FEATURE_INDEX["np"], FEATURE_INDEX["nd"]
 _KVD, _NOUT, _NALL, _EACT = FEATURE_INDEX["kvd"], FEATURE_INDEX["nout"], FEATURE_INDEX["nall"], FEATURE_INDEX["eact"]
+_NDX = FEATURE_INDEX["ndx"]
 _PREFILL_ROWS = tuple(FEATURE_INDEX[f] for f in ("np", "sp", "kvp", "ap", "apc"))
 
 #: EAGLE-3 heads predict over a reduced draft vocabulary (``draft_vocab_size: 32000`` in the
@@ -192,6 +199,7 @@ class SpecEstimator(Estimator):
         v[_NOUT] = x[_NOUT] + extra
         v[_NALL] = x[_NALL] + extra * self.parallel.dp
         v[_KVD] = x[_KVD] + extra
+        v[_NDX] = x[_NDX] + extra  # K more query tokens per sequence: adx follows (Estimator._attention_rows)
         self._set_rows(v)
         self._set_experts(v)
         return v
@@ -269,10 +277,7 @@ class SpecEstimator(Estimator):
         expected tokens for a decode-only step)."""
         if batch.decode_tokens <= 0:
             return super().estimate(batch)
-        extra = batch.decode_tokens * self.k
-        verify = dataclasses.replace(batch, decode_tokens=batch.decode_tokens + extra,
-                                     decode_keys=batch.decode_keys + extra)
-        return dataclasses.replace(super().estimate(verify), total_s=self.time(batch))
+        return dataclasses.replace(self._estimate(self._verify(self.features(batch))), total_s=self.time(batch))
 
     # ------------------------------------------------------------------ memory
     def drafter_weights_bytes(self) -> float:

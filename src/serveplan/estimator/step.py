@@ -52,7 +52,7 @@ from serveplan.estimator.roofline import (
 )
 from serveplan.ops.base import FEATURE_INDEX, FEATURES, Collective, LayerGroup, Rate
 from serveplan.ops.graph import build_layer_groups
-from serveplan.ops.window import window_features
+from serveplan.ops.window import decode_features, window_features
 from serveplan.specs.comm import CommOptions, Overlap, deepep_buffer_bytes
 from serveplan.specs.hardware import DeviceSpec
 from serveplan.specs.kernels import attention_peak_flops, gemm_peak_flops
@@ -69,6 +69,7 @@ _CACHE_SIZE = 1 << 16  # memoised step times per estimator
 _FIXED_CACHE_SIZE = 1 << 12  # memoised fixed parts of step columns per estimator (about 1 kB each)
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
+_NDX, _ADX = FEATURE_INDEX["ndx"], FEATURE_INDEX["adx"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +303,7 @@ class Estimator:
         self._decode_curves = (resolve_curves(self.compiled, profile, hardware, dtype=self.dtype,
                                               kv_dtype=self.kv_dtype, moe_dims=moe_dims, deepep=True)
                                if deepep else self._curves)
-        self._local_window = model.local_window   # read per step (_window_rows): a property of the layer kinds
+        self._local_window = model.local_window   # read per step (_attention_rows): a property of the layer kinds
         # keyed by str: a Phase is a str with the same hash, and callers may pass "decode"
         self._rates: dict[str, PhaseRates] = {ph: self._phase_rates(ph) for ph in Phase}
         # the hot paths pick a phase by a comparison, not by hashing the enum
@@ -394,7 +395,7 @@ class Estimator:
         x[_I["nall"]] = n_all
         x[_I["pon"]] = 1.0 if batch.prefill_tokens > 0 else 0.0
         x[_I["don"]] = 1.0 if batch.decode_tokens > 0 else 0.0
-        self._window_rows(x)
+        self._attention_rows(x)
         self._expert_rows(x)
         return x
 
@@ -454,15 +455,22 @@ class Estimator:
         t, c, m = two_batch_layers_time(bc.tolist(), bm.tolist(), rates.dispatch, self.compiled.counts)
         return float(t), float(c), float(m)
 
-    def _window_rows(self, x: np.ndarray) -> None:
-        """Fill the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``) of one feature
-        vector or of the columns of a matrix from its ``sp``, ``np``, ``kvp``, ``nd``, ``kvd``
-        rows (:mod:`serveplan.ops.window`), so callers that vary those rows stay consistent."""
+    def _attention_rows(self, x: np.ndarray) -> None:
+        """Fill the attention features derived from others, of one feature vector or of the
+        columns of a matrix, so callers that vary ``sp``, ``np``, ``kvp``, ``nd``, ``ndx`` or
+        ``kvd`` stay consistent: the local-layer features (``kvpw``, ``kvdw``, ``apw``, ``apcw``,
+        ``adxw``) and the extra decode score elements of several queries per sequence (``adx``),
+        :mod:`serveplan.ops.window`."""
+        m = self.model
+        multi = bool(x[_NDX].any()) if x.ndim > 1 else bool(x[_NDX] != 0.0)
+        if multi:
+            x[_ADX], adxw = decode_features(x[_I["nd"]], x[_NDX], x[_I["kvd"]], m.local_window, m.is_chunked)
         if not self._local_window:
             return
-        m = self.model
+        seqs = x[_I["nd"]] - x[_NDX] if multi else x[_I["nd"]]
         x[_I["kvpw"]], x[_I["kvdw"]], x[_I["apw"]], x[_I["apcw"]] = window_features(
-            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], x[_I["nd"]], x[_I["kvd"]], m.local_window, m.is_chunked)
+            x[_I["sp"]], x[_I["np"]], x[_I["kvp"]], seqs, x[_I["kvd"]], m.local_window, m.is_chunked)
+        x[_I["adxw"]] = adxw if multi else 0.0
 
     def _stage_boundary_links(self) -> list[Any]:
         """Link used at each of the ``pp - 1`` stage boundaries.
@@ -491,7 +499,7 @@ class Estimator:
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""
-        self._window_rows(x)
+        self._attention_rows(x)
         rates = self._rates_of(x)
         cs = self.compiled
         bc, bm = step_block_terms(cs, rates, x)
@@ -564,7 +572,7 @@ class Estimator:
     def step_times(self, X: np.ndarray, phase: Phase | str = Phase.DECODE) -> np.ndarray:
         """Step times of many feature vectors (columns of ``X``) that share one phase; columns
         small enough to replay a captured graph take its rates, larger ones the eager ones."""
-        self._window_rows(X)
+        self._attention_rows(X)
         graph, eager = self._graph_pair(phase)
         if not self._graph_tokens or graph is eager:
             return self._times_at(X, self._rates[phase])
@@ -617,8 +625,12 @@ class Estimator:
 
     def estimate(self, batch: StepBatch) -> StepEstimate:
         """Step time with the per-module and per-operator breakdown."""
-        x = self.features(batch)
-        phase = Phase.PREFILL if batch.is_prefill else Phase.DECODE
+        return self._estimate(self.features(batch))
+
+    def _estimate(self, x: np.ndarray) -> StepEstimate:
+        """:meth:`estimate` of a feature vector."""
+        self._attention_rows(x)
+        phase = Phase.PREFILL if x[_NP] > 0 else Phase.DECODE
         rates = self._rates_of(x)
         cs = self.compiled
         W, Q, comp, mem, t_op, bc, bm = op_terms(cs, rates, x)

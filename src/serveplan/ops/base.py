@@ -14,10 +14,11 @@ Features (all per data-parallel attention rank unless noted):
 ``ng``       GEMM rows charged under tile quantization: ``n`` scaled by the padding penalty of
              :func:`serveplan.estimator.roofline.tile_quantized_rows` (``n`` when it is off)
 ``np``       prefill tokens (sequences with more than one new token, or no cached context)
-``nd``       decode tokens (= decode sequences; one new token each)
+``nd``       decode tokens: one new token per decode sequence, plus ``ndx``
 ``sp``       prefill sequences
 ``kvp``      keys attended by prefill sequences, sum of ``context + new`` over them
-``kvd``      keys attended by decode sequences, sum of context lengths (new token included)
+``kvd``      keys attended by decode sequences, sum of context lengths (new tokens included): the
+             keys a decode attention kernel reads, once per sequence
 ``ap``       attention score elements per head of prefill sequences, sum of ``new * (context+new)``
              (the full rectangle, as BestServe Table 8 counts ``s^2``)
 ``apc``      causal score elements per head, sum of ``new * (context + (new+1)/2)``
@@ -30,7 +31,20 @@ Features (all per data-parallel attention rank unless noted):
 ``apcw``     as ``apc`` on local layers (see :mod:`serveplan.ops.window`)
 ``pon``      1 when the step has prefill tokens, else 0 (weights only the prefill path reads)
 ``don``      1 when the step has decode tokens, else 0 (weights only the decode path reads)
+``ndx``      decode query tokens beyond the first of each decode sequence, counted in ``nd``
+             (speculative verify: ``K`` per sequence; 0 otherwise), so decode sequences are
+             ``nd - ndx``
+``adx``      decode attention score elements per head beyond ``kvd``: the keys every decode query
+             token attends, summed, less ``kvd`` (0 with one query per sequence; derived from
+             ``nd``, ``ndx`` and ``kvd``, :func:`serveplan.ops.window.decode_features`)
+``adxw``     as ``adx`` on local layers (:mod:`serveplan.ops.window`)
 ===========  ================================================================================
+
+A decode attention kernel given ``q`` query tokens per sequence (speculative verify) reads the
+sequence's cache once and scores every query against its keys (FlashMLA ``flash_mla_with_kvcache``
+with ``s_q`` tokens per sequence, its README and docs/20250422-new-kernel-deep-dive.md: FLOPs
+``2 h_q s_q s_k (d_k + d_v)``, bytes about ``s_k d_k``): its work is over ``kvd + adx`` score
+elements, its cache traffic over ``kvd`` keys.
 
 With DP-attention (``dp > 1``) requests are placed whole on one rank, so the per-rank features
 are those of the busiest rank: ``ceil(sequences / dp)`` of the phase's sequences (a lone prompt
@@ -46,7 +60,7 @@ from serveplan.specs.profile import Module
 
 FEATURES: tuple[str, ...] = (
     "one", "n", "ng", "np", "nd", "sp", "kvp", "kvd", "ap", "apc", "nout", "nall", "eact",
-    "kvpw", "kvdw", "apw", "apcw", "pon", "don",
+    "kvpw", "kvdw", "apw", "apcw", "pon", "don", "ndx", "adx", "adxw",
 )
 FEATURE_INDEX = {f: i for i, f in enumerate(FEATURES)}
 
@@ -81,7 +95,7 @@ def feature(name: str) -> Lin:
 
 
 ONE, N, NG, NP, ND, SP, KVP, KVD, AP, APC, NOUT, NALL, EACT = (feature(f) for f in FEATURES[:13])
-KVPW, KVDW, APW, APCW, PON, DON = (feature(f) for f in FEATURES[13:])
+KVPW, KVDW, APW, APCW, PON, DON, NDX, ADX, ADXW = (feature(f) for f in FEATURES[13:])
 ZERO = Lin()
 
 

@@ -47,6 +47,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from serveplan.ops.base import (
+    ADX,
+    ADXW,
     AP,
     APC,
     APCW,
@@ -184,7 +186,10 @@ def attention_flops(model: ModelSpec, tp: int = 1) -> AttentionFlops:
 def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImpl,
                        ab: float, wb: float, kvb: float, local: bool = False, fused: bool = False) -> list[Op]:
     # local layers see only their window: swap in the windowed key and score features
-    KVP, KVD, AP, APC = (KVPW, KVDW, APW, APCW) if local else (_KVP, _KVD, _AP, _APC)
+    KVP, KVD, AP, APC, ADX = (KVPW, KVDW, APW, APCW, ADXW) if local else (_KVP, _KVD, _AP, _APC, _ADX)
+    # decode score elements: one per cached key and query token (kvd + adx; several queries per
+    # sequence in a speculative verify), the cache read once per sequence (kvd)
+    AD = KVD + ADX
     h, t = model.hidden_size, par.tp
     hq, hkv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     hq_t = hq / t
@@ -236,16 +241,17 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
         if hkv < hq:  # Is_GQA of eq. (12)
             ops.append(Op("decode.repeat_kv", M, ZERO, KVD * (2 * ab * (dq_t + dkv_t)), Rate.KAPPA_REPEAT_KV,
                           source="BestServe Table 9 row ⋆ (/t)"))
+        # the score-sized work and traffic is per score element (AD), K and V per cached key (KVD)
         ops += [
-            Op("decode.qk", M, KVD * af.decode_qk, ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
+            Op("decode.qk", M, AD * af.decode_qk, ND * (ab * dq_t) + KVD * (ab * dq_t) + AD * (ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 6"),
-            Op("decode.div", M, KVD * hq_t, KVD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 7"),
-            Op("decode.mask_add", M, KVD * hq_t, KVD * (2 * ab * hq_t + ab),
+            Op("decode.div", M, AD * hq_t, AD * (2 * ab * hq_t), attention=True, source="BestServe Table 9/11 row 7"),
+            Op("decode.mask_add", M, AD * hq_t, AD * (2 * ab * hq_t + ab),
                attention=True, source="BestServe Table 9/11 row 8"),
-            Op("decode.upcast", M, ZERO, KVD * (2 * ab * hq_t), Rate.KAPPA_UPCAST, source="BestServe Table 9/11 row 9"),
-            Op("decode.softmax", M, KVD * (3 * hq_t), KVD * (2 * ab * hq_t),
+            Op("decode.upcast", M, ZERO, AD * (2 * ab * hq_t), Rate.KAPPA_UPCAST, source="BestServe Table 9/11 row 9"),
+            Op("decode.softmax", M, AD * (3 * hq_t), AD * (2 * ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 10"),
-            Op("decode.av", M, KVD * af.decode_pv, ND * (ab * dq_t) + KVD * (ab * dq_t + ab * hq_t),
+            Op("decode.av", M, AD * af.decode_pv, ND * (ab * dq_t) + KVD * (ab * dq_t) + AD * (ab * hq_t),
                attention=True, source="BestServe Table 9/11 row 11"),
         ]
     else:
@@ -255,9 +261,10 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
             Op("kv_write", M, ZERO, N * (2 * kvb * dkv_t), source="KV cache append: 2*kv_dim values per token"),
             Op("prefill.attention", M, APC * (af.prefill + 5 * hq_t),
                NP * (2 * ab * dq_t) + KVP * (2 * kvb * dkv_t), attention=True, source="fused attention, causal"),
-            Op("decode.attention", M, KVD * (af.decode + 5 * hq_t),
+            Op("decode.attention", M, AD * (af.decode + 5 * hq_t),
                ND * (2 * ab * dq_t) + KVD * (2 * kvb * dkv_t), attention=True,
-               source="fused attention over the KV cache"),
+               source="fused attention over the KV cache: every query token scores every key it sees, "
+                      "the cache read once per sequence"),
         ]
     if model.attn_output_gate:
         ops.append(Op("output_gate", M, N * (5 * dq_t), N * (3 * ab * dq_t),
@@ -267,7 +274,7 @@ def _gqa_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
     return ops
 
 
-_KVP, _KVD, _AP, _APC = KVP, KVD, AP, APC
+_KVP, _KVD, _AP, _APC, _ADX = KVP, KVD, AP, APC, ADX
 
 
 def _linear_attention_ops(model: ModelSpec, par: ParallelConfig, ab: float, wb: float,
@@ -351,9 +358,14 @@ def _mla_attention_ops(model: ModelSpec, par: ParallelConfig, impl: AttentionImp
               "notes A.5 decode step 2: 2*B*d_q^c*H*(d_C + d_R)/TP", DON),
         _gemm("mla.decode.absorb_uk", M, ND, ND, dC, Ht * dkv, ab, wb,
               "notes A.5 decode step 2 AbsorbCost: 2*B*H*d_C*d_kv^c/TP", DON),
-        Op("mla.decode.attention", M, KVD * af.decode,
+        # every query token (q_len = K + 1 of a speculative verify) scores every latent key it
+        # sees, the latent cache read once per sequence: FlashMLA flash_mla_with_kvcache with s_q
+        # query tokens per sequence, FLOPs 2*h_q*s_q*s_k*(d_k + d_v), bytes ~ s_k*d_k (FlashMLA
+        # docs/20250422-new-kernel-deep-dive.md, "A Theoretical Analysis of the MLA Algorithm")
+        Op("mla.decode.attention", M, (KVD + ADX) * af.decode,
            ND * (ab * Ht * (2 * dkv + dR)) + KVD * (kvb * (dkv + dR)),
-           attention=True, source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache"),
+           attention=True, source="notes A.5 decode step 4: (H/TP)*2*B*S*(2*d_kv^c + d_R), MQA over the latent cache; "
+                                  "per query token and key (FlashMLA s_q), the cache read once"),
         _gemm("mla.decode.v_up", M, ND, ND, dkv, Ht * dv, ab, wb, "notes A.5 decode step 5: 2*B*d_kv^c*H*d_v/TP", DON),
         _gemm("o_proj", M, N, NG, Ht * dv, h, ab, wb, "notes A.5 prefill step 7 / decode step 6: 2*B*S*H*d_v*d/TP"),
     ]
