@@ -195,13 +195,20 @@ def _gemm_rows(path: Path, runtime: str) -> Iterator[Measurement]:
         t = _num(r, "latency", path) * 1e-3
         if t <= 0 or min(m, n, k) <= 0:
             continue
-        wb = DTYPE_BYTES[dt]
-        # activations of fp8/fp4 GEMMs are quantized too; output stays bf16
-        ab_in = wb if dt not in ("bfloat16", "float16") else _ACT_BYTES
-        yield Measurement(kind="gemm", phase="decode" if m <= 64 else "prefill", flops=2 * m * n * k,
-                          bytes=ab_in * m * k + _ACT_BYTES * m * n + wb * k * n, time_s=t, rows=m,
-                          name=_name(m=int(m), n=int(n), k=int(k), dtype=DTYPE_NAME[dt],
-                                     kernel=str(r.get("kernel_source", "")).replace(" ", "_"), runtime=runtime))
+        yield _gemm_measurement(m, n, k, dt, t, kernel=str(r.get("kernel_source", "")), runtime=runtime)
+
+
+def _gemm_measurement(m: float, n: float, k: float, dt: str, t: float, *, kernel: str, runtime: str,
+                      weight_bytes: float | None = None, **extra: Any) -> Measurement:
+    """One GEMM row: ``2 m n k`` FLOP; ``a_in m k + 2 m n + w k n`` bytes (``w``: the weight format's
+    bytes, or ``weight_bytes``; activations of fp8/fp4 GEMMs are quantized too, so ``a_in = w``;
+    the output stays bf16)."""
+    wb = DTYPE_BYTES[dt] if weight_bytes is None else weight_bytes
+    ab_in = wb if dt not in ("bfloat16", "float16", "bf16", "fp16") else _ACT_BYTES
+    return Measurement(kind="gemm", phase="decode" if m <= 64 else "prefill", flops=2 * m * n * k,
+                       bytes=ab_in * m * k + _ACT_BYTES * m * n + wb * k * n, time_s=t, rows=m,
+                       name=_name(m=int(m), n=int(n), k=int(k), dtype=DTYPE_NAME[dt],
+                                  kernel=kernel.replace(" ", "_"), runtime=runtime, **extra))
 
 
 #: Routing of the fused-MoE table rows the curves are fitted to. The tables time each shape under
@@ -460,3 +467,90 @@ def _vidur_network(path: Path, stem: str, setup: str) -> Iterator[Measurement]:
         yield Measurement(kind="collective", phase="any", flops=0.0, bytes=nbytes, time_s=t,
                           name=_name(op=stem, ranks=int(g), dtype="fp16", setup=setup,
                                      per_node=nodes, runtime=f"vidur-{setup}"))
+
+
+# ---------------------------------------------------------------------------------- AITER
+#: AITER tuning tables' ``errRatio`` above which a row's kernel is wrong, not slow (the tuner's own
+#: tolerance: ``aiter/utility/mp_tuner.py`` ``worker(tol_err_ratio=0.05)``).
+AITER_MAX_ERR_RATIO = 0.05
+
+
+def _aiter_format(path: Path, r: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(format, weight bytes per value) of a row of an AITER tuned-GEMM table, from the table's
+    name and its dtype columns; ``None`` for tables and rows no curve describes (batched GEMMs,
+    fused MoE, untuned shape lists, bf16 rows with bias, scales or an fp32 output)."""
+    name = path.name
+    if not name.endswith(".csv") or any(s in name for s in ("batched", "fmoe", "untuned")) or "gemm" not in name:
+        return None
+    if "a4w4" in name:   # FP4 E2M1 weights and activations, one E8M0 scale per 1 x 32 (``per1x32Fp4``): MXFP4
+        return "fp4", DType.MXFP4.bytes
+    if "a8w8_blockscale" in name:   # FP8 with one scale per 1 x 128 activations and 128 x 128 weights
+        return "fp8_block", DTYPE_BYTES["fp8_block"]
+    if "a8w8" in name:   # per-token activation and per-channel weight scales (CK ``a8w8_rowwise``, asm, FlyDSL)
+        q = str(r.get("q_dtype_w", "") or "")
+        return ("fp8", 1.0) if "float8" in q else ("int8", 1.0) if "int8" in q else None
+    if "bf16" in name:
+        plain = (str(r.get("dtype", "")) == "torch.bfloat16" and str(r.get("outdtype", "")) == "torch.bfloat16"
+                 and str(r.get("bias", "False")) == "False" and str(r.get("scaleAB", "False")) == "False")
+        return ("bf16", 2.0) if plain else None
+    return None
+
+
+def import_aiter(root: str | Path, *, cu_num: int, gfx: str, runtime: str = "aiter") -> MeasurementSet:
+    """Read AMD AITER's tuned-GEMM tables (``ROCm/aiter``, MIT: ``aiter/configs/*tuned*gemm*.csv``
+    and ``aiter/configs/model_configs/``) into GEMM measurements of one device.
+
+    Each table row is one shape ``(M, N, K)`` (``M`` token rows, an ``N x K`` weight) with the time
+    ``us`` of the fastest kernel AITER's tuner found on a device of ``cu_num`` compute units of
+    architecture ``gfx`` (``gfx942``, 304 CUs: MI300X and MI325X; ``gfx950``, 256 CUs: MI355X and
+    MI350X). ``us`` is the kernel's device time (torch profiler, mean of 100 calls on the same
+    inputs after warm-up: ``aiter/test_common.py`` ``run_perftest``). Formats
+    (:func:`_aiter_format`): ``bf16``, ``fp8`` (per-token scaled), ``fp8_block`` (1 x 128 / 128 x
+    128 block scales), ``fp4`` (MXFP4, ``a4w4``) and ``int8``. A shape tuned in several tables of
+    one format (a kernel family each, e.g. CK and pre-shuffled asm) keeps its fastest row, the one
+    AITER's dispatch would run; rows whose ``errRatio`` exceeds :data:`AITER_MAX_ERR_RATIO` are
+    left out. The activations arrive quantized: no quantization pass is in ``us``. Each row's
+    ``name`` carries its table as ``table=<file stem>``.
+
+    Raises
+    ------
+    SpecError
+        No AITER table under ``root``, or none with rows of ``cu_num`` and ``gfx``.
+    """
+    root = Path(root)
+    base = next((c for c in (root / "aiter" / "configs", root / "configs", root) if c.is_dir()), None)
+    if base is None:
+        raise SpecError(f"aiter directory {str(root)!r} does not exist")
+    paths = sorted(p for p in base.rglob("*.csv") if "gemm" in p.name and "tuned" in p.name)
+    best: dict[tuple[str, int, int, int], Measurement] = {}
+    used: list[str] = []
+    for path in paths:
+        kept = 0
+        for r in _read_table(path):
+            if str(r.get("gfx", "")) != gfx or str(r.get("cu_num", "")) != str(cu_num):
+                continue
+            fmt = _aiter_format(path, r)
+            if fmt is None:
+                continue
+            try:
+                m, n, k, us = (float(r[c]) for c in ("M", "N", "K", "us"))
+                err = float(r.get("errRatio", r.get("err_ratio", 0.0)) or 0.0)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not (math.isfinite(us) and us > 0 and min(m, n, k) > 0) or err > AITER_MAX_ERR_RATIO:
+                continue
+            dt, wb = fmt
+            row = _gemm_measurement(m, n, k, dt, us * 1e-6, weight_bytes=wb, runtime=runtime,
+                                    kernel=str(r.get("libtype", "") or r.get("kernelName", "")).split("_")[0],
+                                    table=path.stem)
+            key = (dt, int(m), int(n), int(k))
+            if key not in best or row.time_s < best[key].time_s:
+                best[key] = row
+            kept += 1
+        if kept:
+            used.append(f"{path.relative_to(base)} ({kept} rows)")
+    if not best:
+        raise SpecError(f"{base}: no AITER tuned-GEMM rows for {gfx} with {cu_num} CUs")
+    return MeasurementSet(tuple(best.values()),
+                          {"source": f"ROCm/aiter tuned GEMM tables ({runtime})", "gfx": gfx, "cu_num": str(cu_num),
+                           "tables": "; ".join(used), "time_unit_of_source": "us"})

@@ -163,15 +163,17 @@ MOE_TILE_CHOICES = (1, 16, 64)
 
 def fit_gemm(rows: Sequence[Measurement], hardware: DeviceSpec, dtype: str, *, tile: int = 1,
              provenance: Provenance | None = None, ceilings: Sequence[float] = (),
-             per_expert: bool = False) -> GemmCurve:
+             per_expert: bool = False, quant_pass: bool = True) -> GemmCurve:
     """Fit one format's GEMM curve (``t0, c_max, m_half, w_half, e_m, p_half`` and, for formats
     with quantized activations (:data:`QUANT_BYTES`), ``e_q``) to GEMM rows. ``ceilings``: further
     starting values of ``c_max``; the fit of lowest cost is kept. ``per_expert``: fused-MoE rows,
-    whose row terms count each active expert's rows (:meth:`GemmCurve.terms`)."""
+    whose row terms count each active expert's rows (:meth:`GemmCurve.terms`). ``quant_pass=False``:
+    rows that time the GEMM on activations already quantized (AITER's tuning tables), so the curve
+    has no activation-quantization term whatever the format."""
     if len(rows) < MIN_POINTS:
         raise SpecError(f"gemm {dtype}: {len(rows)} rows; at least {MIN_POINTS} are needed to fit a curve")
     d = _gemm_rows(rows)
-    quant = QUANT_BYTES.get(dtype, 0.0)
+    quant = QUANT_BYTES.get(dtype, 0.0) if quant_pass else 0.0
     p0 = (5e-6, 0.8, 16.0, 1e6, 0.8, 8.0) + ((0.5,) if quant else ())
     starts = [(p0[0], c, *p0[2:]) for c in ceilings]
     p, sd = _fit(_gemm_model(peak_flops_for(hardware, dtype), hardware.memory_bandwidth, tile, quant, per_expert),
