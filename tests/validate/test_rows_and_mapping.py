@@ -82,3 +82,17 @@ def test_a_static_batch_row_is_the_estimate_of_that_batch():
     p = predict(_row("trtllm-blog-2023-11-h200-launch/llama-2-13b-tp1-bs128-128-2048"))
     assert p.regime == "static batch" and "static batch of 128" in p.how
     assert p.family == "NVIDIA Hopper" and p.model_class == "dense GQA" and p.context_tokens == 128 + 2048
+
+
+def test_fp8_of_a_block_scaled_checkpoint_is_the_published_format():
+    import dataclasses
+
+    from serveplan.validate.mapping import _setup
+
+    row = _row("sglang-blog-2025-09-amd-mi300x-mtp/random-c1-no-mtp")   # DeepSeek-V3, "fp8"
+    assert row.dtype == "fp8"
+    assert _setup(row).dtype == "fp8_block"        # 128 x 128 scales in its quantization_config
+    stated = dataclasses.replace(row, settings=row.settings + " | per-tensor FP8 re-quantized")
+    assert _setup(stated).dtype == "fp8"
+    llama = next(r for r in load_rows() if r.model.startswith("llama") and r.dtype == "fp8")
+    assert _setup(llama).dtype == "fp8"           # published in bf16: fp8 is per-tensor

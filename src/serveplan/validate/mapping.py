@@ -5,7 +5,11 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
 
 * **Engine, model, hardware, formats**: the bundled engine release of the row's family (``vllm``,
   ``sglang``, ``trtllm``), the catalog's model and hardware (a name the catalog does not resolve is
-  not mapped), the stated weight and KV formats (else the model's and the engine's defaults).
+  not mapped), the stated weight and KV formats (else the model's and the engine's defaults). A
+  source that says FP8 of a model published in block-scaled FP8 (DeepSeek-V3/R1: 128 x 128 weight
+  scales in the checkpoint's ``quantization_config``) ran the published weights (``fp8_block``):
+  the engines load that checkpoint as it is, and none of these sources says it was re-quantized per
+  tensor (unless the row's settings say ``per-tensor``).
 * **Engine flags** written in the row's settings or its source's notes, as the engines spell them:
   ``--gpu-memory-utilization`` / ``--mem-fraction-static`` (memory fraction), ``--max-num-seqs``
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
@@ -74,6 +78,7 @@ _FLAGS = (
     (re.compile(r"--chunked-prefill-size[ =](\d+)"), "chunk_size", int),
 )
 _NO_CHUNKING = re.compile(r"--enable-chunked-prefill[ =]False", re.I)
+_PER_TENSOR = re.compile(r"per[- ]tensor", re.I)
 _MTP = re.compile(r"\b(?:MTP|NEXTN)\b.*?(\d+) steps", re.I)
 _HW_RATIO = re.compile(r"x (\S+) vs (\S+) throughput", re.I)
 
@@ -255,6 +260,8 @@ def _setup(row: MeasuredRow, hardware: str | None = None) -> _Setup:
     except SpecError as exc:
         raise Unmappable(str(exc).split(";")[0]) from None
     dtype, kv = _format(row.dtype, "weight"), _format(row.kv_dtype, "KV-cache")
+    if dtype == DType.FP8.value and m.dtype is DType.FP8_BLOCK and not _PER_TENSOR.search(row.settings):
+        dtype = DType.FP8_BLOCK.value   # the published block-scaled checkpoint (module docstring)
     wl, context, notes = _workload(row, _requests(row))
     par, inst = _layout(row, eng, m, hw, pr, dtype, kv, int(wl.max_tokens))
     opts = _flags(row)
