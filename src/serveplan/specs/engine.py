@@ -355,12 +355,19 @@ class EngineSpec:
         :attr:`prefill_host_s`, paid by steps larger than :meth:`graph_tokens` (without an
         instance's limits; the simulator bounds each instance by its own,
         :func:`~serveplan.sim.deployment.resolve`)."""
+        hit = profile.derived.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]   # derived before for this very engine object (EfficiencyProfile.derived)
         out = (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
                                   fused_operators=self.fused_operators)
                .with_moe_backends(self.moe_backends)
                .with_prefill_host({Module(k): v for k, v in self.prefill_host_s.items()}))
         graphs = self.graph_tokens()
-        return out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
+        out = out.with_(prefill_graph_tokens=graphs) if graphs != out.prefill_graph_tokens else out
+        if len(profile.derived) >= 64:
+            profile.derived.clear()
+        profile.derived[id(self)] = (self, out)
+        return out
 
     def host_note(self, *, moe: bool, graphs: int | dict[str, int] | None = None) -> str | None:
         """One line on which steps pay :attr:`prefill_host_s` and how much per layer (``None``

@@ -184,6 +184,10 @@ class EfficiencyProfile:
     measured_from: str = ""
     comm: CommOptions | None = None
     fused_operators: bool = False
+    #: profiles derived from this one, by who derived them (:meth:`EngineSpec.profile_for`): the
+    #: same object each time, so the caches keyed on a profile meet it again (a pure function of
+    #: this value; not compared, hashed or printed)
+    derived: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         for ph, (rows, ratio) in self.matmul_size_curve.items():
