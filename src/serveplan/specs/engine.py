@@ -357,7 +357,8 @@ class EngineSpec:
         :func:`~serveplan.sim.deployment.resolve`)."""
         hit = profile.derived.get(id(self))
         if hit is not None and hit[0] is self:
-            return hit[1]   # derived before for this very engine object (EfficiencyProfile.derived)
+            derived: EfficiencyProfile = hit[1]   # derived before for this very engine object
+            return derived
         out = (profile.for_engine(self.engine, fused_input_quantization=self.fused_input_quantization,
                                   fused_operators=self.fused_operators)
                .with_moe_backends(self.moe_backends)
