@@ -82,7 +82,7 @@ def test_units_are_normalised_as_they_say():
     ("nvidia-blog-2025-03-dsr1-blackwell-record/dsr1-8xb200-max-throughput", "bound, not a measurement"),
     ("distserve-blog-2024-03/13b-2p1d-goodput", "is not modelled"),
     ("vllm-blog-2024-09-perf/llama3-8b-h100-throughput-v060-vs-v053", "ratio between settings"),
-    ("mooncake-docs-vllm-store-a10/2p2d-tp1-rdma-ttft-mean", "unknown hardware .a10."),
+    ("mooncake-docs-vllm-store-a10/2p2d-tp1-rdma-ttft-mean", "a disaggregated fleet"),   # A10 now in the catalog
 ])
 def test_rows_the_tool_cannot_be_asked_say_why(key, why):
     with pytest.raises(Unmappable, match=why):
