@@ -21,11 +21,13 @@ How a row is predicted (nothing here is fitted; no constant was chosen on these 
   (``tensorrt_llm/bench/build/tuning.py`` ``calc_engine_setting`` and ``finetune_setting``) and,
   with chunked prefill off, raises ``max_num_tokens`` to at least the longest prompt plus the batch
   size (``tensorrt_llm/bench/benchmark/utils/general.py`` ``get_settings``). :func:`bench_settings`
-  writes that rule out. Its inputs are the GPU memory NVML reports (the catalog's driver total),
+  applies that rule to a row. Its inputs are the GPU memory NVML reports (the catalog's driver total),
   the checkpoint's parameter count as stored in its safetensors files (NVFP4 linear weights are
   packed two to a byte with one FP8 scale per 16: :func:`checkpoint_param_count`) and the
   ``--kv_cache_free_gpu_mem_fraction`` default 0.90, which is also the share of the free memory the
   runtime gives the KV cache (the overview says many runs used 0.95: ``--kv-fraction`` shows it).
+  The rule lives in :mod:`serveplan.validate.trtllm_bench`, which ``serveplan validate`` applies to
+  the same rows (``benchmarks/trtllm_overview_rows.py`` writes them into its data).
 
 Usage::
 
@@ -42,7 +44,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import statistics
 import sys
 import time
@@ -56,11 +57,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 DATA = ROOT / "benchmarks" / "data" / "trtllm_perf_overview_v1.0.csv"
 OUT = ROOT / "benchmarks" / "results" / "offline_trtllm_validation.json"
-GIB = float(1 << 30)
-#: trtllm-bench ``BYTES_PER_ELEM`` (tuning.py): bytes per stored weight and KV element by format
-BYTES_PER_ELEM = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5}
-#: ``--kv_cache_free_gpu_mem_fraction`` default of ``trtllm-bench throughput`` (v1.0)
-KV_FRACTION = 0.90
+
+# trtllm-bench's rule, shared with serveplan validate (imported after the path insert)
+from serveplan.validate import trtllm_bench  # noqa: E402
+from serveplan.validate.trtllm_bench import BYTES_PER_ELEM, KV_FRACTION, checkpoint_param_count  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
@@ -93,45 +93,13 @@ def load_rows(path: Path = DATA) -> list[Row]:
     return out
 
 
-def checkpoint_param_count(model: Any, dtype: str) -> float:
-    """Elements stored in the checkpoint's safetensors files (what trtllm-bench sums as the
-    parameter count, ``ModelConfig.get_param_count``). ModelOpt keeps the embeddings and the LM
-    head in 16 bits; an FP8 checkpoint stores one element per linear weight, an NVFP4 one packs two
-    4-bit weights per byte and adds one FP8 scale per 16 weights (0.5 + 1/16 elements per weight).
-    An approximation: norms and per-tensor scales (under 0.1% of the elements) are not counted apart."""
-    total = float(model.num_parameters())
-    embed = float(model.embedding_params())   # token embedding and the untied LM head (kept in 16 bits)
-    linear = total - embed
-    per_weight = {"nvfp4": 0.5 + 1 / 16}.get(dtype, 1.0)
-    return embed + linear * per_weight
-
-
 def bench_settings(row: Row, kv_fraction: float = KV_FRACTION) -> tuple[int, int]:
-    """``max_batch_size`` and ``max_num_tokens`` trtllm-bench chooses for ``row`` (v1.0:
-    ``tuning.py`` ``calc_engine_setting`` -> ``finetune_setting``, then ``general.py``
-    ``get_settings``: chunked prefill off, so ``max_num_tokens >= max ISL + max batch``)."""
+    """``max_batch_size`` and ``max_num_tokens`` trtllm-bench chooses for ``row``
+    (:func:`serveplan.validate.trtllm_bench.bench_settings`, shared with ``serveplan validate``)."""
     from serveplan import get_hardware, get_model
 
-    model = get_model(row.model)
-    hw = get_hardware(row.hardware)
-    kv_heads = max(row.tp, model.num_key_value_heads)   # "each GPU in TP group has at least 1 kv head"
-    byte_per_token = 2 * model.num_attention_layers * kv_heads * model.head_dim * BYTES_PER_ELEM["fp8"] / GIB
-    engine_size = checkpoint_param_count(model, row.dtype) * BYTES_PER_ELEM[row.dtype] / GIB
-    total_memory = hw.engine_memory_bytes / GIB * row.tp * row.pp    # NVML total, GiB
-    cache_memory = (total_memory - engine_size) * kv_fraction
-    kv_max_requests = cache_memory / (byte_per_token * (row.isl + row.osl))
-    raw_bs = min(kv_max_requests, 4096) / row.pp
-    raw_token = min(raw_bs * (1 + row.isl / row.osl), 32768)
-    max_bs = max(64, _round_up(raw_bs, ((256, 32), (1024, 128)), 256))           # at least 64 sequences
-    max_token = max(2048, _round_up(raw_token, ((4096, 256), (8192, 512)), 1024))  # at least 2048 tokens
-    return max_bs, max(max_token, row.isl + max_bs)
-
-
-def _round_up(x: float, bands: tuple[tuple[float, int], ...], last: int) -> int:
-    """``x`` rounded up to a multiple of the step of the first band whose bound it is under
-    (``finetune_setting``'s ladders), else of ``last``."""
-    step = next((st for bound, st in bands if x < bound), last)
-    return step * math.ceil(x / step)
+    return trtllm_bench.bench_settings(get_model(row.model), get_hardware(row.hardware), tp=row.tp, pp=row.pp,
+                                       dtype=row.dtype, isl=row.isl, osl=row.osl, kv_fraction=kv_fraction)
 
 
 def predict(row: Row, *, kv_fraction: float = KV_FRACTION, engine_defaults: bool = False) -> dict[str, Any]:

@@ -56,3 +56,11 @@ def test_bench_settings_count_nvfp4_weights_as_stored() -> None:
     assert vo.bench_settings(row) == (256, 2304)
     # a larger KV share can only raise the limits
     assert vo.bench_settings(row, kv_fraction=0.95) >= (256, 2304)
+
+
+def test_the_validate_rows_are_the_csv_as_the_generator_writes_it() -> None:
+    # src/serveplan/validate/data/trtllm-docs-perf-overview-v1.0.yaml is benchmarks/trtllm_overview_rows.py's
+    # output for the CSV (edit the CSV, rerun the generator), with the overview's commit from the CSV header
+    gen = load("trtllm_overview_rows")
+    assert gen.OUT.read_text() == gen.render(vo.load_rows())
+    assert gen.source_commit() == "00f37686aa854010d68bcbd0f4ab000221541ca6"

@@ -8,7 +8,7 @@ import pytest
 
 from serveplan.specs.catalog import list_hardware
 from serveplan.validate.confidence import ACCELERATOR_FAMILY
-from serveplan.validate.mapping import Unmappable, _flags, _lengths, _spec, _unit_scale, predict
+from serveplan.validate.mapping import Unmappable, _flags, _lengths, _setup, _spec, _unit_scale, predict
 from serveplan.validate.rows import KINDS, load_rows, load_sources
 
 
@@ -49,6 +49,17 @@ def test_engine_flags_and_mtp_are_read_from_the_stated_settings():
     assert _flags(default) == {"max_batch": 1024, "token_budget": 1024}
 
 
+def test_a_trtllm_bench_run_without_batch_limits_takes_trtllm_benchs_heuristic():
+    # Llama-3.1-8B FP8 on one H100 at 1000/1000: 640 sequences, 2,048 tokens (derived by hand in
+    # tests/benchmarks/test_offline_trtllm.py), and trtllm-bench's default KV share 0.90
+    st = _setup(_row("trtllm-docs-perf-overview-v1.0/llama-3.1-8b-h100-sxm-fp8-tp1pp1-1000-1000"))
+    assert dict(st.options) == {"max_batch": 640, "token_budget": 2048}
+    assert st.engine.memory_fraction == 0.90 and st.workload.num_requests == 3000
+    # the v0.14 overview (TensorRT engines built by trtllm-bench build) states no such rule: engine defaults
+    old = _setup(_row("trtllm-docs-perf-overview-v0.14/llama-3.1-8b-h100-sxm-fp8-tp1-1000-1000"))
+    assert dict(old.options) == {}
+
+
 def test_request_lengths_follow_the_source():
     assert _lengths(_row("vllm-blog-2026-04-fp8-kvcache/llama-3.1-8b-bf16-ttft-p50"))[:3] == (20000, 2000, "uniform15")
     assert _lengths(_row("sglang-blog-2025-09-amd-mi300x-mtp/random-c1-mtp"))[2] == "uniform-to"
@@ -71,7 +82,7 @@ def test_units_are_normalised_as_they_say():
     ("nvidia-blog-2025-03-dsr1-blackwell-record/dsr1-8xb200-max-throughput", "bound, not a measurement"),
     ("distserve-blog-2024-03/13b-2p1d-goodput", "is not modelled"),
     ("vllm-blog-2024-09-perf/llama3-8b-h100-throughput-v060-vs-v053", "ratio between settings"),
-    ("mooncake-docs-vllm-store-a10/2p2d-tp1-rdma-ttft-mean", "unknown hardware .a10."),
+    ("mooncake-docs-vllm-store-a10/2p2d-tp1-rdma-ttft-mean", "a disaggregated fleet"),   # A10 now in the catalog
 ])
 def test_rows_the_tool_cannot_be_asked_say_why(key, why):
     with pytest.raises(Unmappable, match=why):

@@ -47,7 +47,7 @@ from serveplan.specs.model import LayerType, ModelSpec
 ACCELERATOR_FAMILY = {
     "t4": "NVIDIA Turing",
     "a100-40g": "NVIDIA Ampere", "a100-80g": "NVIDIA Ampere", "a100-pcie-80g": "NVIDIA Ampere",
-    "a10g": "NVIDIA Ampere", "a6000": "NVIDIA Ampere", "rtx-3090": "NVIDIA Ampere",
+    "a10": "NVIDIA Ampere", "a10g": "NVIDIA Ampere", "a6000": "NVIDIA Ampere", "rtx-3090": "NVIDIA Ampere",
     "l4": "NVIDIA Ada", "l40": "NVIDIA Ada", "l40s": "NVIDIA Ada", "rtx-4090": "NVIDIA Ada",
     "h100-sxm": "NVIDIA Hopper", "h100-nvl-94gb": "NVIDIA Hopper", "h200": "NVIDIA Hopper",
     "h200-nvl-141gb": "NVIDIA Hopper", "h800": "NVIDIA Hopper", "h20": "NVIDIA Hopper", "gh200": "NVIDIA Hopper",

@@ -14,7 +14,10 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   ``--gpu-memory-utilization`` / ``--mem-fraction-static`` (memory fraction), ``--max-num-seqs``
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
   ``--enable-chunked-prefill=False`` (prefill-first scheduling); MTP with ``N steps`` (speculative
-  decoding, K = N, the method's default acceptance).
+  decoding, K = N, the method's default acceptance). A ``trtllm-bench throughput`` run that states
+  no ``--max_batch_size``/``--max_num_tokens`` (``load.batch_limits: trtllm-bench``) takes the limits
+  trtllm-bench's heuristic gives and its default KV share, 0.90 (:mod:`~serveplan.validate.trtllm_bench`,
+  the rule ``benchmarks/validate_offline_trtllm.py`` applies).
 * **Layout**: the stated TP, PP, attention DP and EP (with the redundant expert copies a source states,
   DeepSeek's EPLB); instances fill the stated devices (``dp``
   equal to ``instances`` means independent replicas); an unstated TP is the tool's default (the
@@ -63,6 +66,7 @@ from serveplan.specs.engine import EngineSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.speculative import SpecDecodeConfig
 from serveplan.units import DType
+from serveplan.validate import trtllm_bench
 from serveplan.validate.confidence import accelerator_family, model_class
 from serveplan.validate.rows import MODELLED_ENGINES, MeasuredRow, dataset_lengths
 
@@ -265,10 +269,27 @@ def _setup(row: MeasuredRow, hardware: str | None = None) -> _Setup:
     wl, context, notes = _workload(row, _requests(row))
     par, inst = _layout(row, eng, m, hw, pr, dtype, kv, int(wl.max_tokens))
     opts = _flags(row)
+    if row.load.get("batch_limits") == "trtllm-bench":
+        opts = _trtllm_bench_limits(row, m, hw, par, dtype, kv, wl) | opts
     if "memory_fraction" in opts:
         eng = dataclasses.replace(eng, memory_fraction=opts.pop("memory_fraction"))
     return _Setup(engine=eng, model=m, hardware=hw, profile=pr, dtype=dtype, kv_dtype=kv, parallel=par, instances=inst,
                   options=opts, workload=wl, context_tokens=context, spec=_spec(row), notes=notes)
+
+
+def _trtllm_bench_limits(row: MeasuredRow, m: Any, hw: Any, par: ParallelConfig, dtype: str | None,
+                         kv: str | None, wl: Workload) -> dict[str, Any]:
+    """The batch limits and KV share ``trtllm-bench throughput`` chooses when given none
+    (:mod:`~serveplan.validate.trtllm_bench`), for a row of fixed lengths."""
+    isl, osl = set(wl.input_lengths.tolist()), set(wl.output_lengths.tolist())
+    if len(isl) != 1 or len(osl) != 1:
+        raise Unmappable("trtllm-bench's batch limits are stated for fixed lengths only")
+    if dtype not in trtllm_bench.BYTES_PER_ELEM or kv != "fp8":
+        raise Unmappable(f"trtllm-bench's batch limits for weights {dtype} and KV cache {kv} (the rule covers "
+                         f"{', '.join(trtllm_bench.BYTES_PER_ELEM)} weights with an FP8 KV cache)")
+    max_bs, max_tokens = trtllm_bench.bench_settings(m, hw, tp=par.tp, pp=par.pp, dtype=dtype, isl=int(isl.pop()),
+                                                     osl=int(osl.pop()), kv_dtype=kv)
+    return {"max_batch": max_bs, "token_budget": max_tokens, "memory_fraction": trtllm_bench.KV_FRACTION}
 
 
 def _static_batch(row: MeasuredRow) -> int | None:
