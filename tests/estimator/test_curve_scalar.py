@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from serveplan import Estimator, ParallelConfig, StepBatch, get_hardware, get_model, get_profile
-from serveplan.estimator.roofline import _decode_rows, op_terms, step_block_terms
+from serveplan.estimator.roofline import decode_rows, op_terms, step_block_terms
 from serveplan.ops.base import FEATURE_INDEX
 from serveplan.specs.profile import Phase
 
@@ -73,7 +73,7 @@ def test_step_block_terms_equal_op_terms_bit_for_bit(case):
     est = Estimator(get_model(model), get_hardware(hw), get_profile(prof), par, dtype=dtype)
     rates = est._rates[Phase.PREFILL]
     assert rates.curves is not None
-    assert (_decode_rows(est.compiled, rates.curves) is not None) is memoised
+    assert (decode_rows(est.compiled, rates.curves) is not None) is memoised
     rng = np.random.default_rng(5)
     hits = 0
     for chunk in (512, 1024, 1024, 2048):       # repeated chunks and decode counts: memo hits
@@ -90,3 +90,25 @@ def test_step_block_terms_equal_op_terms_bit_for_bit(case):
                 assert np.array_equal(bc, bc_ref) and np.array_equal(bm, bm_ref)
                 hits += r.curves is not None and len(r.curves.steps) == before and memoised
     assert hits >= 10 or not memoised   # 48 steps over 12 (chunk, decode count) pairs
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_time_of_sums_equals_step_time_bit_for_bit(case):
+    """``Estimator.time_of_sums`` (a step's other operators kept per aggregates but the decode
+    context sum) against ``step_time`` of a fresh estimator, on repeated and new aggregates."""
+    model, hw, prof, par, dtype, memoised = case
+    make = lambda: Estimator(get_model(model), get_hardware(hw), get_profile(prof), par, dtype=dtype)  # noqa: E731
+    est, ref = make(), make()
+    rng = np.random.default_rng(9)
+    for chunk in (0, 512, 1024, 1024):
+        for nd in (0, 1, 37, 37, 120):
+            if not chunk and not nd:
+                continue
+            for _ in range(3):
+                ctx = float(nd * rng.integers(100, 8000))
+                sums = (float(chunk), float(nd), float(chunk > 0), float(chunk), ctx, float(chunk * chunk),
+                        chunk * (chunk + 1) / 2)
+                want = ref.step_time(ref.features(StepBatch.from_sums(sums)))
+                assert est.time_of_sums(sums) == want
+    kept = [e for e in est._by_sums.values() if e is not None]
+    assert bool(kept) is (memoised and not est._local_window)

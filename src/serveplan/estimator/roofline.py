@@ -355,7 +355,7 @@ class CurveRates:
     #: bytes) the time of every operator and the blocks' collective times
     steps: dict[bytes, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, compare=False,
                                                               repr=False)
-    #: facts about the step these curves were resolved for, computed once (:func:`_decode_rows`)
+    #: facts about the step these curves were resolved for, computed once (:func:`decode_rows`)
     checks: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @staticmethod
@@ -500,7 +500,7 @@ def _reads_only_decode_keys(step: CompiledStep, cr: CurveRates) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _DecodeRows:
+class DecodeRows:
     """What :func:`step_block_terms` needs of one step's decode-attention operators: their indices,
     and per operator the nonzero ``(feature, coefficient)`` pairs of its rows of ``F`` and ``B``
     when every coefficient is an integer (``None`` otherwise)."""
@@ -510,10 +510,10 @@ class _DecodeRows:
     traffic: tuple[tuple[tuple[int, float], ...], ...] | None
 
 
-def _decode_rows(step: CompiledStep, cr: CurveRates) -> _DecodeRows | None:
+def decode_rows(step: CompiledStep, cr: CurveRates) -> DecodeRows | None:
     """:func:`_reads_only_decode_keys` and the decode rows, once per curve set (each is resolved
     for one step)."""
-    hit: _DecodeRows | None | bool = cr.checks.get("decode_rows", False)
+    hit: DecodeRows | None | bool = cr.checks.get("decode_rows", False)
     if hit is False:
         hit = None
         if _reads_only_decode_keys(step, cr):
@@ -523,9 +523,9 @@ def _decode_rows(step: CompiledStep, cr: CurveRates) -> _DecodeRows | None:
                 rows = tuple(tuple((int(j), float(M[i, j])) for j in np.flatnonzero(M[i])) for i in idx)
                 return rows if all(c.is_integer() for r in rows for _, c in r) else None
 
-            hit = _DecodeRows(idx, pairs(step.F), pairs(step.B))
+            hit = DecodeRows(idx, pairs(step.F), pairs(step.B))
         cr.checks["decode_rows"] = hit
-    assert hit is None or isinstance(hit, _DecodeRows)
+    assert hit is None or isinstance(hit, DecodeRows)
     return hit
 
 
@@ -554,11 +554,11 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
     :func:`_decode_attention_floats`), from their rows of ``F x`` and ``B x``: summed exactly
     in integers where they are (:func:`_exact_dot`), else by the same products."""
     cr = rates.curves
-    rows = _decode_rows(step, cr) if cr is not None else None
+    rows = decode_rows(step, cr) if cr is not None else None
     if rows is None:
         *_, bc, bm = op_terms(step, rates, x)
         return bc, bm
-    assert cr is not None and cr.decode_attention is not None   # _decode_rows holds it
+    assert cr is not None and cr.decode_attention is not None   # decode_rows holds it
     xk = x.copy()
     xk[_KVD] = 0.0
     key = xk.tobytes()
@@ -569,14 +569,23 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
             cr.steps.clear()
         cr.steps[key] = (t_op, bm)
         return bc, bm
-    t_op = hit[0].copy()
-    xs = x.tolist()
+    return np.asarray(decode_block_terms(step, rates, x.tolist(), rows, hit[0].copy())), hit[1]
+
+
+def decode_block_terms(step: CompiledStep, rates: PhaseRates, xs: list[float], rows: DecodeRows,
+                       t_op: np.ndarray) -> list[float]:
+    """Per block operator times of the step with features ``xs`` (a list) whose operators other than
+    decode attention take the times in ``t_op`` (overwritten at the decode-attention rows):
+    :func:`step_block_terms` after a memo hit."""
+    cr = rates.curves
+    assert cr is not None and cr.decode_attention is not None   # decode_rows holds it
     Wa = Qa = None
     if rows.work is not None and rows.traffic is not None:
         Wa = [_exact_dot(p, xs) for p in rows.work]
         Qa = [_exact_dot(p, xs) for p in rows.traffic]
     if Wa is None or Qa is None or None in Wa or None in Qa:
         idx = list(rows.index)
+        x = np.array(xs)
         Wa, Qa = (step.F @ x)[idx].tolist(), (step.B @ x)[idx].tolist()
     hq, hkv, d = step.attn_heads
     # as _apply_curves: nd - ndx sequences, q * group query rows per CTA
@@ -586,7 +595,8 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
                                       Wa, Qa)  # type: ignore[arg-type]
     for i, c, m in zip(rows.index, ca, ma, strict=True):
         t_op[i] = c if c > m else m    # np.maximum on numbers
-    return step.S @ t_op, hit[1]
+    out: list[float] = (step.S @ t_op).tolist()
+    return out
 
 
 def _apply_curves(step: CompiledStep, cr: CurveRates, x: np.ndarray, W: Any, Q: Any, comp: Any, mem: Any,

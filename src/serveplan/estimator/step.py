@@ -31,12 +31,15 @@ from serveplan.estimator.overlap import two_batch_group_time, two_batch_layers_t
 from serveplan.estimator.roofline import (
     CompiledStep,
     CurveRates,
+    DecodeRows,
     OpFamily,
     PhaseRates,
     SizeCurve,
     SplitStep,
     block_terms,
     compile_step,
+    decode_block_terms,
+    decode_rows,
     dispatch_times,
     fixed_terms,
     group_matrix,
@@ -67,9 +70,25 @@ DEFAULT_MEMORY_UTILIZATION = 0.9
 _NF = len(FEATURES)
 _CACHE_SIZE = 1 << 16  # memoised step times per estimator
 _FIXED_CACHE_SIZE = 1 << 12  # memoised fixed parts of step columns per estimator (about 1 kB each)
+
+
+@dataclass(frozen=True, slots=True)
+class _SumsStep:
+    """A step :meth:`Estimator.time_of_sums` times from its decode context sum alone: its feature
+    vector with that sum at 0, the busiest rank's decode share, its rates and decode-attention rows,
+    every operator's time (the decode-attention ones are recomputed) and the blocks' collective
+    times."""
+
+    xs: list[float]
+    fd: float
+    rates: PhaseRates
+    rows: DecodeRows
+    t_op: np.ndarray
+    bm: list[float]
 _I = FEATURE_INDEX
 _N, _NP = FEATURE_INDEX["n"], FEATURE_INDEX["np"]
 _NDX, _ADX = FEATURE_INDEX["ndx"], FEATURE_INDEX["adx"]
+_KVD = FEATURE_INDEX["kvd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +351,9 @@ class Estimator:
         self._kv_layers = (m.num_attention_layers,
                            m.count_layers(LayerType.SLIDING) + m.count_layers(LayerType.CHUNKED), m.local_window)
         self._cache: dict[StepBatch, float] = {}
+        #: :meth:`time_of_sums`: per step aggregates but the decodes' context sum, what its time
+        #: needs besides that sum (``None``: the step is timed by the general path)
+        self._by_sums: dict[tuple[float, ...], _SumsStep | None] = {}
         #: by (rates, varying features): the split, its varying part summed per layer group,
         #: the features that do not vary
         self._splits: dict[tuple[int, tuple[int, ...]],
@@ -496,6 +518,50 @@ class Estimator:
         vol = x[_I["n"]] * self.model.hidden_size * self._ab
         active = x[_I["n"]] > 0
         return sum(vol / (e_comm * lk.bandwidth) + lk.latency_s * active for lk in self._pp_links)
+
+    def time_of_sums(self, sums: tuple[float, ...]) -> float:
+        """:meth:`step_time` of the step with aggregates ``sums`` (:func:`step_sums`), the same float.
+
+        A serving run meets the same prompt chunks and decode counts again and again with a new
+        decode context sum each time; every operator but decode attention is then the same
+        (:func:`~serveplan.estimator.roofline.step_block_terms`), so per aggregates but that sum
+        this keeps the feature vector, the other operators' times and the blocks' collective times,
+        and times a new sum from its decode-attention terms alone (no local-window layers, no
+        several queries per sequence, no two-batch overlap, one pipeline stage: else the general
+        path)."""
+        key = (sums[0], sums[1], sums[2], sums[3], sums[5], sums[6])
+        ent = self._by_sums.get(key, False)
+        if ent is False:
+            batch = StepBatch.from_sums(sums)
+            x = self.features(batch)
+            t = self.step_time(x)
+            if len(self._by_sums) >= _CACHE_SIZE:
+                self._by_sums.clear()
+            self._by_sums[key] = self._sums_step(x, batch)
+            return t
+        if ent is None:
+            return self.step_time(self.features(StepBatch.from_sums(sums)))
+        assert isinstance(ent, _SumsStep)
+        xs = ent.xs.copy()
+        xs[_KVD] = sums[4] * ent.fd        # features(): x[kvd] = decode_keys * fd
+        t_op = ent.t_op.copy()
+        bc = decode_block_terms(self.compiled, ent.rates, xs, ent.rows, t_op)
+        return float(layers_time_floats(bc, ent.bm, ent.rates.dispatch, self.compiled.counts) + 0.0)
+
+    def _sums_step(self, x: np.ndarray, batch: StepBatch) -> _SumsStep | None:
+        """What :meth:`time_of_sums` keeps of the step ``x`` of ``batch`` (after :meth:`step_time`),
+        or ``None``."""
+        if self._local_window or self._two_batch or self.parallel.pp != 1 or x[_NDX] != 0.0:
+            return None
+        rates = self._rates_of(x)
+        rows = decode_rows(self.compiled, rates.curves) if rates.curves is not None else None
+        if rows is None:
+            return None
+        *_, t_op, _, bm = op_terms(self.compiled, rates, x)
+        xs = x.tolist()
+        xs[_KVD] = 0.0
+        fd = self.rank_shares(batch)[1]
+        return _SumsStep(xs=xs, fd=fd, rates=rates, rows=rows, t_op=t_op, bm=bm.tolist())
 
     def step_time(self, x: np.ndarray) -> float:
         """Step time (s) of a feature vector: fast path without breakdown."""

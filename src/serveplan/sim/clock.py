@@ -90,11 +90,10 @@ class StepClock:
             if len(self.by_sums) >= MAX_MEMO_STEPS:
                 self.by_sums.clear()
             est = self.est
-            batch = StepBatch.from_sums(sums)
             # a miss here is a new step (its decode context sum is new): timed without passing
             # through the by-batch memos, which would miss too (a pure function: same value)
-            t = self.by_sums[sums] = (est.step_time(est.features(batch)) if self.pp == 1 and type(est) is Estimator
-                                      else self.time(batch))
+            t = self.by_sums[sums] = (est.time_of_sums(sums) if self.pp == 1 and type(est) is Estimator
+                                      else self.time(StepBatch.from_sums(sums)))
         return t
 
     def time(self, batch: StepBatch) -> float:
