@@ -104,3 +104,24 @@ def test_held_prompts_match_step_by_step(monkeypatch, engine, changes, dp, load)
     for f in ("first_token", "finish"):
         np.testing.assert_allclose(getattr(fast.requests, f), getattr(slow.requests, f), rtol=1e-12)
     assert fast.num_steps == slow.num_steps and fast.num_completed == 96
+
+
+@pytest.mark.parametrize("hardware", ["h100-sxm", "l4"])
+def test_chunked_prefill_all_decode_shortcut_is_the_plan(monkeypatch, hardware):
+    """vLLM's chunked-prefill policy declares ``all_decode``: with nothing waiting and every running
+    request ready, its plan is every running decode (decodes first; no prompt to chunk), so the
+    instance's shortcut gives the very same run, on an H100 and under heavy KV pressure (an L4:
+    preemptions, where the shortcut stops at the last step that fits and the policy preempts)."""
+    from serveplan.commands.simulate import SimulateOptions, prepare
+    from serveplan.sim.schedulers import ChunkedPrefillScheduler
+    from serveplan.sim.schedulers.base import FastPaths
+
+    cfg = prepare(SimulateOptions(model="llama-3.1-8b", hardware=hardware, engine="vllm", rate=8.0, input_len=2000,
+                                  output_len=1000, num_requests=300)).config
+    fast = simulate(cfg)
+    monkeypatch.setattr(ChunkedPrefillScheduler, "fast_paths", FastPaths(repeat_chunk=True))
+    slow = simulate(cfg)
+    for f in ("ttft", "tpot", "first_token", "finish"):
+        assert np.array_equal(getattr(fast.requests, f), getattr(slow.requests, f)), f
+    assert fast.num_steps == slow.num_steps and fast.num_preemptions == slow.num_preemptions
+    assert fast.num_preemptions > 0 or hardware != "l4"

@@ -20,7 +20,7 @@ class ChunkedPrefillScheduler(Scheduler):
     chunked = True
     # running decodes first, then the partial prompt's next chunk: the plan repeats while nothing
     # new can be admitted
-    fast_paths = FastPaths(repeat_chunk=True)
+    fast_paths = FastPaths(repeat_chunk=True, all_decode=True)
     reads_decode_all = True
 
     def plan_batch(self, view: InstanceView) -> BatchPlan | None:
