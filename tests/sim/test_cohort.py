@@ -107,3 +107,35 @@ def test_plans_from_the_running_sums_match_the_per_request_plans(monkeypatch, en
     for f in ("first_token", "finish"):
         np.testing.assert_array_equal(getattr(agg.requests, f), getattr(per_request.requests, f))
     assert agg.num_steps == per_request.num_steps
+
+
+@pytest.mark.parametrize("engine, strategy", [("sglang", "1m"), ("trtllm", "1m"), ("vllm", "1m"), ("vllm", "1p1d"),
+                                              ("trtllm", "1p1d")])
+def test_cohort_members_are_running_requests(monkeypatch, engine, strategy):
+    """``Instance._step_key`` takes a step whose decodes are as many as the cohort's members and the
+    running requests to be the cohort without a membership test: it relies on every member being
+    a running request (and a step's decodes being distinct running requests), checked here at every
+    step under preemption (a KV cache of a few dozen requests) and transferred caches."""
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.sim import SimulationConfig, Workload, simulate
+    from serveplan.sim.instance import Instance
+    from serveplan.sim.workload import LengthDist
+
+    seen = {"steps": 0}
+    step_key = Instance._step_key
+
+    def checked(self, chunks, dec):
+        running = set(self.running)
+        assert set(self.cohort.t0) <= running
+        assert len(set(dec)) == len(dec) and set(dec) <= running
+        seen["steps"] += 1
+        return step_key(self, chunks, dec)
+
+    monkeypatch.setattr(Instance, "_step_key", checked)
+    wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
+                                     LengthDist(kind="uniform", low=2, high=600), 300, seed=7)
+    cfg = SimulationConfig(model=get_model("llama-3.1-70b"), hardware=get_hardware("h100-sxm"),
+                           profile=get_profile(None, "h100-sxm"), engine=engine, strategy=strategy, tp=2, rate=8.0,
+                           workload=wl)
+    res = simulate(cfg)
+    assert seen["steps"] > 50 and (res.num_preemptions > 0 or engine != "vllm" or strategy != "1m")

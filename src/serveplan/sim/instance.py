@@ -718,8 +718,11 @@ class Instance:
         context sum is then its aggregate, and they advance together); otherwise the cohort is
         written out first when they would be read."""
         coh = self.cohort
-        if dec and len(dec) == len(coh) and all(map(coh.t0.__contains__, dec)):
-            return step_sums_of(chunks, len(dec), coh.context_sum), True
+        n = len(dec)
+        # the cohort's members are running requests, and so are a step's decodes (each once): as
+        # many of each as running requests are the same requests, without a membership test
+        if n and n == len(coh) and (n == len(self.running) or all(map(coh.t0.__contains__, dec))):
+            return step_sums_of(chunks, n, coh.context_sum), True
         if dec and len(coh):
             coh.disband()
         kv = self.req.kv_len
