@@ -111,3 +111,21 @@ def test_least_outstanding_router_balances_and_conserves(testbed):
     assert counts.min() > 0.25 * 400
     rr = simulate(SimulationConfig(**testbed, strategy="3m", rate=3.0, workload=wl))
     assert np.bincount(rr.requests.prefill_instance).tolist() == [134, 133, 133]
+
+
+def test_sglang_max_prefill_tokens_is_per_attention_dp_rank():
+    """Under DP attention each SGLang rank runs its own scheduler with its own
+    ``max_prefill_tokens`` while ``--chunked-prefill-size`` is divided among the ranks
+    (``server_args.py`` ``_handle_data_parallelism``): an instance of 4 ranks takes 4 x 2,048 new
+    tokens in one prefill step where one rank takes 2,048."""
+    from serveplan.sim.schedulers.prefill_priority import PrefillPriorityOptions, PrefillPriorityScheduler
+    from serveplan.specs.parallel import ParallelConfig
+
+    n = 8
+    R = RequestState(np.zeros(n), np.full(n, 2048), np.full(n, 16))
+    opts = PrefillPriorityOptions(max_prefill_tokens=2048)
+    for dp, want in ((1, 1), (4, 4)):
+        sched = PrefillPriorityScheduler(opts.for_layout(ParallelConfig(tp=1, dp=dp, ep=dp)))
+        view = View(R, range(n), [], free_blocks=10_000, max_batch=64, budget=1e9, chunk=1 << 20, pmb=64)
+        plan = sched.plan_batch(view)
+        assert plan is not None and len(plan.prefill) == want and sum(c for _, c in plan.prefill) == 2048 * want

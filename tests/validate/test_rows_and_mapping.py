@@ -107,3 +107,13 @@ def test_fp8_of_a_block_scaled_checkpoint_is_the_published_format():
     assert _setup(stated).dtype == "fp8"
     llama = next(r for r in load_rows() if r.model.startswith("llama") and r.dtype == "fp8")
     assert _setup(llama).dtype == "fp8"           # published in bf16: fp8 is per-tensor
+
+
+def test_a_stated_token_batch_per_device_is_the_budget_of_each_dp_rank():
+    from serveplan.validate.mapping import _setup
+
+    row = _row("sglang-blog-deepseek-ep-2025-05/dsv3-prefill-ep32-isl4k-default-eplb")
+    assert row.workload["tokens_per_device_batch"] == 16384      # "batch size 16,384 tokens per device"
+    st = _setup(row)
+    assert st.parallel.dp == 32
+    assert st.options["token_budget"] == st.options["chunk_size"] == 16384 * 32

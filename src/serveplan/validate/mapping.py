@@ -14,7 +14,9 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   ``--gpu-memory-utilization`` / ``--mem-fraction-static`` (memory fraction), ``--max-num-seqs``
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
   ``--enable-chunked-prefill=False`` (prefill-first scheduling); MTP with ``N steps`` (speculative
-  decoding, K = N, the method's default acceptance). A ``trtllm-bench throughput`` run that states
+  decoding, K = N, the method's default acceptance); a stated batch of prompt tokens per device
+  (``workload.tokens_per_device_batch``) is the step's token budget and chunk per attention-DP
+  rank. A ``trtllm-bench throughput`` run that states
   no ``--max_batch_size``/``--max_num_tokens`` (``load.batch_limits: trtllm-bench``) takes the limits
   trtllm-bench's heuristic gives and its default KV share, 0.90 (:mod:`~serveplan.validate.trtllm_bench`,
   the rule ``benchmarks/validate_offline_trtllm.py`` applies).
@@ -269,6 +271,12 @@ def _setup(row: MeasuredRow, hardware: str | None = None) -> _Setup:
     wl, context, notes = _workload(row, _requests(row))
     par, inst = _layout(row, eng, m, hw, pr, dtype, kv, int(wl.max_tokens))
     opts = _flags(row)
+    per_device = _num(row.workload.get("tokens_per_device_batch"))
+    if per_device and "token_budget" not in opts and "chunk_size" not in opts:
+        # a stated batch of prompt tokens per device (per attention-DP rank): the instance's step
+        # budget and chunk are that times its ranks (SGLang divides --chunked-prefill-size by the
+        # DP size, and the simulator splits an instance's budget over its ranks the same way)
+        opts["token_budget"] = opts["chunk_size"] = int(per_device) * par.dp
     if row.load.get("batch_limits") == "trtllm-bench":
         opts = _trtllm_bench_limits(row, m, hw, par, dtype, kv, wl) | opts
     if "memory_fraction" in opts:

@@ -22,6 +22,7 @@ SGLang 0.5 (``managers/scheduler.py`` ``get_next_batch_to_run``, ``managers/sche
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from serveplan.sim.schedulers.base import (
     blocks_for,
     register_scheduler,
 )
+from serveplan.specs.parallel import ParallelConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +63,17 @@ class PrefillPriorityOptions(Options):
         ``managers/scheduler_recv_skipper.py``): above 1, while requests run, the scheduler
         looks for new requests only when a counter reaches it, each decode step adding 1 and any
         step with prompt tokens 1000 (:class:`~serveplan.sim.instance.Instance`).
+    attention_dp_ranks:
+        Ranks of attention data parallelism: the layout's ``dp`` (:meth:`for_layout`), not a
+        file's. Under DP attention every rank runs its own scheduler (``managers/
+        data_parallel_controller.py``), each with its own ``max_prefill_tokens``, while
+        ``--chunked-prefill-size`` is divided among them (``server_args.py``
+        ``_handle_data_parallelism``: ``chunked_prefill_size // dp_size``); the instance's
+        budget is its ranks' together, so the limit of one prefill step of the instance is
+        ``max_prefill_tokens x attention_dp_ranks``.
     """
+
+    from_layout = ("attention_dp_ranks",)
 
     enable_mixed_chunk: bool = False
     max_prefill_tokens: int | None = None
@@ -70,6 +82,10 @@ class PrefillPriorityOptions(Options):
     new_token_ratio_decay_steps: int = 600
     clip_max_new_tokens: int = 4096
     scheduler_recv_interval: int = 1
+    attention_dp_ranks: int = 1
+
+    def for_layout(self, parallel: ParallelConfig) -> PrefillPriorityOptions:
+        return dataclasses.replace(self, attention_dp_ranks=parallel.dp)
 
     def check(self, where: str) -> None:
         if not 0 < self.init_new_token_ratio <= 1:
@@ -110,7 +126,8 @@ class PrefillPriorityScheduler(Scheduler):
         o = self.options
         assert isinstance(o, PrefillPriorityOptions)
         self.mixed = o.enable_mixed_chunk
-        self.max_prefill_tokens = math.inf if o.max_prefill_tokens is None else float(o.max_prefill_tokens)
+        self.max_prefill_tokens = (math.inf if o.max_prefill_tokens is None
+                                   else float(o.max_prefill_tokens * o.attention_dp_ranks))
         init = o.init_new_token_ratio
         self.init_ratio = init
         self.min_ratio = init * o.min_new_token_ratio_factor
