@@ -332,7 +332,7 @@ def page_rows(path: str, text: str, commit: str) -> dict[str, Any]:
                 continue
             value, line, printed = run.figures[name]
             rows.append({
-                "id": f"run{k:02d}-{metric.removesuffix('_s')}-{stat}",
+                "id": f"run{k:02d}-{metric[:-2] if metric in ('ttft_s', 'tpot_s', 'itl_s') else metric}-{stat}",
                 "where": f"{path} line {line}: section '{run.heading}', result block after '{run.script_title}'"
                          + (f" labelled '{run.label}'" if run.label else "") + f", '{name}: {printed}'",
                 "model": model, "model_stated": ckpt, "hardware": hardware, "num_devices": devices,
@@ -363,13 +363,13 @@ def build(mirror: Path, commit: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]
     def ignore_aliases(self, data: Any) -> bool:    # every row spelled out, no YAML anchors
         return True
 
 
 def dump(page: dict[str, Any]) -> str:
-    return yaml.dump(page, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+    return str(yaml.dump(page, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True))
 
 
 def main(argv: list[str] | None = None) -> int:
