@@ -24,8 +24,10 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   DeepSeek's EPLB); instances fill the stated devices (``dp``
   equal to ``instances`` means independent replicas); an unstated TP is the tool's default (the
   smallest that fits with a useful KV cache).
-* **Requests**: fixed lengths as stated; ``+-15%`` is uniform within 15%; SGLang's ``random``
-  dataset is uniform up to the stated length (its default range ratio); a dataset named without
+* **Requests**: fixed lengths as stated; ``+-15%`` is uniform within 15%; ``length_variance: fixed``
+  keeps the stated lengths (vLLM's ``random`` dataset at its default ``--random-range-ratio`` 0.0,
+  vllm-project/vllm ``vllm/benchmarks/datasets.py`` ``RandomDataset.DEFAULT_RANGE_RATIO``); otherwise
+  SGLang's ``random`` dataset is uniform up to the stated length (its default range ratio); a dataset named without
   lengths is simulated at the mean lengths the bundled dataset files state, and not mapped when
   they state none. Counts as stated, else 2,000 offline, 1,000 open loop, ``max(8 C, 200)`` in a
   closed loop of ``C`` clients (at most 4,000).
@@ -50,6 +52,7 @@ checks the energy model against those).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -79,14 +82,30 @@ _BOUND = re.compile(r"lower bound|upper figure|up to|approx|~", re.I)
 #: engine flags read from a row's settings (module doc): flag -> (fleet option, type)
 _FLAGS = (
     (re.compile(r"--(?:gpu-memory-utilization|mem-fraction-static)[ =]([0-9.]+)"), "memory_fraction", float),
-    (re.compile(r"--max-num-seqs[ =](\d+)"), "max_batch", int),
-    (re.compile(r"--max-num-batched-tokens[ =](\d+)"), "token_budget", int),
+    (re.compile(r"--(?:max-num-seqs|max-running-requests|max_batch_size)[ =](\d+)"), "max_batch", int),
+    (re.compile(r"--(?:max-num-batched-tokens|max_num_tokens)[ =](\d+)"), "token_budget", int),
     (re.compile(r"--chunked-prefill-size[ =](\d+)"), "chunk_size", int),
 )
 _NO_CHUNKING = re.compile(r"--enable-chunked-prefill[ =]False", re.I)
 _PER_TENSOR = re.compile(r"per[- ]tensor", re.I)
 _MTP = re.compile(r"\b(?:MTP|NEXTN)\b.*?(\d+) steps", re.I)
+_SPEC_FLAGS = re.compile(r"--speculative[-_](?:algorithm|config)\b")
 _HW_RATIO = re.compile(r"x (\S+) vs (\S+) throughput", re.I)
+
+
+#: simulations kept per process (rows of one run share one: :func:`simulation_key`)
+_SIM_CACHE_SIZE = 16
+_SIM_CACHE: dict[str, SimulationResult] = {}
+
+
+def simulation_key(row: MeasuredRow) -> str:
+    """What a row's simulation depends on: every stated setting, not its own figure (metric, statistic,
+    value, unit). Rows with one key are predicted from one simulation (the figures of one benchmark run);
+    the simulation is seeded, so sharing it changes no prediction."""
+    w = row.workload
+    prefill_only = row.metric.startswith(("input_", "total_")) and w.get("output_len", w.get("output_len_mean")) is None
+    return json.dumps([row.source, row.model, row.hardware, row.num_devices, row.engine, row.engine_version, row.layout,
+                       row.dtype, row.kv_dtype, w, row.load, row.settings, prefill_only], sort_keys=True, default=str)
 
 
 class Unmappable(Exception):
@@ -169,6 +188,9 @@ def _flags(row: MeasuredRow) -> dict[str, Any]:
 def _spec(row: MeasuredRow) -> SpecDecodeConfig | None:
     m = _MTP.search(row.stated)
     if not m or "no speculation" in row.stated.lower():
+        if _SPEC_FLAGS.search(row.stated):
+            raise Unmappable("speculative decoding stated by engine flags (draft method and tree) the mapping "
+                             "does not read")
         return None
     return SpecDecodeConfig.of("mtp", int(m.group(1)))
 
@@ -198,6 +220,8 @@ def _lengths(row: MeasuredRow) -> tuple[float, float, str, tuple[str, ...]]:
     variance = str(w.get("length_variance") or "")
     if "15%" in variance:
         return inp, out, "uniform15", notes
+    if variance == "fixed":
+        return inp, out, "fixed", notes
     if ds == "random":
         return inp, out, "uniform-to", (*notes, "SGLang random dataset: lengths uniform up to the stated ones")
     return inp, out, "fixed", notes
@@ -386,7 +410,13 @@ def _simulate(row: MeasuredRow, st: _Setup) -> tuple[float, str]:
         model=st.model, hardware=st.hardware, profile=st.profile, rate=rate, workload=st.workload,
         dtype=st.dtype, kv_dtype=st.kv_dtype, offline=offline, concurrency=conc, spec=st.spec,
         allow_long_context=True)
-    res = simulate(cfg)
+    key = f"{simulation_key(row)}|{st.hardware.name}"
+    res = _SIM_CACHE.get(key)
+    if res is None:
+        res = simulate(cfg)
+        if len(_SIM_CACHE) >= _SIM_CACHE_SIZE:
+            _SIM_CACHE.pop(next(iter(_SIM_CACHE)))
+        _SIM_CACHE[key] = res
     load_text = "offline" if offline else f"concurrency {conc}" if conc else f"rate {rate:g}"
     how = (f"simulate {st.instances} x {par.label()} {st.model.name} on {st.hardware.name} ({st.engine.label}), "
            f"{st.workload.num_requests} requests, {load_text}")

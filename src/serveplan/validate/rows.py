@@ -24,7 +24,7 @@ METRIC_KIND = {
     "ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "TPOT", "tokens_per_s_per_user": "TPOT", "e2e_s": "E2E",
     "output_tokens_per_s": "throughput", "output_tokens_per_s_per_gpu": "throughput",
     "input_tokens_per_s": "throughput", "input_tokens_per_s_per_gpu": "throughput",
-    "total_tokens_per_s_per_gpu": "throughput", "requests_per_s": "throughput",
+    "total_tokens_per_s": "throughput", "total_tokens_per_s_per_gpu": "throughput", "requests_per_s": "throughput",
     "goodput_rps": "goodput", "goodput_rps_per_gpu": "goodput", "speedup": "speedup", "system_power_w": "power",
 }
 #: every kind, in table order

@@ -23,7 +23,7 @@ from typing import Any
 
 from serveplan.optimize.lifecycle import worker_pool
 from serveplan.validate.confidence import BANDED_KINDS, Band, Query, Residual, band_for
-from serveplan.validate.mapping import Unmappable, predict
+from serveplan.validate.mapping import Unmappable, predict, simulation_key
 from serveplan.validate.rows import MeasuredRow, load_rows
 
 #: what the output and the docs say is held out
@@ -110,9 +110,15 @@ def _run_one(row: MeasuredRow) -> Outcome:
                    context_tokens=p.context_tokens, how=p.how, notes=p.notes, seconds=time.perf_counter() - t0)
 
 
+def _run_group(rows: Sequence[MeasuredRow]) -> list[Outcome]:
+    return [_run_one(r) for r in rows]
+
+
 def predict_rows(rows: Sequence[MeasuredRow], *, jobs: int | None = None,
                  on_progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
-    """Every row predicted, in order; ``jobs`` processes (default: the CPUs)."""
+    """Every row predicted, in order; ``jobs`` processes (default: the CPUs). Rows that share a simulation
+    (:func:`~serveplan.validate.mapping.simulation_key`: the figures of one run) go to one process, which
+    simulates once."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(rows) or 1))
     out: list[Outcome] = []
     if jobs == 1:
@@ -121,12 +127,21 @@ def predict_rows(rows: Sequence[MeasuredRow], *, jobs: int | None = None,
             if on_progress:
                 on_progress(i + 1, len(rows))
         return out
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(simulation_key(r), []).append(i)
+    order = list(groups.values())
+    placed: list[Outcome | None] = [None] * len(rows)
+    done = 0
     with worker_pool(jobs) as ex:   # its workers end with this process, SIGKILL included
-        for i, o in enumerate(ex.map(_run_one, rows, chunksize=2)):
-            out.append(o)
+        for idx, outcomes in zip(order, ex.map(_run_group, [[rows[i] for i in g] for g in order], chunksize=1),
+                                 strict=True):
+            for i, o in zip(idx, outcomes, strict=True):
+                placed[i] = o
+            done += len(idx)
             if on_progress:
-                on_progress(i + 1, len(rows))
-    return out
+                on_progress(done, len(rows))
+    return [o for o in placed if o is not None]
 
 
 def with_loso_bands(outcomes: Sequence[Outcome]) -> list[Outcome]:

@@ -1,0 +1,73 @@
+"""GPUStack's performance-lab rows (benchmarks/gpustack_perflab_rows.py): they load whole, every run keeps all of
+its figures, and the mapping reads their load, lengths and flags as the pages state them."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+
+from serveplan.validate.mapping import Unmappable, _flags, _lengths, _requests, _spec, simulation_key
+from serveplan.validate.rows import load_rows, load_sources
+
+#: rows per page as the generator wrote them from gpustack/gpustack @ 47277d79 (12 figures per result block;
+#: result blocks counted by `grep -c "Serving Benchmark Result"` on each page)
+PAGE_ROWS = {
+    "deepseek-r1-h200": 180, "deepseek-v32-h200": 336, "glm-45-air-a100": 168, "glm-45-air-h100": 180,
+    "glm-4x-a100": 60, "glm-4x-h100": 36, "glm-4x-h200": 180, "gpt-oss-120b-a100": 192, "gpt-oss-120b-h100": 216,
+    "gpt-oss-20b-a100": 156, "gpt-oss-20b-h100": 156, "qwen3-14b-a100": 180, "qwen3-14b-h100": 180,
+    "qwen3-235b-a22b-a100": 180, "qwen3-235b-a22b-h100": 168, "qwen3-30b-a3b-910b": 156, "qwen3-32b-a100": 180,
+    "qwen3-32b-h100": 156, "qwen3-8b-910b": 180, "qwen3-8b-h100-latency": 300,
+}
+
+
+def _rows(page: str):
+    return [r for r in load_rows() if r.source == f"gpustack-perflab-{page}"]
+
+
+def _row(key: str):
+    return next(r for r in load_rows() if r.key == key)
+
+
+def test_every_page_loads_with_its_row_count():
+    counts = collections.Counter(r.source for r in load_rows() if r.source.startswith("gpustack-perflab-"))
+    assert counts == {f"gpustack-perflab-{p}": n for p, n in PAGE_ROWS.items()}
+    assert sum(counts.values()) == 3540
+    assert all(load_sources()[s].url.startswith("https://github.com/gpustack/gpustack/blob/47277d79") for s in counts)
+
+
+def test_every_run_keeps_its_twelve_figures_and_they_share_one_simulation():
+    runs = collections.defaultdict(list)
+    for r in load_rows():
+        if r.source.startswith("gpustack-perflab-"):
+            runs[(r.source, r.id.split("-")[0])].append(r)
+    assert all(len(rs) == 12 for rs in runs.values())
+    assert all(len({simulation_key(r) for r in rs}) == 1 for rs in runs.values())
+
+
+def test_a_figure_is_the_printed_number_in_si_units():
+    # qwen3-14b/h100.md line 100: "Mean TTFT (ms): 22141.21" (vLLM 0.11.0, ShareGPT, 1000 prompts at t=0)
+    row = _row("gpustack-perflab-qwen3-14b-h100/run01-ttft-mean")
+    assert row.value == pytest.approx(22.14121) and row.engine == "vllm" and row.engine_version == "0.11.0"
+    assert "line 100" in row.where and "22141.21" in row.where
+    assert row.kind == "TTFT" and _row("gpustack-perflab-qwen3-14b-h100/run01-total_tokens_per_s-mean").kind == \
+        "throughput"
+
+
+def test_load_and_lengths_follow_vllm_bench_serve():
+    burst = _row("gpustack-perflab-qwen3-32b-h100/run06-ttft-mean")          # "# random 32K input", no concurrency
+    assert burst.load["kind"] == "rate" and burst.load["value"] == "inf" and _requests(burst) == 100
+    assert _lengths(burst)[:3] == (32000, 100, "fixed")     # vLLM's random dataset at range ratio 0: fixed
+    closed = _row("gpustack-perflab-qwen3-8b-h100-latency/run18-ttft-mean")  # "# BS=1": Maximum request concurrency 1
+    assert closed.load == {"kind": "concurrency", "value": 1, "requests": 100}
+    inp, out, how, _ = _lengths(closed)
+    assert how == "fixed" and inp == pytest.approx(232.6) and out == pytest.approx(220.61)
+
+
+def test_flags_in_the_serving_script_are_read_and_speculation_by_flags_is_not_mapped():
+    variant = _row("gpustack-perflab-qwen3-14b-a100/run07-ttft-mean")   # TRT-LLM, result label --max_num_tokens=32768
+    assert _flags(variant) == {"token_budget": 32768}
+    with pytest.raises(Unmappable, match="speculative decoding stated by engine flags"):
+        _spec(_row("gpustack-perflab-deepseek-r1-h200/run06-ttft-mean"))
+    assert re.search(r"dp_attention", str(_row("gpustack-perflab-deepseek-r1-h200/run04-ttft-mean").layout))
