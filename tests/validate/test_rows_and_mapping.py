@@ -117,3 +117,19 @@ def test_a_stated_token_batch_per_device_is_the_budget_of_each_dp_rank():
     st = _setup(row)
     assert st.parallel.dp == 32
     assert st.options["token_budget"] == st.options["chunk_size"] == 16384 * 32
+
+
+def test_the_engine_release_nearest_the_stated_version_is_simulated():
+    import dataclasses
+
+    from serveplan.validate.mapping import _engine, _version
+
+    assert _version("0.5.4.post2") == (0, 5, 4) and _version(">=0.25.0") == (0, 25, 0)
+    assert _version("0.4.3+rocm614") == (0, 4, 3) and _version("nightly-d223c90") is None
+    assert _version("TensorRT 10.2.0 (TensorRT-LLM of the v4.1 NVIDIA code)") is None
+    row = next(r for r in load_rows() if r.engine == "vllm")
+    pick = {v: _engine(dataclasses.replace(row, engine_version=v)).name
+            for v in ("0.11.0", "0.13.0", "0.33.1", "0.6.0", None, "nightly")}
+    # the newest bundled release not newer than the stated one, else the oldest; unreadable: the default
+    assert pick == {"0.11.0": "vllm-0.11", "0.13.0": "vllm-0.11", "0.33.1": "vllm-0.33", "0.6.0": "vllm-0.11",
+                    None: "vllm-0.33", "nightly": "vllm-0.33"}

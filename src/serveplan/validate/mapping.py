@@ -3,13 +3,14 @@ for the rest, and the prediction of the same figure in the same unit (:func:`pre
 
 Nothing here is fitted or chosen on the rows: each row is mapped by these rules, out of the box.
 
-* **Engine, model, hardware, formats**: the bundled engine release of the row's family (``vllm``,
-  ``sglang``, ``trtllm``), the catalog's model and hardware (a name the catalog does not resolve is
-  not mapped), the stated weight and KV formats (else the model's and the engine's defaults). A
-  source that says FP8 of a model published in block-scaled FP8 (DeepSeek-V3/R1: 128 x 128 weight
-  scales in the checkpoint's ``quantization_config``) ran the published weights (``fp8_block``):
-  the engines load that checkpoint as it is, and none of these sources says it was re-quantized per
-  tensor (unless the row's settings say ``per-tensor``).
+* **Engine, model, hardware, formats**: the bundled release of the row's engine (``vllm``,
+  ``sglang``, ``trtllm``) nearest the version it states (the newest not newer than it, else the
+  oldest bundled; without a version, the family's default), the catalog's model and hardware (a name
+  the catalog does not resolve is not mapped), the stated weight and KV formats (else the model's
+  and the engine's defaults). A source that says FP8 of a model published in block-scaled FP8
+  (DeepSeek-V3/R1: 128 x 128 weight scales in the checkpoint's ``quantization_config``) ran the
+  published weights (``fp8_block``): the engines load that checkpoint as it is, and none of these
+  sources says it was re-quantized per tensor (unless the row's settings say ``per-tensor``).
 * **Engine flags** written in the row's settings or its source's notes, as the engines spell them:
   ``--gpu-memory-utilization`` / ``--mem-fraction-static`` (memory fraction), ``--max-num-seqs``
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
@@ -66,7 +67,7 @@ from serveplan.estimator.api import estimate, resolve_specs
 from serveplan.sim import SimulationResult, Workload, simulate, simulation_config
 from serveplan.sim.serving import default_tp, engine_estimator
 from serveplan.sim.workload import LengthDist
-from serveplan.specs.catalog import get_engine, get_hardware
+from serveplan.specs.catalog import get_engine, get_hardware, list_engines
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -88,6 +89,7 @@ _FLAGS = (
 )
 _NO_CHUNKING = re.compile(r"--enable-chunked-prefill[ =]False", re.I)
 _PER_TENSOR = re.compile(r"per[- ]tensor", re.I)
+_VERSION = re.compile(r"\s*(?:>=\s*)?v?(\d+(?:\.\d+)+)")
 _MTP = re.compile(r"\b(?:MTP|NEXTN)\b.*?(\d+) steps", re.I)
 _SPEC_FLAGS = re.compile(r"--speculative[-_](?:algorithm|config)\b")
 _HW_RATIO = re.compile(r"x (\S+) vs (\S+) throughput", re.I)
@@ -159,10 +161,29 @@ def _num(v: Any) -> float | None:
     return None
 
 
+def _version(text: str | None) -> tuple[int, ...] | None:
+    """The release number a stated engine version starts with (``0.5.4.post2`` -> (0, 5, 4),
+    ``>=0.25.0`` -> (0, 25, 0)); ``None`` for anything else (a nightly, an internal build, another
+    product's version)."""
+    m = _VERSION.match(text or "")
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
 def _engine(row: MeasuredRow) -> EngineSpec:
+    """The bundled release of the row's engine nearest the version it states: the newest not newer
+    than it, else the oldest bundled (a later release's defaults did not exist yet); without a
+    readable version, the family's default release."""
     if row.engine not in MODELLED_ENGINES:
         raise Unmappable(f"engine {row.engine!r} is not modelled (the tool models {', '.join(MODELLED_ENGINES)})")
-    return get_engine(row.engine)
+    stated = _version(row.engine_version)
+    if stated is None:
+        return get_engine(row.engine)
+    releases = sorted((v, name) for name in list_engines() if name.startswith(row.engine + "-")
+                      for v in [_version(get_engine(name).version)] if v is not None)
+    if not releases:
+        return get_engine(row.engine)
+    older = [name for v, name in releases if v <= stated]
+    return get_engine(older[-1] if older else releases[0][1])
 
 
 def _format(text: str | None, what: str) -> str | None:
