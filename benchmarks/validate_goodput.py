@@ -1,7 +1,23 @@
 """Goodput against published SLO-bounded measurements: MLPerf Inference Server rows and goodput rows.
 
 The measurements are the bundled ones (``src/serveplan/validate/data/*.yaml``): every row whose load is
-``server`` or whose metric is ``goodput_rps*``. An MLPerf Server result is a goodput as MLPerf defines it: the
+``server`` or whose metric is ``goodput_rps*``.
+
+Inclusion rule for a source (fixed before any of its rows is compared with a prediction): every row of a named
+public source that states a highest request rate (or MLPerf Server result) meeting a TTFT and a TPOT limit, for a
+model, device count and workload it states, taken whatever its engine, model, hardware or prediction; rows
+serveplan cannot state (an engine it does not model -- DistServe's own system, Orca, Llumnix, DeepSpeed-FastGen --,
+a model or device the catalog lacks, no TTFT and TPOT limits, a goodput at one offered load) are kept in the data
+and skipped here with their cause (:class:`NotStatable`), never dropped silently. Values are taken from text,
+tables and logs only, never read off plots. Sources: MLPerf Inference v4.0, v4.1 (NVIDIA and AMD; every other
+closed-division submitter: ``mlperf-inference-v4.1-partners.yaml``, written by
+``benchmarks/mlperf_partner_server_rows.py``), v5.0 (never v5.1 or later), and the DistServe blog. Searched and
+not usable (each gives goodput only as plots or ratios, see the data README): the DistServe paper (OSDI'24;
+Figure 8 plots, ratios in text), Sarathi-Serve (OSDI'24; capacity as bar plots and ratios, P99 TBT limit with a
+median scheduling-delay bound rather than a TTFT limit; its artifact ``microsoft/sarathi-serve``
+``osdi-experiments/figure-5-6`` holds only the configs), Splitwise, Mooncake, Llumnix, TetriInfer.
+
+An MLPerf Server result is a goodput as MLPerf defines it: the
 submitter raises loadgen's Poisson target rate until the P99 TTFT or P99 TPOT limit fails, and ``samples_per_s``
 is the rate of completed requests at the last target that held. Nothing here is fitted on these rows: no constant
 of serveplan was chosen or changed on them, and the assumptions below were fixed before any prediction was
@@ -9,10 +25,20 @@ compared with a measurement.
 
 How a row is stated (each choice is the row's own field unless said otherwise):
 
-* model, hardware: the catalog ids of the row. A model or device the catalog lacks (OPT-13B, Qwen3-0.6B, H100
-  NVL, H200 NVL) makes the row unstatable: it is skipped with its cause counted (:class:`NotStatable`).
-* engine: the row's (``trtllm`` for NVIDIA's and its partners' submissions, ``vllm`` for AMD's), as the bundled
-  engine file of today's release (TensorRT-LLM 1.2, vLLM 0.33): the submissions ran 2024-2025 releases.
+* model, hardware: the catalog ids of the row. A model or device the catalog lacks (Qwen3-0.6B, H100 PCIe,
+  GH200 96 GB) makes the row unstatable: it is skipped with its cause counted (:class:`NotStatable`).
+* engine: the row's (``trtllm`` for NVIDIA's and its partners' submissions, ``vllm`` for AMD's and for the vLLM
+  systems of Dell and Red Hat), as the bundled engine file of today's release (TensorRT-LLM 1.2, vLLM 0.33): the
+  submissions ran 2024-2025 releases. One era rule (:func:`era_scheduler`): a vLLM row run before the V1 engine was
+  vLLM's default (vLLM 0.8.0, 2025-03, vllm-project/vllm#13726) -- its stated ``engine_version`` below 0.8, or no
+  version and a source dated before 2025-03-18 -- is simulated with the ``prefill-first`` scheduler (vLLM V0's
+  default: it chunked prompts only when ``--enable-chunked-prefill`` was given, or for contexts over 32K tokens),
+  unless its settings state chunked prefill; AMD's v4.1 harness leaves ``enable_chunked_prefill`` commented out
+  (``closed/AMD/code/llama2-70b-99/VllmFp8/mainVllmFp8_SyncServer.py``). This rule was added with the v4.1 partner
+  rows (2026-11), after the residuals of the AMD v4.1 rows (+98% to +116%) and of the DistServe blog row (+249%)
+  under chunked prefill had been seen: it was not chosen on those residuals (it is what those releases did by
+  default), but it was not fixed blind to them either; both readings are in
+  ``benchmarks/results/goodput-validation-more-sources.md``.
 * SLO: the row's ``slo`` (MLPerf: P99 TTFT 2 s and TPOT 200 ms; llama2-70b-interactive 450 ms and 40 ms), checked
   strictly (``relaxation=0``: loadgen applies no tolerance). A row without both a TTFT and a TPOT target (GPT-J's
   whole-request bound, Llama-3.1-405B's unverified limits, single-phase capacities) is skipped.
@@ -22,7 +48,8 @@ How a row is stated (each choice is the row's own field unless said otherwise):
   rows give 291-296 for OpenOrca, so the derivation is within about 2%). ``measured_from`` says which.
 * precision: the row's ``dtype``/``kv_dtype`` where a submission file states it (the v4.0/v4.1 Server configs of
   NVIDIA: ``use_fp8``; AMD's v4.1 harness: fp8 weights and KV cache). Otherwise assumed (:data:`ASSUMED_DTYPE`):
-  fp8 on Hopper, Ada and Instinct (every stated NVIDIA Hopper and AMD row is fp8), NVFP4 on Blackwell (press
+  fp8 on Hopper (H100 SXM and NVL, H200, GH200), Ada and Instinct (every stated NVIDIA Hopper and AMD row is fp8;
+  the H100 NVL entry was added with the v4.1 partner rows, as the rule already said), NVFP4 on Blackwell (press
   coverage of NVIDIA's v4.1 B200 result, e.g. Tom's Hardware 2024-08, reports FP4; no submission file read states
   it; assumed for v5.0 too). The KV format is the engine's default for the weights (TensorRT-LLM: fp8 with fp8
   weights) unless stated.
@@ -95,8 +122,8 @@ INPUT_LENS = (512, 256, 1024)
 #: engines serveplan models (bundled engine files)
 ENGINES = ("trtllm", "vllm", "sglang")
 #: weight format where no submission file states it: by accelerator family (module doc)
-ASSUMED_DTYPE = {"h100-sxm": "fp8", "h200": "fp8", "gh200": "fp8", "l40s": "fp8", "mi300x": "fp8", "mi325x": "fp8",
-                 "b200": "nvfp4", "gb200": "nvfp4"}
+ASSUMED_DTYPE = {"h100-sxm": "fp8", "h100-nvl-94gb": "fp8", "h200": "fp8", "gh200": "fp8", "l40s": "fp8",
+                 "mi300x": "fp8", "mi325x": "fp8", "b200": "nvfp4", "gb200": "nvfp4"}
 #: why each assumed format was chosen (recorded per row as ``dtype_from``)
 DTYPE_WHY = {"nvfp4": "assumed: FP4, as press coverage of NVIDIA's v4.1 B200 result reports; no submission file read "
                       "states it",
@@ -132,6 +159,8 @@ class Case:
     input_len: int | None       # stated input length (None: assumed, --input-lens)
     output_len: int
     notes: str = ""
+    scheduler: str | None = None  # collocated scheduler (None: the engine file's); see :func:`era_scheduler`
+    scheduler_from: str = "engine default"
 
     @property
     def stated_layout(self) -> bool:
@@ -207,13 +236,44 @@ def state_row(doc: dict[str, Any], row: dict[str, Any], seen: dict[tuple[str, st
     bench = _BENCH.search(str(row.get("notes") or ""))
     notes = [n for n, on in (("H200 CTS: 1000 W TGP; the catalog's H200 is the 700 W SXM", "-ctsx" in row["id"]),
                              ("served through Triton", "triton" in row["id"])) if on]
+    scheduler, scheduler_from = era_scheduler(doc, row, engine)
     return Case(
         row_id=row["id"], source=src, benchmark=bench.group(1) if bench else src,
         submitter=str(row.get("submitter", "")), model=model, hardware=hardware, num_devices=int(row["num_devices"]),
         engine=engine, dtype=dtype, dtype_from=dtype_from, kv_dtype=row.get("kv_dtype"), tp=tp, instances=inst,
         max_batch=max_batch, layout_from=layout_from, ttft_s=float(ttft), tpot_s=float(tpot),
         percentile=float(slo.get("percentile", 99)), measured_rps=measured, measured_from=measured_from,
-        input_len=input_len, output_len=output_len, notes="; ".join(notes))
+        input_len=input_len, output_len=output_len, notes="; ".join(notes), scheduler=scheduler,
+        scheduler_from=scheduler_from)
+
+
+#: vLLM 0.8.0 (2025-03) made the V1 engine the default (vllm-project/vllm#13726, release notes of v0.8.0); V1
+#: always chunks prompts (``vllm-0.11.yaml``). The V0 engine before it chunked only when asked
+#: (``--enable-chunked-prefill``; on by default only for contexts over 32K tokens, which no row here uses).
+VLLM_V1_DEFAULT = ((0, 8), "2025-03-18")
+
+
+def era_scheduler(doc: dict[str, Any], row: dict[str, Any], engine: str) -> tuple[str | None, str]:
+    """The scheduler of the engine's era (module doc): a vLLM row run before V1 was the default (its stated
+    ``engine_version`` below 0.8, or no version and a source dated before vLLM 0.8.0) schedules prefill first,
+    unless its settings say ``--enable-chunked-prefill``; otherwise the bundled engine file's scheduler."""
+    if engine != "vllm":
+        return None, "engine default"
+    stated = " ".join(str(row.get(k) or "") for k in ("settings_stated", "notes"))
+    if re.search(r"--enable-chunked-prefill(?![ =]False)", stated, re.I):
+        return None, "stated: chunked prefill"
+    version = str(row.get("engine_version") or "")
+    m = re.match(r"v?(\d+)\.(\d+)", version)
+    if m:
+        old = (int(m.group(1)), int(m.group(2))) < VLLM_V1_DEFAULT[0]
+        why = f"engine_version {version}"
+    else:
+        date = str(doc["source"].get("date") or "")
+        old = bool(date) and date < VLLM_V1_DEFAULT[1]
+        why = f"no engine version; source dated {date or '?'}"
+    if old:
+        return "prefill-first", f"vLLM V0 era ({why}): prefill-first"
+    return None, f"engine default ({why})"
 
 
 def _measurement(src: str, row: dict[str, Any]) -> tuple[float, str, int | None, int]:
@@ -280,6 +340,8 @@ def _options(case: Case, input_len: int, num_requests: int, seed: int) -> dict[s
                                 percentile=case.percentile, relaxation=0.0, seed=seed)
     if case.kv_dtype:
         opts["kv_dtype"] = case.kv_dtype
+    if case.scheduler:
+        opts["schedulers"] = case.scheduler
     return opts
 
 
@@ -335,7 +397,7 @@ def predict_planned(case: Case, input_len: int, num_requests: int, seed: int) ->
 def _question(c: Case) -> tuple[Any, ...]:
     """What a prediction depends on (rows equal here get the same answer)."""
     return (c.model, c.hardware, c.num_devices, c.engine, c.dtype, c.kv_dtype, c.tp, c.instances, c.max_batch,
-            c.ttft_s, c.tpot_s, c.percentile, c.output_len)
+            c.ttft_s, c.tpot_s, c.percentile, c.output_len, c.scheduler)
 
 
 def _num(x: float) -> float | None:
@@ -475,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="parallel processes (one row and input length each)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N statable rows")
     ap.add_argument("--rows", default=None, help="only rows whose id contains this text")
+    ap.add_argument("--source", default=None, help="only rows whose source id contains this text")
     ap.add_argument("--num-requests", type=int, default=2000, help="requests per simulation (default 2000)")
     ap.add_argument("--input-lens", default=",".join(map(str, INPUT_LENS)),
                     help="assumed input lengths of the MLPerf datasets, the primary first (default 512,256,1024)")
@@ -492,12 +555,14 @@ def main(argv: list[str] | None = None) -> int:
     cases, skipped = state_rows()
     if args.rows:
         cases = [c for c in cases if args.rows in c.row_id]
+    if args.source:
+        cases = [c for c in cases if args.source in c.source]
     if args.limit is not None:
         cases = cases[:args.limit]
     if args.list:
         for c in cases:
             print(f"{c.row_id}: {c.num_devices} x {c.hardware}, {c.engine} {c.dtype} ({c.dtype_from}), "
-                  f"{c.layout_from}, measured {c.measured_rps:.2f} req/s ({c.measured_from})")
+                  f"{c.layout_from}, {c.scheduler_from}, measured {c.measured_rps:.2f} req/s ({c.measured_from})")
         print(f"\n{len(cases)} statable; skipped {len(skipped)}:")
         for cause, n in Counter(s["cause"] for s in skipped).most_common():
             print(f"  {n:3d}  {cause}")
@@ -546,7 +611,9 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": "stated where a submission file states it, else ASSUMED_DTYPE by accelerator",
             "layout": "stated layouts: one instance simulated, times the instances; otherwise plan_serving and the "
                       "best fleet replicated on the devices",
-            "engine": "today's bundled engine files (trtllm 1.2, vllm 0.33), not the 2024-2025 releases used",
+            "engine": "today's bundled engine files (trtllm 1.2, vllm 0.33), not the 2024-2025 releases used; vLLM "
+                      "rows of the V0 era (engine_version < 0.8, or no version and a source before 2025-03-18) "
+                      "schedule prefill first (era_scheduler)",
         },
         "num_used": len(rows), "num_skipped": len(skipped),
         "skipped_by_cause": dict(Counter(s["cause"] for s in skipped).most_common()),
