@@ -31,11 +31,9 @@ its composition by more than the bisection tolerance is reported.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import math
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -64,8 +62,6 @@ MIN_UNIT_REQUESTS = 1000
 CONFIRM = 3
 #: ... and at most this many, while an unconfirmed composition still beats the best confirmed one
 MAX_CONFIRM = 8
-#: candidates at the head of the queue whose units are started ahead on idle workers (``jobs > 1``)
-PREFETCH = 4
 #: fleets simulated whole at a time once the first are (in parallel when there are workers): a fixed
 #: number, so the fleets confirmed, and the ranking, do not depend on how many workers ran them
 CONFIRM_BATCH = 2
@@ -106,19 +102,9 @@ class Composition:
     binding: str
 
 
-#: a unit measurement: its key, the fleet measured, its settings, the SLO checked and the bracket's start
-Unit = tuple[str, Fleet, GoodputSettings, SloCheck, "float | None"]
-
-
 @dataclass
 class Measurer:
-    """Measures units (memoised, optionally checkpointed) and composes fleets from them.
-
-    With a ``pool`` of worker processes every unit is measured there, and :meth:`prefetch` starts
-    units the search is about to need on the idle workers; a unit's result is the same wherever it
-    runs (``max_goodput`` is pure in its arguments; each worker's step clocks are its own), and it
-    is counted, recorded and used only when the search asks for it, so the search's decisions and
-    numbers do not depend on the workers (a prefetched unit the search never asks for is dropped)."""
+    """Measures units (memoised, optionally checkpointed) and composes fleets from them."""
 
     settings: GoodputSettings
     on_unit: Callable[[str, GoodputResult], None] | None = None
@@ -127,17 +113,12 @@ class Measurer:
     num_simulations: int = 0
     num_units: int = 0
     num_resumed: int = 0
-    pool: Executor | None = None
-    #: units started ahead on ``pool`` at most at a time (the others' workers stay free for the one
-    #: the search waits for)
-    ahead: int = 1
 
     def __post_init__(self) -> None:
         self._preloaded = set(self.done)
         s = self.settings
         self._prefill_settings = replace(s, workload=first_token_only(s.workload))
         self._streams: dict[int, GoodputSettings] = {1: s}
-        self._pending: dict[str, Future[GoodputResult]] = {}
 
     def _stream(self, n: int) -> GoodputSettings:
         got = self._streams.get(n)
@@ -152,13 +133,7 @@ class Measurer:
             self._preloaded.discard(key)
             self.num_resumed += 1
         if got is None:
-            if self.pool is not None:
-                fut = self._pending.pop(key, None)
-                if fut is None:
-                    fut = self.pool.submit(_unit, fleet, settings, check, guess)
-                got = fut.result()
-            else:
-                got = max_goodput(fleet, settings, check=check, guess=guess, clocks=self.clocks)
+            got = max_goodput(fleet, settings, check=check, guess=guess, clocks=self.clocks)
             self.done[key] = got
             self.num_simulations += got.num_simulations
             self.num_units += 1
@@ -166,35 +141,13 @@ class Measurer:
                 self.on_unit(key, got)
         return got
 
-    def drop_prefetched(self) -> None:
-        """Cancel the units started ahead that the search did not ask for (one already running
-        finishes on its worker, unused)."""
-        for f in self._pending.values():
-            f.cancel()
-        self._pending.clear()
-
-    def prefetch(self, units: list[Unit]) -> None:
-        """Start the first of ``units`` not measured yet on the pool's idle workers (at most
-        :attr:`ahead` running ahead of the search at a time); nothing without a pool."""
-        if self.pool is None:
-            return
-        for key, fleet, settings, check, guess in units:
-            if sum(not f.done() for f in self._pending.values()) >= self.ahead:
-                return
-            if key not in self.done and key not in self._pending:
-                self._pending[key] = self.pool.submit(_unit, fleet, settings, check, guess)
-
-    def prefill_unit(self, prefill: InstanceConfig, p: int) -> Unit:
-        """The unit of :meth:`prefill_pool`."""
-        dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"),
-                               device=prefill.device)
-        fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
-        return f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, SloCheck.TTFT, None
-
     def prefill_pool(self, prefill: InstanceConfig, p: int) -> GoodputResult:
         """TTFT goodput of ``p`` prefill instances (the whole pool, one output token per request;
         the decode side then does no work, so any decode configuration stands for it)."""
-        return self._measure(*self.prefill_unit(prefill, p))
+        dummy = InstanceConfig(parallel=prefill.parallel, batching=replace(prefill.batching, scheduler="decode-only"),
+                               device=prefill.device)
+        fleet = Fleet(strategy=Strategy(num_prefill=p, num_decode=1), prefill=prefill, decode=dummy)
+        return self._measure(f"unit/prefill/{fleet.name}", fleet, self._prefill_settings, SloCheck.TTFT)
 
     def decode_instance(self, prefill: InstanceConfig, decode: InstanceConfig, d: int, feeders: int,
                         guess: float | None = None) -> GoodputResult:
@@ -204,28 +157,25 @@ class Measurer:
         the whole stream for ``d = 1``; a shorter prefix would weigh the lightly loaded start of
         the run too much); the bracket starts at ``guess`` (the analytic decode rate, a few
         percent above the measured one)."""
-        return self._measure(*self.decode_unit(prefill, decode, d, feeders, guess))
-
-    def decode_unit(self, prefill: InstanceConfig, decode: InstanceConfig, d: int, feeders: int,
-                    guess: float | None = None) -> Unit:
-        """The unit of :meth:`decode_instance`."""
         fleet = Fleet(strategy=Strategy(num_prefill=feeders, num_decode=1), prefill=prefill, decode=decode)
-        return f"unit/decode/{d}/{fleet.name}", fleet, self._stream(d), SloCheck.TPOT, guess
-
-    def collocated_unit(self, inst: InstanceConfig, n: int) -> Unit:
-        """The unit of :meth:`collocated_instance`."""
-        fleet = Fleet(strategy=Strategy(num_collocated=1), collocated=inst)
-        return f"unit/collocated/{n}/{fleet.name}", fleet, self._stream(n), SloCheck.BOTH, None
+        st = self._stream(d)
+        return self._measure(f"unit/decode/{d}/{fleet.name}", fleet, st, SloCheck.TPOT, guess)
 
     def collocated_instance(self, inst: InstanceConfig, n: int) -> GoodputResult:
         """Goodput of one of ``n`` round-robin collocated instances."""
-        return self._measure(*self.collocated_unit(inst, n))
+        fleet = Fleet(strategy=Strategy(num_collocated=1), collocated=inst)
+        return self._measure(f"unit/collocated/{n}/{fleet.name}", fleet, self._stream(n), SloCheck.BOTH)
 
     def feeders(self, prefill: InstanceConfig, decode: InstanceConfig, screen: Screen) -> int:
         """Prefill instances feeding a decode measurement: enough that their TTFT goodput (one
         instance's, times the count) covers the decode instance's analytic capacity, so the
         prefill side never saturates; at most 64."""
-        return _feeders(self.prefill_pool(prefill, 1).goodput_rps, prefill, decode, screen)
+        need = screen.instance(decode, Fleet(strategy=Strategy(num_prefill=1, num_decode=1), prefill=prefill,
+                                             decode=decode)).decode_rps
+        one = self.prefill_pool(prefill, 1).goodput_rps
+        if one <= 0 or not math.isfinite(need):
+            return 1
+        return max(1, min(64, math.ceil(need / one)))
 
     def compose(self, cand: Fleet, screen: Screen) -> Composition:
         s = cand.strategy
@@ -237,47 +187,13 @@ class Measurer:
         pre = self.prefill_pool(cand.prefill, s.num_prefill)
         if pre.goodput_rps <= 0:
             return Composition(cand, 0.0, (pre,), "ttft")
-        dec = self._measure(*self._decode_of(cand, screen, self.prefill_pool(cand.prefill, 1).goodput_rps))
+        feeders = self.feeders(cand.prefill, cand.decode, screen)
+        guess = 0.95 * min(screen.instance(cand.decode, cand).decode_rps,
+                           feeders * self.prefill_pool(cand.prefill, 1).goodput_rps)
+        dec = self.decode_instance(cand.prefill, cand.decode, s.num_decode, feeders,
+                                   guess if math.isfinite(guess) else None)
         g_p, g_d = pre.goodput_rps, s.num_decode * dec.goodput_rps
         return Composition(cand, min(g_p, g_d), (pre, dec), "ttft" if g_p <= g_d else "tpot")
-
-    def _decode_of(self, cand: Fleet, screen: Screen, one: float) -> Unit:
-        """The decode unit of a disaggregated ``cand``: its feeders and the bracket's start follow
-        from ``one``, the measured goodput of a single prefill instance (:meth:`feeders`)."""
-        assert cand.prefill is not None and cand.decode is not None
-        feeders = _feeders(one, cand.prefill, cand.decode, screen)
-        guess = 0.95 * min(screen.instance(cand.decode, cand).decode_rps, feeders * one)
-        return self.decode_unit(cand.prefill, cand.decode, cand.strategy.num_decode, feeders,
-                                guess if math.isfinite(guess) else None)
-
-    def units_of(self, cand: Fleet, screen: Screen) -> list[Unit]:
-        """The units :meth:`compose` measures for ``cand`` that can be told now: a decode unit once
-        its prefill pool met the SLO and the single prefill instance that sets its feeders is
-        measured."""
-        s = cand.strategy
-        if not cand.is_disaggregated:
-            assert cand.collocated is not None
-            return [self.collocated_unit(cand.collocated, s.num_collocated)]
-        assert cand.prefill is not None
-        pre, one = self.prefill_unit(cand.prefill, s.num_prefill), self.prefill_unit(cand.prefill, 1)
-        got, got1 = self.done.get(pre[0]), self.done.get(one[0])
-        if got is None or got1 is None:
-            return [pre, one]
-        return [self._decode_of(cand, screen, got1.goodput_rps)] if got.goodput_rps > 0 else []
-
-
-def _feeders(one: float, prefill: InstanceConfig, decode: InstanceConfig, screen: Screen) -> int:
-    """:meth:`Measurer.feeders` from ``one``, the TTFT goodput of a single prefill instance."""
-    need = screen.instance(decode, Fleet(strategy=Strategy(num_prefill=1, num_decode=1), prefill=prefill,
-                                         decode=decode)).decode_rps
-    if one <= 0 or not math.isfinite(need):
-        return 1
-    return max(1, min(64, math.ceil(need / one)))
-
-
-def _unit(fleet: Fleet, settings: GoodputSettings, check: SloCheck, guess: float | None) -> GoodputResult:
-    """A pool worker's unit measurement, its step clocks the worker's own (``worker_clocks``)."""
-    return max_goodput(fleet, settings, check=check, guess=guess, clocks=worker_clocks())
 
 
 def composed_result(comp: Composition, settings: GoodputSettings) -> GoodputResult:
@@ -332,12 +248,8 @@ def fast_search(candidates: list[Fleet], settings: GoodputSettings, *, jobs: int
                       target_rate=target_rate)
     run.frontier = frontier
     run.seed(candidates)
-    # with workers, every unit and whole fleet is measured on one pool kept for the whole search
-    with worker_pool(jobs) if jobs > 1 else contextlib.nullcontext() as pool:
-        run.meas.pool, run.meas.ahead, run.pool = pool, max(1, jobs - 1), pool
-        run.branch_and_bound(candidates)
-        run.meas.drop_prefetched()
-        run.confirm_best(confirm, strict=strict)
+    run.branch_and_bound(candidates)
+    run.confirm_best(confirm, strict=strict)
     return FastOutcome(results=run.results, pruned=run.pruned, num_simulations=run.meas.num_simulations + run.n_sims,
                        num_units=run.meas.num_units, disagreements=run.disagreements,
                        num_resumed=run.meas.num_resumed + run.n_resumed)
@@ -364,7 +276,6 @@ class _FastSearch:
         self.disagreements: list[str] = []
         self.n_sims = self.n_resumed = 0
         self.frontier = False
-        self.pool: Executor | None = None
         self._mean_out = float(np.mean(s.workload.output_lengths))
         self._points: list[tuple[float, float]] = []   # (tokens/s per user, per device) composed
         #: lone requests under these settings by instance configurations (goodput.lone_key): the
@@ -423,8 +334,6 @@ class _FastSearch:
             n_max[cfg] = max(n_max.get(cfg, 0), n)
         refined: set[str] = set()
         while self.heap:
-            if self.pool is not None:
-                self._prefetch(n_max, refined, best_pd)
             key, i, c = heapq.heappop(self.heap)
             arch = c.is_disaggregated
             beaten = -key[0] <= best_pd[arch] and (not self.frontier or self._dominated(c, -key[0]))
@@ -457,22 +366,6 @@ class _FastSearch:
                     self._points.append((1.0 / r.tpot_p, r.output_tokens_per_s / c.num_devices))
                 if target is not None and r.goodput_rps >= target * (1 - 1.1 * s.rel_tol):
                     best_devices = c.num_devices if best_devices is None else min(best_devices, c.num_devices)
-
-    def _prefetch(self, n_max: dict[InstanceConfig, int], refined: set[str], best_pd: dict[bool, float]) -> None:
-        """Start on idle workers the units the next candidates in the queue will ask for (their
-        largest pool, then their composition's), skipping those already beaten; what is started
-        changes no decision (:class:`Measurer`)."""
-        units: list[Unit] = []
-        for key, _, c in heapq.nsmallest(PREFETCH, self.heap):
-            if self.target_rate is None and -key[0] <= best_pd[c.is_disaggregated] and not self.frontier:
-                continue
-            if c.name not in refined:
-                cfg, unit = ((c.prefill, self.meas.prefill_unit) if c.prefill is not None
-                             else (c.collocated, self.meas.collocated_unit))
-                assert cfg is not None
-                units.append(unit(cfg, n_max[cfg]))
-            units += self.meas.units_of(c, self.screen)
-        self.meas.prefetch(units)
 
     def _measured_bound(self, c: Fleet, n_max: dict[InstanceConfig, int]) -> float:
         """Bound from the largest pool of ``c``'s prefill (or collocated) configuration, measured:
@@ -538,7 +431,7 @@ class _FastSearch:
     def _confirm_batch(self, batch: list[GoodputResult], confirmed: dict[str, GoodputResult]) -> None:
         """Simulate ``batch`` whole (bracket at each composition), recording disagreements."""
         s = self.settings
-        for r, resumed in _confirm(batch, s, self.pool, self.done, self.clocks):
+        for r, resumed in _confirm(batch, s, self.jobs, self.done, self.clocks):
             self.n_resumed += resumed
             comp = self.composed[r.name]
             self.n_sims += r.num_simulations
@@ -552,10 +445,10 @@ class _FastSearch:
                 self.on_record(r.name, r)
 
 
-def _confirm(batch: list[GoodputResult], settings: GoodputSettings, pool: Executor | None,
+def _confirm(batch: list[GoodputResult], settings: GoodputSettings, jobs: int,
              done: dict[str, GoodputResult], clocks: Clocks) -> list[tuple[GoodputResult, bool]]:
-    """Whole-fleet goodput of each composed result, the bracket starting at its composition (on the
-    search's ``pool`` when it has one), and whether it came from the checkpoint."""
+    """Whole-fleet goodput of each composed result, the bracket starting at its composition, and
+    whether it came from the checkpoint."""
     out: list[tuple[GoodputResult, bool]] = []
     todo = []
     for r in batch:
@@ -564,11 +457,12 @@ def _confirm(batch: list[GoodputResult], settings: GoodputSettings, pool: Execut
             out.append((replace(prev, num_simulations=0), True))
         else:
             todo.append(r)
-    if pool is None:
+    if jobs <= 1 or len(todo) <= 1:
         out += [(max_goodput(r.candidate, settings, guess=r.goodput_rps, clocks=clocks), False) for r in todo]
         return out
-    futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
-    out += [(f.result(), False) for f in futs]
+    with worker_pool(min(jobs, len(todo))) as pool:  # workers end with this process, even on SIGKILL
+        futs = [pool.submit(_whole, r.candidate, settings, r.goodput_rps) for r in todo]
+        out += [(f.result(), False) for f in futs]
     return out
 
 
