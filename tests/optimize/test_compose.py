@@ -184,3 +184,27 @@ def test_frontier_mode_keeps_the_exhaustive_frontier():
     assert on_front <= kept, on_front - kept
     plain = search(space, s, jobs=1, progress=False, method="fast")
     assert len(plain.strategies) <= len(fast.strategies)
+
+
+def test_a_lone_request_depends_on_the_instance_configurations_not_their_counts():
+    # the fast search's seed shares one lone request per goodput.lone_key; every candidate of a
+    # vLLM space (collocated and disaggregated, TP 1-4, two batch limits) gets the same floats alone
+    from serveplan.optimize.goodput import lone_key, zero_load
+    from serveplan.optimize.space import enumerate_space
+    from serveplan.sim.clock import Clocks
+
+    s = GoodputSettings(model=get_model("qwen3-32b"), hardware=get_hardware("h200"),
+                        profile=get_profile(hardware="h200"), workload=Workload.fixed(4000, 500, num_requests=200),
+                        slo=SLO(ttft_s=1.0, tpot_s=0.02))
+    listing = enumerate_space(SearchSpace(devices=6, tp_sizes=(1, 2, 4), max_batches=(16, 256)), s,
+                              request_tokens=4500)
+    shared: dict = {}
+    keys = set()
+    for c in listing.candidates:
+        key = lone_key(c)
+        keys.add(key)
+        if key not in shared:
+            shared[key] = (c.name, zero_load(c, s, Clocks()))
+        assert zero_load(c, s, Clocks()) == shared[key][1], (c.name, shared[key][0])
+    assert any(k[0] for k in keys) and any(not k[0] for k in keys)
+    assert len(listing.candidates) > 2 * len(keys)

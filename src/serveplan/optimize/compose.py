@@ -52,6 +52,7 @@ from serveplan.optimize.lifecycle import worker_pool
 from serveplan.optimize.screen import Screen
 from serveplan.optimize.space import Pruned
 from serveplan.sim.clock import Clocks
+from serveplan.sim.engine import LoneRequest
 from serveplan.sim.fleet import Fleet, InstanceConfig, Strategy
 from serveplan.sim.workload import Workload
 
@@ -277,6 +278,9 @@ class _FastSearch:
         self.frontier = False
         self._mean_out = float(np.mean(s.workload.output_lengths))
         self._points: list[tuple[float, float]] = []   # (tokens/s per user, per device) composed
+        #: lone requests under these settings by instance configurations (goodput.lone_key): the
+        #: candidates share a few dozen configurations
+        self._lone: dict[tuple[bool, tuple[InstanceConfig, ...]], LoneRequest] = {}
 
     def _dominated(self, c: Fleet, bound_pd: float) -> bool:
         """Frontier mode: a composed fleet is faster per user and per device than ``c`` can be."""
@@ -299,7 +303,7 @@ class _FastSearch:
     def seed(self, candidates: list[Fleet]) -> None:
         """Reject on the lone-request floor, bound the rest and queue them."""
         for i, c in enumerate(candidates):
-            reason, _ = _zero_load(c, self.settings, clocks=self.clocks)
+            reason, _ = _zero_load(c, self.settings, clocks=self.clocks, memo=self._lone)
             if reason:
                 self.results[c.name] = GoodputResult(candidate=c, goodput_rps=0.0, goodput_per_device=0.0,
                                                      status=GoodputStatus.REJECTED, reason=reason,

@@ -33,6 +33,7 @@ from serveplan.sim import SLO, Fidelity, Fleet, SimulationConfig, SimulationResu
 from serveplan.sim.clock import Clocks
 from serveplan.sim.deployment import Deployment, resolve
 from serveplan.sim.engine import LoneRequest, lone_request
+from serveplan.sim.fleet import InstanceConfig
 from serveplan.specs.catalog import get_engine
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.hardware import DeviceSpec
@@ -448,14 +449,35 @@ def zero_load(cand: Fleet, settings: GoodputSettings, clocks: Clocks | None = No
     return lone_request(settings.deployment(cand, clocks), s_in, s_out)
 
 
+def lone_key(cand: Fleet) -> tuple[bool, tuple[InstanceConfig, ...]]:
+    """What a lone request on ``cand`` depends on besides the settings: the configuration of each of
+    its roles, not how many instances each has. One request meets one instance of each role (the
+    routers send the first request to the first instance), and nothing a role's instance runs with
+    depends on the counts: its estimator, limits and scheduler come from its own configuration
+    (:func:`~serveplan.sim.deployment.resolve`; the engine's setup from the decoding role's), and the
+    KV transfer from the two layouts (:func:`~serveplan.sim.cluster.kv_transfer_time`).
+    ``tests/optimize/test_compose.py`` checks it on every candidate of a 16-device search."""
+    return cand.is_disaggregated, tuple(cand.instance(r) for r in cand.roles)
+
+
 def _zero_load(cand: Fleet, settings: GoodputSettings, check: SloCheck = SloCheck.BOTH,
-               clocks: Clocks | None = None) -> tuple[str, float]:
+               clocks: Clocks | None = None,
+               memo: dict[tuple[bool, tuple[InstanceConfig, ...]], LoneRequest] | None = None) -> tuple[str, float]:
     """Reject without simulating a load when even a lone request misses the SLO; else return its
     margin (largest share of a relaxed target a lone request uses). The lone request is the
     simulator's own (:func:`~serveplan.sim.engine.lone_request`) on the candidate's deployment, of
-    the SLO-percentile lengths (:func:`zero_load_lengths`). ``check`` as :class:`_Runner`."""
+    the SLO-percentile lengths (:func:`zero_load_lengths`). ``check`` as :class:`_Runner`.
+    ``memo``: the caller's lone requests under these settings by :func:`lone_key` (a search asks
+    for a thousand fleets made of a few dozen instance configurations)."""
     s = settings
-    lone = zero_load(cand, settings, clocks)
+    if memo is None:
+        lone = zero_load(cand, settings, clocks)
+    else:
+        key = lone_key(cand)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = zero_load(cand, settings, clocks)
+        lone = got
     lim = 1.0 + s.relaxation
     ttft0, tpot0 = lone.ttft_s, lone.tpot_s
     if ttft0 > lim * s.slo.ttft_s and check is not SloCheck.TPOT:
