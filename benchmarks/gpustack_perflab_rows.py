@@ -343,7 +343,8 @@ def page_rows(path: str, text: str, commit: str) -> dict[str, Any]:
                 "notes": f"run {k} of {len(runs)} (result block at line {run.line}); workload: {wl_text}",
             })
     return {"source": {
-        "id": sid, "title": f"GPUStack performance lab: {title}", "url": URL.format(commit=commit, path=path),
+        "id": sid, "group": "gpustack-perflab", "title": f"GPUStack performance lab: {title}",
+        "url": URL.format(commit=commit, path=path),
         "date": "", "kind": "docs", "publisher": "GPUStack (gpustack/gpustack docs)",
         "read_from": f"github gpustack/gpustack @ {commit} {path}",
         "notes": f"Hardware: {hw_line} Engines: {', '.join(f'{k} {v}' for k, v in versions.items())}. "

@@ -87,6 +87,7 @@ def document(rows: list[Row]) -> dict[str, Any]:
     return {
         "source": {
             "id": "trtllm-docs-perf-overview-v1.0",
+            "group": "trtllm-docs-perf-overview",   # one publisher and harness with the v0.14 overview
             "title": "TensorRT-LLM performance overview (v1.0)",
             "url": f"https://github.com/NVIDIA/TensorRT-LLM/blob/{commit}/docs/source/performance/perf-overview.md",
             "date": None,

@@ -142,3 +142,35 @@ def test_the_bundled_residual_table_matches_the_bundled_rows():
                                         ("mi300x", "AMD CDNA3"), ("mi355x", "AMD CDNA4")])
 def test_accelerator_families(hw, family):
     assert accelerator_family(hw) == family
+
+
+def test_a_publishers_pages_are_one_source_for_bands_and_counts():
+    """GPUStack's performance-lab pages (one lab, one harness) share ``source.group``: a row's
+    leave-one-source-out band leaves every page of the group out, and the accuracy tables count
+    the group once."""
+    import dataclasses
+
+    from serveplan.validate.rows import load_rows
+    from serveplan.validate.suite import Outcome, Stats, with_loso_bands
+
+    rows = load_rows()
+    gp = [r for r in rows if r.source.startswith("gpustack-perflab-")]
+    assert gp and {r.group for r in gp} == {"gpustack-perflab"}
+    assert all(r.group == "" for r in rows if r.source.startswith("mlperf-"))   # rounds are separate campaigns
+    trt = {r.group for r in rows if r.source.startswith("trtllm-docs-perf-overview-")}
+    assert trt == {"trtllm-docs-perf-overview"}
+    other = next(r for r in rows if r.source.startswith("vllm-blog") and r.kind == "TPOT")
+    # two pages of the group and one other source, five TPOT rows each, same comparable group
+    picks = [r for r in gp if r.kind == "TPOT" and r.hardware == "h100-sxm"]
+    pages = sorted({r.source for r in picks})[:2]
+    made = []
+    for src in pages:
+        mine = [p for p in picks if p.source == src][:5]
+        made += [dataclasses.replace(r, id=f"{r.id}-{i}") for i, r in enumerate(mine)]
+    made += [dataclasses.replace(other, id=f"x{i}", hardware="h100-sxm", engine="vllm") for i in range(5)]
+    outs = [Outcome(row=r, predicted=r.value * 1.1, regime="offline", family="NVIDIA Hopper", model_class="dense",
+                    context_tokens=1000.0) for r in made]
+    banded = with_loso_bands(outs)
+    first = next(o for o in banded if o.row.source == pages[0])
+    assert first.band is not None and first.band.sources == 1    # only the other publisher's rows remain
+    assert Stats.of(outs).sources == 2                            # the group counts once

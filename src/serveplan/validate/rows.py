@@ -51,6 +51,9 @@ class MeasuredRow:
     """One published figure and the settings its source states (``validate/data/README.md``)."""
 
     source: str
+    #: the independent publisher the source belongs to (the data file's ``source.group``; empty: the
+    #: source is its own): pages of one lab and harness are one group, weighed and left out together
+    group: str = ""
     id: str
     model: str
     hardware: str
@@ -141,7 +144,8 @@ def load_rows() -> tuple[MeasuredRow, ...]:
                 raise SpecError(f"{name}: row {r.get('id')!r} has value={value!r}; expected a number")
             stated = _text(r.get("settings_stated"))
             rows.append(MeasuredRow(
-                source=src["id"], id=str(r["id"]), model=str(r["model"]), hardware=str(r["hardware"]),
+                source=src["id"], group=_text(src.get("group")), id=str(r["id"]), model=str(r["model"]),
+                hardware=str(r["hardware"]),
                 num_devices=r.get("num_devices"), engine=str(r["engine"]), engine_version=r.get("engine_version"),
                 layout=r.get("layout") or {}, dtype=r.get("dtype"), kv_dtype=r.get("kv_dtype"),
                 workload=r.get("workload") or {}, load=r.get("load") or {}, slo=r.get("slo"), metric=str(r["metric"]),
