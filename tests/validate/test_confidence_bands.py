@@ -175,3 +175,18 @@ def test_a_publishers_pages_are_one_source_for_bands_and_counts():
     first = next(o for o in banded if o.row.source == pages[0])
     assert first.band is not None and first.band.sources == 1    # only the other publisher's rows remain
     assert Stats.of(outs).sources == 2                            # the group counts once
+
+
+def test_the_residual_table_round_trips_one_row_per_line(tmp_path, monkeypatch):
+    import json
+
+    from serveplan.validate import confidence
+
+    res = [Residual("A/1", "A", "vllm", "NVIDIA Hopper", "dense GQA", "TTFT", "open loop", 1000.0, -0.25),
+           Residual("B/2", "B", "sglang", "AMD CDNA3", "MoE MLA", "throughput", "offline", 4096.0, 0.5)]
+    text = confidence.residuals_text(confidence.residuals_document(res, command="serveplan validate"))
+    doc = json.loads(text)                     # strict JSON
+    assert doc["fields"] == list(confidence.RESIDUAL_FIELDS) and len(doc["rows"]) == 2
+    assert sum(line.startswith("  [") for line in text.splitlines()) == 2   # one residual per line
+    rows = [confidence.Residual(*r) for r in doc["rows"]]
+    assert rows == res

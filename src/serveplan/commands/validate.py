@@ -11,7 +11,6 @@ per kind, engine, source, accelerator and model class, the leave-one-source-out 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 from serveplan.commands.options import CommandOptions, opt
 from serveplan.errors import SpecError, check_int
 from serveplan.report.documents import strict
-from serveplan.validate.confidence import residuals_document
+from serveplan.validate.confidence import residuals_document, residuals_text
 from serveplan.validate.rows import KINDS, MODELLED_ENGINES, MeasuredRow, load_rows, load_sources
 from serveplan.validate.suite import ValidationReport, run_validation, select_rows
 from serveplan.validate.summary import summary_markdown
@@ -135,6 +134,6 @@ def run(o: ValidateOptions | PreparedValidation, *,
     if opts.write_residuals is not None:
         opts.write_residuals.parent.mkdir(parents=True, exist_ok=True)
         doc = residuals_document(report.residuals(), command=f"{command} --write-residuals")
-        opts.write_residuals.write_text(json.dumps(strict(doc), indent=1, allow_nan=False) + "\n")
+        opts.write_residuals.write_text(residuals_text(strict(doc)))
         files.append(opts.write_residuals)
     return ValidateResult(prepared=prep, report=report, files=tuple(files))
