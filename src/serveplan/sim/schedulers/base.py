@@ -171,6 +171,10 @@ class InstanceView(Protocol):
     def req(self) -> RequestView: ...
 
 
+#: option field -> the :class:`ParallelConfig` attribute :meth:`Options.for_layout` sets it from
+LAYOUT_FIELDS = {"attention_dp_ranks": "dp"}
+
+
 @dataclass(frozen=True, slots=True)
 class FastPaths:
     """Shortcuts a policy declares: views whose decision it guarantees, so the instance (with
@@ -261,8 +265,11 @@ class Options:
         """Range checks across fields (:class:`SpecError`); none by default."""
 
     def for_layout(self: _O, parallel: ParallelConfig) -> _O:
-        """These options for an instance of layout ``parallel`` (the fields in :attr:`from_layout`)."""
-        return self
+        """These options for an instance of layout ``parallel``: each field in :attr:`from_layout`
+        set from the layout (:data:`LAYOUT_FIELDS` names where)."""
+        if not self.from_layout:
+            return self
+        return dataclasses.replace(self, **{f: getattr(parallel, LAYOUT_FIELDS[f]) for f in self.from_layout})
 
     def notes(self) -> list[str]:
         """What the options change, in plain words, for the run's notes (only what departs from

@@ -34,7 +34,6 @@ GUARANTEED_NO_EVICT``, ``enable_chunked_prefill = False``), as this policy repro
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +47,6 @@ from serveplan.sim.schedulers.base import (
     blocks_for,
     register_scheduler,
 )
-from serveplan.specs.parallel import ParallelConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,9 +84,6 @@ class InflightNoEvictOptions(Options):
         if not 0 <= self.batch_wait_max_tokens_ratio <= 1:
             raise SpecError(f"{where}.batch_wait_max_tokens_ratio={self.batch_wait_max_tokens_ratio} must be "
                             "in [0, 1]")
-
-    def for_layout(self, parallel: ParallelConfig) -> InflightNoEvictOptions:
-        return dataclasses.replace(self, attention_dp_ranks=parallel.dp)
 
     @property
     def balances(self) -> bool:

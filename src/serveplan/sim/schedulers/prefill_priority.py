@@ -22,7 +22,6 @@ SGLang 0.5 (``managers/scheduler.py`` ``get_next_batch_to_run``, ``managers/sche
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,6 @@ from serveplan.sim.schedulers.base import (
     blocks_for,
     register_scheduler,
 )
-from serveplan.specs.parallel import ParallelConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,9 +81,6 @@ class PrefillPriorityOptions(Options):
     clip_max_new_tokens: int = 4096
     scheduler_recv_interval: int = 1
     attention_dp_ranks: int = 1
-
-    def for_layout(self, parallel: ParallelConfig) -> PrefillPriorityOptions:
-        return dataclasses.replace(self, attention_dp_ranks=parallel.dp)
 
     def check(self, where: str) -> None:
         if not 0 < self.init_new_token_ratio <= 1:
