@@ -559,9 +559,7 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
         *_, bc, bm = op_terms(step, rates, x)
         return bc, bm
     assert cr is not None and cr.decode_attention is not None   # decode_rows holds it
-    xk = x.copy()
-    xk[_KVD] = 0.0
-    key = xk.tobytes()
+    key = _steps_key(x)
     hit = cr.steps.get(key)
     if hit is None:
         _, _, comp, mem, t_op, bc, bm = op_terms(step, rates, x)
@@ -570,6 +568,24 @@ def step_block_terms(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tu
         cr.steps[key] = (t_op, bm)
         return bc, bm
     return np.asarray(decode_block_terms(step, rates, x.tolist(), rows, hit[0].copy())), hit[1]
+
+
+def _steps_key(x: np.ndarray) -> bytes:
+    """The key of :attr:`CurveRates.steps`: a step's features but the decodes' context sum."""
+    xk = x.copy()
+    xk[_KVD] = 0.0
+    key: bytes = xk.tobytes()
+    return key
+
+
+def kept_op_times(step: CompiledStep, rates: PhaseRates, x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """What :func:`step_block_terms` keeps of the step ``x`` (every operator's time, the blocks'
+    collective times; the decode-attention times are those of the step that filled it), or
+    ``None`` when it keeps nothing for it."""
+    cr = rates.curves
+    if cr is None or decode_rows(step, cr) is None:
+        return None
+    return cr.steps.get(_steps_key(x))
 
 
 def decode_block_terms(step: CompiledStep, rates: PhaseRates, xs: list[float], rows: DecodeRows,

@@ -43,6 +43,7 @@ from serveplan.estimator.roofline import (
     dispatch_times,
     fixed_terms,
     group_matrix,
+    kept_op_times,
     layers_time,
     layers_time_floats,
     op_terms,
@@ -557,7 +558,11 @@ class Estimator:
         rows = decode_rows(self.compiled, rates.curves) if rates.curves is not None else None
         if rows is None:
             return None
-        *_, t_op, _, bm = op_terms(self.compiled, rates, x)
+        kept = kept_op_times(self.compiled, rates, x)   # step_time just filled it
+        if kept is None:
+            *_, t_op, _, bm = op_terms(self.compiled, rates, x)
+        else:
+            t_op, bm = kept
         xs = x.tolist()
         xs[_KVD] = 0.0
         fd = self.rank_shares(batch)[1]
