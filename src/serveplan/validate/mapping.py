@@ -58,6 +58,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -176,14 +177,18 @@ def _engine(row: MeasuredRow) -> EngineSpec:
     if row.engine not in MODELLED_ENGINES:
         raise Unmappable(f"engine {row.engine!r} is not modelled (the tool models {', '.join(MODELLED_ENGINES)})")
     stated = _version(row.engine_version)
-    if stated is None:
-        return get_engine(row.engine)
-    releases = sorted((v, name) for name in list_engines() if name.startswith(row.engine + "-")
-                      for v in [_version(get_engine(name).version)] if v is not None)
-    if not releases:
+    releases = _releases(row.engine)
+    if stated is None or not releases:
         return get_engine(row.engine)
     older = [name for v, name in releases if v <= stated]
     return get_engine(older[-1] if older else releases[0][1])
+
+
+@cache
+def _releases(family: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The bundled releases of an engine family with a readable version, oldest first."""
+    return tuple(sorted((v, name) for name in list_engines() if name.startswith(family + "-")
+                        for v in [_version(get_engine(name).version)] if v is not None))
 
 
 def _format(text: str | None, what: str) -> str | None:

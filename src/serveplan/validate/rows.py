@@ -81,6 +81,11 @@ class MeasuredRow:
         return f"{self.source}/{self.id}"
 
     @property
+    def publisher(self) -> str:
+        """The independent publisher: the source's group, else the source itself."""
+        return self.group or self.source
+
+    @property
     def kind(self) -> str:
         """The kind of prediction the figure checks (:data:`KINDS`)."""
         return METRIC_KIND.get(self.metric, "other")

@@ -69,7 +69,7 @@ class Outcome:
 
     def residual(self) -> Residual:
         r = self.row
-        return Residual(key=r.key, source=r.group or r.source, engine=r.engine_family, family=self.family,
+        return Residual(key=r.key, source=r.publisher, engine=r.engine_family, family=self.family,
                         model_class=self.model_class, kind=r.kind, regime=self.regime,
                         context_tokens=self.context_tokens, log_ratio=math.log(self.ratio))
 
@@ -148,7 +148,7 @@ def with_loso_bands(outcomes: Sequence[Outcome]) -> list[Outcome]:
     """Each mapped row of a banded kind with its band from the other sources' rows (a source's group,
     :attr:`~serveplan.validate.rows.MeasuredRow.group`, is left out whole)."""
     residuals = [o.residual() for o in outcomes if o.mapped and o.row.kind in BANDED_KINDS]
-    return [replace(o, band=band_for(o.query(), residuals, exclude_source=o.row.group or o.row.source))
+    return [replace(o, band=band_for(o.query(), residuals, exclude_source=o.row.publisher))
             if o.mapped and o.row.kind in BANDED_KINDS else o for o in outcomes]
 
 
@@ -168,7 +168,7 @@ class Stats:
         errs = [o.error for o in outcomes]
         if not errs:
             return Stats(0, 0, math.nan, math.nan, math.nan, math.nan)
-        groups = len({o.row.group or o.row.source for o in outcomes})   # independent publishers
+        groups = len({o.row.publisher for o in outcomes})
         return Stats(len(errs), groups, statistics.median(abs(e) for e in errs), statistics.median(errs),
                      sum(abs(e) <= 0.25 for e in errs) / len(errs),
                      sum(0.5 <= 1 + e <= 2.0 for e in errs) / len(errs))
