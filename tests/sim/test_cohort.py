@@ -83,23 +83,29 @@ def test_future_blocks_refuses_an_irregular_member() -> None:
     assert len(coh) == 0 and coh.future_blocks() == 0 and kv.pending == 0
 
 
+def _tight_kv_config(engine: str, strategy: str, n: int, seed: int):
+    """Llama-3.1-70B on two H100s at 8 req/s: a KV cache of a few dozen requests, so the reserve
+    (SGLang) and the reservation (TensorRT-LLM) decide admissions and vLLM preempts."""
+    from serveplan import get_hardware, get_model, get_profile
+    from serveplan.sim import SimulationConfig, Workload
+    from serveplan.sim.workload import LengthDist
+
+    wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
+                                     LengthDist(kind="uniform", low=2, high=600), n, seed=seed)
+    return SimulationConfig(model=get_model("llama-3.1-70b"), hardware=get_hardware("h100-sxm"),
+                            profile=get_profile(None, "h100-sxm"), engine=engine, strategy=strategy, tp=2, rate=8.0,
+                            workload=wl)
+
+
 @pytest.mark.parametrize("engine, strategy", [("sglang", "1m"), ("trtllm", "1m"), ("vllm", "1m"), ("trtllm", "1p1d")])
 def test_plans_from_the_running_sums_match_the_per_request_plans(monkeypatch, engine, strategy):
     """A policy planning from the instance's running sums (``decode_all_need`` and the sums that
     come with it, ``reads_decode_all``) decides as it does reading every running request (the
     cohort then written before each plan): the same times, exactly."""
-    from serveplan import get_hardware, get_model, get_profile
-    from serveplan.sim import SimulationConfig, Workload, simulate
+    from serveplan.sim import simulate
     from serveplan.sim.instance import Instance
-    from serveplan.sim.workload import LengthDist
 
-    # a 70B model on two H100s: a KV cache of a few dozen requests, so the reserve (SGLang) and
-    # the reservation (TensorRT-LLM) decide admissions
-    wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
-                                     LengthDist(kind="uniform", low=2, high=600), 500, seed=5)
-    cfg = SimulationConfig(model=get_model("llama-3.1-70b"), hardware=get_hardware("h100-sxm"),
-                           profile=get_profile(None, "h100-sxm"), engine=engine, strategy=strategy, tp=2, rate=8.0,
-                           workload=wl)
+    cfg = _tight_kv_config(engine, strategy, 500, seed=5)
     agg = simulate(cfg)
     # the view without the aggregate: every policy reads the running requests (written first)
     monkeypatch.setattr(Instance, "decode_all_need", property(lambda self: None))
@@ -116,10 +122,8 @@ def test_cohort_members_are_running_requests(monkeypatch, engine, strategy):
     running requests to be the cohort without a membership test: it relies on every member being
     a running request (and a step's decodes being distinct running requests), checked here at every
     step under preemption (a KV cache of a few dozen requests) and transferred caches."""
-    from serveplan import get_hardware, get_model, get_profile
-    from serveplan.sim import SimulationConfig, Workload, simulate
+    from serveplan.sim import simulate
     from serveplan.sim.instance import Instance
-    from serveplan.sim.workload import LengthDist
 
     seen = {"steps": 0}
     step_key = Instance._step_key
@@ -132,10 +136,5 @@ def test_cohort_members_are_running_requests(monkeypatch, engine, strategy):
         return step_key(self, chunks, dec)
 
     monkeypatch.setattr(Instance, "_step_key", checked)
-    wl = Workload.from_distributions(LengthDist(kind="uniform", low=100, high=3000),
-                                     LengthDist(kind="uniform", low=2, high=600), 300, seed=7)
-    cfg = SimulationConfig(model=get_model("llama-3.1-70b"), hardware=get_hardware("h100-sxm"),
-                           profile=get_profile(None, "h100-sxm"), engine=engine, strategy=strategy, tp=2, rate=8.0,
-                           workload=wl)
-    res = simulate(cfg)
+    res = simulate(_tight_kv_config(engine, strategy, 300, seed=7))
     assert seen["steps"] > 50 and (res.num_preemptions > 0 or engine != "vllm" or strategy != "1m")
