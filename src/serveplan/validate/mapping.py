@@ -96,11 +96,6 @@ _SPEC_FLAGS = re.compile(r"--speculative[-_](?:algorithm|config)\b")
 _HW_RATIO = re.compile(r"x (\S+) vs (\S+) throughput", re.I)
 
 
-#: simulations kept per process (rows of one run share one: :func:`simulation_key`)
-_SIM_CACHE_SIZE = 16
-_SIM_CACHE: dict[str, SimulationResult] = {}
-
-
 def simulation_key(row: MeasuredRow) -> str:
     """What a row's simulation depends on: every stated setting, not its own figure (metric, statistic,
     value, unit). Rows with one key are predicted from one simulation (the figures of one benchmark run);
@@ -408,7 +403,7 @@ def _regime(row: MeasuredRow, static: bool) -> str:
     return "closed loop" if kind == "concurrency" else "open loop"
 
 
-def _simulate(row: MeasuredRow, st: _Setup) -> tuple[float, str]:
+def _simulate(row: MeasuredRow, st: _Setup, sims: dict[str, SimulationResult] | None = None) -> tuple[float, str]:
     load = row.load
     kind, value = load.get("kind"), _num(load.get("value"))
     rate: float | None = None
@@ -437,12 +432,11 @@ def _simulate(row: MeasuredRow, st: _Setup) -> tuple[float, str]:
         dtype=st.dtype, kv_dtype=st.kv_dtype, offline=offline, concurrency=conc, spec=st.spec,
         allow_long_context=True)
     key = f"{simulation_key(row)}|{st.hardware.name}"
-    res = _SIM_CACHE.get(key)
+    res = sims.get(key) if sims is not None else None
     if res is None:
         res = simulate(cfg)
-        if len(_SIM_CACHE) >= _SIM_CACHE_SIZE:
-            _SIM_CACHE.pop(next(iter(_SIM_CACHE)))
-        _SIM_CACHE[key] = res
+        if sims is not None:
+            sims[key] = res
     load_text = "offline" if offline else f"concurrency {conc}" if conc else f"rate {rate:g}"
     how = (f"simulate {st.instances} x {par.label()} {st.model.name} on {st.hardware.name} ({st.engine.label}), "
            f"{st.workload.num_requests} requests, {load_text}")
@@ -474,18 +468,21 @@ def _estimate(row: MeasuredRow, st: _Setup, batch: int) -> tuple[float, str]:
     return rate * _unit_scale(row, st.devices), how
 
 
-def _one(row: MeasuredRow, hardware: str | None = None) -> tuple[float, _Setup, str, bool]:
+def _one(row: MeasuredRow, hardware: str | None = None,
+         sims: dict[str, SimulationResult] | None = None) -> tuple[float, _Setup, str, bool]:
     st = _setup(row, hardware)
     batch = _static_batch(row)
     if batch is not None:
         value, how = _estimate(row, st, batch)
         return value, st, how, True
-    value, how = _simulate(row, st)
+    value, how = _simulate(row, st, sims)
     return value, st, how, False
 
 
-def predict(row: MeasuredRow) -> Prediction:
-    """The tool's prediction of ``row`` (module doc).
+def predict(row: MeasuredRow, *, sims: dict[str, SimulationResult] | None = None) -> Prediction:
+    """The tool's prediction of ``row`` (module doc). ``sims``: the caller's simulations by
+    :func:`simulation_key` (the figures of one run then share one simulation; seeded, so sharing
+    changes no prediction); ``None``: nothing kept.
 
     Raises
     ------
@@ -503,7 +500,7 @@ def predict(row: MeasuredRow) -> Prediction:
         raise Unmappable("the weight format is not stated: MLPerf's closed division leaves the numerics to the "
                          "submitter (FP8 and FP4 submissions meet its accuracy targets), so the model's own format "
                          "would be a guess")
-    value, st, how, static = _one(row)
+    value, st, how, static = _one(row, sims=sims)
     if not (math.isfinite(value) and value > 0):
         raise Unmappable(f"the simulation gives no {row.metric} ({value!r})")
     return Prediction(value=value, regime=_regime(row, static), context_tokens=st.context_tokens,

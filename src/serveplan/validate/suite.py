@@ -97,10 +97,10 @@ class Outcome:
         return d
 
 
-def _run_one(row: MeasuredRow) -> Outcome:
+def _run_one(row: MeasuredRow, sims: dict[str, Any] | None = None) -> Outcome:
     t0 = time.perf_counter()
     try:
-        p = predict(row)
+        p = predict(row, sims=sims)
     except Unmappable as exc:
         return Outcome(row=row, reason=str(exc), seconds=time.perf_counter() - t0)
     except Exception as exc:  # the tool refused a mapped row: reported with the row, never dropped
@@ -111,7 +111,9 @@ def _run_one(row: MeasuredRow) -> Outcome:
 
 
 def _run_group(rows: Sequence[MeasuredRow]) -> list[Outcome]:
-    return [_run_one(r) for r in rows]
+    """Rows of one simulation (:func:`~serveplan.validate.mapping.simulation_key`), simulated once."""
+    sims: dict[str, Any] = {}
+    return [_run_one(r, sims) for r in rows]
 
 
 def predict_rows(rows: Sequence[MeasuredRow], *, jobs: int | None = None,
@@ -120,27 +122,28 @@ def predict_rows(rows: Sequence[MeasuredRow], *, jobs: int | None = None,
     (:func:`~serveplan.validate.mapping.simulation_key`: the figures of one run) go to one process, which
     simulates once."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(rows) or 1))
-    out: list[Outcome] = []
-    if jobs == 1:
-        for i, r in enumerate(rows):
-            out.append(_run_one(r))
-            if on_progress:
-                on_progress(i + 1, len(rows))
-        return out
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault(simulation_key(r), []).append(i)
     order = list(groups.values())
+    tasks = [[rows[i] for i in g] for g in order]
     placed: list[Outcome | None] = [None] * len(rows)
     done = 0
-    with worker_pool(jobs) as ex:   # its workers end with this process, SIGKILL included
-        for idx, outcomes in zip(order, ex.map(_run_group, [[rows[i] for i in g] for g in order], chunksize=1),
-                                 strict=True):
+
+    def take(results: Iterable[list[Outcome]]) -> None:
+        nonlocal done
+        for idx, outcomes in zip(order, results, strict=True):
             for i, o in zip(idx, outcomes, strict=True):
                 placed[i] = o
             done += len(idx)
             if on_progress:
                 on_progress(done, len(rows))
+
+    if jobs == 1:
+        take(map(_run_group, tasks))
+    else:
+        with worker_pool(jobs) as ex:   # its workers end with this process, SIGKILL included
+            take(ex.map(_run_group, tasks, chunksize=1))
     return [o for o in placed if o is not None]
 
 
