@@ -1,13 +1,21 @@
-"""Build the bundled length distributions (``--dataset``) from Microsoft Vidur's processed traces.
+"""Build the bundled length distributions (``--dataset``) from processed traces of Vidur.
 
 The shipped files hold quantile tables only, never the traces: 201 quantiles of the prompt length
 and, for each fifth of the prompt-length distribution, 101 quantiles of the output length (so the
 prompt/output correlation of each trace survives). Run once, with the three CSV files of
-``data/processed_traces/`` of the public repository microsoft/vidur (MIT licence) in one folder::
+``data/processed_traces/`` of the public repository microsoft/vidur (MIT licence) in one folder,
+and/or ``data/processed_traces/sharegpt_v3_filtered.csv`` of its fork JonnyKong/vidur (MIT)::
 
-    python benchmarks/build_datasets.py --vidur DIR  # a snapshot of github.com/microsoft/vidur
+    python benchmarks/build_datasets.py --vidur DIR          # a snapshot of github.com/microsoft/vidur
+    python benchmarks/build_datasets.py --sharegpt FILE      # JonnyKong/vidur's sharegpt_v3_filtered.csv
 
-writes ``src/serveplan/specs/data/datasets/{azure-conv,azure-code,arxiv-sum}.yaml``.
+writes ``src/serveplan/specs/data/datasets/{azure-conv,azure-code,arxiv-sum}.yaml`` and
+``sharegpt.yaml``. The ShareGPT file holds the first 16,384 requests that vLLM's serving benchmark
+samples from ``ShareGPT_V3_unfiltered_cleaned_split.json`` (first two turns of each conversation,
+``random.seed(0)`` shuffle, prompt and output of at least 4 tokens, prompt at most 1,024 and both at
+most 2,048; ``vllm/benchmarks/benchmark_serving.py`` ``sample_sharegpt_requests`` at vllm-project/vllm
+5fe6bf29, the sampler ``vllm bench serve --dataset-name sharegpt`` keeps), counted with the
+Llama-3.1-8B-Instruct tokenizer (JonnyKong/vidur ``scripts/gen_sharegpt_length_trace.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "serveplan" / "specs" / "data" / "datasets"
 VIDUR = "https://github.com/microsoft/vidur/blob/7d47513363ec447a741ac5e47241580b47724fbf/data/processed_traces/"
+SHAREGPT = ("https://github.com/JonnyKong/vidur/blob/941a76c34cc3135db0dd13250252e4b23f7ea103/data/processed_traces/"
+            "sharegpt_v3_filtered.csv")
 IN_LEVELS = 201   # prompt quantiles at 0, 0.5, ..., 100 %
 OUT_LEVELS = 101  # output quantiles at 0, 1, ..., 100 % within each prompt bucket
 BUCKETS = 5       # prompt-length fifths
@@ -49,6 +59,17 @@ DATASETS = {
                         "Documents, NAACL 2018; token statistics by microsoft/vidur (Agrawal et al., MLSys 2024)"),
     },
 }
+SHAREGPT_META = {
+    "file": "sharegpt_v3_filtered.csv",
+    "source": SHAREGPT,
+    "description": ("ShareGPT V3 (ShareGPT_V3_unfiltered_cleaned_split), the first two turns as vLLM's serving "
+                    "benchmark samples them: 16,384 requests, seed 0, vLLM's length filter, Llama-3.1 tokens"),
+    "licence": ("JonnyKong/vidur's processed CSV: MIT (fork of microsoft/vidur); only derived quantiles are shipped "
+                "here"),
+    "attribution": ("ShareGPT conversations (anon8231489123/ShareGPT_Vicuna_unfiltered); sampled as "
+                    "vllm-project/vllm benchmarks/benchmark_serving.py sample_sharegpt_requests; token counts by "
+                    "JonnyKong/vidur scripts/gen_sharegpt_length_trace.py"),
+}
 
 
 def tables(inp: np.ndarray, out: np.ndarray) -> dict[str, object]:
@@ -70,21 +91,28 @@ def tables(inp: np.ndarray, out: np.ndarray) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vidur", type=Path, required=True, help="folder with Vidur's processed trace CSVs")
+    ap.add_argument("--vidur", type=Path, help="folder with microsoft/vidur's processed trace CSVs")
+    ap.add_argument("--sharegpt", type=Path, help="JonnyKong/vidur's data/processed_traces/sharegpt_v3_filtered.csv")
     args = ap.parse_args()
+    if args.vidur is None and args.sharegpt is None:
+        ap.error("give --vidur DIR and/or --sharegpt FILE")
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, meta in DATASETS.items():
-        rows = list(csv.DictReader((args.vidur / meta["file"]).open()))
+    todo = [(name, {**meta, "source": VIDUR + meta["file"]}, args.vidur / meta["file"])
+            for name, meta in DATASETS.items() if args.vidur is not None]
+    if args.sharegpt is not None:
+        todo.append(("sharegpt", SHAREGPT_META, args.sharegpt))
+    for name, meta, path in todo:
+        rows = list(csv.DictReader(path.open()))
         inp = np.array([float(r["num_prefill_tokens"]) for r in rows])
         out = np.array([float(r["num_decode_tokens"]) for r in rows])
         t = tables(inp, out)
         lines = [
             f"# {meta['description']}.",
-            "# Quantile tables built by benchmarks/build_datasets.py from the processed trace of microsoft/vidur;",
+            "# Quantile tables built by benchmarks/build_datasets.py from a processed trace of Vidur;",
             "# the requests themselves are not shipped.",
             f"name: {name}",
             f"description: \"{meta['description']}\"",
-            f"source: {VIDUR}{meta['file']}",
+            f"source: {meta['source']}",
             f"licence: \"{meta['licence']}\"",
             f"attribution: \"{meta['attribution']}\"",
             f"num_requests: {len(rows)}   # requests in the source",

@@ -17,6 +17,10 @@ Inclusion rule (decided before any prediction was looked at; also in ``validate/
 * Figures per run: mean, median and P99 TTFT, TPOT and ITL, request throughput, output token
   throughput and total token throughput. The rest of the printout (duration, totals, peak output
   throughput, peak concurrent requests) goes to ``also``.
+* A run printed figure for figure on two pages (another model or accelerator) is a pasted block:
+  both copies stay in the data with ``copy_of`` naming the other, and the mapping uses neither
+  (:func:`mark_copies`; added in 2026-11 after the copies were noticed while reading residuals:
+  eight runs of ``glm-4.5-air/a100.md`` and ``glm-4.5-air/h100.md``, five of the two Ascend pages).
 
 How a run is read:
 
@@ -353,6 +357,38 @@ def page_rows(path: str, text: str, commit: str) -> dict[str, Any]:
         "rows": rows}
 
 
+def _run_of(row_id: str) -> str:
+    return row_id.split("-", 1)[0]
+
+
+def mark_copies(pages: dict[str, dict[str, Any]]) -> int:
+    """Mark each run whose printed figures (every latency and throughput line, and every line of
+    ``also``) equal, to the last digit, a run on another page: ``copy_of`` names the other run's
+    first row, and the mapping uses neither (a result block pasted under another model or
+    accelerator; which page it was measured for is unknown). Returns the runs marked."""
+    runs: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+    for page in pages.values():
+        sid = page["source"]["id"]
+        by_run: dict[str, list[Any]] = {}
+        for r in page["rows"]:
+            by_run.setdefault(_run_of(r["id"]), []).append(
+                (r["metric"], r["statistic"], r["value"], tuple(sorted(r["also"].items()))))
+        for run, figs in by_run.items():
+            runs.setdefault(tuple(sorted(figs)), []).append((sid, run))
+    marked = 0
+    for same in runs.values():
+        if len({sid for sid, _ in same}) < 2:
+            continue
+        for sid, run in same:
+            other = next(f"{s2}/{r2}" for s2, r2 in same if s2 != sid)
+            page = pages[f"{sid}.yaml"]
+            for r in page["rows"]:
+                if _run_of(r["id"]) == run:
+                    r["copy_of"] = other
+            marked += 1
+    return marked
+
+
 def build(mirror: Path, commit: str) -> dict[str, dict[str, Any]]:
     out = {}
     for path in page_paths(mirror, commit):
@@ -361,6 +397,7 @@ def build(mirror: Path, commit: str) -> dict[str, dict[str, Any]]:
             continue
         page = page_rows(path, text, commit)
         out[f"{page['source']['id']}.yaml"] = page
+    mark_copies(out)
     return out
 
 

@@ -11,7 +11,7 @@ from serveplan.sim.datasets import length_table
 from serveplan.specs.catalog import list_datasets
 
 
-@pytest.mark.parametrize("name", ["azure-conv", "azure-code", "arxiv-sum"])
+@pytest.mark.parametrize("name", ["azure-conv", "azure-code", "arxiv-sum", "sharegpt"])
 def test_dataset_carries_attribution_and_licence(name: str) -> None:
     t = length_table(name)
     assert "vidur" in t.source and t.licence and t.attribution
@@ -45,3 +45,14 @@ def test_same_seed_same_lengths_and_unknown_dataset() -> None:
     assert a != Workload.from_dataset("azure-conv", 500, seed=8)
     with pytest.raises(SpecError, match="unknown dataset 'azure'.*azure-code"):
         Workload.from_dataset("azure", 10)
+
+
+def test_sharegpt_keeps_the_serving_benchmark_filter() -> None:
+    # vLLM's serving benchmark keeps prompts and outputs of at least 4 tokens, prompts of at most
+    # 1,024 and both turns at most 2,048 (benchmark_serving.py sample_sharegpt_requests): the table's
+    # extremes respect the filter, and its means are the 16,384 sampled requests' (219.6 / 199.3,
+    # computed from the CSV the table was built from)
+    t = length_table("sharegpt")
+    assert t.input_quantiles[0] >= 4 and t.input_quantiles[-1] <= 1024
+    assert t.output_quantiles.min() >= 4 and t.output_quantiles.max() <= 2048 - 4
+    assert (t.mean_input, t.mean_output) == (219.6, 199.3)

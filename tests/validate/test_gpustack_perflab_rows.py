@@ -8,7 +8,16 @@ import re
 
 import pytest
 
-from serveplan.validate.mapping import Unmappable, _flags, _lengths, _requests, _spec, simulation_key
+from serveplan.validate.mapping import (
+    Unmappable,
+    _flags,
+    _lengths,
+    _requests,
+    _spec,
+    _workload,
+    predict,
+    simulation_key,
+)
 from serveplan.validate.rows import load_rows, load_sources
 
 #: rows per page as the generator wrote them from gpustack/gpustack @ 47277d79 (12 figures per result block;
@@ -62,7 +71,26 @@ def test_load_and_lengths_follow_vllm_bench_serve():
     closed = _row("gpustack-perflab-qwen3-8b-h100-latency/run18-ttft-mean")  # "# BS=1": Maximum request concurrency 1
     assert closed.load == {"kind": "concurrency", "value": 1, "requests": 100}
     inp, out, how, _ = _lengths(closed)
-    assert how == "fixed" and inp == pytest.approx(232.6) and out == pytest.approx(220.61)
+    # a ShareGPT run: drawn from the bundled ShareGPT table (vLLM's own sampler), scaled to the printed means
+    assert how == "table:sharegpt" and inp == pytest.approx(232.6) and out == pytest.approx(220.61)
+    wl = _workload(closed, _requests(closed))[0]
+    assert wl.num_requests == 100
+    assert float(wl.input_lengths.mean()) == pytest.approx(232.6, abs=0.5)     # rounding to whole tokens
+    assert float(wl.output_lengths.mean()) == pytest.approx(220.61, abs=0.5)
+    assert wl.input_lengths.max() > 3 * wl.input_lengths.min()                 # the table's spread, not one length
+
+
+def test_a_result_block_printed_for_two_accelerators_is_used_for_neither():
+    # glm-4.5-air/h100.md run 8 ("random 32K input", vLLM) prints every figure of a100.md run 7 to the last
+    # digit ("Mean TTFT (ms): 248013.29" on both pages): a pasted block, marked copy_of on both pages
+    h100 = _row("gpustack-perflab-glm-45-air-h100/run08-ttft-mean")
+    a100 = _row("gpustack-perflab-glm-45-air-a100/run07-ttft-mean")
+    assert h100.value == a100.value and h100.copy_of == "gpustack-perflab-glm-45-air-a100/run07"
+    assert a100.copy_of == "gpustack-perflab-glm-45-air-h100/run08"
+    for row in (h100, a100):
+        with pytest.raises(Unmappable, match="one of the two result blocks is a copy"):
+            predict(row)
+    assert not _row("gpustack-perflab-glm-45-air-h100/run01-ttft-mean").copy_of   # ShareGPT run: its own
 
 
 def test_flags_in_the_serving_script_are_read_and_speculation_by_flags_is_not_mapped():

@@ -64,7 +64,7 @@ def test_request_lengths_follow_the_source():
     assert _lengths(_row("vllm-blog-2026-04-fp8-kvcache/llama-3.1-8b-bf16-ttft-p50"))[:3] == (20000, 2000, "uniform15")
     assert _lengths(_row("sglang-blog-2025-09-amd-mi300x-mtp/random-c1-mtp"))[2] == "uniform-to"
     inp, out, how, notes = _lengths(_row("vllm-dashboard-buildkite-9515/throughput-llama8b-tp1"))
-    assert (inp, out, how) == (202, 179, "fixed") and "mean lengths" in notes[0]
+    assert (inp, out, how) == (202, 179, "table:sharegpt") and "mean lengths" in notes[0]
     inp, out, how, notes = _lengths(_row("mlperf-inference-v4.1/nvidia-h200-sxm-141gbx8-trt-llama2-70b-99-offline"))
     assert (inp, out, how) == (222.33, 294.45, "fixed") and "mlperf-openorca-24576" in notes[0]
     with pytest.raises(Unmappable, match="request lengths of dataset 'mlperf-cnndm-13368' are not stated"):

@@ -177,9 +177,9 @@ def console() -> Any:
 
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as strict JSON (a statistic of nothing is ``null``, never NaN or Infinity)."""
-    from serveplan.report.documents import strict
+    from serveplan.units import json_safe
 
-    typer.echo(json.dumps(strict(json.loads(json.dumps(obj, default=_json_default))), indent=2, allow_nan=False))
+    typer.echo(json.dumps(json_safe(json.loads(json.dumps(obj, default=_json_default))), indent=2, allow_nan=False))
 
 
 @contextmanager

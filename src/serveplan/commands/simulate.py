@@ -28,7 +28,7 @@ from serveplan.commands.parsing import parse_concurrency, parse_rates
 from serveplan.commands.plan import DEFAULT_DATASET, engine_spec
 from serveplan.errors import SpecError, check_int, check_number
 from serveplan.estimator.api import resolve_specs
-from serveplan.report.documents import simulate_document, strict
+from serveplan.report.documents import simulate_document
 from serveplan.report.plots import concurrency_plot, latency_histograms, rate_sweep_plot
 from serveplan.report.tables import concurrency_records, sweep_records
 from serveplan.sim import SLO, SimulationConfig, SimulationResult, simulate, simulation_config
@@ -37,6 +37,7 @@ from serveplan.sim.sessions import session_workload, with_system_prompt
 from serveplan.sim.workload import Workload, build_workload
 from serveplan.specs.catalog import get_host, list_hosts
 from serveplan.specs.speculative import SpecDecodeConfig
+from serveplan.units import json_safe
 from serveplan.validate.answers import simulation_confidence
 from serveplan.validate.bands import simulation_band
 
@@ -92,7 +93,7 @@ class SimulateOptions(CommandOptions):
     scenario: str | None = opt(None, "--scenario", help=(
         "BestServe scenario: op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048)."))
     dataset: str | None = opt(None, "--dataset", help=(
-        "Real length mix: azure-conv (the default when no other source is given), azure-code, arxiv-sum."))
+        "Real length mix: azure-conv (the default when no other source is given), azure-code, arxiv-sum, sharegpt."))
     input_len: int | None = opt(None, "--input-len", help="Fixed input length, tokens (with --output-len).")
     output_len: int | None = opt(None, "--output-len", help="Fixed output length, tokens.")
     trace: str | None = opt(None, "--trace", help=(
@@ -311,9 +312,9 @@ class SimulateResult:
         """What ``serveplan simulate --json`` prints and the page's API returns."""
         cmd = self.options.command_line("simulate")
         if self.result is None:
-            doc = strict({"config": self.prepared.config.to_dict(),
-                          "concurrency_sweep": concurrency_records(self.levels),
-                          "confidence": [simulation_confidence(r) for r in self.levels], "command": cmd})
+            doc = json_safe({"config": self.prepared.config.to_dict(),
+                             "concurrency_sweep": concurrency_records(self.levels),
+                             "confidence": [simulation_confidence(r) for r in self.levels], "command": cmd})
             return dict(doc)
         return simulate_document(self.result, self.sweep, self.bands) | {"command": cmd}
 
@@ -358,7 +359,7 @@ def _write_out(out: Path, res: SimulationResult, sweep: list[SimulationResult]) 
     if sweep:
         summary["rate_sweep"] = sweep_records(sweep)
     p = out / "summary.json"
-    p.write_text(json.dumps(strict(summary), indent=2, allow_nan=False))
+    p.write_text(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     written.append(p)
     written.append(latency_histograms(res, out / "latency_histograms.png"))
     if sweep:
@@ -370,5 +371,5 @@ def _write_levels(out: Path, cfg: SimulationConfig, results: list[SimulationResu
     out.mkdir(parents=True, exist_ok=True)
     recs = concurrency_records(results)
     p = out / "concurrency_sweep.json"
-    p.write_text(json.dumps(strict({"config": cfg.to_dict(), "levels": recs}), indent=2, allow_nan=False))
+    p.write_text(json.dumps(json_safe({"config": cfg.to_dict(), "levels": recs}), indent=2, allow_nan=False))
     return [p, concurrency_plot(recs, out / "concurrency_sweep.png", title=f"{cfg.model.name} on {cfg.hardware.name}")]

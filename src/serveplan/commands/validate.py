@@ -18,7 +18,7 @@ from typing import Any
 
 from serveplan.commands.options import CommandOptions, opt
 from serveplan.errors import SpecError, check_int
-from serveplan.report.documents import strict
+from serveplan.units import json_safe
 from serveplan.validate.confidence import residuals_document, residuals_text
 from serveplan.validate.rows import KINDS, MODELLED_ENGINES, MeasuredRow, load_rows, load_sources
 from serveplan.validate.suite import ValidationReport, run_validation, select_rows
@@ -114,7 +114,7 @@ class ValidateResult:
 
     def document(self) -> dict[str, Any]:
         """What ``serveplan validate --json`` prints."""
-        doc: dict[str, Any] = strict(self.report.to_dict() | {"command": self.options.command_line("validate")})
+        doc: dict[str, Any] = json_safe(self.report.to_dict() | {"command": self.options.command_line("validate")})
         return doc
 
 
@@ -134,6 +134,6 @@ def run(o: ValidateOptions | PreparedValidation, *,
     if opts.write_residuals is not None:
         opts.write_residuals.parent.mkdir(parents=True, exist_ok=True)
         doc = residuals_document(report.residuals(), command=f"{command} --write-residuals")
-        opts.write_residuals.write_text(residuals_text(strict(doc)))
+        opts.write_residuals.write_text(residuals_text(json_safe(doc)))
         files.append(opts.write_residuals)
     return ValidateResult(prepared=prep, report=report, files=tuple(files))

@@ -1,7 +1,7 @@
 """The JSON documents of ``serveplan optimize --json`` and ``serveplan simulate --json``, built in one
 place: the CLI prints them and ``serveplan ui``'s API serves them, so both say the same thing.
 
-Every document is strict JSON (:func:`strict`): a statistic of nothing is ``null``, never NaN or
+Every document is strict JSON (:func:`serveplan.units.json_safe`): a statistic of nothing is ``null``, never NaN or
 Infinity, which ``JSON.parse``, jq and web clients refuse."""
 
 from __future__ import annotations
@@ -16,11 +16,6 @@ from serveplan.report.tables import sweep_records
 from serveplan.sim import SimulationResult
 from serveplan.units import json_safe
 from serveplan.validate.answers import simulation_confidence, strategy_bands, strategy_confidence
-
-
-def strict(obj: Any) -> Any:
-    """:func:`serveplan.units.json_safe`: the documents' values as strict JSON takes them."""
-    return json_safe(obj)
 
 
 def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str], bands: Sequence[Any] = (),
@@ -51,7 +46,7 @@ def optimize_document(results: Sequence[SearchResult], scenarios: Sequence[str],
         {"scenarios": [dict(d, scenario=name) for name, d in zip(scenarios, dicts, strict=True)]}
     if command is not None:
         doc["command"] = command
-    out: dict[str, Any] = strict(doc)
+    out: dict[str, Any] = json_safe(doc)
     return out
 
 
@@ -66,5 +61,5 @@ def simulate_document(res: SimulationResult, sweep: Sequence[SimulationResult] =
         d["rate_sweep"] = sweep_records(sweep)
     if bands is not None:
         d["band"] = {k: b.to_dict() for k, b in bands.items()}
-    out: dict[str, Any] = strict(d)
+    out: dict[str, Any] = json_safe(d)
     return out

@@ -2,7 +2,10 @@
 
 ``azure-conv`` and ``azure-code`` summarise the Azure LLM inference traces of 2023 (the
 conversation and coding services studied by Splitwise), ``arxiv-sum`` the article and abstract
-lengths of arXiv summarization; all three as processed in Microsoft's Vidur repository. Each data
+lengths of arXiv summarization (all three as processed in Microsoft's Vidur repository), and
+``sharegpt`` the first two turns of ShareGPT V3 conversations as vLLM's serving benchmark samples
+them (``vllm bench serve --dataset-name sharegpt``: seed 0, prompts of at most 1,024 tokens, both
+turns at most 2,048; counted in a fork of Vidur). Each data
 file (``specs/data/datasets/<name>.yaml``, with its source, licence and attribution) holds 201
 quantiles of the prompt length and, per fifth of the prompt-length distribution, 101 quantiles
 of the output length. A request is drawn by inverse transform: ``u ~ U(0, 1)`` gives the prompt
@@ -55,7 +58,7 @@ class LengthTable:
 
 
 def length_table(name: str) -> LengthTable:
-    """The bundled :class:`LengthTable` ``name`` (``azure-conv``, ``azure-code``, ``arxiv-sum``)."""
+    """The bundled :class:`LengthTable` ``name`` (``azure-conv``, ``azure-code``, ``arxiv-sum``, ``sharegpt``)."""
     if name not in list_datasets():
         get_dataset(name)  # raises the 'unknown dataset' error with the options
     raw = get_dataset(name)

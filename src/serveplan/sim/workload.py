@@ -307,7 +307,7 @@ class Workload:
     def from_dataset(name: str, num_requests: int, *, seed: int = 0, arrival: str = "poisson",
                      cv: float = 1.0) -> Workload:
         """``num_requests`` lengths drawn from a bundled dataset (``azure-conv``, ``azure-code``,
-        ``arxiv-sum``; :mod:`serveplan.sim.datasets`), from the same seeded length stream as
+        ``arxiv-sum``, ``sharegpt``; :mod:`serveplan.sim.datasets`), from the same seeded length stream as
         :meth:`from_distributions`."""
         from serveplan.sim.datasets import length_table
 
@@ -552,7 +552,7 @@ def build_workload(*, scenario: str | None = None, input_len: int | None = None,
     """A request stream from one source: a BestServe ``scenario`` (the default, ``op2``), fixed
     ``input_len`` / ``output_len``, a ``trace`` file, ``length_dist`` (``'INPUT;OUTPUT'``
     distributions, e.g. ``'normal:2048,512;uniform:16,128'``, drawn with ``seed``) or a bundled
-    ``dataset`` (``azure-conv``, ``azure-code``, ``arxiv-sum``, drawn with ``seed``).
+    ``dataset`` (``azure-conv``, ``azure-code``, ``arxiv-sum``, ``sharegpt``, drawn with ``seed``).
 
     Raises
     ------

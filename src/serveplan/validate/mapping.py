@@ -28,11 +28,23 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
 * **Requests**: fixed lengths as stated; ``+-15%`` is uniform within 15%; ``length_variance: fixed``
   keeps the stated lengths (vLLM's ``random`` dataset at its default ``--random-range-ratio`` 0.0,
   vllm-project/vllm ``vllm/benchmarks/datasets.py`` ``RandomDataset.DEFAULT_RANGE_RATIO``); otherwise
-  SGLang's ``random`` dataset is uniform up to the stated length (its default range ratio); a dataset named without
+  SGLang's ``random`` dataset is uniform up to the stated length (its default range ratio); a dataset
+  the tool bundles as a length table (``sharegpt``: vLLM's serving-benchmark sample of ShareGPT V3,
+  :mod:`serveplan.sim.datasets`) is drawn from that table (seed 0), each length scaled so the means
+  are the stated ones (the source's printed totals, in its model's tokens); another dataset named without
   lengths is simulated at the mean lengths the bundled dataset files state, and not mapped when
-  they state none. Counts as stated, else 2,000 offline, 1,000 open loop, ``max(8 C, 200)`` in a
+  they state none. (The ShareGPT table replaced fixed mean lengths in 2026-11, after the residuals of
+  the ShareGPT rows had been seen: a burst of equal requests ends together, where ShareGPT's spread
+  leaves long requests running at small batches at the end, and short outputs report the TPOT of the
+  prefills they wait through.) Counts as stated, else 2,000 offline, 1,000 open loop, ``max(8 C, 200)`` in a
   closed loop of ``C`` clients (at most 4,000).
-* **Load**: offline (every request at t=0; also a rate of ``inf``), a closed loop of the stated
+* **Load**: offline (every request queued in the engine at t=0: ``vllm bench throughput``,
+  ``trtllm-bench``, ``LLM.generate``); a rate of ``inf`` (a serving benchmark such as ``vllm bench
+  serve`` sends every request at t=0 to a running server: ``vllm/benchmarks/serve.py`` ``get_request``
+  yields without waiting when the rate is ``inf``, and no ``--max-concurrency`` caps them) is a closed
+  loop of as many clients as requests, each sending one: the server's own defaults (the engine's
+  online limits, not the offline ones) and its API server's per-request work apply, and every request
+  is in the statistics; a closed loop of the stated
   concurrency, an open loop at the stated rate; a static batch of ``N`` (TensorRT-LLM's
   ``static_batch``) is ``serveplan estimate --batch N --output-len``'s static batch, and a
   decode-only run at a stated batch per device is the estimate of that decode step.
@@ -40,7 +52,9 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   (a closed loop's steady window), the same rate normalised as the unit says (whole system, per
   GPU, per node of 8); a ratio between two hardware is the ratio of two predictions.
 
-A row is not mapped (:class:`Unmappable`, with the reason) when the tool lacks its model,
+A row is not mapped (:class:`Unmappable`, with the reason) when its run is printed, figure for figure,
+for another model or accelerator too (``copy_of``: a copied result block, neither copy used), when
+the tool lacks its model,
 hardware, engine or format, when the source does not state what the simulation needs (input
 lengths, the concurrency of a peak over a sweep, a production trace, the weight format of an MLPerf
 submission: the closed division lets each submitter choose it), for an MLPerf Server result (a goodput
@@ -68,7 +82,7 @@ from serveplan.estimator.api import estimate, resolve_specs
 from serveplan.sim import SimulationResult, Workload, simulate, simulation_config
 from serveplan.sim.serving import default_tp, engine_estimator
 from serveplan.sim.workload import LengthDist
-from serveplan.specs.catalog import get_engine, get_hardware, list_engines
+from serveplan.specs.catalog import get_engine, get_hardware, list_datasets, list_engines
 from serveplan.specs.engine import EngineSpec
 from serveplan.specs.parallel import ParallelConfig
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -239,6 +253,9 @@ def _lengths(row: MeasuredRow) -> tuple[float, float, str, tuple[str, ...]]:
         else:
             raise Unmappable("the output length is not stated")
     variance = str(w.get("length_variance") or "")
+    if ds and str(ds) in list_datasets():
+        return inp, out, f"table:{ds}", (*notes, f"lengths drawn from the bundled {ds} table, scaled to means of "
+                                                  f"{inp:g} in, {out:g} out")
     if "15%" in variance:
         return inp, out, "uniform15", notes
     if variance == "fixed":
@@ -250,6 +267,9 @@ def _lengths(row: MeasuredRow) -> tuple[float, float, str, tuple[str, ...]]:
 
 def _workload(row: MeasuredRow, n: int) -> tuple[Workload, float, tuple[str, ...]]:
     inp, out, how, notes = _lengths(row)
+    if how.startswith("table:"):
+        wl = _drawn(how.removeprefix("table:"), n, inp, out)
+        return wl, float(np.mean(wl.input_lengths) + np.mean(wl.output_lengths)), notes
     if how == "fixed":
         wl = Workload.fixed(max(1, round(inp)), max(1, round(out)), num_requests=n)
         return wl, inp + out, notes
@@ -260,6 +280,16 @@ def _workload(row: MeasuredRow, n: int) -> tuple[Workload, float, tuple[str, ...
     wl = Workload.from_distributions(LengthDist.parse(f"uniform:{lo_i},{hi_i}"),
                                      LengthDist.parse(f"uniform:{lo_o},{hi_o}"), n, seed=0)
     return wl, float(np.mean(wl.input_lengths) + np.mean(wl.output_lengths)), notes
+
+
+def _drawn(name: str, n: int, mean_in: float, mean_out: float) -> Workload:
+    """``n`` requests drawn from the bundled length table ``name`` (seed 0), each length scaled by the
+    stated mean over the drawn mean (at least one token): the source's printed totals, counted with
+    its model's tokenizer, with the table's spread."""
+    drawn = Workload.from_dataset(name, n, seed=0)
+    inp = np.maximum(1, np.rint(drawn.input_lengths * (mean_in / float(np.mean(drawn.input_lengths))))).astype(np.int64)
+    out = np.maximum(1, np.rint(drawn.output_lengths * (mean_out / float(np.mean(drawn.output_lengths)))))
+    return Workload(input_lengths=inp, output_lengths=out.astype(np.int64), name=f"{name} (scaled)")
 
 
 def _requests(row: MeasuredRow) -> int:
@@ -408,8 +438,10 @@ def _simulate(row: MeasuredRow, st: _Setup, sims: dict[str, SimulationResult] | 
     kind, value = load.get("kind"), _num(load.get("value"))
     rate: float | None = None
     offline, conc = False, None
-    if kind == "offline" or value == math.inf:
+    if kind == "offline":
         offline = True
+    elif value == math.inf:   # every request sent at t=0 to a server (module doc, "Load")
+        conc = st.workload.num_requests
     elif kind == "concurrency" and value:
         conc = int(value)
     elif kind == "rate" and value:
@@ -437,7 +469,8 @@ def _simulate(row: MeasuredRow, st: _Setup, sims: dict[str, SimulationResult] | 
         res = simulate(cfg)
         if sims is not None:
             sims[key] = res
-    load_text = "offline" if offline else f"concurrency {conc}" if conc else f"rate {rate:g}"
+    load_text = ("offline" if offline else "every request at t=0 to the server" if value == math.inf
+                 else f"concurrency {conc}" if conc else f"rate {rate:g}")
     how = (f"simulate {st.instances} x {par.label()} {st.model.name} on {st.hardware.name} ({st.engine.label}), "
            f"{st.workload.num_requests} requests, {load_text}")
     return _figure(row, res, st), how
@@ -489,6 +522,9 @@ def predict(row: MeasuredRow, *, sims: dict[str, SimulationResult] | None = None
     Unmappable
         The row cannot be asked as its source states it (the message says why).
     """
+    if row.copy_of:
+        raise Unmappable(f"every printed figure of its run equals one published for another model or accelerator "
+                         f"({row.copy_of}): one of the two result blocks is a copy, and which was measured is unknown")
     if row.kind == "power":
         raise Unmappable("a power figure: the energy model is checked against it by benchmarks/validate_energy.py "
                          "(docs/cost-energy.md), which sweeps the input lengths the logs do not state")

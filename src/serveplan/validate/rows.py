@@ -74,6 +74,10 @@ class MeasuredRow:
     stated: str = ""              # the row's settings_stated
     settings: str = ""            # settings_stated, then the source's notes (engine flags are read from here)
     where: str = ""
+    #: another row printing the same run (``source/id`` of its figure): every figure of this run
+    #: equals, to the last printed digit, a run published for another model or accelerator, so one of
+    #: the two is a copy and which one was measured is unknown (the mapping uses neither)
+    copy_of: str = ""
 
     @property
     def key(self) -> str:
@@ -155,7 +159,8 @@ def load_rows() -> tuple[MeasuredRow, ...]:
                 layout=r.get("layout") or {}, dtype=r.get("dtype"), kv_dtype=r.get("kv_dtype"),
                 workload=r.get("workload") or {}, load=r.get("load") or {}, slo=r.get("slo"), metric=str(r["metric"]),
                 statistic=r.get("statistic"), value=float(value), unit=_text(r.get("unit")), also=r.get("also") or {},
-                stated=stated, settings=f"{stated} | {notes}" if stated else notes, where=_text(r.get("where"))))
+                stated=stated, settings=f"{stated} | {notes}" if stated else notes, where=_text(r.get("where")),
+                copy_of=_text(r.get("copy_of"))))
     return tuple(rows)
 
 
