@@ -309,7 +309,7 @@ def test_lone_numbers_are_finite(h100):
     (("--concurrency", "-4"), "concurrency=-4"),
     (("--offline", "--rate", "10"), "--offline with --rate 10"),
     (("--engine", "tgi"), "unknown engine 'tgi'"),
-    (("--dataset", "sharegpt"), "unknown dataset 'sharegpt'"),
+    (("--dataset", "lmsys-chat"), "unknown dataset 'lmsys-chat'"),
     (("--prefix-hit", "1"), "prefix_hit=1.0"),
     (("--prefix-hit", "-0.1"), "prefix_hit=-0.1"),
     (("--kv-dtype", "fp8", "--hardware", "a100-80g"), "cannot hold a fp8 KV cache"),

@@ -172,8 +172,7 @@ def test_a_summary_only_result_is_compared_on_its_means_percentiles_and_throughp
     cmp = compare(parse_vllm_result(_summary()), _cfg())
     assert not cmp.detailed and cmp.simulated_completed == 30
     got = {(r.metric, r.stat): r for r in cmp.rows}
-    assert set(got) == {(m, s) for m in ("TTFT", "TPOT", "E2E") for s in ("mean", "p50", "p90", "p99")} | {
-        ("ITL", "mean")}
+    assert set(got) == {(m, s) for m in ("TTFT", "TPOT", "ITL", "E2E") for s in ("mean", "p50", "p90", "p99")}
     assert got[("TTFT", "mean")].measured_s == pytest.approx(0.060)
     assert all(r.simulated_s > 0 for r in cmp.rows)
     # every request has the same length: the token-weighted TPOT mean is the TPOT mean
@@ -181,7 +180,13 @@ def test_a_summary_only_result_is_compared_on_its_means_percentiles_and_throughp
     assert got[("E2E", "p99")].simulated_s > got[("TTFT", "p99")].simulated_s
     assert [r.metric for r in cmp.rates] == ["request throughput", "output throughput"]
     assert cmp.rates[1].unit == "tok/s" and cmp.rates[1].simulated > 0
-    assert any("ITL p50, p90, p99 not compared" in n for n in cmp.notes)
+    # ITL is over tokens: its median is a decoding step, at most the median request's TPOT (each TPOT averages
+    # its steps' gaps, the prefill steps it waited through included)
+    assert got[("ITL", "p50")].simulated_s <= got[("TPOT", "p50")].simulated_s + 1e-12
+    assert got[("ITL", "p99")].simulated_s >= got[("ITL", "p50")].simulated_s
+    assert not any("ITL" in n for n in cmp.notes)
+    odd = compare(parse_vllm_result({**_summary(), "p99.9_itl_ms": 40.0}), _cfg())
+    assert any("ITL p99.9 not compared" in n for n in odd.notes)
     assert "without --save-detailed" in cmp.notes[0]
 
 

@@ -45,6 +45,9 @@ from serveplan.validate.bands import simulation_band
 #: vLLM instance on H100, Azure conversation mix) serves it within the default SLO with room to
 #: spare, so a bare ``serveplan simulate`` shows a healthy system (docs/simulator.md, "Defaults")
 DEFAULT_RATE = 2.0
+#: streams up to this many requests record the inter-token latency (ITL, over tokens, as ``vllm bench
+#: serve`` prints it); it costs about a tenth more time, so longer streams (a day of traffic) leave it out
+ITL_MAX_REQUESTS = 1 << 15
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -334,7 +337,7 @@ def run(o: SimulateOptions | PreparedSimulation, *, progress: Callable[[int], No
         files = _write_levels(opts.out, cfg, results) if opts.out is not None else []
         return SimulateResult(prepared=prep, result=None, levels=tuple(results), files=tuple(files))
     total = 1 + sum(1 for r in prep.rates if r != cfg.rate)
-    res = simulate(cfg, progress=progress)
+    res = simulate(cfg, progress=progress, itl=len(cfg.workload.input_lengths) <= ITL_MAX_REQUESTS)
     done = 1
     if on_progress:
         on_progress(done, total)

@@ -9,10 +9,12 @@ from serveplan.sim import SimulationResult
 
 
 def latency_rows(res: SimulationResult) -> list[list[str]]:
-    """Rows ``[metric, mean, p50, p90, p99, target]`` in milliseconds."""
+    """Rows ``[metric, mean, p50, p90, p99, target]`` in milliseconds (ITL, over tokens, when the run
+    recorded it)."""
     slo = res.config.slo
     rows = []
-    for label, stats, target in (("TTFT", res.ttft_s, slo.ttft_s), ("TPOT", res.tpot_s, slo.tpot_s),
+    itl = [("ITL", res.itl_s, None)] if res.itl_s is not None else []
+    for label, stats, target in (("TTFT", res.ttft_s, slo.ttft_s), ("TPOT", res.tpot_s, slo.tpot_s), *itl,
                                  ("E2E", res.e2e_s, None), ("queueing", res.queue_s, None)):
         rows.append([label, *(_ms(getattr(stats, k)) for k in ("mean", "p50", "p90", "p99")),
                      _ms(target) if target else ""])

@@ -35,7 +35,7 @@ from serveplan.sim.config import Fidelity, SimulationConfig
 from serveplan.sim.deployment import Deployment, resolve
 from serveplan.sim.fleet import Role
 from serveplan.sim.instance import Instance
-from serveplan.sim.metrics import LatencyStats, QueueGrowth
+from serveplan.sim.metrics import GapLog, LatencyStats, QueueGrowth
 from serveplan.sim.prefix_cache import (
     PrefixCacheReport,
     PrefixStats,
@@ -146,6 +146,8 @@ class SimulationResult:
     closed_loop: ClosedLoopStats | None = None
     prefill_tokens_saved: int = 0
     prefix_cache: PrefixCacheReport | None = None
+    #: inter-token latency over tokens (``simulate(itl=True)``; None: not recorded)
+    itl_s: LatencyStats | None = None
 
     @property
     def bubble_s(self) -> np.ndarray:
@@ -177,6 +179,8 @@ class SimulationResult:
         }
         if self.prefix_cache is not None:
             d["prefix_cache"] = self.prefix_cache.to_dict()
+        if self.itl_s is not None:
+            d["itl_s"] = self.itl_s.to_dict()
         if include_requests:
             d["requests"] = self.requests.to_dict()
         return d
@@ -186,7 +190,8 @@ class SimulationResult:
 
 def simulate(config: SimulationConfig | Deployment, *, clients: int | None = None,
              think_s: float | np.ndarray = 0.0, ramp_s: float | None = None, not_before: np.ndarray | None = None,
-             progress: Callable[[int], None] | None = None, clocks: Clocks | None = None) -> SimulationResult:
+             progress: Callable[[int], None] | None = None, clocks: Clocks | None = None,
+             itl: bool = False) -> SimulationResult:
     """Simulate ``config.workload`` through ``config.fleet`` and summarise what users see.
 
     With ``clients`` the stream is a closed loop instead of ``config.rate``: that many users,
@@ -202,6 +207,9 @@ def simulate(config: SimulationConfig | Deployment, *, clients: int | None = Non
     --max-concurrency C`` sends it; latencies count from the send. ``progress`` is called now and
     then (iteration fidelity) with the number of requests finished so far (of
     ``workload.num_requests``; for a disaggregated fleet, prefills and decodes each count half).
+    ``itl`` records every decoding step's gap and gives :attr:`SimulationResult.itl_s`, the
+    inter-token latency over tokens (:class:`~serveplan.sim.metrics.GapLog`; iteration fidelity; it
+    costs a copy of each stretch's step times, so searches leave it off).
 
     Memory: an open-loop stream of more than :data:`~serveplan.sim.stream.WINDOW_MIN_REQUESTS`
     requests through a collocated fleet runs windowed (:mod:`serveplan.sim.stream`), its running
@@ -259,7 +267,7 @@ def simulate(config: SimulationConfig | Deployment, *, clients: int | None = Non
                                    disaggregated=cfg.fleet.strategy.is_disaggregated, early_stop=cfg.early_stop,
                                    iteration=cfg.fidelity is Fidelity.ITERATION):
         req = RequestState(arrival[:0], wl.input_lengths[:0], wl.output_lengths[:0])
-        stage = _stages(dep, req, cap, None)[0]
+        stage = _stages(dep, req, cap, None, itl=itl)[0]
         store, saved = run_windowed(stage, req, arrival, wl.input_lengths, wl.output_lengths,
                                     prefix_hit=cfg.prefix_hit, on_progress=progress)
         insts, stopped, rec = stage.instances, False, store.records()
@@ -270,7 +278,7 @@ def simulate(config: SimulationConfig | Deployment, *, clients: int | None = Non
             insts = []
             stopped = _run_bestserve(dep, req)
         else:
-            insts, stopped = _run_iteration(dep, req, cap, closed, pstats, progress)
+            insts, stopped = _run_iteration(dep, req, cap, closed, pstats, progress, itl)
         rec = req.records()
     res = _result(dep, rec, insts, stopped, closed_loop=clients is not None)
     if clients is not None or saved or pstats is not None:
@@ -415,9 +423,9 @@ def _default_cap(dep: Deployment, arrival: np.ndarray, wl: Workload) -> float:
 def _run_iteration(dep: Deployment, req: RequestState, cap: float,
                    closed: ClosedLoop | None = None,
                    pstats: PrefixStats | None = None,
-                   progress: Callable[[int], None] | None = None) -> tuple[list[Instance], bool]:
+                   progress: Callable[[int], None] | None = None, itl: bool = False) -> tuple[list[Instance], bool]:
     handed: list[tuple[float, int]] = []
-    stages = _stages(dep, req, cap, handed, pstats)
+    stages = _stages(dep, req, cap, handed, pstats, itl=itl)
     if progress is not None:
         _report_progress(stages, progress)
     source = closed if closed is not None else OpenLoop(req.arrival, range(req.n))
@@ -439,8 +447,9 @@ def _report_progress(stages: list[Stage], progress: Callable[[int], None]) -> No
 
 
 def _stages(dep: Deployment, req: RequestState, cap: float, handed: list[tuple[float, int]] | None,
-            pstats: PrefixStats | None = None) -> list[Stage]:
-    """The fleet's stages: its instances (their schedulers, KV caches, hand-off), routers and early stop."""
+            pstats: PrefixStats | None = None, *, itl: bool = False) -> list[Stage]:
+    """The fleet's stages: its instances (their schedulers, KV caches, hand-off), routers and early stop;
+    ``itl``: each instance records its inter-token gaps."""
     cfg, clocks = dep.config, dep.clock_by_role
     fleet = cfg.fleet
     strat = fleet.strategy
@@ -473,6 +482,9 @@ def _stages(dep: Deployment, req: RequestState, cap: float, handed: list[tuple[f
                           block_size=cfg.block_size, handoff=handoff if role is Role.PREFILL else None,
                           intake=rs.intake, keep_prefix=rs.keep_prefix, spec=cfg_r.spec)
                  for i in range(strat.count(role))]
+        if itl:
+            for inst in insts:
+                inst.itl = GapLog()
         if pstats is not None and role is not Role.DECODE:
             attach_prefix_caches(insts, clocks[role], block_chains(cfg.workload, cfg.block_size), pstats,
                                  cfg.kv_tiers, cfg.engine)
@@ -570,5 +582,6 @@ def _result(dep: Deployment, rec: RequestRecords, insts: list[Instance], stopped
             i.kv.peak >= i.kv.total - i.max_batch for i in insts),
         kv_capacity_tokens={role.value: int(c.est.memory.kv_capacity_tokens) for role, c in clocks.items()},
         num_steps=int(sum(i.num_steps for i in insts)), requests=rec,
+        itl_s=None if not insts or insts[0].itl is None else GapLog.stats([i.itl for i in insts if i.itl is not None]),
     )
 

@@ -44,6 +44,7 @@ from serveplan.sim.clock import MAX_MEMO_STEPS, StepClock
 from serveplan.sim.cohort import DecodeCohort
 from serveplan.sim.fleet import Batching, Role
 from serveplan.sim.kv import KVCache, Prefix
+from serveplan.sim.metrics import GapLog
 from serveplan.sim.request import RequestState
 from serveplan.sim.schedulers.base import BatchPlan, Scheduler
 from serveplan.specs.speculative import SpecDecodeConfig
@@ -215,6 +216,13 @@ class Instance:
         self.overlap_lag = intake.overlap and self.pp == 1
         self._step_start = 0.0
         self._step_end = -1.0
+        #: inter-token gaps, when the run records them (:class:`~serveplan.sim.metrics.GapLog`; None: not)
+        self.itl: GapLog | None = None
+        #: end of the last step that gave decoding requests a token (the ITL gaps' origin)
+        self._dec_end = -1.0
+        #: (ITL) requests whose previous token came after that, by its time: their first token here, or
+        #: the one a prefill instance gave before the hand-off; their first decoding gap counts from it
+        self._joined: dict[int, float] = {}
         self.waiting: deque[int] = deque()
         self.running: list[int] = []
         self.inbox_t: list[float] = []
@@ -316,6 +324,7 @@ class Instance:
         self.inbox_t = self.inbox_t[p:]
         self.inbox_r = [new[q] for q in self.inbox_r[p:]]
         self.ptr = 0
+        self._joined = {new[q]: t for q, t in self._joined.items() if q in new}
         self.waiting = deque(new[q] for q in self.waiting)
         self.running[:] = [new[q] for q in self.running]
 
@@ -325,6 +334,10 @@ class Instance:
         self.inbox_t.append(t)
         self.inbox_r.append(q)
         self.assigned += 1
+        if self.itl is not None:
+            ft = self.req.first_token[q]
+            if ft == ft:    # handed off with its first token: its next one comes from here
+                self._joined[q] = ft
 
     @property
     def outstanding(self) -> int:
@@ -598,6 +611,8 @@ class Instance:
                 if kv.prefix is not None:  # what it computed stays cached as far as not evicted
                     R.prefilled[q] = kv.prefix.peek(q, R.prompt_len[q])
                 R.preemptions[q] += 1
+                if self.itl is not None and R.gen[q]:   # (ITL) its last token: the next comes from its recompute
+                    self._joined[q] = self._joined.get(q, self._dec_end)
             self.num_preemptions += len(plan.preempt)
             # back to the front of the queue, earliest arrival first (vLLM recompute preemption)
             self.waiting.extendleft(sorted(plan.preempt, key=lambda q: (R.arrival[q], q), reverse=True))
@@ -623,12 +638,21 @@ class Instance:
             if t > R.last_first:
                 R.last_first = t
             R.gen[q] = 1
-        else:
+            if self.itl is not None:
+                self._joined[q] = t
+        else:   # a preempted request's recompute gives its next token
             R.gen[q] += 1
+            if self.itl is not None:
+                prev = self._joined.pop(q, None)
+                if prev is not None:
+                    self.itl.add_one(t - prev, 1)
+                self._joined[q] = t
         return R.gen[q] >= R.out[q]
 
     def _finish(self, q: int, t: float) -> None:
         R = self.req
+        if self._joined:
+            self._joined.pop(q, None)
         R.finish[q] = t
         if t > R.last_finish:
             R.last_finish = t
@@ -641,12 +665,55 @@ class Instance:
 
     def _hand_off(self, q: int, t: float) -> None:
         """A prefill instance is done with ``q``: its cache leaves when the transfer ends."""
+        if self._joined:
+            self._joined.pop(q, None)
         self.running.remove(q)
         self.completed += 1
         assert self.handoff is not None
         self.kv.free_at(q, self.handoff(q, t), self.now, self.req.kv_len[q])
 
     # ---------------------------------------------------------------- one step (any pp)
+    def _gap_origin(self, start: float) -> float:
+        """Where the ITL gap of a decoding step starting at ``start`` begins (:class:`GapLog`): the end
+        of the previous decoding step when the instance was busy since (read before this step sets
+        ``_step_end``), else this step's start."""
+        busy = self._dec_end >= 0 and start <= self._step_end
+        return self._dec_end if busy else start
+
+    def _record_gaps(self, log: GapLog, dec: list[int], exit_t: float, origin: float) -> None:
+        """The ITL gaps of one step's decodes ending at ``exit_t`` (before their ``ready_at`` moves)."""
+        if self.pp == 1:
+            n = len(dec)
+            if self._joined:
+                for q in dec:
+                    t_q = self._joined.pop(q, None)
+                    if t_q is not None:
+                        log.add_one(exit_t - t_q, 1)
+                        n -= 1
+            log.add_one(exit_t - origin, n)
+        else:   # micro-batches interleave: each decode's gap from its own previous token
+            ra = self.req.ready_at
+            for q in dec:
+                log.add_one(exit_t - ra[q], 1)
+
+    def _decode_gaps(self, log: GapLog, run: list[int], now: float, k: int, ends: np.ndarray | None,
+                     times: np.ndarray | None) -> None:
+        """The ITL gaps of a decode-only stretch of ``k`` steps from ``now``: its step ends (one
+        sequence) or its step times."""
+        if ends is not None:
+            self._record_stretch(log, ends, run, now)
+            return
+        assert times is not None
+        self._record_gaps(log, run, now + float(times[0]), self._gap_origin(now))
+        if k > 1:
+            log.add(times[1:k], len(run))
+
+    def _record_stretch(self, log: GapLog, ends: np.ndarray, run: list[int], now: float) -> None:
+        """The ITL gaps of a stretch of steps from ``now`` ending at ``ends``, each decoding ``run``."""
+        self._record_gaps(log, run, float(ends[0]), self._gap_origin(now))
+        if len(ends) > 1:
+            log.add(np.diff(ends), len(run))
+
     def _step(self, plan: BatchPlan) -> None:
         R = self.req
         now = self.now
@@ -658,6 +725,7 @@ class Instance:
             if st[q] != st[q]:  # NaN: first computation for the request
                 st[q] = now
         dec = plan.decode
+        origin = self._gap_origin(now) if self.itl is not None and dec and self.pp == 1 else 0.0
         key, lag = self._step_key(chunks, dec)
         t = self.clock.by_sums.get(key)
         if t is None:
@@ -673,6 +741,10 @@ class Instance:
             bubble = 0.0
         else:
             exit_t, bubble = self._through_pipeline(now, t)
+        if dec:
+            if self.itl is not None:
+                self._record_gaps(self.itl, dec, exit_t, origin)
+            self._dec_end = exit_t
         self.num_steps += 1
         self._recv_count += RECV_WEIGHT_EXTEND if plan.prefill else 1
         done, joined = self._apply_chunks(plan.prefill, exit_t, bubble)
@@ -822,10 +894,14 @@ class Instance:
                 k = min(k_max, int(ends.searchsorted(wake, side="left")) + 1)
             end = float(cum[k - 1]) + now
             start = float(cum[k - 2]) + now if k > 1 else now
+            times = None
         else:
             times = self.clock.decode_times(nd, kvd0, k_max)
             k, end = _steps_before(times, now, wake)
             start = end - float(times[k - 1]) if k > 1 else now
+        if self.itl is not None:
+            self._decode_gaps(self.itl, run, now, k, cum[:k] + now if times is None else None, times)
+        self._dec_end = end
         self._step_start, self._step_end = start, end
         done = coh.advance(k, run) if self._lazy_now else kvc.decode(run, k, kv, R.gen, R.out)
         self.num_steps += k
@@ -887,6 +963,9 @@ class Instance:
         if wake < INF:
             k = min(k_max, int(ends[: k_max - 1].searchsorted(wake, side="left")) + 1)
         end = float(ends[k - 1])
+        if self.itl is not None:
+            self._record_stretch(self.itl, ends[:k], run, now)
+        self._dec_end = end
         self._step_start, self._step_end = (float(ends[k - 2]) if k > 1 else now), end
         if R.start[q] != R.start[q]:
             R.start[q] = now

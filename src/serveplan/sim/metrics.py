@@ -73,6 +73,65 @@ class LatencyStats:
                 "count": self.count}
 
 
+class GapLog:
+    """Inter-token latencies (ITL) of one instance, recorded step by step when a run asks for them
+    (``simulate(..., itl=True)``): the gap before each step that gives decoding requests a token, with
+    the number of those tokens as its weight. ITL is what ``vllm bench serve`` prints: one value per
+    streamed chunk after the first, the time since the request's previous chunk
+    (``vllm/benchmarks/lib/endpoint_request_func.py``: ``output.itl.append(timestamp -
+    most_recent_timestamp)``), so its percentiles are over tokens, where TPOT's are over requests. A
+    step's gap runs from the end of the instance's previous decoding step when the instance was busy
+    in between (a prefill step that pauses decodes, as SGLang's, lies inside the gap), else from the
+    step's own start."""
+
+    __slots__ = ("_arrays", "_weights", "_one", "_one_w")
+
+    def __init__(self) -> None:
+        self._arrays: list[np.ndarray] = []
+        self._weights: list[int] = []
+        self._one: list[float] = []
+        self._one_w: list[int] = []
+
+    def add(self, gaps: np.ndarray, weight: int) -> None:
+        """Gaps of several steps, each giving ``weight`` tokens (copied)."""
+        self._arrays.append(np.array(gaps, dtype=float))
+        self._weights.append(weight)
+
+    def add_one(self, gap: float, weight: int) -> None:
+        self._one.append(gap)
+        self._one_w.append(weight)
+
+    @staticmethod
+    def stats(logs: list[GapLog]) -> LatencyStats:
+        """Mean and percentiles over every token of ``logs`` (numpy's linear percentile over the tokens'
+        gaps, one value per token, computed from the weighted steps without expanding them)."""
+        vals = [np.asarray(lg._one, dtype=float) for lg in logs] + [a for lg in logs for a in lg._arrays]
+        wts = [np.asarray(lg._one_w, dtype=float) for lg in logs] + \
+            [np.full(len(a), w, dtype=float) for lg in logs for a, w in zip(lg._arrays, lg._weights, strict=True)]
+        v = np.concatenate(vals) if vals else np.empty(0)
+        w = np.concatenate(wts) if wts else np.empty(0)
+        keep = np.isfinite(v) & (w > 0)
+        v, w = v[keep], w[keep]
+        total = float(w.sum())
+        if total <= 0:
+            return LatencyStats(mean=math.nan, p50=math.nan, p90=math.nan, p99=math.nan)
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], w[order]
+        upto = np.cumsum(w)    # tokens with a gap at most v[i]: positions [upto[i-1], upto[i]) of the sorted tokens
+
+        def at(pos: float) -> float:
+            return float(v[int(np.searchsorted(upto, pos, side="right"))])
+
+        def pct(p: float) -> float:
+            h = p / 100.0 * (total - 1.0)
+            lo = math.floor(h)
+            a, b = at(lo), at(min(lo + 1, total - 1.0))
+            return a + (h - lo) * (b - a)
+
+        return LatencyStats(mean=float(np.dot(v, w) / total), p50=pct(50), p90=pct(90), p99=pct(99),
+                            max=float(v[-1]), count=int(total))
+
+
 def certain_misses(n_total: int, percentile: float) -> int:
     """Smallest number of requests above a target that makes the ``percentile`` (numpy's linear
     interpolation over ``n_total`` values) certainly exceed it: the order statistic at

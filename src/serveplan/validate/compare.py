@@ -16,9 +16,8 @@ and ``main``), in either of its two forms:
   ``completed`` requests are simulated at the mean lengths ``total_input_tokens / completed`` and
   ``total_output_tokens / completed`` (exact for vLLM's ``random`` dataset at a range ratio of 0),
   and each statistic is compared with the same statistic of the simulated requests. ITL is
-  compared on its mean only: vLLM's mean ITL is the mean of every inter-token gap, which equals the
-  output-token-weighted mean of the requests' TPOT; the simulator keeps no per-gap times, so ITL
-  percentiles are left out (a note says so).
+  compared with the simulated tokens' gaps (``simulate(itl=True)``: one per token after the first,
+  as vLLM counts them): its mean, P50, P90 and P99 (other percentiles are left out, a note says so).
 
 Both forms carry the run's ``request_rate``, ``burstiness``, ``completed``, ``duration`` and
 ``max_concurrency``, and the same arrival process and rate are simulated. The load is the
@@ -335,7 +334,7 @@ def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
         rate = None if burst else run.request_rate
         # a burst has no arrival span to scale a time cap by: it runs until the last request is out
         cfg = dataclasses.replace(config, workload=wl, rate=rate, max_time_s=math.inf if burst else None)
-        res = simulate(cfg)
+        res = simulate(cfg, itl=True)
         load = "every request sent at t=0" if burst else f"open loop at {run.request_rate:g} req/s"
     else:
         n = len(run.input_lens)
@@ -343,11 +342,11 @@ def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
                            trace_times=np.zeros(n), name=wl.name)
         cfg = dataclasses.replace(config, workload=lengths, rate=None, max_time_s=None)
         if burst:
-            res = simulate(cfg, clients=c)
+            res = simulate(cfg, clients=c, itl=True)
             load = f"closed loop of {c} clients (max_concurrency {c}, request_rate inf)"
         else:
             sends = arrival_times(wl, run.request_rate, config.seed)
-            res = simulate(cfg, clients=c, not_before=sends)
+            res = simulate(cfg, clients=c, not_before=sends, itl=True)
             load = f"arrivals at {run.request_rate:g} req/s, at most {c} in flight (max_concurrency)"
     notes: list[str] = []
     if run.detailed:
@@ -356,7 +355,7 @@ def compare(run: ServingRun, config: SimulationConfig) -> Comparison:
         rows = [ComparisonRow(metric, s, meas[metric][s], float(getattr(sim[metric], s)))
                 for metric in ("TTFT", "TPOT") for s in STATS]
     else:
-        rows, notes = _summary_rows(run, res.requests)
+        rows, notes = _summary_rows(run, res)
         notes.insert(0, f"summary-only result (saved without --save-detailed): {run.completed} requests simulated "
                         f"at the mean lengths, {int(run.input_lens[0])} input and {int(run.output_lens[0])} output "
                         "tokens")
@@ -376,8 +375,10 @@ def _stat(values: np.ndarray, stat: str) -> float:
     return float(v.mean()) if stat == "mean" else float(np.percentile(v, float(stat[1:])))
 
 
-def _summary_rows(run: ServingRun, rec: Any) -> tuple[list[ComparisonRow], list[str]]:
-    """The summary's statistics against the same statistics of the simulated requests."""
+def _summary_rows(run: ServingRun, res: Any) -> tuple[list[ComparisonRow], list[str]]:
+    """The summary's statistics against the same statistics of the simulated requests (ITL: of the
+    simulated tokens, :attr:`~serveplan.sim.engine.SimulationResult.itl_s`)."""
+    rec = res.requests
     done = np.isfinite(rec.finish)
     per_request = {"TTFT": rec.ttft[done], "TPOT": rec.tpot[done], "E2E": rec.e2e[done]}
     rows, notes = [], []
@@ -385,17 +386,14 @@ def _summary_rows(run: ServingRun, rec: Any) -> tuple[list[ComparisonRow], list[
         stats = run.summary.get(metric, {})
         for stat in sorted(stats, key=lambda s: (s != "mean", float(s[1:]) if s != "mean" else 0.0)):
             if metric == "ITL":
-                if stat != "mean":
+                if stat not in ("mean", "p50", "p90", "p99"):
                     continue
-                # vLLM's mean ITL is the mean of every gap: the TPOTs weighted by their output_len - 1 gaps
-                tpot, gaps = rec.tpot[done], rec.output_len[done] - 1.0
-                ok = np.isfinite(tpot) & (gaps > 0)
-                sim = float(np.sum(tpot[ok] * gaps[ok]) / np.sum(gaps[ok])) if np.any(ok) else math.nan
+                sim = float(getattr(res.itl_s, stat))
             else:
                 sim = _stat(per_request[metric], stat)
             rows.append(ComparisonRow(metric, stat, stats[stat], sim))
-        skipped = [s for s in stats if metric == "ITL" and s != "mean"]
+        skipped = [s for s in stats if metric == "ITL" and s not in ("mean", "p50", "p90", "p99")]
         if skipped:
-            notes.append(f"ITL {', '.join(sorted(skipped))} not compared: the simulator keeps no per-token gaps "
-                         "(the ITL mean is the output-token-weighted TPOT mean)")
+            notes.append(f"ITL {', '.join(sorted(skipped))} not compared: the simulator keeps the mean, P50, P90 "
+                         "and P99 of its inter-token gaps")
     return rows, notes

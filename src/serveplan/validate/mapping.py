@@ -48,8 +48,10 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   concurrency, an open loop at the stated rate; a static batch of ``N`` (TensorRT-LLM's
   ``static_batch``) is ``serveplan estimate --batch N --output-len``'s static batch, and a
   decode-only run at a stated batch per device is the estimate of that decode step.
-* **Figure**: the same statistic (mean, P50, P90, P99; ITL as TPOT) of the simulated requests
-  (a closed loop's steady window), the same rate normalised as the unit says (whole system, per
+* **Figure**: the same statistic (mean, P50, P90, P99) of the simulated requests (a closed loop's
+  steady window); ITL over the simulated tokens, as ``vllm bench serve`` computes it (one gap per
+  token after the first, :class:`~serveplan.sim.metrics.GapLog`, over the whole run); the same rate
+  normalised as the unit says (whole system, per
   GPU, per node of 8); a ratio between two hardware is the ratio of two predictions.
 
 A row is not mapped (:class:`Unmappable`, with the reason) when its run is printed, figure for figure,
@@ -414,6 +416,8 @@ def _figure(row: MeasuredRow, res: SimulationResult, st: _Setup) -> float:
     mean_out = float(np.mean(st.workload.output_lengths))
     rps = src.throughput_rps
     metric = row.metric
+    if metric == "itl_s" and res.itl_s is not None:   # over tokens (the whole run; a closed loop's too)
+        return _stat(res.itl_s, row.statistic)
     if metric in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         stats = {"ttft_s": src.ttft_s, "tpot_s": src.tpot_s, "itl_s": src.tpot_s, "e2e_s": src.e2e_s}[metric]
         return _stat(stats, row.statistic)
@@ -466,7 +470,7 @@ def _simulate(row: MeasuredRow, st: _Setup, sims: dict[str, SimulationResult] | 
     key = f"{simulation_key(row)}|{st.hardware.name}"
     res = sims.get(key) if sims is not None else None
     if res is None:
-        res = simulate(cfg)
+        res = simulate(cfg, itl=True)
         if sims is not None:
             sims[key] = res
     load_text = ("offline" if offline else "every request at t=0 to the server" if value == math.inf
