@@ -69,6 +69,11 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Console entry point: usage errors (unknown option, value of the wrong type) print one line
     naming the option, like every other bad input, and exit with code 2."""
+    # one BLAS thread per process unless the user says otherwise: every array here is small (the
+    # threaded kernels never start) and a search runs one process per core, while OpenBLAS starts a
+    # thread per core when numpy is imported (about 0.1 s of CPU per process for nothing); set
+    # before the commands import numpy
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         # shell completion (_SERVEPLAN_COMPLETE, set by the completion script) offers every subcommand
         completing = any(k.endswith("_COMPLETE") for k in os.environ)
