@@ -64,6 +64,13 @@ def test_known_parameter_counts():
     assert get_model("mixtral-8x7b").num_active_parameters() == pytest.approx(12.9e9, rel=0.01)
     assert get_model("deepseek-v3").num_parameters() == pytest.approx(671e9, rel=0.01)
     assert get_model("deepseek-v3").num_active_parameters() == pytest.approx(37e9, rel=0.03)
+    # model cards: Qwen3-14B "Number of Parameters: 14.8B"; GLM-4.6 (GLM-4.5's architecture, a longer context)
+    # 355B total
+    assert get_model("qwen3-14b").num_parameters() == pytest.approx(14.8e9, rel=0.01)
+    assert get_model("Qwen/Qwen3-14B").name == "qwen3-14b" and get_model("zai-org/GLM-4.6").name == "glm-4.6"
+    assert get_model("glm-4.6").num_parameters() == pytest.approx(get_model("glm-4.5").num_parameters())
+    assert get_model("glm-4.6").num_parameters() == pytest.approx(355e9, rel=0.02)
+    assert get_model("glm-4.6").max_position_embeddings == 202752
 
 
 def test_parallel_validation_messages():

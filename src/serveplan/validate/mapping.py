@@ -1,7 +1,9 @@
 """A measured row as the tool would be asked it: the settings its source states, the tool's defaults
 for the rest, and the prediction of the same figure in the same unit (:func:`predict`).
 
-Nothing here is fitted or chosen on the rows: each row is mapped by these rules, out of the box.
+No value here is fitted on the rows: each row is mapped by these rules, out of the box. Rules written
+after residuals of the rows had been seen say so where they are stated (the ShareGPT table, a rate of
+``inf``, ITL, copied result blocks; 2026-11).
 
 * **Engine, model, hardware, formats**: the bundled release of the row's engine (``vllm``,
   ``sglang``, ``trtllm``) nearest the version it states (the newest not newer than it, else the
@@ -44,18 +46,21 @@ Nothing here is fitted or chosen on the rows: each row is mapped by these rules,
   yields without waiting when the rate is ``inf``, and no ``--max-concurrency`` caps them) is a closed
   loop of as many clients as requests, each sending one: the server's own defaults (the engine's
   online limits, not the offline ones) and its API server's per-request work apply, and every request
-  is in the statistics; a closed loop of the stated
+  is in the statistics (2026-11, after the residuals had been seen; it had been an offline run); a
+  closed loop of the stated
   concurrency, an open loop at the stated rate; a static batch of ``N`` (TensorRT-LLM's
   ``static_batch``) is ``serveplan estimate --batch N --output-len``'s static batch, and a
   decode-only run at a stated batch per device is the estimate of that decode step.
 * **Figure**: the same statistic (mean, P50, P90, P99) of the simulated requests (a closed loop's
   steady window); ITL over the simulated tokens, as ``vllm bench serve`` computes it (one gap per
-  token after the first, :class:`~serveplan.sim.metrics.GapLog`, over the whole run); the same rate
+  token after the first, :class:`~serveplan.sim.metrics.GapLog`, over the whole run; 2026-11, after
+  the residuals had been seen: it had been read as TPOT); the same rate
   normalised as the unit says (whole system, per
   GPU, per node of 8); a ratio between two hardware is the ratio of two predictions.
 
 A row is not mapped (:class:`Unmappable`, with the reason) when its run is printed, figure for figure,
-for another model or accelerator too (``copy_of``: a copied result block, neither copy used), when
+for another model or accelerator too (``copy_of``: a copied result block, neither copy used; a rule of
+2026-11, after the residuals had been seen), when
 the tool lacks its model,
 hardware, engine or format, when the source does not state what the simulation needs (input
 lengths, the concurrency of a peak over a sweep, a production trace, the weight format of an MLPerf
