@@ -154,6 +154,9 @@ def test_results_carry_their_confidence(page, tab, fields):
     assert "TTFT" in text
     if tab == "simulate":
         assert page.inner_text("#latency thead").count("P10-P90 band") == 1
+        # the page's simulation records the inter-token latency (over tokens), as the CLI's does
+        assert [r.split("\t")[0] for r in page.inner_text("#latency tbody").splitlines()] == \
+            ["TTFT", "TPOT", "ITL", "E2E", "queueing"]
 
 
 def test_the_plan_says_how_far_to_trust_its_goodput(page):

@@ -334,7 +334,8 @@ function renderSimulate(main) {
   if (d.concurrency_sweep) { renderLevels(d); return; }
   const online = !cfg.offline && !cfg.concurrency;
   const load = cfg.offline ? "offline" : cfg.concurrency ? `concurrency ${cfg.concurrency}` : `rate ${cfg.rate} req/s`;
-  const rows = [["TTFT", d.ttft_s, cfg.slo.ttft_s, "ttft"], ["TPOT", d.tpot_s, cfg.slo.tpot_s, "tpot"], ["E2E", d.e2e_s, null, "e2e"], ["queueing", d.queue_s, null, null]];
+  const rows = [["TTFT", d.ttft_s, cfg.slo.ttft_s, "ttft"], ["TPOT", d.tpot_s, cfg.slo.tpot_s, "tpot"],
+    ...(d.itl_s ? [["ITL", d.itl_s, null, null]] : []), ["E2E", d.e2e_s, null, "e2e"], ["queueing", d.queue_s, null, null]];
   const conf = d.confidence || {};
   const table = el("table", { id: "latency" }, el("thead", {}, el("tr", {}, ...["latency (ms)", "mean", "P50", "P90", "P99", "SLO", "P10-P90 band"].map((h, j) => el("th", { class: j ? "" : "l", text: h })))),
     el("tbody", {}, ...rows.map(([n, s, t, key]) => el("tr", {}, el("td", { class: "l", text: n }), ...["mean", "p50", "p90", "p99"].map((k) => el("td", { text: ms(s[k]) })), el("td", { text: t ? ms(t, 0) : "" }),
