@@ -36,7 +36,8 @@ def test_validate_runs_on_a_small_subset():
     o = rep.overall()
     assert o.rows == 15 and o.sources == 1 and 0 <= o.median_abs_error < 1
     doc = _strict(json.dumps(res.document(), allow_nan=False))
-    assert doc["summary"]["mapped"] == 15 and doc["held_out"].startswith("Nothing in the predictions")
+    assert doc["summary"]["mapped"] == 15 and doc["held_out"].startswith("No value in the predictions is fitted")
+    assert "written after residuals of these rows had been seen" in doc["held_out"]   # said, with the rules
     assert doc["command"] == f"serveplan validate --source {SMALL} --jobs 1"
 
 
@@ -44,7 +45,7 @@ def test_cli_prints_the_tables_and_json(tmp_path):
     r = runner.invoke(app, ["validate", "--source", SMALL, "-j", "1", "--no-progress"])
     assert r.exit_code == 0, r.output
     for needle in ("by kind", "by engine", "by source", "by accelerator", "by model class", "leave one source out",
-                   "held out: Nothing in the predictions"):
+                   "held out: No value in the predictions"):
         assert needle in r.output
     r = runner.invoke(app, ["validate", "--source", SMALL, "-j", "1", "--json"])
     assert r.exit_code == 0
