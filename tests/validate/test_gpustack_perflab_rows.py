@@ -13,6 +13,7 @@ from serveplan.validate.mapping import (
     _flags,
     _lengths,
     _requests,
+    _setup,
     _spec,
     _workload,
     predict,
@@ -78,6 +79,14 @@ def test_load_and_lengths_follow_vllm_bench_serve():
     assert float(wl.input_lengths.mean()) == pytest.approx(232.6, abs=0.5)     # rounding to whole tokens
     assert float(wl.output_lengths.mean()) == pytest.approx(220.61, abs=0.5)
     assert wl.input_lengths.max() > 3 * wl.input_lengths.min()                 # the table's spread, not one length
+
+
+def test_vllm_async_scheduling_in_the_serving_script_turns_overlap_scheduling_on():
+    # gpt-oss-20b/h100.md run 4 serves with "vllm serve openai/gpt-oss-20b --async-scheduling" (vLLM 0.11.0, where
+    # it is opt-in); run 1 without it keeps the release's default
+    on = _setup(_row("gpustack-perflab-gpt-oss-20b-h100/run04-ttft-mean")).engine
+    off = _setup(_row("gpustack-perflab-gpt-oss-20b-h100/run01-ttft-mean")).engine
+    assert on.name == off.name == "vllm-0.11" and on.overlap_scheduling and not off.overlap_scheduling
 
 
 def test_a_result_block_printed_for_two_accelerators_is_used_for_neither():

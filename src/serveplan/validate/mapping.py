@@ -3,7 +3,7 @@ for the rest, and the prediction of the same figure in the same unit (:func:`pre
 
 No value here is fitted on the rows: each row is mapped by these rules, out of the box. Rules written
 after residuals of the rows had been seen say so where they are stated (the ShareGPT table, a rate of
-``inf``, ITL, copied result blocks; 2026-11).
+``inf``, ITL, ``--async-scheduling``, copied result blocks; 2026-11).
 
 * **Engine, model, hardware, formats**: the bundled release of the row's engine (``vllm``,
   ``sglang``, ``trtllm``) nearest the version it states (the newest not newer than it, else the
@@ -16,7 +16,9 @@ after residuals of the rows had been seen say so where they are stated (the Shar
 * **Engine flags** written in the row's settings or its source's notes, as the engines spell them:
   ``--gpu-memory-utilization`` / ``--mem-fraction-static`` (memory fraction), ``--max-num-seqs``
   (max batch), ``--max-num-batched-tokens`` (token budget), ``--chunked-prefill-size`` (chunk),
-  ``--enable-chunked-prefill=False`` (prefill-first scheduling); MTP with ``N steps`` (speculative
+  ``--enable-chunked-prefill=False`` (prefill-first scheduling), vLLM's ``--async-scheduling`` in the row's
+  own settings (overlap scheduling, the release's opt-in; read from 2026-11, after the residuals had
+  been seen); MTP with ``N steps`` (speculative
   decoding, K = N, the method's default acceptance); a stated batch of prompt tokens per device
   (``workload.tokens_per_device_batch``) is the step's token budget and chunk per attention-DP
   rank. A ``trtllm-bench throughput`` run that states
@@ -110,6 +112,9 @@ _FLAGS = (
     (re.compile(r"--chunked-prefill-size[ =](\d+)"), "chunk_size", int),
 )
 _NO_CHUNKING = re.compile(r"--enable-chunked-prefill[ =]False", re.I)
+#: vLLM's opt-in asynchronous scheduling (v0.10-v0.13; the default from v0.14.0): the next step is planned while
+#: this one runs (vllm/config/scheduler.py SchedulerConfig.async_scheduling)
+_ASYNC = re.compile(r"--async-scheduling\b(?![ =](?:False|false|0)\b)")
 _PER_TENSOR = re.compile(r"per[- ]tensor", re.I)
 _VERSION = re.compile(r"\s*(?:>=\s*)?v?(\d+(?:\.\d+)+)")
 _MTP = re.compile(r"\b(?:MTP|NEXTN)\b.*?(\d+) steps", re.I)
@@ -363,6 +368,8 @@ def _setup(row: MeasuredRow, hardware: str | None = None) -> _Setup:
         opts = _trtllm_bench_limits(row, m, hw, par, dtype, kv, wl) | opts
     if "memory_fraction" in opts:
         eng = dataclasses.replace(eng, memory_fraction=opts.pop("memory_fraction"))
+    if eng.engine == "vllm" and not eng.overlap_scheduling and _ASYNC.search(row.stated):
+        eng = dataclasses.replace(eng, overlap_scheduling=True)
     return _Setup(engine=eng, model=m, hardware=hw, profile=pr, dtype=dtype, kv_dtype=kv, parallel=par, instances=inst,
                   options=opts, workload=wl, context_tokens=context, spec=_spec(row), notes=notes)
 
