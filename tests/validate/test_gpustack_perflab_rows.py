@@ -81,6 +81,27 @@ def test_load_and_lengths_follow_vllm_bench_serve():
     assert wl.input_lengths.max() > 3 * wl.input_lengths.min()                 # the table's spread, not one length
 
 
+def test_a_burst_goes_to_the_server_and_an_offline_run_does_not(monkeypatch):
+    # qwen3-32b/h100.md run 6: "vllm bench serve" without --request-rate (inf) and without --max-concurrency: all
+    # 100 prompts reach the running server at t=0, a closed loop of 100 clients sending one request each, with
+    # the server's online defaults (token budget 8192 on H100, vllm-0.11.yaml) and its API server's work
+    from serveplan.validate import mapping
+
+    seen = {}
+
+    def spy(cfg, **kw):
+        seen["cfg"] = cfg
+        return real(cfg, **kw)
+
+    real = mapping.simulate
+    monkeypatch.setattr(mapping, "simulate", spy)
+    p = predict(_row("gpustack-perflab-qwen3-32b-h100/run06-requests_per_s-mean"))
+    cfg = seen["cfg"]
+    assert cfg.concurrency == 100 and not cfg.offline and cfg.workload.num_requests == 100
+    assert cfg.fleet.collocated.batching.step_token_budget == 8192 and cfg.engine.frontend_s > 0
+    assert p.how.endswith("100 requests, every request at t=0 to the server") and p.regime == "offline"
+
+
 def test_vllm_async_scheduling_in_the_serving_script_turns_overlap_scheduling_on():
     # gpt-oss-20b/h100.md run 4 serves with "vllm serve openai/gpt-oss-20b --async-scheduling" (vLLM 0.11.0, where
     # it is opt-in); run 1 without it keeps the release's default
