@@ -706,7 +706,7 @@ class Instance:
         assert times is not None
         self._record_gaps(log, run, now + float(times[0]), self._gap_origin(now))
         if k > 1:
-            log.add(times[1:k], len(run))
+            log.add(times[1:k].copy(), len(run))   # a view of the clock's tables
 
     def _record_stretch(self, log: GapLog, ends: np.ndarray, run: list[int], now: float) -> None:
         """The ITL gaps of a stretch of steps from ``now`` ending at ``ends``, each decoding ``run``."""

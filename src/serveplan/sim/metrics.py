@@ -93,8 +93,9 @@ class GapLog:
         self._one_w: list[int] = []
 
     def add(self, gaps: np.ndarray, weight: int) -> None:
-        """Gaps of several steps, each giving ``weight`` tokens (copied)."""
-        self._arrays.append(np.array(gaps, dtype=float))
+        """Gaps of several steps, each giving ``weight`` tokens; the log keeps ``gaps`` itself (pass a
+        copy of an array that may change)."""
+        self._arrays.append(gaps)
         self._weights.append(weight)
 
     def add_one(self, gap: float, weight: int) -> None:
