@@ -1,4 +1,4 @@
-"""Build the bundled length distributions (``--dataset``) from processed traces of Vidur.
+"""Build the bundled length distributions (``--dataset``) from processed traces and per-sample length lists.
 
 The shipped files hold quantile tables only, never the traces: 201 quantiles of the prompt length
 and, for each fifth of the prompt-length distribution, 101 quantiles of the output length (so the
@@ -16,6 +16,19 @@ samples from ``ShareGPT_V3_unfiltered_cleaned_split.json`` (first two turns of e
 most 2,048; ``vllm/benchmarks/benchmark_serving.py`` ``sample_sharegpt_requests`` at vllm-project/vllm
 5fe6bf29, the sampler ``vllm bench serve --dataset-name sharegpt`` keeps), counted with the
 Llama-3.1-8B-Instruct tokenizer (JonnyKong/vidur ``scripts/gen_sharegpt_length_trace.py``).
+
+The two MLPerf Inference LLM datasets come from the per-sample token lengths of the official pickles that
+openshift-psap/performance-dashboard lists (Apache-2.0; ``mlperf-data/summaries/``, written by its
+``mlperf-data/original/generate_dataset_summaries.py``)::
+
+    python benchmarks/build_datasets.py --mlperf DIR     # a snapshot's mlperf-data/summaries folder
+
+writes ``mlperf-openorca.yaml`` (``llama2-70b-99.csv``: the 24,576 OpenOrca samples of llama2-70b,
+Llama 2 tokens; its output column is the GPT-4 reference answer, mean 218.9, not what Llama 2
+generates: the benchmark's own reference run generates 294.45 per sample, see
+``validate/data/datasets-mlperf.yaml``) and ``mlperf-mixtral.yaml`` (``mixtral-8x7b.csv``: the 15,000
+OpenOrca/GSM8K/MBXP samples of mixtral-8x7b, Mixtral tokens; its output column is the reference
+run's own generation, mean 144.84, the README's tokens per sample exactly).
 """
 
 from __future__ import annotations
@@ -59,6 +72,30 @@ DATASETS = {
                         "Documents, NAACL 2018; token statistics by microsoft/vidur (Agrawal et al., MLSys 2024)"),
     },
 }
+PSAP = "https://github.com/openshift-psap/performance-dashboard/blob/{commit}/mlperf-data/summaries/{file}"
+MLPERF = {
+    "mlperf-openorca": {
+        "file": "llama2-70b-99.csv", "commit": "7cd1065d1e2c53ee745cbda08e2a8f13a42c93bb",
+        "description": ("MLPerf Inference llama2-70b: the 24,576 OpenOrca samples of "
+                        "open_orca_gpt4_tokenized_llama.sampled_24576.pkl, Llama 2 tokens; outputs are the GPT-4 "
+                        "reference answers (mean 218.9), Llama 2's own reference run generates 294.45 per sample"),
+        "licence": ("openshift-psap/performance-dashboard's per-sample length list: Apache-2.0; only derived "
+                    "quantiles are shipped here"),
+        "attribution": ("MLCommons mlcommons/inference language/llama2-70b (OpenOrca, Open-Orca/OpenOrca GPT-4 "
+                        "augmented set); lengths listed by openshift-psap/performance-dashboard "
+                        "mlperf-data/original/generate_dataset_summaries.py"),
+    },
+    "mlperf-mixtral": {
+        "file": "mixtral-8x7b.csv", "commit": "67033baeaac181a3a35641dd2b86a7cb22d856dd",
+        "description": ("MLPerf Inference mixtral-8x7b: the 15,000 OpenOrca, GSM8K and MBXP samples of "
+                        "09292024_mixtral_15k_mintoken2_v1.pkl, Mixtral tokens; outputs are the reference run's "
+                        "generations (mean 144.84 tokens per sample)"),
+        "licence": ("openshift-psap/performance-dashboard's per-sample length list: Apache-2.0; only derived "
+                    "quantiles are shipped here"),
+        "attribution": ("MLCommons mlcommons/inference language/mixtral-8x7b; lengths listed by "
+                        "openshift-psap/performance-dashboard mlperf-data/original/generate_dataset_summaries.py"),
+    },
+}
 SHAREGPT_META = {
     "file": "sharegpt_v3_filtered.csv",
     "source": SHAREGPT,
@@ -93,22 +130,29 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vidur", type=Path, help="folder with microsoft/vidur's processed trace CSVs")
     ap.add_argument("--sharegpt", type=Path, help="JonnyKong/vidur's data/processed_traces/sharegpt_v3_filtered.csv")
+    ap.add_argument("--mlperf", type=Path,
+                    help="openshift-psap/performance-dashboard's mlperf-data/summaries folder (per-sample lengths)")
     args = ap.parse_args()
-    if args.vidur is None and args.sharegpt is None:
-        ap.error("give --vidur DIR and/or --sharegpt FILE")
+    if args.vidur is None and args.sharegpt is None and args.mlperf is None:
+        ap.error("give --vidur DIR, --sharegpt FILE and/or --mlperf DIR")
     OUT.mkdir(parents=True, exist_ok=True)
     todo = [(name, {**meta, "source": VIDUR + meta["file"]}, args.vidur / meta["file"])
             for name, meta in DATASETS.items() if args.vidur is not None]
     if args.sharegpt is not None:
         todo.append(("sharegpt", SHAREGPT_META, args.sharegpt))
+    if args.mlperf is not None:
+        todo += [(name, {**meta, "source": PSAP.format(**meta)}, args.mlperf / meta["file"])
+                 for name, meta in MLPERF.items()]
     for name, meta, path in todo:
         rows = list(csv.DictReader(path.open()))
-        inp = np.array([float(r["num_prefill_tokens"]) for r in rows])
-        out = np.array([float(r["num_decode_tokens"]) for r in rows])
+        cols = ("input_length", "output_length") if name in MLPERF else ("num_prefill_tokens", "num_decode_tokens")
+        inp = np.array([float(r[cols[0]]) for r in rows])
+        out = np.array([float(r[cols[1]]) for r in rows])
         t = tables(inp, out)
+        what = "a per-sample length list" if name in MLPERF else "a processed trace of Vidur"
         lines = [
             f"# {meta['description']}.",
-            "# Quantile tables built by benchmarks/build_datasets.py from a processed trace of Vidur;",
+            f"# Quantile tables built by benchmarks/build_datasets.py from {what};",
             "# the requests themselves are not shipped.",
             f"name: {name}",
             f"description: \"{meta['description']}\"",

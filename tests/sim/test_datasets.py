@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,11 @@ from serveplan.sim.datasets import length_table
 from serveplan.specs.catalog import list_datasets
 
 
-@pytest.mark.parametrize("name", ["azure-conv", "azure-code", "arxiv-sum", "sharegpt"])
+@pytest.mark.parametrize("name", ["azure-conv", "azure-code", "arxiv-sum", "sharegpt", "mlperf-openorca",
+                                  "mlperf-mixtral"])
 def test_dataset_carries_attribution_and_licence(name: str) -> None:
     t = length_table(name)
-    assert "vidur" in t.source and t.licence and t.attribution
+    assert ("vidur" in t.source or "performance-dashboard" in t.source) and t.licence and t.attribution
     assert len(t.input_quantiles) == 201 and t.output_quantiles.shape == (5, 101)
 
 
@@ -45,6 +48,25 @@ def test_same_seed_same_lengths_and_unknown_dataset() -> None:
     assert a != Workload.from_dataset("azure-conv", 500, seed=8)
     with pytest.raises(SpecError, match="unknown dataset 'azure'.*azure-code"):
         Workload.from_dataset("azure", 10)
+
+
+@pytest.mark.parametrize(("name", "stated"), [("mlperf-openorca", "mlperf-openorca-24576"),
+                                              ("mlperf-mixtral", "mlperf-mixtral-15k")])
+def test_mlperf_tables_match_the_stated_dataset_figures(name: str, stated: str) -> None:
+    # validate/data/datasets-mlperf.yaml states each official set's mean, median and longest prompt
+    # (computed from the same per-sample list when that file was written); the table built from the
+    # list by benchmarks/build_datasets.py must give the same figures
+    import yaml
+
+    from serveplan.validate import suite
+    ds = yaml.safe_load((Path(suite.__file__).parent / "data" / "datasets-mlperf.yaml").read_text())["datasets"][stated]
+    t = length_table(name)
+    assert "openshift-psap/performance-dashboard" in t.source and "Apache-2.0" in t.licence
+    assert t.mean_input == pytest.approx(ds["input_tokens"]["mean"], abs=0.05)
+    assert t.input_quantiles[100] == ds["input_tokens"]["p50"]
+    assert t.input_quantiles[-1] == ds["input_tokens"]["max"]
+    if stated == "mlperf-mixtral-15k":   # outputs are the reference run's: its tokens per sample
+        assert t.mean_output == pytest.approx(ds["output_tokens"]["mean"], abs=0.05)
 
 
 def test_sharegpt_keeps_the_serving_benchmark_filter() -> None:

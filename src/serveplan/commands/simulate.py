@@ -96,7 +96,8 @@ class SimulateOptions(CommandOptions):
     scenario: str | None = opt(None, "--scenario", help=(
         "BestServe scenario: op1 (8192/512), op2 (2048/64), op3 (1024/64), op4 (256/2048)."))
     dataset: str | None = opt(None, "--dataset", help=(
-        "Real length mix: azure-conv (the default when no other source is given), azure-code, arxiv-sum, sharegpt."))
+        "Real length mix: azure-conv (the default when no other source is given), azure-code, arxiv-sum, sharegpt, "
+        "mlperf-openorca, mlperf-mixtral."))
     input_len: int | None = opt(None, "--input-len", help="Fixed input length, tokens (with --output-len).")
     output_len: int | None = opt(None, "--output-len", help="Fixed output length, tokens.")
     trace: str | None = opt(None, "--trace", help=(
