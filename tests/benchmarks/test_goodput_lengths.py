@@ -4,7 +4,7 @@ from the official sets' per-sample lengths, outputs at the benchmark's reference
 from __future__ import annotations
 
 import numpy as np
-from tests.benchmarks.bench_modules import load
+from bench_modules import load
 
 
 def _cases(lengths: str):
