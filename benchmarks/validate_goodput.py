@@ -496,6 +496,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     lens = doc["input_lens"]
     prim = str(lens[0])
     summ = doc["summary"]
+    stated = _stated_lens(doc)
     lines = [
         "# Goodput against published SLO-bounded measurements",
         "",
@@ -504,15 +505,15 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         "",
         f"{doc['num_used']} rows used, {doc['num_skipped']} skipped. Error = predicted / measured goodput (req/s of "
         "the whole system) - 1; MdAPE = median |error|; bias = median predicted / measured. "
-        + (f"Lengths: drawn per request from the official sets' per-sample lengths ({', '.join(tables)}), outputs "
-           "at the reference mean tokens per sample; otherwise: "
-           if (tables := sorted({r['length_table'] for r in doc['rows'] if r.get('length_table')})) else "")
-        + "Input length: "
-        + (f"each dataset's stated mean ({stated}; datasets-mlperf.yaml), else " if (stated := _stated_lens(doc))
-           else "")
-        + f"assumed {prim} tokens (no published statistic found"
-        + (f"; the sensitivity to {', '.join(str(x) for x in lens[1:])} is below" if len(lens) > 1 else "")
-        + "), output the dataset's reference mean.",
+        + (f"Lengths of the MLPerf rows: drawn per request from the official sets' per-sample lengths "
+           f"({', '.join(tables)}; mean input {stated or '-'}), outputs scaled to the reference mean tokens per "
+           "sample; other rows: their stated lengths."
+           if (tables := sorted({r['length_table'] for r in doc['rows'] if r.get('length_table')}))
+           else "Input length: "
+           + (f"each dataset's stated mean ({stated}; datasets-mlperf.yaml), else " if stated else "")
+           + f"assumed {prim} tokens (no published statistic found"
+           + (f"; the sensitivity to {', '.join(str(x) for x in lens[1:])} is below" if len(lens) > 1 else "")
+           + "), output the dataset's reference mean."),
         "",
         "| rows | n | MdAPE | bias | within 25% |", "|---|---|---|---|---|",
         f"| all | {_fmt(summ[prim]['all'])} |",
@@ -537,10 +538,61 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']}, {r['dtype']} | "
                      f"{p.get('fleet', '')} | {r['measured_rps']:.1f} | {p.get('pred_rps', 0):.1f} | "
                      f"{p.get('ratio', 0) - 1:+.0%} | {p.get('binding', '')} {p.get('bottleneck', '')} |")
+    cov = doc.get("band_coverage")
+    if cov:
+        share = f"{cov['coverage']:.0%}" if cov["coverage"] is not None else "-"
+        lines += ["", "Confidence bands of goodput, leave one source out (each row's P10-P90 band drawn from the "
+                  "other sources' rows only, as `serveplan optimize` draws its goodput band from "
+                  "`goodput-residuals.json`; target 75-85%):", "",
+                  "| rows | with a band | measured inside P10-P90 | coverage | no band (no other comparable source) |",
+                  "|---|---|---|---|---|",
+                  f"| {cov['rows']} | {cov['banded']} | {cov['inside']} | {share} | {cov['extrapolated']} |"]
     lines += ["", "Skipped rows by cause:", "", "| cause | rows |", "|---|---|"]
     for cause, n in Counter(s["cause"] for s in doc["skipped"]).most_common():
         lines.append(f"| {cause} | {n} |")
     return lines
+
+
+# ------------------------------------------------------------------ confidence bands
+#: where ``--write-residuals`` writes by default: the goodput residual table the bands of ``optimize`` read
+RESIDUALS = ROOT / "src" / "serveplan" / "validate" / "data" / "goodput-residuals.json"
+
+
+def residuals(doc: dict[str, Any], input_len: int | None = None) -> list[Any]:
+    """The goodput residual of every row with a positive prediction (``ln(measured / predicted)``), in the
+    terms the confidence bands compare (:mod:`serveplan.validate.confidence`): the engine, accelerator family,
+    model class, kind ``goodput``, regime ``open loop`` and the mean prompt plus output tokens. A prediction of 0
+    (nothing meets the SLO) has no ratio and is left out."""
+    from serveplan.validate.confidence import Residual, accelerator_family, model_class
+    x = str(input_len if input_len is not None else doc["input_lens"][0])
+    out = []
+    for r in doc["rows"]:
+        p = r["predictions"].get(x, {})
+        if "error" in p or not p.get("pred_rps") or p["pred_rps"] <= 0:
+            continue
+        out.append(Residual(
+            key=f"{r['source']}/{r['row_id']}", source=r.get("publisher") or r["source"], engine=r["engine"],
+            family=accelerator_family(r["hardware"]), model_class=model_class(get_model(r["model"])), kind="goodput",
+            regime="open loop", context_tokens=float((r["input_len"] or int(x)) + r["output_len"]),
+            log_ratio=math.log(r["measured_rps"] / p["pred_rps"])))
+    return out
+
+
+def band_coverage(res: list[Any]) -> dict[str, Any]:
+    """Leave-one-source-out coverage of the goodput bands: each row's band drawn from the other sources' rows
+    only (:func:`~serveplan.validate.confidence.loso_bands`), and whether it holds the row."""
+    from serveplan.validate.confidence import loso_bands
+    banded = inside = 0
+    per_row = {}
+    for r, band in loso_bands(res):
+        ok = None
+        if not band.extrapolated:
+            banded += 1
+            ok = band.contains(math.exp(r.log_ratio))
+            inside += bool(ok)
+        per_row[r.key] = {"band": band.factors(), "inside": ok, "basis": band.basis}
+    return {"rows": len(res), "banded": banded, "inside": inside,
+            "coverage": inside / banded if banded else None, "extrapolated": len(res) - banded, "per_row": per_row}
 
 
 #: the hand-written part of the markdown (findings) starts at this line and is kept when the tables are rewritten
@@ -562,6 +614,25 @@ def write_markdown(doc: dict[str, Any], path: Path) -> str:
         text += "\n" + old[old.index(KEEP):]
     path.write_text(text)
     return text
+
+
+def _write_residuals(doc: dict[str, Any], path: Path) -> None:
+    """The residual table of ``doc``'s primary reading to ``path`` (and its band coverage into ``doc``)."""
+    from serveplan.validate.confidence import residuals_document, residuals_text
+    res = residuals(doc)
+    doc["band_coverage"] = band_coverage(res)
+    path.write_text(residuals_text(residuals_document(res, command=doc["command"] + " --write-residuals")))
+    print(f"wrote {path} ({len(res)} goodput residuals)")
+
+
+def _tables_only(args: argparse.Namespace) -> int:
+    """Rewrite the markdown (and with ``--write-residuals`` the residual table) from the results file."""
+    doc = json.loads(args.out.read_text())
+    if args.write_residuals is not None:
+        _write_residuals(doc, args.write_residuals)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(write_markdown(doc, args.md))
+    return 0
 
 
 def git_commit() -> str:
@@ -589,12 +660,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="every vLLM row with the bundled engine's scheduler (sensitivity to era_scheduler)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--md", type=Path, default=MD)
+    ap.add_argument("--write-residuals", type=Path, nargs="?", const=RESIDUALS, default=None,
+                    help=f"write the goodput residual table the confidence bands read (default path: "
+                         f"{RESIDUALS.relative_to(ROOT)}); with --tables-only, from the results file")
     ap.add_argument("--tables-only", action="store_true",
                     help="rewrite the markdown from the results file (--out), simulate nothing")
     args = ap.parse_args(argv)
     if args.tables_only:
-        print(write_markdown(json.loads(args.out.read_text()), args.md))
-        return 0
+        return _tables_only(args)
     lens = [int(x) for x in args.input_lens.split(",") if x.strip()]
     ERA_RULE[0] = not args.no_era_rule
     LENGTHS[0] = args.lengths
@@ -669,6 +742,9 @@ def main(argv: list[str] | None = None) -> int:
         "summary": {str(x): summarize(rows, x) for x in lens},
         "rows": rows, "skipped": skipped,
     }
+    doc["band_coverage"] = band_coverage(residuals(doc))
+    if args.write_residuals is not None:
+        _write_residuals(doc, args.write_residuals)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(write_markdown(doc, args.md))

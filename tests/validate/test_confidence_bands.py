@@ -135,8 +135,31 @@ def test_the_bundled_residual_table_matches_the_bundled_rows():
     table = bundled_residuals()
     assert table, "src/serveplan/validate/data/residuals.json is missing: serveplan validate --write-residuals"
     for res in table:
-        assert res.key in keys and keys[res.key].kind == res.kind
-        assert res.source == (keys[res.key].group or keys[res.key].source)   # the publisher group
+        row = keys[res.key]
+        if res.kind == "goodput":   # goodput-residuals.json: the goodput check's SLO-bounded highest rates
+            assert row.load.get("kind") == "server" or row.metric.startswith("goodput_rps")
+        else:
+            assert row.kind == res.kind
+        assert res.source == (row.group or row.source)   # the publisher group
+
+
+def test_goodput_bands_come_from_the_goodput_checks_residuals():
+    # benchmarks/validate_goodput.py --write-residuals: MLPerf Server results (TensorRT-LLM and vLLM, Llama-2-70B
+    # and Mixtral-8x7B; mean prompt + output 516 and 572 tokens) and the DistServe blog row
+    goodput = [r for r in bundled_residuals() if r.kind == "goodput"]
+    assert len(goodput) >= 60 and len({r.source for r in goodput}) >= 4
+    assert {r.regime for r in goodput} == {"open loop"}
+    near = band_for(Query("trtllm", "NVIDIA Hopper", "dense GQA", "goodput", "open loop", 500), bundled_residuals())
+    assert not near.extrapolated and near.n >= MIN_ROWS and near.sources >= 3
+    assert near.low < 1.0 < near.high
+    # a vLLM question on Hopper borrows the other engines' rows of its family and model class (ladder step 3)
+    vllm = band_for(Query("vllm", "NVIDIA Hopper", "dense GQA", "goodput", "open loop", 500), bundled_residuals())
+    assert not vllm.extrapolated and "vllm" not in vllm.basis
+    # beyond the validated contexts, and on a family with no goodput row, it says so
+    far = band_for(Query("trtllm", "NVIDIA Hopper", "dense GQA", "goodput", "open loop", 4000), bundled_residuals())
+    assert far.extrapolated and "beyond the validated 516" in far.basis
+    assert band_for(Query("trtllm", "NVIDIA Ampere", "MoE MLA", "goodput", "open loop", 500),
+                    bundled_residuals()).extrapolated
 
 
 @pytest.mark.parametrize("hw, family", [("h100-sxm", "NVIDIA Hopper"), ("gb200", "NVIDIA Blackwell"),

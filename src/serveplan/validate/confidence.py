@@ -6,7 +6,8 @@ two predictions comparable (:class:`Residual`): the engine, the accelerator fami
 class, the kind of figure (TTFT, TPOT, E2E, throughput, goodput) and the regime (offline, closed
 loop, open loop, static batch), and the context length (mean prompt plus output tokens). The
 table of the whole validation is bundled (``validate/data/residuals.json``, written by
-``serveplan validate --write-residuals``), and every TTFT, TPOT, throughput and goodput that
+``serveplan validate --write-residuals``; the goodput residuals of ``benchmarks/validate_goodput.py``
+in ``goodput-residuals.json`` beside it), and every TTFT, TPOT, throughput and goodput that
 ``simulate``, ``optimize`` and ``estimate`` print carries the band of its comparable rows
 (:func:`band_for`), or says ``extrapolated: no comparable validation`` and why.
 
@@ -213,6 +214,17 @@ def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str
     return Band(None, None, 0, 0, f"{EXTRAPOLATED} ({_why(query, table, pool, too_short)})")
 
 
+def loso_bands(residuals: Sequence[Residual]) -> list[tuple[Residual, Band]]:
+    """Each residual with the band the other sources' rows give it (leave one source out): how
+    :func:`band_for` is calibrated on a table without its predictions being rerun."""
+    out = []
+    for r in residuals:
+        q = Query(engine=r.engine, family=r.family, model_class=r.model_class, kind=r.kind, regime=r.regime,
+                  context_tokens=r.context_tokens)
+        out.append((r, band_for(q, residuals, exclude_source=r.source)))
+    return out
+
+
 def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_short: float) -> str:
     if q.family == "unknown":
         return "an accelerator outside the known families"
@@ -228,11 +240,31 @@ def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_shor
             f"{MIN_ROWS}")
 
 
+#: the bundled residual tables: ``serveplan validate --write-residuals`` writes the first; the goodput check
+#: (``benchmarks/validate_goodput.py --write-residuals``: MLPerf Server results and other SLO-bounded highest rates,
+#: minutes per row, too slow for ``validate``) the second
+RESIDUAL_FILES = ("residuals.json", "goodput-residuals.json")
+
+
 @cache
 def bundled_residuals() -> tuple[Residual, ...]:
-    """The residual table of the last full ``serveplan validate`` (``validate/data/residuals.json``);
-    empty when the file is absent (every band then says extrapolated)."""
-    f = resources.files("serveplan.validate").joinpath("data").joinpath("residuals.json")
+    """The residual tables of the last full ``serveplan validate`` and goodput check
+    (:data:`RESIDUAL_FILES` in ``validate/data/``); a table that is absent adds nothing (with both
+    absent every band says extrapolated)."""
+    out: list[Residual] = []
+    for name in RESIDUAL_FILES:
+        out += bundled_table(name)
+    return tuple(out)
+
+
+def bundled_table(name: str) -> tuple[Residual, ...]:
+    """One bundled residual table of :data:`RESIDUAL_FILES`."""
+    return read_residuals(resources.files("serveplan.validate").joinpath("data").joinpath(name))
+
+
+def read_residuals(f: Any) -> tuple[Residual, ...]:
+    """One residual table (:func:`residuals_text`'s format; also a list of records); empty when the
+    file is absent or lists other fields."""
     if not f.is_file():
         return ()
     raw = json.loads(f.read_text())

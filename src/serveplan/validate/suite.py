@@ -22,7 +22,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from serveplan.optimize.lifecycle import worker_pool
-from serveplan.validate.confidence import BANDED_KINDS, Band, Query, Residual, band_for
+from serveplan.validate.confidence import (
+    BANDED_KINDS,
+    RESIDUAL_FILES,
+    Band,
+    Query,
+    Residual,
+    band_for,
+    bundled_table,
+    loso_bands,
+)
 from serveplan.validate.mapping import Unmappable, predict, simulation_key
 from serveplan.validate.rows import MeasuredRow, load_rows
 
@@ -206,6 +215,19 @@ class Coverage:
                 "extrapolated": self.extrapolated}
 
 
+def goodput_coverage() -> list[Coverage]:
+    """The goodput bands' leave-one-source-out coverage on the goodput check's bundled residuals
+    (``goodput-residuals.json``, written by ``benchmarks/validate_goodput.py --write-residuals``:
+    its highest SLO-bounded rates take minutes each, so ``validate`` reads their residuals rather
+    than rerunning them); none when the table is absent."""
+    pairs = [(r, b) for r, b in loso_bands(bundled_table(RESIDUAL_FILES[1])) if r.kind == "goodput"]
+    if not pairs:
+        return []
+    banded = [(r, b) for r, b in pairs if not b.extrapolated]
+    inside = sum(1 for r, b in banded if b.contains(math.exp(r.log_ratio)))
+    return [Coverage("goodput", len(banded), inside, len(pairs) - len(banded))]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationReport:
     """The validation's answer: every row's outcome, the grouped accuracy and the band coverage."""
@@ -242,6 +264,8 @@ class ValidationReport:
             banded = [o for o in rows if o.band is not None and not o.band.extrapolated]
             inside = sum(1 for o in banded if o.band is not None and o.band.contains(o.ratio))
             out.append(Coverage(kind, len(banded), inside, len(rows) - len(banded)))
+        if not self.filters and not any(c.kind == "goodput" for c in out):
+            out += goodput_coverage()
         return out
 
     def residuals(self) -> list[Residual]:

@@ -36,7 +36,7 @@ PAGES = (
     ("speculative-decoding.md", "EAGLE-3 and MTP speedups"),
     ("kv-tiers.md", "multi-turn KV tiers"),
     ("offload.md", "FlexGen offloading"),
-    ("optimizer.md", "BestServe's optimizer figures"),
+    ("optimizer.md", "BestServe's optimizer figures; goodput against MLPerf Server results"),
     ("calibration.md", "CPU calibration from micro-benchmarks"),
 )
 
@@ -135,6 +135,12 @@ def summary_markdown(rep: ValidationReport, *, command: str = "serveplan validat
               "source) |", "|---|---|---|---|---|"]
     for c in rep.coverage():
         lines.append(f"| {c.kind} | {c.banded} | {c.inside} | {_pct(c.share)} | {c.extrapolated} |")
+    if any(c.kind == "goodput" for c in rep.coverage()):
+        lines += ["", "Goodput's row is measured on the goodput check's residuals "
+                  "(`src/serveplan/validate/data/goodput-residuals.json`, written by "
+                  "`benchmarks/validate_goodput.py --write-residuals`: MLPerf Server results and the other "
+                  "SLO-bounded highest rates, minutes each, so `validate` reads them rather than rerunning them; "
+                  "accuracy in [optimizer.md](validation/optimizer.md))."]
     lines += ["", "## Rows not mapped", "",
               f"{len(rep.unmapped)} rows are not mapped; each is listed with its reason in `serveplan validate "
               "--json` (`unmapped`).", "", "| rows | reason |", "|---|---|"]
