@@ -522,11 +522,12 @@ def markdown(doc: dict[str, Any]) -> list[str]:
                        ("benchmark", "benchmark"), ("layout", "layout"), ("measured_from", "measured figure")):
         for k, s in summ[prim][key].items():
             lines.append(f"| {title}: {k} | {_fmt(s)} |")
-    lines += ["", "Sensitivity to the assumed input length (all rows):", "",
-              "| input tokens | n | MdAPE | bias | within 25% |", "|---|---|---|---|---|"]
-    for x in lens:
-        lines.append(f"| {x} | {_fmt(summ[str(x)]['all'])} |")
-    lines += ["", f"Per row (input {prim} tokens; predicted / measured req/s):", "",
+    if len(lens) > 1:
+        lines += ["", "Sensitivity to the assumed input length (all rows):", "",
+                  "| input tokens | n | MdAPE | bias | within 25% |", "|---|---|---|---|---|"]
+        for x in lens:
+            lines.append(f"| {x} | {_fmt(summ[str(x)]['all'])} |")
+    lines += ["", f"Per row (input {prim} tokens where none is stated; predicted / measured req/s):", "",
               "| row | devices | engine, format | layout | measured | predicted | error | bound by |",
               "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
