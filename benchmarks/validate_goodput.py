@@ -370,13 +370,9 @@ def workload(case: Case, num_requests: int, seed: int) -> Any:
     its length table, outputs scaled to the reference mean tokens per sample."""
     if case.length_table is None:
         return None
-    import numpy as np
-
     from serveplan.sim import Workload
     drawn = Workload.from_dataset(case.length_table, num_requests, seed=seed)
-    out = np.maximum(1, np.rint(drawn.output_lengths * (case.output_len / float(np.mean(drawn.output_lengths)))))
-    return Workload(input_lengths=drawn.input_lengths, output_lengths=out.astype(np.int64),
-                    name=f"{case.length_table} (outputs at {case.output_len} mean)")
+    return drawn.scaled_to(mean_output=case.output_len, name=f"{case.length_table} (outputs at {case.output_len} mean)")
 
 
 def predict_stated(case: Case, input_len: int, num_requests: int, seed: int) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import sys
@@ -95,11 +96,11 @@ def run(out: Path, *, quick: bool, threads: int, reuse: bool, passes: int | None
                                            min_reps=2 if quick else 3))
             timings["model_s"] += time.perf_counter() - t0
     if kernel_runs:
-        _least_median_kernels(kernel_runs, statistic).save(meas_path)
+        _least_kernels(kernel_runs, statistic).save(meas_path)
     ms = read_measurements(meas_path)
     hw_path.write_text(hardware_yaml_from_measurements(ms, "cpu-host"))
     if step_runs:
-        rows = _least_median_steps(step_runs, statistic)
+        rows = _least_steps(step_runs, statistic)
         with steps_path.open("w") as f:
             f.write(f"# threads: {threads}\n# torch model: llama-small-config.json, random weights, fp32, sdpa\n"
                     f"# passes: {len(step_runs)} (least {statistic} per step)\n")
@@ -173,7 +174,7 @@ def run(out: Path, *, quick: bool, threads: int, reuse: bool, passes: int | None
     return summary
 
 
-def _least_median_kernels(runs: list, statistic: str = "median") -> Any:
+def _least_kernels(runs: list, statistic: str = "median") -> Any:
     """Per kernel, the pass with the least median (its minimum and repeats come with it); with
     ``statistic="min"`` the least minimum, written as the kernel's time."""
     import dataclasses
@@ -185,7 +186,7 @@ def _least_median_kernels(runs: list, statistic: str = "median") -> Any:
                 [(m.kind, m.phase, m.module, m.name, m.flops) for m in first.rows]:
             raise RuntimeError("kernel passes measured different kernels")
     if statistic == "min":
-        runs = [type(r)(tuple(dataclasses.replace(m, time_s=m.time_min_s) if m.time_min_s == m.time_min_s else m
+        runs = [type(r)(tuple(dataclasses.replace(m, time_s=m.time_min_s) if not math.isnan(m.time_min_s) else m
                               for m in r.rows), r.metadata) for r in runs]
     rows = tuple(min((run.rows[i] for run in runs), key=lambda m: m.time_s) for i in range(len(first.rows)))
     meta = dict(first.metadata)
@@ -193,7 +194,7 @@ def _least_median_kernels(runs: list, statistic: str = "median") -> Any:
     return MeasurementSet(rows, meta)
 
 
-def _least_median_steps(runs: list[list[dict]], statistic: str = "median") -> list[dict]:
+def _least_steps(runs: list[list[dict]], statistic: str = "median") -> list[dict]:
     """Per model step, the pass with the least median (or minimum) seconds."""
     if statistic == "min":
         runs = [[{**r, "time_s": r["time_min_s"]} for r in run] for run in runs]

@@ -78,3 +78,14 @@ def test_sharegpt_keeps_the_serving_benchmark_filter() -> None:
     assert t.input_quantiles[0] >= 4 and t.input_quantiles[-1] <= 1024
     assert t.output_quantiles.min() >= 4 and t.output_quantiles.max() <= 2048 - 4
     assert (t.mean_input, t.mean_output) == (219.6, 199.3)
+
+
+def test_scaled_to_reaches_the_stated_means_and_leaves_an_unstated_side() -> None:
+    # a source prints its mean lengths; the table gives the spread: each side scaled by mean / drawn mean
+    w = Workload.from_dataset("sharegpt", 4000, seed=2)
+    s = w.scaled_to(mean_output=300.0)
+    assert np.array_equal(s.input_lengths, w.input_lengths)
+    assert abs(float(np.mean(s.output_lengths)) - 300.0) < 0.5 and s.output_lengths.min() >= 1
+    both = w.scaled_to(100.0, 50.0, name="x")
+    assert abs(float(np.mean(both.input_lengths)) - 100.0) < 0.5 and both.name == "x"
+    assert both.num_requests == w.num_requests and both != w

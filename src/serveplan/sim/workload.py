@@ -317,6 +317,18 @@ class Workload:
         return Workload(input_lengths=inp, output_lengths=out, num_requests=num_requests, arrival=arrival, cv=cv,
                         name=name)
 
+    def scaled_to(self, mean_input: float | None = None, mean_output: float | None = None, *,
+                  name: str | None = None) -> Workload:
+        """Each length scaled by a stated mean over this stream's (rounded, at least one token);
+        ``None`` leaves that side as it is: a bundled table's spread at a source's printed means."""
+        def scale(x: np.ndarray, mean: float | None) -> np.ndarray:
+            if mean is None:
+                return x
+            return np.maximum(1, np.rint(x * (mean / float(np.mean(x))))).astype(np.int64)
+        return dataclasses.replace(self, input_lengths=scale(self.input_lengths, mean_input),
+                                   output_lengths=scale(self.output_lengths, mean_output),
+                                   name=self.name if name is None else name)
+
     def tiled(self, k: int) -> Workload:
         """This stream's lengths ``k`` times over (``k`` times as many requests, same mix; the
         arrivals are drawn afresh for the longer stream): a longer run of the same traffic."""

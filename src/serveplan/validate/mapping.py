@@ -298,10 +298,7 @@ def _drawn(name: str, n: int, mean_in: float, mean_out: float) -> Workload:
     """``n`` requests drawn from the bundled length table ``name`` (seed 0), each length scaled by the
     stated mean over the drawn mean (at least one token): the source's printed totals, counted with
     its model's tokenizer, with the table's spread."""
-    drawn = Workload.from_dataset(name, n, seed=0)
-    inp = np.maximum(1, np.rint(drawn.input_lengths * (mean_in / float(np.mean(drawn.input_lengths))))).astype(np.int64)
-    out = np.maximum(1, np.rint(drawn.output_lengths * (mean_out / float(np.mean(drawn.output_lengths)))))
-    return Workload(input_lengths=inp, output_lengths=out.astype(np.int64), name=f"{name} (scaled)")
+    return Workload.from_dataset(name, n, seed=0).scaled_to(mean_in, mean_out, name=f"{name} (scaled)")
 
 
 def _requests(row: MeasuredRow) -> int:
