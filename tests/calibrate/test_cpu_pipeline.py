@@ -43,10 +43,13 @@ def test_reduced_pipeline_predicts_the_model_steps(summary):
 
 
 def test_size_curve_is_chosen_and_bounds_every_step(summary):
-    # MKL's fp32 GEMMs at 4-16 rows run several times their roofline: held-out kernels favour the
+    # MKL's fp32 GEMMs at 4-16 rows run several times their roofline: held-out GEMMs favour the
     # size curve, which the written profile carries and the estimator reads; constant factors
-    # leave decode batch 8 far under (kept in the summary for comparison)
-    cv = summary["calibration"]["cross_validation"]["median_abs"]
+    # leave decode batch 8 far under (kept in the summary for comparison). The curve is judged on
+    # the GEMM rows, the only rows it predicts differently: over every kernel row the attention and
+    # streaming rows, predicted alike, dilute the gap (curve/family 0.51-0.92 in 10 runs on a 2-core
+    # machine against 0.36-0.65 on the GEMM rows of the same runs; docs/calibration.md)
+    cv = summary["calibration"]["cross_validation"]["matmul_median_abs"]
     assert summary["matmul_model"] == "curve", cv
     assert cv["curve"] < 0.9 * min(cv["tied"], cv["family"]), cv
     assert summary["profile"]["matmul_size_curve"]["decode"]["rows"], summary["profile"]

@@ -310,12 +310,17 @@ def predict_rows(fit: KernelFit, ms: MeasurementSet, hardware: DeviceSpec, dtype
 
 @dataclass(frozen=True, slots=True)
 class CrossValidation:
-    """Held-out relative errors of the kernel rows, per form."""
+    """Held-out relative errors of the kernel rows, per form.
+
+    ``matmul_median_abs`` is the median over the GEMM rows alone: the rows on which the size-curve
+    model differs from the per-family one (attention and streaming kernels are predicted alike), so
+    the curve is judged on them (:func:`calibrate`); empty when no GEMM row was held out."""
 
     folds: int
     median_abs: Mapping[str, float]
     p90_abs: Mapping[str, float]
     errors: Mapping[str, np.ndarray] = field(repr=False)
+    matmul_median_abs: Mapping[str, float] = field(default_factory=dict)
 
 
 def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | str = DType.FP32,
@@ -337,6 +342,7 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
     k = max(2, min(folds, len(kernel)))
     parts = np.array_split(perm, k)
     errs: dict[str, list[float]] = {"tied": [], "family": []}
+    is_gemm: list[bool] = []     # per held-out row, in the order of errs
     with_curve = curve
     if with_curve:
         try:
@@ -352,6 +358,7 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
         tied = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.TIED)
         fam = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.FAMILY, start=tied)
         t = te.arrays()["time_s"]
+        is_gemm += list(_matmul_rows(te)[0])
         for name, f in (("tied", tied), ("family", fam)):
             pred = predict_rows(f, te, hardware, dtype)
             errs[name] += list(np.abs(pred - t) / t)
@@ -368,8 +375,10 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
                     pred[i] = ideal * float(c.ratio(ta["phase"][i], np.array([rows]))[0])
             errs["curve"] += list(np.abs(pred - t) / t)
     arr = {n: np.array(v) for n, v in errs.items()}
+    gemm = np.array(is_gemm, dtype=bool)
     return CrossValidation(k, {n: float(np.median(v)) for n, v in arr.items()},
-                           {n: float(np.percentile(v, 90)) for n, v in arr.items()}, arr)
+                           {n: float(np.percentile(v, 90)) for n, v in arr.items()}, arr,
+                           {n: float(np.median(v[gemm])) for n, v in arr.items()} if gemm.any() else {})
 
 
 # ------------------------------------------------------------------------------ projection
@@ -674,7 +683,8 @@ class Calibration:
         }
         if self.cv is not None:
             out["cross_validation"] = {"folds": self.cv.folds, "median_abs": dict(self.cv.median_abs),
-                                       "p90_abs": dict(self.cv.p90_abs)}
+                                       "p90_abs": dict(self.cv.p90_abs),
+                                       "matmul_median_abs": dict(self.cv.matmul_median_abs)}
         if self.size_curve is not None:
             # the fitted curve, whether or not the profile uses it (top-level matmul_size_curve)
             out["matmul_size_curve"] = {
@@ -707,8 +717,9 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
         projected from.
     matmul:
         ``"auto"``: write the size curve (``matmul_size_curve``) and per-phase attention factors
-        when the size-curve model's held-out median error is at least 10% lower than the chosen
-        constant model's, else constants; ``"constant"`` or ``"curve"`` to force one.
+        when the size-curve model's held-out median error on the GEMM rows (the rows it predicts
+        differently) is at least 10% lower than the chosen constant model's, else constants;
+        ``"constant"`` or ``"curve"`` to force one.
 
     Raises
     ------
@@ -741,8 +752,8 @@ def calibrate(ms: MeasurementSet, hardware: DeviceSpec, model: ModelSpec, *,
     if matmul == "curve" and curve is None:
         raise SpecError(f"{where}: matmul=curve needs GEMM rows with their row counts (rows column)")
     use_curve = curve is not None and (matmul == "curve" or (
-        matmul == "auto" and cv is not None and "curve" in cv.median_abs
-        and cv.median_abs["curve"] < CLEARLY_BETTER * cv.median_abs[chosen]))
+        matmul == "auto" and cv is not None and "curve" in cv.matmul_median_abs
+        and cv.matmul_median_abs["curve"] < CLEARLY_BETTER * cv.matmul_median_abs[chosen]))
     size_curve: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {}
     if use_curve:
         # GEMMs: the size curve; attention kernels: the attention family's factors; the phase

@@ -286,6 +286,9 @@ def _print_report(cal: object, out: Path) -> None:
         labels = {"tied": "constants per phase", "family": "constants per family", "curve": "GEMM size curve"}
         con.print(f"held-out ({cv['folds']}-fold) |rel| error of the kernel rows, median (P90): "
                   + ", ".join(f"{labels[k]} {v:.1%} ({cv['p90_abs'][k]:.1%})" for k, v in cv["median_abs"].items()))
+        if cv.get("matmul_median_abs"):
+            con.print("  GEMM rows alone (where the size curve is judged), median: "
+                      + ", ".join(f"{labels[k]} {v:.1%}" for k, v in cv["matmul_median_abs"].items()))
     con.print("GEMMs in the profile: " + ("size curve (matmul_size_curve) with per-phase attention factors"
                                           if curve else "constant per-phase factors"))
     for ph, e in s["projection_error"].items():
