@@ -121,6 +121,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine_info import describe  # noqa: E402
 from serveplan import InfeasibleError, SpecError, get_engine, get_hardware, get_model  # noqa: E402
+from serveplan.validate.rows import dataset_lengths  # noqa: E402
 from silicon_data import NotStatable  # noqa: E402  (a row serveplan cannot state, by cause)
 
 DATA = ROOT / "src" / "serveplan" / "validate" / "data"
@@ -137,8 +138,9 @@ ASSUMED_DTYPE = {"h100-sxm": "fp8", "h100-nvl-94gb": "fp8", "h200": "fp8", "gh20
 DTYPE_WHY = {"nvfp4": "assumed: FP4, as press coverage of NVIDIA's v4.1 B200 result reports; no submission file read "
                       "states it",
              "fp8": "assumed: fp8, as every stated Hopper and Instinct Server row"}
-#: bundled length table of each MLPerf dataset (``benchmarks/build_datasets.py --mlperf``)
-LENGTH_TABLES = {"mlperf-openorca-24576": "mlperf-openorca", "mlperf-mixtral-15k": "mlperf-mixtral"}
+#: bundled length table of each MLPerf dataset (``benchmarks/build_datasets.py --mlperf``), as
+#: ``datasets-mlperf.yaml`` names it (``length_table``; validate's mapping reads the same)
+LENGTH_TABLES = {name: str(d["table"]) for name, d in dataset_lengths().items() if d.get("table")}
 #: ``dataset``: lengths drawn from :data:`LENGTH_TABLES` where the row's dataset has one; ``mean``: fixed lengths
 LENGTHS = ["dataset"]
 #: MLPerf benchmark id in a row's notes

@@ -67,6 +67,9 @@ def test_mlperf_tables_match_the_stated_dataset_figures(name: str, stated: str) 
     assert t.input_quantiles[-1] == ds["input_tokens"]["max"]
     if stated == "mlperf-mixtral-15k":   # outputs are the reference run's: its tokens per sample
         assert t.mean_output == pytest.approx(ds["output_tokens"]["mean"], abs=0.05)
+    # the stated set names its table, and that is what the goodput check draws from
+    from serveplan.validate.rows import dataset_lengths
+    assert ds["length_table"] == name and dataset_lengths()[stated]["table"] == name
 
 
 def test_sharegpt_keeps_the_serving_benchmark_filter() -> None:

@@ -5,7 +5,9 @@ context beyond the validated ones)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -213,3 +215,18 @@ def test_the_residual_table_round_trips_one_row_per_line(tmp_path, monkeypatch):
     assert sum(line.startswith("  [") for line in text.splitlines()) == 2   # one residual per line
     rows = [confidence.Residual(*r) for r in doc["rows"]]
     assert rows == res
+
+
+def test_a_latency_band_never_leaves_its_regime_but_a_rate_band_may():
+    # hand-made table: 8 burst ("offline") TTFT rows off by e^3 from two sources, none in an open loop.
+    # An open-loop TTFT gets no band (a burst's TTFT is its queue, not the prompt's own time); an
+    # open-loop throughput from the same kind of table takes the offline rows (ladder step 2)
+    burst = [Residual(f"s{i % 2}/{i}", f"s{i % 2}", "vllm", "NVIDIA Hopper", "dense GQA", "TTFT", "offline", 2048, 3.0)
+             for i in range(8)]
+    b = band_for(Query("vllm", "NVIDIA Hopper", "dense GQA", "TTFT", "open loop", 1000), burst)
+    assert b.extrapolated and "0 TTFT rows in open loop" in b.basis and "within its regime" in b.basis
+    same = band_for(Query("vllm", "NVIDIA Hopper", "dense GQA", "TTFT", "offline", 1000), burst)
+    assert not same.extrapolated and same.low == pytest.approx(math.e ** 3)
+    rates = [dataclasses.replace(r, kind="throughput") for r in burst]
+    tp = band_for(Query("vllm", "NVIDIA Hopper", "dense GQA", "throughput", "open loop", 1000), rates)
+    assert not tp.extrapolated and tp.n == 8

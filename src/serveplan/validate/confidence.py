@@ -21,6 +21,13 @@ whose longest validated context reaches the prediction's:
 
 The accelerator family and the model class are never relaxed: a new accelerator family or an
 unseen model class is an extrapolation, and so is a context longer than every comparable row's.
+Nor is the regime of a latency (:data:`LATENCY_KINDS`: TTFT, TPOT, E2E; steps 1 and 3 only): a
+latency measures the load as much as the deployment (a burst's TTFT is mostly its wait in the
+queue, an open loop's at its goodput mostly the prompt's own time), so a residual from another
+regime says nothing of this one's error. Rates (throughput, goodput) keep the whole ladder: a
+capacity is the deployment's whatever fills it. (Rule of 2026-11-30, written after the latency
+bands' coverage had been measured, 50% of 6 rows each: a planner's open-loop TTFT had been
+banded by burst rows, x1.30-58; docs/validation.md gives the coverage before and after.)
 
 The band (:class:`Band`) is the 10th and 90th percentile of the comparable residuals with each
 source weighted equally (a source of 100 rows counts as much as one of 5: sources differ by more
@@ -68,6 +75,8 @@ LADDER: tuple[tuple[str, ...], ...] = (
     ("family", "model_class", "kind", "regime"),
     ("family", "model_class", "kind"),
 )
+#: kinds whose band never leaves the prediction's regime (module doc): steps of :data:`LADDER` with "regime"
+LATENCY_KINDS = ("TTFT", "TPOT", "E2E")
 #: fewest comparable rows a band is drawn from (fixed a priori: a P10-P90 from fewer is noise)
 MIN_ROWS = 5
 EXTRAPOLATED = "extrapolated: no comparable validation"
@@ -198,7 +207,7 @@ def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str
     pool = [r for r in table if r.kind == query.kind and r.family == query.family
             and r.model_class == query.model_class]
     too_short = 0.0
-    for fields in LADDER:
+    for fields in ladder(query.kind):
         rows = [r for r in pool if all(getattr(r, f) == getattr(query, f) for f in fields)]
         if len(rows) < MIN_ROWS:
             continue
@@ -212,6 +221,12 @@ def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str
                  f"{'; own source left out' if exclude_source else ''})")
         return Band(math.exp(lo), math.exp(hi), len(rows), k, basis)
     return Band(None, None, 0, 0, f"{EXTRAPOLATED} ({_why(query, table, pool, too_short)})")
+
+
+def ladder(kind: str) -> tuple[tuple[str, ...], ...]:
+    """The steps of :data:`LADDER` a band of ``kind`` may take: those that keep the regime for a
+    latency (:data:`LATENCY_KINDS`), every step for a rate."""
+    return tuple(f for f in LADDER if "regime" in f) if kind in LATENCY_KINDS else LADDER
 
 
 def loso_bands(residuals: Sequence[Residual]) -> list[tuple[Residual, Band]]:
@@ -236,6 +251,11 @@ def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_shor
         return f"context {q.context_tokens:,.0f} tokens beyond the validated {too_short:,.0f}"
     if not pool:
         return f"no {q.kind} validated for {q.model_class} models on {q.family}"
+    if q.kind in LATENCY_KINDS:
+        same = [r for r in pool if r.regime == q.regime]
+        if len(same) < MIN_ROWS:
+            return (f"{len(same)} {q.kind} row{'s' if len(same) != 1 else ''} in {q.regime} for {q.model_class} on "
+                    f"{q.family}, fewer than {MIN_ROWS} (a latency is compared within its regime only)")
     return (f"{len(pool)} {q.kind} row{'s' if len(pool) != 1 else ''} for {q.model_class} on {q.family}, fewer than "
             f"{MIN_ROWS}")
 

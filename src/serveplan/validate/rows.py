@@ -167,7 +167,8 @@ def load_rows() -> tuple[MeasuredRow, ...]:
 @cache
 def dataset_lengths() -> dict[str, dict[str, Any]]:
     """Dataset name -> its length statistics as the data files state them (``datasets-*.yaml``):
-    ``{"input_mean": .., "output_mean": .., "source": ..}`` (None where not stated)."""
+    ``{"input_mean": .., "output_mean": .., "source": .., "table": ..}`` (None where not stated;
+    ``table``: the bundled length table of its per-sample lengths, ``length_table``)."""
     out: dict[str, dict[str, Any]] = {}
     for name, raw in _files():
         ds = raw.get("datasets")
@@ -177,5 +178,6 @@ def dataset_lengths() -> dict[str, dict[str, Any]]:
                 continue
             inp, outp = d.get("input_tokens") or {}, d.get("output_tokens") or {}
             out[str(key)] = {"input_mean": inp.get("mean"), "output_mean": outp.get("mean"),
-                             "source": d.get("source_id") or raw.get("source", {}).get("id") or name}
+                             "source": d.get("source_id") or raw.get("source", {}).get("id") or name,
+                             "table": d.get("length_table")}
     return out

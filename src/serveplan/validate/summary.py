@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from serveplan.validate.confidence import LADDER, MIN_ROWS
+from serveplan.validate.confidence import LADDER, LATENCY_KINDS, MIN_ROWS
 from serveplan.validate.rows import load_sources
 from serveplan.validate.suite import GROUPS, HELD_OUT, Stats, ValidationReport
 
@@ -113,8 +113,11 @@ def summary_markdown(rep: ValidationReport, *, command: str = "serveplan validat
         "A row's band comes from the first group of comparable rows with at least "
         f"{MIN_ROWS} rows whose longest context reaches the row's: "
         + "; ".join(f"({', '.join(g)})" for g in LADDER)
-        + ". The accelerator family and the model class are never relaxed; each source weighs the same. "
-          "The rule was fixed before any coverage was measured ([confidence.py](../src/serveplan/validate/"
+        + ". The accelerator family and the model class are never relaxed, nor is the regime of a latency ("
+        + ", ".join(LATENCY_KINDS) + "); each source weighs the same. "
+          "The rule was fixed before any coverage was measured, except the latency clause (2026-11-30, after the "
+          "TTFT and TPOT bands had covered 50% of 6 rows each: burst rows had banded an open-loop TTFT "
+          "x1.30-58; with the clause, 0% of 1 row each) ([confidence.py](../src/serveplan/validate/"
           "confidence.py)).",
         "",
         "How a row is mapped (every rule, and why a row is not mapped) is the docstring of "
