@@ -254,8 +254,10 @@ def _why(q: Query, table: Sequence[Residual], pool: Sequence[Residual], too_shor
     if q.kind in LATENCY_KINDS:
         same = [r for r in pool if r.regime == q.regime]
         if len(same) < MIN_ROWS:
-            return (f"{len(same)} {q.kind} row{'s' if len(same) != 1 else ''} in {q.regime} for {q.model_class} on "
-                    f"{q.family}, fewer than {MIN_ROWS} (a latency is compared within its regime only)")
+            have = (f"no {q.kind} validated" if not same else
+                    f"{len(same)} {q.kind} row{'s' if len(same) != 1 else ''}, fewer than {MIN_ROWS},")
+            return (f"{have} in {q.regime} for {q.model_class} on {q.family}; "
+                    "a latency is compared within its regime only")
     return (f"{len(pool)} {q.kind} row{'s' if len(pool) != 1 else ''} for {q.model_class} on {q.family}, fewer than "
             f"{MIN_ROWS}")
 
