@@ -30,6 +30,7 @@ PAGES = (
     ("frontend.md", "the serving frontend's queue and the memory the engines see"),
     ("step-model.md", "fused operators, hierarchical all-reduce, measured profiles"),
     ("checks.md", "checks and experiments not adopted"),
+    ("gpustack-h100.md", "the GPUStack H100 rows: the same runs measured 1.2-1.5x the A100, predicted 2.3-3.0x"),
     ("deepseek-pools.md", "DeepSeek-V3's inference system on H800 nodes"),
     ("parallelism.md", "MLA, MoE and collectives; tile quantization and pipeline bubbles"),
     ("simulator.md", "BestServe, invariants, Sarathi, overload"),
