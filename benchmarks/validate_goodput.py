@@ -85,6 +85,14 @@ How a row is stated (each choice is the row's own field unless said otherwise):
 * stream: ``--num-requests`` per simulation (default 2,000; the goodput search's own steady-state check and its
   3x longer confirmation runs apply), seed 0.
 
+Latencies at the measured rate (added 2026-11-30): an MLPerf Server summary also prints the mean, P50, P90 and P99
+TTFT and TPOT of the run at the rate it sustained. For each row whose layout is stated (the deployment measured),
+one instance of that layout is simulated at the measured goodput over the instances (the same settings, lengths
+and seed as its goodput search) and each printed statistic is compared with the simulated one. They are written
+with the goodput residuals (``--write-residuals``: kind TTFT or TPOT, regime open loop), so the latency bands of
+``serveplan optimize`` have open-loop rows to draw from. A row whose layout serveplan searched is left out: its
+fleet is not the one measured (a disaggregated fleet's TPOT, for one, has no prefill in its steps).
+
 Usage::
 
     python benchmarks/validate_goodput.py --list                     # statable rows and skips by cause
@@ -143,6 +151,8 @@ DTYPE_WHY = {"nvfp4": "assumed: FP4, as press coverage of NVIDIA's v4.1 B200 res
 LENGTH_TABLES = {name: str(d["table"]) for name, d in dataset_lengths().items() if d.get("table")}
 #: ``dataset``: lengths drawn from :data:`LENGTH_TABLES` where the row's dataset has one; ``mean``: fixed lengths
 LENGTHS = ["dataset"]
+#: latency statistics a Server summary prints (``also``) and the latency pass compares (module doc)
+LATENCY_KEYS = tuple(f"{m}_{st}_s" for m in ("ttft", "tpot") for st in ("mean", "p50", "p90", "p99"))
 #: MLPerf benchmark id in a row's notes
 _BENCH = re.compile(r"MLPerf benchmark id: ([\w.\-]+);")
 
@@ -177,6 +187,8 @@ class Case:
     scheduler: str | None = None  # collocated scheduler (None: the engine file's); see :func:`era_scheduler`
     scheduler_from: str = "engine default"
     length_table: str | None = None  # bundled per-sample length table (None: fixed lengths); module doc
+    #: the latencies the source measured at that rate (MLPerf Server summaries: ``ttft_p99_s``, ...); module doc
+    latency: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def stated_layout(self) -> bool:
@@ -261,7 +273,8 @@ def state_row(doc: dict[str, Any], row: dict[str, Any], seen: dict[tuple[str, st
         max_batch=max_batch, layout_from=layout_from, ttft_s=float(ttft), tpot_s=float(tpot),
         percentile=float(slo.get("percentile", 99)), measured_rps=measured, measured_from=measured_from,
         input_len=input_len, output_len=output_len, notes="; ".join(notes), scheduler=scheduler,
-        scheduler_from=scheduler_from, length_table=table)
+        scheduler_from=scheduler_from, length_table=table,
+        latency={k: float(v) for k, v in (row.get("also") or {}).items() if k in LATENCY_KEYS and v})
 
 
 #: vLLM 0.8.0 (2025-03) made the V1 engine the default (vllm-project/vllm#13726, release notes of v0.8.0); V1
@@ -400,6 +413,7 @@ def predict_stated(case: Case, input_len: int, num_requests: int, seed: int) -> 
                         scheduler=sched, chunk_size=cs, token_budget=cs if chunked else space.token_budget)
     r = max_goodput(fleet, settings)
     return {"pred_rps": r.goodput_rps * case.instances, "fleet": f"{case.instances} x {fleet.name}",
+            "_unit": (fleet, case.instances),
             "binding": r.binding, "bottleneck": r.bottleneck, "ttft_p_s": _num(r.ttft_p), "tpot_p_s": _num(r.tpot_p),
             "status": r.status.value, "reason": r.reason, "simulations": r.num_simulations}
 
@@ -422,10 +436,63 @@ def predict_planned(case: Case, input_len: int, num_requests: int, seed: int) ->
         return {"pred_rps": 0.0, "fleet": "", "status": "rejected", "reason": "no fleet meets the SLO",
                 "plan_best": res.best.name}
     copies = case.num_devices // best.candidate.num_devices
-    return {"pred_rps": best_total, "fleet": f"{copies} x {best.name}", "binding": best.binding,
+    return {"pred_rps": best_total, "fleet": f"{copies} x {best.name}", "_unit": (best.candidate, copies),
+            "binding": best.binding,
             "bottleneck": best.bottleneck, "ttft_p_s": _num(best.ttft_p), "tpot_p_s": _num(best.tpot_p),
             "status": best.status.value, "reason": best.reason, "method": best.method, "plan_best": res.best.name,
             "plan_best_per_device": res.best.goodput_per_device}
+
+
+def _settings(case: Case, input_len: int, num_requests: int, seed: int) -> Any:
+    """The goodput settings the row's prediction ran under (the options :func:`predict_stated` or
+    :func:`predict_planned` give ``serveplan optimize``), with the row's drawn lengths."""
+    from serveplan.commands.plan import PlanOptions, prepare
+
+    if case.stated_layout:
+        layout = {"devices": case.tp, "tp": str(case.tp), "no_disaggregated": True,
+                  **({"max_batch": str(case.max_batch)} if case.max_batch else {})}
+    else:
+        layout = {"devices": case.num_devices, "tp": ",".join(str(t) for t in (1, 2, 4, 8) if t <= case.num_devices)}
+    settings = prepare(PlanOptions.parse({"model": case.model, "hardware": case.hardware, "jobs": 1, **layout,
+                                          **_options(case, input_len, num_requests, seed)})).settings[0]
+    if (wl := workload(case, num_requests, seed)) is not None:
+        settings = dataclasses.replace(settings, workload=wl)
+    return settings
+
+
+def latency_at_measured(args: tuple[Case, int, int, int, Any, int]) -> tuple[str, int, dict[str, Any]]:
+    """The predicted fleet at the measured rate (module doc, "Latencies at the measured rate"): one copy of it
+    simulated at the measured goodput over the copies, and the latency statistics the row states."""
+    from serveplan.sim import simulate
+    case, input_len, n, seed, fleet, copies = args
+    try:
+        settings = _settings(case, input_len, n, seed)
+        res = simulate(settings.simulation_config(fleet, rate=case.measured_rps / copies))
+        got: dict[str, Any] = {"rate_per_copy": case.measured_rps / copies}
+        for key in case.latency:
+            metric, stat = key.removesuffix("_s").split("_")
+            v = float(getattr(getattr(res, f"{metric}_s"), stat))
+            if math.isfinite(v):
+                got[key] = v
+    except Exception as exc:  # a failure is reported, not fatal
+        got = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return case.key, input_len, got
+
+
+def _latency_pass(cases: list[Case], answers: dict[tuple[Any, ...], dict[str, Any]],
+                  asked: dict[tuple[str, int], tuple[Any, ...]], primary: int,
+                  args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """:func:`latency_at_measured` of every row that states latencies and its layout, per row (the rate is the
+    row's own), at the primary input length; takes the fleets out of ``answers`` (they are not JSON). A searched
+    layout is serveplan's fleet, not the one measured: its latencies are not comparable and are not run."""
+    units = {q: a.pop("_unit", None) for q, a in answers.items()}
+    tasks = []
+    for c in cases:
+        unit = units.get(asked[(c.key, c.input_len or primary)])
+        if c.latency and c.stated_layout and unit is not None:
+            tasks.append((c, c.input_len or primary, args.num_requests, args.seed, *unit))
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+        return {rid: lat for rid, _x, lat in ex.map(latency_at_measured, tasks)}
 
 
 def _question(c: Case) -> tuple[Any, ...]:
@@ -459,6 +526,18 @@ def stats(ratios: list[float]) -> dict[str, Any]:
         return {"n": 0}
     return {"n": len(ratios), "mdape": statistics.median(abs(x - 1) for x in ratios),
             "bias": statistics.median(ratios), "within_25": sum(abs(x - 1) <= 0.25 for x in ratios) / len(ratios)}
+
+
+def latency_summary(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per latency statistic, the accuracy of the latencies predicted at the measured rate (:func:`stats` of
+    predicted / measured over the rows that state it)."""
+    out = {}
+    for key in LATENCY_KEYS:
+        ratios = [r["latency_predicted"][key] / r["latency"][key] for r in doc["rows"]
+                  if (r.get("latency") or {}).get(key) and (r.get("latency_predicted") or {}).get(key)]
+        if ratios:
+            out[key] = stats(ratios)
+    return out
 
 
 def summarize(rows: list[dict[str, Any]], input_len: int) -> dict[str, Any]:
@@ -537,15 +616,23 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         lines.append(f"| {_short(r)} | {r['num_devices']} x {r['hardware']} | {r['engine']}, {r['dtype']} | "
                      f"{p.get('fleet', '')} | {r['measured_rps']:.1f} | {p.get('pred_rps', 0):.1f} | "
                      f"{p.get('ratio', 0) - 1:+.0%} | {p.get('binding', '')} {p.get('bottleneck', '')} |")
+    lat = latency_summary(doc)
+    if lat:
+        lines += ["", "Latencies at the measured rate (rows with a stated layout: one instance of it simulated at "
+                  "the measured goodput over the instances, as its goodput search; primary input length), against "
+                  "the statistics the Server summary prints (bias: median predicted / measured):", "",
+                  "| statistic | rows | median abs error | bias | within 25% |", "|---|---|---|---|---|"]
+        lines += [f"| {key.removesuffix('_s')} | {_fmt(v)} |" for key, v in lat.items()]
     cov = doc.get("band_coverage")
     if cov:
-        share = f"{cov['coverage']:.0%}" if cov["coverage"] is not None else "-"
-        lines += ["", "Confidence bands of goodput, leave one source out (each row's P10-P90 band drawn from the "
-                  "other sources' rows only, as `serveplan optimize` draws its goodput band from "
-                  "`goodput-residuals.json`; target 75-85%):", "",
-                  "| rows | with a band | measured inside P10-P90 | coverage | no band (no other comparable source) |",
-                  "|---|---|---|---|---|",
-                  f"| {cov['rows']} | {cov['banded']} | {cov['inside']} | {share} | {cov['extrapolated']} |"]
+        lines += ["", "Confidence bands, leave one source out (each row's P10-P90 band drawn from the other sources' "
+                  "rows only, as `serveplan optimize` draws its bands from `goodput-residuals.json`; a latency "
+                  "only from open-loop rows; target 75-85%):", "",
+                  "| kind | rows | with a band | measured inside P10-P90 | coverage | no band (no other comparable "
+                  "source) |", "|---|---|---|---|---|---|"]
+        for kind, k in (cov.get("per_kind") or {"goodput": cov}).items():
+            share = f"{k['coverage']:.0%}" if k["coverage"] is not None else "-"
+            lines.append(f"| {kind} | {k['rows']} | {k['banded']} | {k['inside']} | {share} | {k['extrapolated']} |")
     lines += ["", "Skipped rows by cause:", "", "| cause | rows |", "|---|---|"]
     for cause, n in Counter(s["cause"] for s in doc["skipped"]).most_common():
         lines.append(f"| {cause} | {n} |")
@@ -561,37 +648,52 @@ def residuals(doc: dict[str, Any], input_len: int | None = None) -> list[Any]:
     """The goodput residual of every row with a positive prediction (``ln(measured / predicted)``), in the
     terms the confidence bands compare (:mod:`serveplan.validate.confidence`): the engine, accelerator family,
     model class, kind ``goodput``, regime ``open loop`` and the mean prompt plus output tokens. A prediction of 0
-    (nothing meets the SLO) has no ratio and is left out."""
+    (nothing meets the SLO) has no ratio and is left out. Then, for the primary input length, every latency
+    statistic predicted at the measured rate (``latency_predicted``, module doc): kind ``TTFT`` or ``TPOT``, the
+    same terms, one residual per statistic the row states (``<source>/<row>/ttft_p99``)."""
     from serveplan.validate.confidence import Residual, accelerator_family, model_class
     x = str(input_len if input_len is not None else doc["input_lens"][0])
-    out = []
+    out, lat = [], []
     for r in doc["rows"]:
         p = r["predictions"].get(x, {})
         if "error" in p or not p.get("pred_rps") or p["pred_rps"] <= 0:
             continue
-        out.append(Residual(
-            key=f"{r['source']}/{r['row_id']}", source=r.get("publisher") or r["source"], engine=r["engine"],
-            family=accelerator_family(r["hardware"]), model_class=model_class(get_model(r["model"])), kind="goodput",
-            regime="open loop", context_tokens=float((r["input_len"] or int(x)) + r["output_len"]),
-            log_ratio=math.log(r["measured_rps"] / p["pred_rps"])))
-    return out
+        terms = dict(source=r.get("publisher") or r["source"], engine=r["engine"],
+                     family=accelerator_family(r["hardware"]), model_class=model_class(get_model(r["model"])),
+                     regime="open loop", context_tokens=float((r["input_len"] or int(x)) + r["output_len"]))
+        out.append(Residual(key=f"{r['source']}/{r['row_id']}", kind="goodput",
+                            log_ratio=math.log(r["measured_rps"] / p["pred_rps"]), **terms))
+        pred = r.get("latency_predicted") or {}
+        if x != str(doc["input_lens"][0]) or "error" in pred:
+            continue
+        for key, measured in (r.get("latency") or {}).items():
+            if pred.get(key, 0) > 0 and measured > 0:
+                lat.append(Residual(key=f"{r['source']}/{r['row_id']}/{key.removesuffix('_s')}",
+                                    kind=key.split("_")[0].upper(), log_ratio=math.log(measured / pred[key]), **terms))
+    return out + lat
 
 
 def band_coverage(res: list[Any]) -> dict[str, Any]:
     """Leave-one-source-out coverage of the goodput bands: each row's band drawn from the other sources' rows
-    only (:func:`~serveplan.validate.confidence.loso_bands`), and whether it holds the row."""
+    only (:func:`~serveplan.validate.confidence.loso_bands`), and whether it holds the row. The top-level counts
+    are goodput's; ``per_kind`` has every kind (the latencies at the measured rate too)."""
     from serveplan.validate.confidence import loso_bands
-    banded = inside = 0
     per_row = {}
+    kinds: dict[str, dict[str, Any]] = {}
     for r, band in loso_bands(res):
+        k = kinds.setdefault(r.kind, {"rows": 0, "banded": 0, "inside": 0})
+        k["rows"] += 1
         ok = None
         if not band.extrapolated:
-            banded += 1
+            k["banded"] += 1
             ok = band.contains(math.exp(r.log_ratio))
-            inside += bool(ok)
+            k["inside"] += bool(ok)
         per_row[r.key] = {"band": band.factors(), "inside": ok, "basis": band.basis}
-    return {"rows": len(res), "banded": banded, "inside": inside,
-            "coverage": inside / banded if banded else None, "extrapolated": len(res) - banded, "per_row": per_row}
+    for k in kinds.values():
+        k["coverage"] = k["inside"] / k["banded"] if k["banded"] else None
+        k["extrapolated"] = k["rows"] - k["banded"]
+    g = kinds.get("goodput", {"rows": 0, "banded": 0, "inside": 0, "coverage": None, "extrapolated": 0})
+    return {**g, "per_kind": kinds, "per_row": per_row}
 
 
 #: the hand-written part of the markdown (findings) starts at this line and is kept when the tables are rewritten
@@ -621,7 +723,8 @@ def _write_residuals(doc: dict[str, Any], path: Path) -> None:
     res = residuals(doc)
     doc["band_coverage"] = band_coverage(res)
     path.write_text(residuals_text(residuals_document(res, command=doc["command"] + " --write-residuals")))
-    print(f"wrote {path} ({len(res)} goodput residuals)")
+    n = sum(r.kind == "goodput" for r in res)
+    print(f"wrote {path} ({n} goodput residuals, {len(res) - n} TTFT and TPOT at the measured rate)")
 
 
 def _tables_only(args: argparse.Namespace) -> int:
@@ -705,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
             answers[futures[fut]] = p
             print(f"[{i}/{len(tasks)} {time.perf_counter() - t0:.0f} s] {rid} input {x}: "
                   + (p.get("error") or f"{p['pred_rps']:.2f} req/s ({p.get('fleet', p.get('status'))})"), flush=True)
+    latencies = _latency_pass(cases, answers, asked, lens[0], args)
+    print(f"latencies at the measured rate: {len(latencies)} rows, {time.perf_counter() - t0:.0f} s", flush=True)
     got = {k: answers[q] for k, q in asked.items()}
     rows = []
     for c in cases:
@@ -715,6 +820,7 @@ def main(argv: list[str] | None = None) -> int:
             if "error" not in p:
                 p["ratio"] = p["pred_rps"] / c.measured_rps
             rec["predictions"][str(x)] = p
+        rec["latency_predicted"] = latencies.get(c.key)   # None: no latency stated, or no fleet
         rows.append(rec)
     wall = time.perf_counter() - t0
     cmd = "PYTHONPATH=src python benchmarks/validate_goodput.py " + " ".join(sys.argv[1:] if argv is None else argv)

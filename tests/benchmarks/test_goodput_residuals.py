@@ -44,3 +44,20 @@ def test_band_coverage_leaves_each_rows_source_out(tmp_path) -> None:
     from serveplan.validate.confidence import read_residuals
     assert len(read_residuals(path)) == 11 and json.loads(path.read_text())["fields"][0] == "key"
     assert doc["band_coverage"]["rows"] == 11
+
+
+def test_latencies_at_the_measured_rate_are_open_loop_residuals_of_their_kind() -> None:
+    # a row that states its Server latencies and got them predicted at the measured rate gives one residual per
+    # statistic (kind TTFT or TPOT, the row's other terms); a statistic predicted as 0 or missing gives none
+    vg = load("validate_goodput")
+    row = {**_row("A", 1, 10.0, 8.0), "latency": {"ttft_p99_s": 0.6, "tpot_mean_s": 0.1, "tpot_p99_s": 0.12},
+           "latency_predicted": {"ttft_p99_s": 0.3, "tpot_mean_s": 0.05}}
+    res = {r.key: r for r in vg.residuals({"input_lens": [512], "rows": [row]})}
+    assert set(res) == {"A/r1", "A/r1/ttft_p99", "A/r1/tpot_mean"}
+    t = res["A/r1/ttft_p99"]
+    assert (t.kind, t.regime, t.context_tokens) == ("TTFT", "open loop", 516.0)
+    assert t.log_ratio == math.log(0.6 / 0.3) and res["A/r1/tpot_mean"].kind == "TPOT"
+    # the latencies were predicted at the primary input length only
+    assert [r.key for r in vg.residuals({"input_lens": [256, 512], "rows": [row]}, 512)] == ["A/r1"]
+    cov = vg.band_coverage(list(res.values()))
+    assert set(cov["per_kind"]) == {"goodput", "TTFT", "TPOT"} and cov["rows"] == 1

@@ -126,3 +126,21 @@ def test_bands_weigh_each_source_equally():
     b = band_for(Query("vllm", "NVIDIA Hopper", "dense GQA", "TTFT", "open loop", 500), res)
     assert b.n == 52 and b.sources == 2
     assert b.high == pytest.approx(math.e)     # B's two rows weigh as much as A's fifty
+
+
+def test_the_goodput_checks_open_loop_latencies_join_their_kinds_coverage():
+    # goodput-residuals.json (benchmarks/validate_goodput.py --write-residuals) holds, besides goodput, the TTFT
+    # and TPOT statistics that MLPerf Server summaries print at the measured rate (rows with a stated layout);
+    # an unfiltered report counts them with its own rows of the same kind, leave one source out
+    from serveplan.validate.confidence import RESIDUAL_FILES, bundled_table
+    from serveplan.validate.suite import ValidationReport, goodput_coverage
+    table = bundled_table(RESIDUAL_FILES[1])
+    kinds = {c.kind: c for c in goodput_coverage()}
+    for kind in ("goodput", "TTFT", "TPOT"):
+        n = sum(r.kind == kind for r in table)
+        assert n and kinds[kind].banded + kinds[kind].extrapolated == n, kind
+    assert all(r.regime == "open loop" for r in table)
+    mine = {c.kind: c for c in ValidationReport(outcomes=(), seconds=0.0, jobs=1).coverage()}
+    assert mine["TTFT"] == kinds["TTFT"] and mine["goodput"] == kinds["goodput"]
+    filtered = ValidationReport(outcomes=(), seconds=0.0, jobs=1, filters={"kind": ["TTFT"]}).coverage()
+    assert filtered == []   # a subset reports its own rows only

@@ -118,7 +118,9 @@ def summary_markdown(rep: ValidationReport, *, command: str = "serveplan validat
         + ", ".join(LATENCY_KINDS) + "); each source weighs the same. "
           "The rule was fixed before any coverage was measured, except the latency clause (2026-11-30, after the "
           "TTFT and TPOT bands had covered 50% of 6 rows each: burst rows had banded an open-loop TTFT "
-          "x1.30-58; with the clause, 0% of 1 row each) ([confidence.py](../src/serveplan/validate/"
+          "x1.30-58; with the clause, 0% of 1 row each of validate's own; the open-loop latencies of the "
+          "goodput check, added the same day, are most of the banded latency rows since) "
+          "([confidence.py](../src/serveplan/validate/"
           "confidence.py)).",
         "",
         "How a row is mapped (every rule, and why a row is not mapped) is the docstring of "
@@ -144,7 +146,9 @@ def summary_markdown(rep: ValidationReport, *, command: str = "serveplan validat
                   "(`src/serveplan/validate/data/goodput-residuals.json`, written by "
                   "`benchmarks/validate_goodput.py --write-residuals`: MLPerf Server results and the other "
                   "SLO-bounded highest rates, minutes each, so `validate` reads them rather than rerunning them; "
-                  "accuracy in [optimizer.md](validation/optimizer.md))."]
+                  "accuracy in [optimizer.md](validation/optimizer.md)). The TTFT and TPOT rows also count that "
+                  "table's open-loop latencies: the statistics MLPerf Server summaries print at the measured rate, "
+                  "against the stated layout simulated at that rate."]
     lines += ["", "## Rows not mapped", "",
               f"{len(rep.unmapped)} rows are not mapped; each is listed with its reason in `serveplan validate "
               "--json` (`unmapped`).", "", "| rows | reason |", "|---|---|"]
