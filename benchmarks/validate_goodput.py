@@ -390,22 +390,29 @@ def workload(case: Case, num_requests: int, seed: int) -> Any:
     return drawn.scaled_to(mean_output=case.output_len, name=f"{case.length_table} (outputs at {case.output_len} mean)")
 
 
+def _stated(case: Case, input_len: int, num_requests: int, seed: int) -> tuple[Any, Any]:
+    """The search space and goodput settings ``serveplan optimize`` builds for one instance of the stated layout,
+    with the row's drawn lengths: what :func:`predict_stated` searches and :func:`latency_at_measured` runs."""
+    from serveplan.commands.plan import PlanOptions, prepare
+
+    prep = prepare(PlanOptions.parse({"model": case.model, "hardware": case.hardware, "devices": case.tp,
+                                      "tp": str(case.tp), "no_disaggregated": True, "jobs": 1,
+                                      **({"max_batch": str(case.max_batch)} if case.max_batch else {}),
+                                      **_options(case, input_len, num_requests, seed)}))
+    settings = prep.settings[0]
+    if (wl := workload(case, num_requests, seed)) is not None:
+        settings = dataclasses.replace(settings, workload=wl)
+    return prep.space, settings
+
+
 def predict_stated(case: Case, input_len: int, num_requests: int, seed: int) -> dict[str, Any]:
     """One instance of the stated layout through ``max_goodput``, times the instances (module doc)."""
-    from serveplan.commands.plan import PlanOptions, prepare
     from serveplan.optimize.goodput import max_goodput
     from serveplan.sim import Fleet
     from serveplan.sim.schedulers import get_scheduler
 
     assert case.tp is not None and case.instances is not None
-    opts = PlanOptions.parse({"model": case.model, "hardware": case.hardware, "devices": case.tp, "tp": str(case.tp),
-                              "no_disaggregated": True, "jobs": 1,
-                              **({"max_batch": str(case.max_batch)} if case.max_batch else {}),
-                              **_options(case, input_len, num_requests, seed)})
-    prep = prepare(opts)
-    space, settings = prep.space, prep.settings[0]
-    if (wl := workload(case, num_requests, seed)) is not None:
-        settings = dataclasses.replace(settings, workload=wl)
+    space, settings = _stated(case, input_len, num_requests, seed)
     sched = space.schedulers[0]
     chunked = get_scheduler(sched).chunked
     cs = space.chunk_sizes[0]
@@ -436,37 +443,20 @@ def predict_planned(case: Case, input_len: int, num_requests: int, seed: int) ->
         return {"pred_rps": 0.0, "fleet": "", "status": "rejected", "reason": "no fleet meets the SLO",
                 "plan_best": res.best.name}
     copies = case.num_devices // best.candidate.num_devices
-    return {"pred_rps": best_total, "fleet": f"{copies} x {best.name}", "_unit": (best.candidate, copies),
-            "binding": best.binding,
+    return {"pred_rps": best_total, "fleet": f"{copies} x {best.name}", "binding": best.binding,
             "bottleneck": best.bottleneck, "ttft_p_s": _num(best.ttft_p), "tpot_p_s": _num(best.tpot_p),
             "status": best.status.value, "reason": best.reason, "method": best.method, "plan_best": res.best.name,
             "plan_best_per_device": res.best.goodput_per_device}
 
 
-def _settings(case: Case, input_len: int, num_requests: int, seed: int) -> Any:
-    """The goodput settings the row's prediction ran under (the options :func:`predict_stated` or
-    :func:`predict_planned` give ``serveplan optimize``), with the row's drawn lengths."""
-    from serveplan.commands.plan import PlanOptions, prepare
-
-    if case.stated_layout:
-        layout = {"devices": case.tp, "tp": str(case.tp), "no_disaggregated": True,
-                  **({"max_batch": str(case.max_batch)} if case.max_batch else {})}
-    else:
-        layout = {"devices": case.num_devices, "tp": ",".join(str(t) for t in (1, 2, 4, 8) if t <= case.num_devices)}
-    settings = prepare(PlanOptions.parse({"model": case.model, "hardware": case.hardware, "jobs": 1, **layout,
-                                          **_options(case, input_len, num_requests, seed)})).settings[0]
-    if (wl := workload(case, num_requests, seed)) is not None:
-        settings = dataclasses.replace(settings, workload=wl)
-    return settings
-
-
 def latency_at_measured(args: tuple[Case, int, int, int, Any, int]) -> tuple[str, int, dict[str, Any]]:
-    """The predicted fleet at the measured rate (module doc, "Latencies at the measured rate"): one copy of it
-    simulated at the measured goodput over the copies, and the latency statistics the row states."""
+    """The stated instance at the measured rate (module doc, "Latencies at the measured rate"): one instance
+    simulated at the measured goodput over the instances, under its goodput search's settings, and the latency
+    statistics the row states."""
     from serveplan.sim import simulate
     case, input_len, n, seed, fleet, copies = args
     try:
-        settings = _settings(case, input_len, n, seed)
+        settings = _stated(case, input_len, n, seed)[1]
         res = simulate(settings.simulation_config(fleet, rate=case.measured_rps / copies))
         got: dict[str, Any] = {"rate_per_copy": case.measured_rps / copies}
         for key in case.latency:
@@ -483,13 +473,13 @@ def _latency_pass(cases: list[Case], answers: dict[tuple[Any, ...], dict[str, An
                   asked: dict[tuple[str, int], tuple[Any, ...]], primary: int,
                   args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """:func:`latency_at_measured` of every row that states latencies and its layout, per row (the rate is the
-    row's own), at the primary input length; takes the fleets out of ``answers`` (they are not JSON). A searched
-    layout is serveplan's fleet, not the one measured: its latencies are not comparable and are not run."""
+    row's own), at the primary input length; takes the instances out of ``answers`` (they are not JSON). A searched
+    layout is serveplan's fleet, not the one measured: it has no instance here and its latencies are not run."""
     units = {q: a.pop("_unit", None) for q, a in answers.items()}
     tasks = []
     for c in cases:
         unit = units.get(asked[(c.key, c.input_len or primary)])
-        if c.latency and c.stated_layout and unit is not None:
+        if c.latency and unit is not None:
             tasks.append((c, c.input_len or primary, args.num_requests, args.seed, *unit))
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as ex:
         return {rid: lat for rid, _x, lat in ex.map(latency_at_measured, tasks)}

@@ -358,7 +358,8 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
         tied = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.TIED)
         fam = fit_kernels(tr, hardware, dtype=dtype, form=KernelForm.FAMILY, start=tied)
         t = te.arrays()["time_s"]
-        is_gemm += list(_matmul_rows(te)[0])
+        sel, info = _matmul_rows(te)
+        is_gemm += list(sel)
         for name, f in (("tied", tied), ("family", fam)):
             pred = predict_rows(f, te, hardware, dtype)
             errs[name] += list(np.abs(pred - t) / t)
@@ -367,7 +368,6 @@ def cross_validate(ms: MeasurementSet, hardware: DeviceSpec, *, dtype: DType | s
             # the per-family constants: the model a profile with matmul_size_curve stands for
             pred = predict_rows(fam, te, hardware, dtype)
             c = fit_size_curve(tr, hardware, dtype=dtype)
-            sel, info = _matmul_rows(te)
             ta = te.arrays()
             for i, rows in zip(np.flatnonzero(sel), info["rows"], strict=True):
                 if rows > 0:

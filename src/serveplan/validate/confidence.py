@@ -226,7 +226,11 @@ def band_for(query: Query, residuals: Iterable[Residual], *, exclude_source: str
 def ladder(kind: str) -> tuple[tuple[str, ...], ...]:
     """The steps of :data:`LADDER` a band of ``kind`` may take: those that keep the regime for a
     latency (:data:`LATENCY_KINDS`), every step for a rate."""
-    return tuple(f for f in LADDER if "regime" in f) if kind in LATENCY_KINDS else LADDER
+    return _REGIME_KEPT if kind in LATENCY_KINDS else LADDER
+
+
+#: the steps of :data:`LADDER` that keep the regime (a latency's ladder)
+_REGIME_KEPT = tuple(f for f in LADDER if "regime" in f)
 
 
 def loso_bands(residuals: Sequence[Residual]) -> list[tuple[Residual, Band]]:
